@@ -1,0 +1,63 @@
+"""Builds the FastAPI app. The lifespan owns every verifier's resources (process pools,
+Docker clients); nothing starts at import time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+
+from reward_server import __version__
+from reward_server.errors import ApiError, api_error_handler, validation_error_handler
+from reward_server.middleware import BearerAuth, BodyLimit, RequestMetrics
+from reward_server.routes import meta, rewards
+from reward_server.routes.verify import verifier_router
+from reward_server.scoring import Scorer
+from reward_server.settings import Settings, get_settings
+from reward_server.verifiers.registry import discover
+
+log = logging.getLogger("reward_server")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    classes = discover(settings.plugins)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        verifiers = {name: cls(settings) for name, cls in classes.items()}
+        started = []
+        try:
+            for verifier in verifiers.values():
+                await verifier.start()
+                started.append(verifier)
+            app.state.scorer = Scorer(verifiers, settings)
+            log.info("verifiers ready: %s", ", ".join(sorted(verifiers)))
+            yield
+        finally:
+            await asyncio.gather(*(v.stop() for v in started), return_exceptions=True)
+
+    app = FastAPI(
+        title="Verifiable Rewards",
+        version=__version__,
+        description="Scores model completions for RL from verifiable rewards.",
+        lifespan=lifespan,
+    )
+    app.include_router(meta.router)
+    app.include_router(rewards.router)
+    for name, cls in sorted(classes.items()):
+        app.include_router(verifier_router(name, cls))
+    app.add_exception_handler(ApiError, api_error_handler)
+    app.add_exception_handler(RequestValidationError, validation_error_handler)
+
+    # outermost last: metrics see every response, auth runs before the body is read
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if settings.api_token is not None:
+        app.add_middleware(BearerAuth, token=settings.api_token.get_secret_value())
+    known = {"/healthz", "/metrics", "/v1/verifiers", "/v1/rewards", "/docs", "/openapi.json"}
+    app.add_middleware(RequestMetrics, routes=known | {f"/v1/verify/{n}" for n in classes})
+    return app

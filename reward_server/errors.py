@@ -1,0 +1,80 @@
+"""Errors a client can cause, each with its HTTP status and a message saying what is wrong.
+
+    ApiError
+    ├── Unauthorized       401  missing or wrong bearer token
+    ├── UnknownVerifier    404  names the verifiers that exist
+    ├── PayloadTooLarge    413  names the field or limit and the setting that raises it
+    └── InvalidItems       422  one line per bad field, with its path (items[3].answer)
+
+Verdicts about a response (wrong, unparseable, timed out) are never errors: they are
+results with a status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+
+class ApiError(Exception):
+    status_code = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Unauthorized(ApiError):
+    status_code = 401
+
+
+class UnknownVerifier(ApiError):
+    status_code = 404
+
+
+class PayloadTooLarge(ApiError):
+    status_code = 413
+
+
+class InvalidItems(ApiError):
+    status_code = 422
+
+
+def format_location(loc: Iterable[Any]) -> str:
+    """``("body", "items", 3, "answer")`` → ``items[3].answer``."""
+    out = ""
+    for part in loc:
+        if part == "body" and not out:
+            continue
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "body"
+
+
+def format_validation_errors(errors: Iterable[dict[str, Any]], prefix: Iterable[Any] = ()) -> str:
+    lines = []
+    for err in errors:
+        where = format_location([*prefix, *err.get("loc", ())])
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "json_invalid":
+            ctx = err.get("ctx", {}).get("error", "")
+            msg = f"malformed JSON: {ctx}".rstrip(": ")
+        lines.append(f"{where}: {msg}")
+    return "; ".join(lines[:20]) + (f"; … {len(lines) - 20} more" if len(lines) > 20 else "")
+
+
+async def api_error_handler(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=headers)
+
+
+async def validation_error_handler(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return JSONResponse({"detail": format_validation_errors(exc.errors())}, status_code=422)

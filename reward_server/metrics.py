@@ -1,0 +1,45 @@
+"""Prometheus metrics, one set per process (multi-process mode when uvicorn forks workers)."""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+REQUESTS = Counter(
+    "reward_requests_total", "HTTP requests by route and status code", ["route", "code"]
+)
+REQUEST_LATENCY = Histogram(
+    "reward_request_seconds", "HTTP request latency by route", ["route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+ITEMS = Counter(
+    "reward_items_total", "Items scored, by verifier and status", ["verifier", "status"]
+)
+ITEM_LATENCY = Histogram(
+    "reward_item_seconds", "Time to score one item (cache hits included)", ["verifier"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+TIMEOUTS = Counter("reward_timeouts_total", "Items that ran past their time limit", ["verifier"])
+CACHE_HITS = Counter(
+    "reward_cache_hits_total", "Items answered from the result cache", ["verifier"]
+)
+CACHE_MISSES = Counter("reward_cache_misses_total", "Items computed afresh", ["verifier"])
+
+
+def exposition() -> tuple[bytes, str]:
+    """The text exposition; aggregates all workers when PROMETHEUS_MULTIPROC_DIR is set."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    from prometheus_client import REGISTRY
+
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

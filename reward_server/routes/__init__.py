@@ -1,0 +1,1 @@
+"""One router per resource: meta (health, metrics, verifier list), verify, rewards."""

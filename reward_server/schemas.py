@@ -1,0 +1,53 @@
+"""Request and response models of the HTTP API v1 that do not belong to one verifier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field, create_model
+
+from reward_server.verifiers.base import ItemBase, ResultBase
+
+
+class RewardsRequest(BaseModel):
+    items: list[dict[str, Any]] = Field(
+        description="Each item names its verifier ('verifier': 'math') plus that verifier's "
+        "fields, as in POST /v1/verify/<verifier>."
+    )
+
+
+class RewardsResponse(BaseModel):
+    rewards: list[float | None] = Field(
+        description="One reward per item, in order; null when the item could not be scored "
+        "for a reason outside the response (e.g. sandbox unavailable)."
+    )
+    results: list[dict[str, Any]] = Field(
+        description="Each verifier's full result, plus 'verifier'."
+    )
+
+
+class VerifierInfo(BaseModel):
+    name: str
+    description: str
+    endpoint: str
+    item_schema: dict[str, Any]
+    result_schema: dict[str, Any]
+
+
+class VerifiersResponse(BaseModel):
+    verifiers: list[VerifierInfo]
+
+
+class Health(BaseModel):
+    status: str = "ok"
+    verifiers: list[str]
+
+
+def verify_models(
+    name: str, item_model: type[ItemBase], result_model: type[ResultBase]
+) -> tuple[type[BaseModel], type[BaseModel]]:
+    """The body and response models of ``POST /v1/verify/<name>``."""
+    title = "".join(part.capitalize() for part in name.split("_"))
+    request = create_model(f"{title}VerifyRequest", items=(list[item_model], ...))  # type: ignore[valid-type]
+    response = create_model(f"{title}VerifyResponse", results=(list[result_model], ...))  # type: ignore[valid-type]
+    return request, response

@@ -1,0 +1,58 @@
+"""The plug-in interface every verifier implements.
+
+A verifier owns a request item schema, a result schema and an async ``verify`` that turns a
+batch of items into results in the same order. The server core builds
+``POST /v1/verify/<name>`` and the ``/v1/rewards`` dispatch from these attributes alone, so a
+new verifier never edits the core.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from reward_server.settings import Settings
+
+
+class ItemBase(BaseModel):
+    """Fields common to every item; verifiers subclass it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ResultBase(BaseModel):
+    """Every result carries a score and a status.
+
+    ``score`` is None when the item could not be scored for a reason outside the response
+    (the sandbox is down): the trainer must not read that as a reward of 0.
+    """
+
+    score: float | None = Field(description="Reward in [0, 1]; null when unscorable.")
+    status: str = Field(description="Verifier-specific status, e.g. 'ok' or 'timeout'.")
+
+
+class Verifier(ABC):
+    """Subclass, set the three class attributes, implement ``verify``, then register."""
+
+    name: ClassVar[str]
+    item_model: ClassVar[type[ItemBase]]
+    result_model: ClassVar[type[ResultBase]]
+    description: ClassVar[str] = ""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def start(self) -> None:
+        """Acquire resources (process pools, Docker clients); called once at server start."""
+
+    async def stop(self) -> None:
+        """Release everything ``start`` acquired; called once at shutdown."""
+
+    @abstractmethod
+    async def verify(self, items: Sequence[ItemBase]) -> list[ResultBase]:
+        """Score ``items``; one result per item, same order. Never raise for bad content:
+        a wrong, unparseable or hostile response is a result with a status."""
