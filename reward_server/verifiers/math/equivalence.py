@@ -67,17 +67,20 @@ def _items(value: Value) -> tuple[Value, ...]:
 
 def _loose_container_match(gold: Value, pred: Value, tolerance: float) -> bool:
     """A set written ``\\{1, 2\\}`` and a bare list ``1, 2`` both mean "these answers"."""
-    unordered = (BareList, Candidates)
-    if isinstance(gold, Bracketed) and gold.open == "{" and isinstance(pred, unordered):
-        return _unordered_equal(gold.items, pred.items, tolerance)
-    if isinstance(pred, Bracketed) and pred.open == "{" and isinstance(gold, unordered):
-        return _unordered_equal(gold.items, pred.items, tolerance)
-    if isinstance(gold, Candidates) and isinstance(pred, BareList):
-        return _unordered_equal(gold.items, pred.items, tolerance)
-    if isinstance(gold, Text) and isinstance(pred, Scalar):
-        value = pred.value
-        return isinstance(value, sympy.Symbol) and str(value).lower() == gold.text
+    if _is_unordered(gold) and _is_unordered(pred):
+        return _unordered_equal(gold.items, pred.items, tolerance)  # type: ignore[union-attr]
+    text, other = (gold, pred) if isinstance(gold, Text) else (pred, gold)
+    if isinstance(text, Text) and isinstance(other, Scalar):
+        value = other.value
+        return isinstance(value, sympy.Symbol) and str(value).lower() == text.text
     return False
+
+
+def _is_unordered(value: Value) -> bool:
+    """A set, a bare list and "a or b" all state a collection of answers."""
+    return isinstance(value, BareList | Candidates) or (
+        isinstance(value, Bracketed) and value.open == "{"
+    )
 
 
 def _bracketed_equal(gold: Bracketed, pred: Bracketed, tolerance: float) -> bool:
@@ -190,8 +193,6 @@ def _float_close(a: sympy.Expr, b: sympy.Expr, tolerance: float) -> bool:
 
 
 def _symbolic_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
-    if a.free_symbols != b.free_symbols:
-        return False
     diff = a - b
     if sympy.expand(diff) == 0 or sympy.simplify(diff) == 0:
         return True

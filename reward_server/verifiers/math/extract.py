@@ -80,7 +80,7 @@ def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     return found
 
 
-_ANSWER_IS = re.compile(r"(?:final answer|answer)\s*(?:is|:)\s*", re.IGNORECASE)
+_ANSWER_IS = re.compile(r"(?:final answer|answer)\s*(?:is\s*:?|:)\s*", re.IGNORECASE)
 
 
 def _answer_is(text: str) -> str | None:

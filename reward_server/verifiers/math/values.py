@@ -97,7 +97,7 @@ _REMOVE = [
 ]
 _REPLACE = [
     ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\cfrac", "\\frac"), ("{,}", ","),
-    ("\\%", "%"), ("\\ ", " "), ("\\infinity", "\\infty"), ("\\le ", "\\leq "),
+    ("\\%", "%"), ("\\infinity", "\\infty"), ("\\le ", "\\leq "),
     ("\\ge ", "\\geq "), ("\\lbrace", "\\{"), ("\\rbrace", "\\}"), ("\\lbrack", "["),
     ("\\rbrack", "]"), ("\\times", " \\times "), ("\\cdot", " \\cdot "), ("−", "-"),
     ("\\neq", "\\ne"),
@@ -114,7 +114,18 @@ def normalize(text: str) -> str:
         s = s.replace(old, new)
     for token in _REMOVE:
         s = s.replace(token, "")
+    s = re.sub(r"(?<!\\)\\ ", " ", s)  # "\ " is a space, "\\ " a matrix row break
     s = s.strip().rstrip(".").strip()
+    return _strip_groups(s)
+
+
+def _strip_groups(s: str) -> str:
+    """``{{5}}`` → ``5``: TeX groups around a whole answer mean nothing."""
+    while s.startswith("{") and s.endswith("}") and _balanced(s[1:-1]):
+        inner = s[1:-1].strip()
+        if len(split_top(inner, ",")) > 1:
+            break  # "{1, 2}": a set written without backslashes
+        s = inner
     return s
 
 
@@ -309,6 +320,9 @@ def _parse(s: str) -> Value:
     if text is not None:
         return text
 
+    membership = split_top(s, "\\in ") if "\\in " in s else [s]
+    if len(membership) == 2 and _ASSIGNEE.match(membership[0].strip()):
+        s = membership[1].strip()  # "x \in [0, 1]" answers "[0, 1]"
     equation = split_top(s, "=")
     if len(equation) > 1 and all(p.strip() for p in equation):
         lhs, rhs = equation[-2].strip(), equation[-1].strip()
@@ -354,6 +368,9 @@ def _as_text(s: str) -> Text | Scalar | None:
     m = _TEXT_ONLY.match(s)
     if m:
         inner = m.group(1).strip()
+        choice = _CHOICE.match(inner)
+        if choice:
+            return Text(choice.group(1).lower())
         try:
             value = _parse(inner)
         except AnswerParseError:

@@ -1,0 +1,83 @@
+"""Shared fixtures: a real reward server on a loopback port, started as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, proc: subprocess.Popen, url: str, log: Path) -> None:
+        self.proc, self.url, self.log = proc, url, log
+
+    def client(self, **kwargs) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=60, **kwargs)
+
+
+@contextmanager
+def run_server(tmp_path: Path, env: dict[str, str] | None = None,
+               args: list[str] | None = None, startup_s: float = 60) -> Iterator[ServerProcess]:
+    """Start ``reward-server`` on a free loopback port; stop it (and its workers) after."""
+    port = free_port()
+    log = tmp_path / f"server-{port}.log"
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("REWARD_SERVER_")}
+    full_env = {**inherited, "REWARD_SERVER_MATH_WORKERS": "2", **(env or {})}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reward_server.cli", "--port", str(port),
+             "--log-level", "warning", *(args or [])],
+            env=full_env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + startup_s
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited {proc.returncode}:\n{log.read_text()}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start:\n{log.read_text()}")
+            time.sleep(0.1)
+        yield ServerProcess(proc, url, log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The default server, shared by every test that does not change settings."""
+    with run_server(tmp_path_factory.mktemp("server")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    with server.client() as client:
+        yield client

@@ -1,0 +1,45 @@
+"""The math verifier against the table in math_cases.py, through the real server.
+
+All cases go out in one batch (as a trainer sends them); each case is then its own test."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.reward_server.math_cases import EQUIVALENCE, EXTRACTION, MODES, TOLERANCE
+
+ITEMS: list[dict[str, Any]] = (
+    [{"response": r, "answer": a} for r, a, _ in EQUIVALENCE + EXTRACTION]
+    + [{"response": r, "answer": a, "extract": m} for r, a, m, _, _ in MODES]
+    + [{"response": r, "answer": a, "tolerance": t} for r, a, t, _ in TOLERANCE]
+)
+EXPECTED: list[tuple[bool, str | None]] = (
+    [(c, "ok") for *_, c in EQUIVALENCE + EXTRACTION]
+    + [(c, s) for *_, c, s in MODES]
+    + [(c, "ok") for *_, c in TOLERANCE]
+)
+
+
+def test_table_is_large_and_balanced() -> None:
+    assert len(ITEMS) >= 200
+    assert sum(1 for correct, _ in EXPECTED if not correct) >= len(ITEMS) / 3
+
+
+@pytest.fixture(scope="module")
+def results(http: httpx.Client) -> list[dict[str, Any]]:
+    response = http.post("/v1/verify/math", json={"items": ITEMS})
+    assert response.status_code == 200, response.text
+    out = response.json()["results"]
+    assert len(out) == len(ITEMS)
+    return out
+
+
+@pytest.mark.parametrize("index", range(len(ITEMS)), ids=lambda i: ITEMS[i]["response"][-40:])
+def test_case(results: list[dict[str, Any]], index: int) -> None:
+    item, (correct, status), got = ITEMS[index], EXPECTED[index], results[index]
+    assert got["correct"] is correct, (item, got)
+    assert got["score"] == (1.0 if correct else 0.0)
+    assert got["status"] == status, (item, got)
