@@ -42,7 +42,13 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from reward_server.settings import get_settings
+    from reward_server.verifiers.registry import PluginError, discover
 
+    try:
+        discover(settings.plugins)  # fail here, in one line, not in each worker
+    except PluginError as exc:
+        print(f"reward-server: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     _export(settings)
     get_settings.cache_clear()
     if settings.workers > 1:

@@ -25,7 +25,8 @@ from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 __all__ = [
@@ -106,7 +107,8 @@ class _Options:
         self.retry_kwargs: dict[str, Any] = dict(
             retry=retry_if_exception(_is_retryable),
             stop=stop_after_attempt(max_attempts),
-            wait=wait_exponential_jitter(initial=backoff_s, max=max_backoff_s),
+            wait=wait_exponential(multiplier=backoff_s, max=max_backoff_s)
+            + wait_random(0, backoff_s),
             reraise=True,
         )
         self.max_attempts = max_attempts

@@ -248,7 +248,9 @@ def parse_number(s: str) -> Scalar | None:
         if den != 0:
             return Scalar(Fraction(-num if m.group(1) == "-" else num, den))
     m = _SCI.match(s) or _E_NOTATION.match(s)
-    if m and abs(int(m.group(2))) <= _MAX_EXPONENT:
+    if m and abs(int(m.group(2))) > _MAX_EXPONENT:
+        raise AnswerParseError(f"exponent {m.group(2)} is out of range")
+    if m:
         return Scalar(Fraction(m.group(1)) * Fraction(10) ** int(m.group(2)), inexact=True)
     return None
 

@@ -1,0 +1,139 @@
+"""Bad input: each limit and malformed request gets a 4xx that says what is wrong; nothing a
+client sends produces a 500."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import ServerProcess, run_server
+
+LIMITS = {
+    "REWARD_SERVER_MAX_ITEMS_PER_REQUEST": "5",
+    "REWARD_SERVER_MAX_FIELD_BYTES": "100",
+    "REWARD_SERVER_MAX_BODY_BYTES": "4000",
+}
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with run_server(tmp_path_factory.mktemp("limited"), env=LIMITS) as srv:
+        yield srv
+
+
+def _detail(r: httpx.Response) -> str:
+    return r.json()["detail"]
+
+
+def test_too_many_items(limited: ServerProcess) -> None:
+    items = [{"response": "\\boxed{1}", "answer": "1"}] * 6
+    for path, body in (("/v1/verify/math", items), ("/v1/rewards",
+                       [{"verifier": "math", **i} for i in items])):
+        r = httpx.post(limited.url + path, json={"items": body})
+        assert r.status_code == 413
+        assert "6 items exceed the limit of 5" in _detail(r)
+        assert "MAX_ITEMS_PER_REQUEST" in _detail(r)
+
+
+def test_field_too_large_names_the_field(limited: ServerProcess) -> None:
+    items = [{"response": "ok", "answer": "1"}, {"response": "é" * 60, "answer": "1"}]
+    r = httpx.post(limited.url + "/v1/verify/math", json={"items": items})
+    assert r.status_code == 413
+    assert _detail(r).startswith("items[1].response: 120 bytes exceed the limit of 100")
+
+
+def test_body_too_large(limited: ServerProcess) -> None:
+    r = httpx.post(limited.url + "/v1/verify/math", content=b"x" * 5000,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert "body exceeds the limit of 4000 bytes" in _detail(r)
+
+
+def test_body_too_large_without_content_length(limited: ServerProcess) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"items": ['
+        for _ in range(100):
+            yield b'{"response": "0123456789012345678901234567890123456789", "answer": "1"},'
+        yield b"]}"
+
+    r = httpx.post(limited.url + "/v1/verify/math", content=chunks(),
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b'{"items": [', "malformed JSON"),
+        (b'{"items": 5}', "items: Input should be a valid list"),
+        (b'{"items": [{"response": "x"}]}', "items[0].answer: Field required"),
+        (b'{"items": [{"response": 5, "answer": "1"}]}', "items[0].response: Input should be a valid string"),
+        (b'{"items": [{"response": "x", "answer": "1", "extract": "nope"}]}', "items[0].extract"),
+        (b'{"items": [{"response": "x", "answer": "1", "tolerance": -1}]}', "items[0].tolerance"),
+        (b'{"items": [{"response": "x", "answer": "1", "bogus": 1}]}', "items[0].bogus: Extra inputs"),
+        (b"[]", "body"),
+        (b"", "body"),
+    ],
+)
+def test_malformed_verify_body(http: httpx.Client, body: bytes, fragment: str) -> None:
+    r = http.post("/v1/verify/math", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert fragment in _detail(r)
+
+
+def test_rewards_item_errors(http: httpx.Client) -> None:
+    r = http.post("/v1/rewards", json={"items": [{"response": "x", "answer": "1"}]})
+    assert r.status_code == 422
+    assert "items[0].verifier" in _detail(r)
+    r = http.post("/v1/rewards", json={"items": [
+        {"verifier": "math", "response": "x", "answer": "1"},
+        {"verifier": "math", "response": "x"},
+    ]})
+    assert r.status_code == 422
+    assert _detail(r) == "items[1].answer: Field required"
+
+
+def test_unknown_verifier(http: httpx.Client) -> None:
+    r = http.post("/v1/rewards", json={"items": [{"verifier": "chess", "response": "e4"}]})
+    assert r.status_code == 404
+    assert _detail(r) == "unknown verifier 'chess'; known verifiers: math"
+    assert http.post("/v1/verify/chess", json={"items": []}).status_code == 404
+
+
+def test_wrong_method(http: httpx.Client) -> None:
+    assert http.get("/v1/rewards").status_code == 405
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.sampled_from(["items", "verifier", "response", "answer", "extract",
+                                       "tolerance", "x"]), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=_json, path=st.sampled_from(["/v1/rewards", "/v1/verify/math"]))
+def test_no_request_body_produces_a_500(http: httpx.Client, body: object, path: str) -> None:
+    r = http.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+    assert r.status_code < 500, (body, r.text)
+    if r.status_code >= 400:
+        assert isinstance(_detail(r), str) and _detail(r)
+
+
+def test_bad_cli_setting_is_one_readable_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "reward_server.cli", "--port", "notaport"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.startswith("reward-server: invalid settings")
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,119 @@
+"""reward_server.client: batching and errors against the real server; the retry policy with
+a scripted transport (the one edge we cannot make a real server produce on demand)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from reward_server.client import (
+    AsyncRewardClient,
+    RewardClient,
+    RewardRequestError,
+    RewardServerUnavailable,
+)
+from tests.conftest import ServerProcess, free_port
+
+ITEMS = [{"verifier": "math", "response": f"\\boxed{{{i}}}", "answer": str(i % 3)}
+         for i in range(10)]
+EXPECTED = [1.0 if i % 3 == i else 0.0 for i in range(10)]
+
+
+def test_sync_batches_and_keeps_order(server: ServerProcess) -> None:
+    with RewardClient(server.url, batch_size=3) as client:
+        out = client.rewards(ITEMS)
+        assert out.rewards == EXPECTED
+        assert len(out.results) == 10
+        results = client.verify("math", [{k: v for k, v in i.items() if k != "verifier"}
+                                         for i in ITEMS])
+        assert [r["score"] for r in results] == EXPECTED
+        assert client.health()["status"] == "ok"
+        assert [v["name"] for v in client.verifiers()] == ["math"]
+
+
+async def test_async_batches_concurrently(server: ServerProcess) -> None:
+    async with AsyncRewardClient(server.url, batch_size=4, max_concurrency=2) as client:
+        out, results = await asyncio.gather(
+            client.rewards(ITEMS),
+            client.verify("math", [{"response": "\\boxed{1}", "answer": "1"}] * 9),
+        )
+    assert out.rewards == EXPECTED
+    assert [r["score"] for r in results] == [1.0] * 9
+
+
+def test_client_errors_carry_the_server_message(server: ServerProcess) -> None:
+    with RewardClient(server.url) as client, pytest.raises(RewardRequestError) as err:
+        client.rewards([{"verifier": "nope"}])
+    assert err.value.status_code == 404
+    assert "known verifiers: math" in str(err.value)
+
+
+def test_unreachable_server_fails_clearly_after_n_attempts() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with RewardClient(url, max_attempts=3, backoff_s=0.05) as client:
+        with pytest.raises(RewardServerUnavailable, match="after 3 attempts: ConnectError"):
+            client.rewards(ITEMS[:1])
+    assert time.monotonic() - started < 5
+
+
+class Script:
+    """Answers each request with the next scripted status code and counts the calls."""
+
+    def __init__(self, *codes: int) -> None:
+        self.codes = list(codes)
+        self.calls = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        code = self.codes.pop(0)
+        if code == 200:
+            return httpx.Response(200, json={"rewards": [1.0], "results": [{"score": 1.0}]})
+        return httpx.Response(code, json={"detail": f"scripted {code}"})
+
+
+@pytest.mark.parametrize("code", [429, 500, 502, 503])
+def test_retries_transient_errors(code: int) -> None:
+    script = Script(code, code, 200)
+    with RewardClient("http://rs", transport=httpx.MockTransport(script), backoff_s=0.01) as c:
+        assert c.rewards(ITEMS[:1]).rewards == [1.0]
+    assert script.calls == 3
+
+
+@pytest.mark.parametrize("code", [400, 401, 404, 413, 422])
+def test_does_not_retry_client_errors(code: int) -> None:
+    script = Script(code, 200)
+    with RewardClient("http://rs", transport=httpx.MockTransport(script), backoff_s=0.01) as c:
+        with pytest.raises(RewardRequestError, match=f"scripted {code}"):
+            c.rewards(ITEMS[:1])
+    assert script.calls == 1
+
+
+def test_gives_up_after_max_attempts_never_returns_zero() -> None:
+    script = Script(*[503] * 4)
+    with RewardClient("http://rs", transport=httpx.MockTransport(script), max_attempts=4,
+                      backoff_s=0.01) as c:
+        with pytest.raises(RewardServerUnavailable, match="after 4 attempts"):
+            c.rewards(ITEMS[:1])
+    assert script.calls == 4
+
+
+async def test_async_retries_transient_errors() -> None:
+    script = Script(503, 200)
+    async with AsyncRewardClient("http://rs", transport=httpx.MockTransport(script),
+                                 backoff_s=0.01) as c:
+        assert (await c.rewards(ITEMS[:1])).rewards == [1.0]
+    assert script.calls == 2
+
+
+def test_client_needs_no_server_dependencies() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; import reward_server.client; "
+            "bad = {'fastapi', 'sympy', 'pebble', 'uvicorn'} & set(sys.modules); "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

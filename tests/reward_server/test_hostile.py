@@ -1,0 +1,91 @@
+"""Hostile math items come back as timeout/parse_error in bounded time, the server keeps
+answering /healthz quickly while they run, and killed workers are replaced."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ServerProcess, run_server
+
+TIMEOUT_S = 2.0
+
+HOSTILE = [
+    ("\\boxed{5^{5^{5^5}}}", "3"),
+    ("\\boxed{10!!!!!!!!}", "3"),
+    ("\\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}", "1"),
+    ("\\boxed{" + "(" * 10_000 + "1" + ")" * 10_000 + "}", "1"),
+    ("\\boxed{" + "x" * (1024 * 1024) + "}", "3"),
+    ("\\boxed{" + "1+" * 600_000 + "1}", "2"),
+    ("\\boxed{9^{9^{9^{9}}} - 9^{9^{9^{9}}}}", "0"),
+    ("\\boxed{1e99999999}", "1"),
+]
+
+
+@pytest.fixture(scope="module")
+def fast_timeout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    env = {"REWARD_SERVER_MATH_TIMEOUT_S": str(TIMEOUT_S), "REWARD_SERVER_CACHE_SIZE": "0"}
+    with run_server(tmp_path_factory.mktemp("hostile"), env=env) as srv:
+        yield srv
+
+
+def test_hostile_items_are_bounded_and_server_stays_live(fast_timeout: ServerProcess) -> None:
+    items = [{"response": r, "answer": a} for r, a in HOSTILE]
+    # honest items in the same batch, one of them a 1 MB completion
+    items += [{"response": "\\boxed{4}", "answer": "4"},
+              {"response": "x" * (1024 * 1024) + "\\boxed{2}", "answer": "2"}]
+    out: dict[str, Any] = {}
+
+    def post() -> None:
+        started = time.monotonic()
+        with fast_timeout.client() as c:
+            out["response"] = c.post("/v1/verify/math", json={"items": items})
+        out["elapsed"] = time.monotonic() - started
+
+    worker = threading.Thread(target=post)
+    worker.start()
+    health_latencies = []
+    with fast_timeout.client() as c:
+        while worker.is_alive():
+            started = time.monotonic()
+            assert c.get("/healthz").status_code == 200
+            health_latencies.append(time.monotonic() - started)
+            time.sleep(0.05)
+    worker.join()
+
+    assert out["response"].status_code == 200
+    results = out["response"].json()["results"]
+    for (response, _), result in zip(HOSTILE, results, strict=False):
+        assert result["status"] in {"timeout", "parse_error"}, (response[:40], result)
+        assert result["correct"] is False
+    assert results[-2]["correct"] is True and results[-1]["correct"] is True
+    # 8 hostile items on 2 workers: at most 4 rounds of the timeout, plus worker restarts
+    assert out["elapsed"] < 4 * TIMEOUT_S + 20
+    assert len(health_latencies) >= 5
+    assert max(health_latencies) < 1.0, health_latencies
+
+
+def test_workers_are_replaced_after_timeouts(fast_timeout: ServerProcess) -> None:
+    with fast_timeout.client() as c:
+        for _ in range(2):  # each round kills both workers
+            items = [{"response": "\\boxed{5^{5^{5^5}}}", "answer": "3"}] * 2
+            results = c.post("/v1/verify/math", json={"items": items}).json()["results"]
+            assert [r["status"] for r in results] == ["timeout", "timeout"]
+            assert "worker killed" in results[0]["detail"]
+        items = [{"response": f"\\boxed{{\\frac{{{i}}}{{2}}}}", "answer": str(i / 2)}
+                 for i in range(20)]
+        results = c.post("/v1/verify/math", json={"items": items}).json()["results"]
+        assert all(r["correct"] for r in results)
+        assert "reward_timeouts_total{verifier=\"math\"}" in c.get("/metrics").text
+
+
+def test_over_long_answer_is_parse_error_without_a_worker(http: httpx.Client) -> None:
+    items = [{"response": "\\boxed{" + "1" * 5000 + "}", "answer": "1"}]
+    result = http.post("/v1/verify/math", json={"items": items}).json()["results"][0]
+    assert result["status"] == "parse_error"
+    assert "longer than 2000 characters" in result["detail"]

@@ -1,0 +1,79 @@
+"""The README's worked example: the exact_match plug-in, found through its entry point
+exactly as pip installs it, adds an endpoint and works in mixed batches."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from reward_server.verifiers import PluginError, Verifier, register_verifier
+from tests.conftest import ROOT, run_server
+
+EXAMPLE = ROOT / "examples" / "exact_match_verifier"
+
+
+def _fake_install(site: Path) -> None:
+    """What ``pip install ./examples/exact_match_verifier`` writes for the entry point."""
+    info = site / "exact_match_verifier-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: exact-match-verifier\n"
+                                   "Version: 0.1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[reward_server.verifiers]\nexact_match = exact_match_verifier:ExactMatchVerifier\n")
+
+
+def test_entry_point_plugin_adds_an_endpoint(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    _fake_install(site)
+    path = os.pathsep.join([str(site), str(EXAMPLE), os.environ.get("PYTHONPATH", "")])
+    with run_server(tmp_path, env={"PYTHONPATH": path}) as srv:
+        assert httpx.get(srv.url + "/healthz").json()["verifiers"] == ["exact_match", "math"]
+        r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": [
+            {"response": "thinking...\nParis", "answer": "paris"},
+            {"response": "Paris", "answer": "paris", "case_sensitive": True},
+            {"response": "   ", "answer": "x"},
+        ]})
+        assert [x["score"] for x in r.json()["results"]] == [1.0, 0.0, 0.0]
+        assert r.json()["results"][2]["status"] == "empty"
+        r = httpx.post(srv.url + "/v1/rewards", json={"items": [
+            {"verifier": "math", "response": "\\boxed{2}", "answer": "2"},
+            {"verifier": "exact_match", "response": "yes", "answer": "yes"},
+        ]})
+        assert r.json()["rewards"] == [1.0, 1.0]
+        names = [v["name"] for v in httpx.get(srv.url + "/v1/verifiers").json()["verifiers"]]
+        assert names == ["exact_match", "math"]
+        r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": [{"response": "x"}]})
+        assert r.status_code == 422 and "items[0].answer" in r.json()["detail"]
+
+
+def test_plugins_setting_loads_a_class_by_path(tmp_path: Path) -> None:
+    env = {"PYTHONPATH": str(EXAMPLE),
+           "REWARD_SERVER_PLUGINS": '["exact_match_verifier:ExactMatchVerifier"]'}
+    with run_server(tmp_path, env=env) as srv:
+        assert "exact_match" in httpx.get(srv.url + "/healthz").json()["verifiers"]
+
+
+def test_registry_rejects_malformed_plugins() -> None:
+    with pytest.raises(PluginError, match="not a Verifier"):
+        register_verifier(object)  # type: ignore[arg-type]
+
+    class BadName(Verifier):
+        name = "Bad Name"
+
+    with pytest.raises(PluginError, match="must match"):
+        register_verifier(BadName)
+
+
+def test_missing_plugin_is_one_readable_line() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "reward_server.cli", "--plugins", '["nowhere:Nothing"]'],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        "reward-server: cannot load plugin 'nowhere:Nothing': No module named 'nowhere'")
