@@ -1,0 +1,242 @@
+"""Throughput and latency of POST /v1/verify/math against math-verify in-process.
+
+A realistic RL batch: 32 problems x groups of 16 completions (512 items) in GSM8K and MATH
+styles, where a group repeats answers (the same right answer in several forms, the same
+wrong answers, verbatim duplicate completions). Every completion is labelled with the truth
+when it is generated, so a disagreement between us and math-verify is settled by the label.
+
+Runs, in this order, on the same items: math-verify in-process (one core), the server with
+the cache off, the server with the cache on (cold, then warm). Each tool first gets one
+warm-up pass over a different draw of the problems. Prints a table and writes
+bench/results/bench_math.json.
+
+    python bench/bench_math.py [--groups 32] [--group-size 16] [--concurrency 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.conftest import run_server  # noqa: E402  (the same launcher the tests use)
+
+# (reference, equivalent forms, wrong forms)
+PROBLEMS: list[tuple[str, list[str], list[str]]] = [
+    ("72", ["72", "72.0", "\\$72"], ["48", "24", "70", "48 \\text{ or } 72"]),
+    ("18", ["18", "18 \\text{ dollars}"], ["16", "9", "20", "16, 17, 18, 19"]),
+    ("1250", ["1250", "1,250"], ["1200", "125"]),
+    ("0.5", ["\\frac{1}{2}", "0.5", "\\dfrac12"], ["\\frac{1}{3}", "0.25", "2"]),
+    ("\\frac{3}{4}", ["\\frac34", "0.75", "3/4"], ["\\frac{4}{3}", "0.7", "\\frac{1}{4}"]),
+    ("2\\sqrt{2}", ["2\\sqrt2", "\\sqrt{8}"], ["\\sqrt{2}", "4", "2\\sqrt{3}"]),
+    ("\\frac{\\sqrt{3}}{2}", ["\\frac{\\sqrt3}{2}", "\\frac{3}{2\\sqrt{3}}"], ["\\frac{1}{2}", "\\sqrt{3}"]),
+    ("x^2+2x+1", ["(x+1)^2", "x^2+2x+1", "1+2x+x^2"], ["x^2+1", "(x-1)^2"]),
+    ("(x-2)(x+3)", ["x^2+x-6", "(x+3)(x-2)"], ["x^2-x-6", "(x+2)(x-3)"]),
+    ("\\pi", ["\\pi"], ["2\\pi", "3.14", "\\frac{\\pi}{2}"]),
+    ("\\frac{\\pi}{3}", ["\\frac{\\pi}{3}", "\\frac{1}{3}\\pi"], ["\\frac{\\pi}{6}", "60"]),
+    ("(1,2)", ["(1, 2)", "\\left(1,2\\right)"], ["(2,1)", "[1,2]", "(1,3)"]),
+    ("[0, 1)", ["[0,1)"], ["(0,1)", "[0,1]"]),
+    ("(-\\infty, 3]", ["(-\\infty,3]"], ["(-\\infty,3)", "[3,\\infty)"]),
+    ("\\{1, 2, 3\\}", ["\\{3,2,1\\}", "\\{1,2,3\\}"], ["\\{1,2\\}", "\\{1,2,4\\}"]),
+    ("x = 5", ["5", "x=5"], ["x=-5", "6"]),
+    ("50\\%", ["50\\%", "50"], ["40\\%", "5"]),
+    ("12", ["12", "12 \\text{ cm}"], ["13", "24"]),
+    ("-7", ["-7"], ["7", "-6", "\\pm 7"]),
+    ("1000000", ["10^6", "1,000,000"], ["10^5", "100000"]),
+    ("\\frac{5}{2}", ["2\\frac{1}{2}", "2.5", "\\frac{10}{4}"], ["\\frac{2}{5}", "3"]),
+    ("\\sqrt{13}", ["\\sqrt{13}"], ["13", "\\sqrt{12}"]),
+    ("3\\sqrt{3}", ["\\sqrt{27}", "3\\sqrt3"], ["9", "\\sqrt{3}"]),
+    ("\\text{(C)}", ["\\text{(C)}", "C"], ["\\text{(B)}", "D"]),
+    ("2", ["2", "2.0", "\\frac{4}{2}"], ["3", "1"]),
+    ("4", ["4", "\\sqrt{16}"], ["2", "16"]),
+    ("\\infty", ["\\infty"], ["-\\infty", "0"]),
+    ("y = 2x + 1", ["y=2x+1", "y = 1 + 2x"], ["y=2x-1", "y=x+1"]),
+    ("0", ["0", "0.0"], ["1", "-1", "0 \\text{ and } 1"]),
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", ["\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}"], ["\\begin{pmatrix}1&3\\\\2&4\\end{pmatrix}"]),
+    ("\\frac{1}{6}", ["\\frac16", "1/6"], ["\\frac{1}{5}", "0.16"]),
+    ("e^2", ["e^2", "e^{2}"], ["2e", "e"]),
+]
+
+
+def completion(answer: str, style: int, rng: random.Random) -> str:
+    steps = " ".join(f"Step {k}: we compute the intermediate quantity {rng.randint(2, 99)}."
+                     for k in range(rng.randint(3, 9)))
+    if style == 0:
+        return f"Let's think step by step. {steps}\nTherefore the final answer is $\\boxed{{{answer}}}$."
+    if style == 1:
+        return f"{steps}\nSo the answer is $\\boxed{{{answer}}}$. I hope it is correct."
+    return f"{steps}\nThe final answer is ${answer}$."
+
+
+def make_items(groups: int, group_size: int, seed: int = 0) -> tuple[list[dict], list[bool]]:
+    rng = random.Random(seed)
+    items, truth = [], []
+    for g in range(groups):
+        gold, right, wrong = PROBLEMS[g % len(PROBLEMS)]
+        group: list[tuple[dict, bool]] = []
+        while len(group) < group_size:
+            if group and rng.random() < 0.25:  # verbatim duplicate, common at low temperature
+                group.append(rng.choice(group))
+                continue
+            correct = rng.random() < 0.5
+            answer = rng.choice(right if correct else wrong)
+            group.append(({"response": completion(answer, rng.randrange(3), rng),
+                           "answer": gold}, correct))
+        for item, label in group:
+            items.append(item)
+            truth.append(label)
+    return items, truth
+
+
+def run_math_verify(items: list[dict], timeout_s: int) -> tuple[list[bool | None], float]:
+    """math-verify as its README shows: gold wrapped in $…$, verify(gold, parse(response))."""
+    from math_verify import parse, verify
+
+    verdicts: list[bool | None] = []
+    started = time.perf_counter()
+    for item in items:
+        t0 = time.perf_counter()
+        gold = parse(f"${item['answer']}$", parsing_timeout=timeout_s)
+        pred = parse(item["response"], parsing_timeout=timeout_s)
+        ok = verify(gold, pred, timeout_seconds=timeout_s)
+        verdicts.append(None if time.perf_counter() - t0 >= timeout_s else bool(ok))
+    return verdicts, time.perf_counter() - started
+
+
+async def run_server_pass(url: str, items: list[dict], group_size: int,
+                          concurrency: int) -> tuple[list[dict], float, list[float]]:
+    """One request per group (as a trainer scores a group), ``concurrency`` in flight."""
+    slots = asyncio.Semaphore(concurrency)
+    latencies: list[float] = []
+    async with httpx.AsyncClient(base_url=url, timeout=300) as client:
+
+        async def one(start: int) -> list[dict]:
+            async with slots:
+                t0 = time.perf_counter()
+                r = await client.post("/v1/verify/math",
+                                      json={"items": items[start : start + group_size]})
+                latencies.append(time.perf_counter() - t0)
+                r.raise_for_status()
+                return r.json()["results"]
+
+        t0 = time.perf_counter()
+        parts = await asyncio.gather(*(one(s) for s in range(0, len(items), group_size)))
+        elapsed = time.perf_counter() - t0
+    return [r for part in parts for r in part], elapsed, latencies
+
+
+def table_report(timeout_s: int) -> None:
+    """The test suite's adversarial table, labelled by hand: where the two tools differ."""
+    from reward_server.verifiers.math.check import check
+    from reward_server.verifiers.math.extract import extract_answer, extract_gold
+    from tests.reward_server.math_cases import EQUIVALENCE, EXTRACTION
+
+    cases = EQUIVALENCE + EXTRACTION
+    items = [{"response": r, "answer": a} for r, a, _ in cases]
+    mv, _ = run_math_verify(items, timeout_s)
+    ours = []
+    for item in items:
+        extracted = extract_answer(item["response"])
+        ours.append(extracted is not None
+                    and check(extracted, extract_gold(item["answer"]), 1e-6).correct)
+    truth = [c for *_, c in cases]
+    print(f"\nadversarial table ({len(cases)} hand-labelled cases from the tests): "
+          f"ours right on {sum(o == t for o, t in zip(ours, truth, strict=True))}, "
+          f"math-verify right on {sum(m == t for m, t in zip(mv, truth, strict=True))}")
+    for item, o, m, t in zip(items, ours, mv, truth, strict=True):
+        if o != m:
+            right = "ours" if o == t else "math-verify"
+            print(f"  {item['response'][-34:]!r:40} vs {item['answer']!r:24} ours={o!s:5} "
+                  f"math-verify={m!s:5} truth={t!s:5} -> {right} right")
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--groups", type=int, default=32)
+    ap.add_argument("--group-size", type=int, default=16)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--timeout", type=int, default=5, help="per-item timeout, both tools")
+    args = ap.parse_args()
+
+    items, truth = make_items(args.groups, args.group_size)
+    print(f"{len(items)} items: {args.groups} groups x {args.group_size}, "
+          f"{len({json.dumps(i) for i in items})} distinct, {os.cpu_count()} cores")
+
+    # Both tools are measured warm (a trainer runs for hours): one pass over a different
+    # draw of the same problems first, so ANTLR's lazily built tables exist in both.
+    # Their tolerance differs from the measured items', so no warm-up verdict is reused from
+    # the result cache.
+    warm_items, _ = make_items(args.groups, args.group_size, seed=1)
+    warm_items = [{**item, "tolerance": 1e-7} for item in warm_items]
+    run_math_verify(warm_items, args.timeout)
+    mv, mv_elapsed = run_math_verify(items, args.timeout)
+    rows: dict[str, dict[str, Any]] = {
+        "math-verify (in-process)": {"items_s": len(items) / mv_elapsed, "p50": None, "p99": None}
+    }
+
+    tmp = ROOT / "bench" / "results" / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    ours_cold: list[dict] = []
+    for cache, passes in (("0", ["cache off"]), ("100000", ["cache on, cold", "cache on, warm"])):
+        env = {"REWARD_SERVER_CACHE_SIZE": cache,
+               "REWARD_SERVER_MATH_TIMEOUT_S": str(args.timeout),
+               "REWARD_SERVER_MATH_WORKERS": str(os.cpu_count() or 1)}
+        with run_server(tmp, env=env) as srv:
+            asyncio.run(run_server_pass(srv.url, warm_items, args.group_size, args.concurrency))
+            for label in passes:
+                results, elapsed, lat = asyncio.run(
+                    run_server_pass(srv.url, items, args.group_size, args.concurrency))
+                rows[f"server, {label}"] = {"items_s": len(items) / elapsed,
+                                            "p50": pct(lat, 0.5), "p99": pct(lat, 0.99)}
+                if label == "cache off":
+                    ours_cold = results
+
+    base = rows["math-verify (in-process)"]["items_s"]
+    print(f"\n{'':28} {'items/s':>9} {'x math-verify':>14} {'p50 ms/req':>11} {'p99 ms/req':>11}")
+    for name, row in rows.items():
+        p50 = f"{row['p50'] * 1000:11.1f}" if row["p50"] is not None else f"{'-':>11}"
+        p99 = f"{row['p99'] * 1000:11.1f}" if row["p99"] is not None else f"{'-':>11}"
+        print(f"{name:28} {row['items_s']:9.1f} {row['items_s'] / base:14.2f} {p50} {p99}")
+
+    ours = [r["correct"] for r in ours_cold]
+    compared = [(i, o, m) for i, (o, m) in enumerate(zip(ours, mv, strict=True)) if m is not None]
+    agree = sum(o == m for _, o, m in compared)
+    print(f"\nagreement with math-verify: {agree}/{len(compared)} = "
+          f"{agree / len(compared):.1%} (excluding {len(items) - len(compared)} math-verify "
+          "timeouts)")
+    print(f"accuracy against the labels: ours {sum(o == t for o, t in zip(ours, truth, strict=True)) / len(items):.1%}, "
+          f"math-verify {sum(m == t for m, t in zip(mv, truth, strict=True)) / len(items):.1%}")
+    seen = set()
+    for i, o, m in compared:
+        key = (items[i]["answer"], ours_cold[i]["extracted"])
+        if o != m and key not in seen:
+            seen.add(key)
+            right = "ours" if o == truth[i] else "math-verify"
+            print(f"  disagree: answer {items[i]['answer']!r} response ends "
+                  f"{items[i]['response'][-40:]!r}: ours={o} math-verify={m} truth={truth[i]} "
+                  f"-> {right} right")
+    table_report(args.timeout)
+    out = ROOT / "bench" / "results" / "bench_math.json"
+    out.write_text(json.dumps({"rows": rows, "agreement": agree / len(compared),
+                               "items": len(items)}, indent=2))
+    print(f"\nwrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
