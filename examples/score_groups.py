@@ -1,0 +1,66 @@
+"""Score groups of completions through the reward server, as a GRPO trainer does.
+
+For each prompt, G completions go to ``POST /v1/rewards`` in one batch; the group-relative
+advantage ``A_i = (r_i - mean(r)) / (std(r) + eps)`` is printed next to each reward."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from reward_server.client import RewardClient, RewardClientError
+
+GROUPS = {
+    "Natalia sold clips to 48 friends in April, and half as many in May. How many in all?": (
+        "72",
+        ["48 + 24 = 72.\n#### 72", "She sold 48/2 = 24 in May.\n#### 24",
+         "In total \\boxed{72}", "The answer is 72.", "48 + 48/2 = \\boxed{72}",
+         "I am not sure.", "April 48, May 24, total $72$", "#### 96"],
+    ),
+    "Simplify (x+1)^2 - 2x.": (
+        "x^2+1",
+        ["\\boxed{x^2 + 1}", "\\boxed{1 + x^2}", "\\boxed{x^2+2x+1}", "\\boxed{(x+1)^2-2x}",
+         "\\boxed{x^2 - 1}", "\\boxed{x^2+1 \\text{ or } x^2}", "$x^2+1$", "\\boxed{x^{2}+1}"],
+    ),
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--url", default="http://127.0.0.1:8000")
+    ap.add_argument("--wait-s", type=float, default=60, help="wait this long for the server")
+    args = ap.parse_args()
+
+    with RewardClient(args.url, max_attempts=3, backoff_s=0.2) as client:
+        deadline = time.monotonic() + args.wait_s
+        while True:
+            try:
+                client.health()
+                break
+            except RewardClientError:
+                if time.monotonic() > deadline:
+                    print(f"demo: no reward server answered at {args.url}", file=sys.stderr)
+                    return 1
+                time.sleep(0.5)
+        items = [{"verifier": "math", "response": c, "answer": answer}
+                 for answer, completions in GROUPS.values() for c in completions]
+        out = client.rewards(items)
+
+    k = 0
+    for prompt, (answer, completions) in GROUPS.items():
+        rewards = [float(r or 0.0) for r in out.rewards[k : k + len(completions)]]
+        results = out.results[k : k + len(completions)]
+        k += len(completions)
+        mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
+        print(f"\n{prompt}\n  reference {answer!r}; group mean reward {mean:.2f}")
+        for completion, reward, result in zip(completions, rewards, results, strict=True):
+            advantage = (reward - mean) / (std + 1e-4)
+            shown = completion.replace("\n", " ")[-38:]
+            print(f"  r={reward:.0f} A={advantage:+.2f}  {result['status']:<10} {shown!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Creates .venv and installs the project with its dev extras. Idempotent: a second run with
+# an unchanged pyproject.toml returns at once. Used by the demo, the tests and CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [ -f "$stamp" ]; then
+  exit 0
+fi
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+echo "setup: installing into .venv (log: .venv/install.log)"
+if ! { .venv/bin/python -m pip install --upgrade pip \
+       && .venv/bin/python -m pip install -e '.[dev]'; } >.venv/install.log 2>&1; then
+  tail -20 .venv/install.log >&2
+  echo "setup: pip install failed; full log in .venv/install.log" >&2
+  exit 1
+fi
+.venv/bin/python -c 'import reward_server.app, sympy, latex2sympy2_extended, pytest' \
+  || { echo "setup: the install did not complete" >&2; exit 1; }
+rm -f .venv/.installed-*
+touch "$stamp"
