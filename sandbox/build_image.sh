@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds the sandbox image (default tag verifiable-rewards-sandbox:latest), starting the
+# Docker engine if it is not running. Uses python:3.12-slim when a registry answers;
+# otherwise builds a Debian base offline with debootstrap from the apt mirror this machine
+# already uses, imports it, and builds the Dockerfile on top of it.
+#   sandbox/build_image.sh [--tag NAME] [--offline] [--force]
+set -euo pipefail
+cd "$(dirname "$0")"
+TAG=verifiable-rewards-sandbox:latest
+BASE_TAG=verifiable-rewards-sandbox-base:bookworm
+OFFLINE=0
+FORCE=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tag) TAG=$2; shift 2 ;;
+    --offline) OFFLINE=1; shift ;;
+    --force) FORCE=1; shift ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    *) echo "build_image: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+bash ./ensure_docker.sh
+
+hash=$( (cat Dockerfile harness/harness.py) | sha256sum | cut -c1-12)
+if [ "$FORCE" = 0 ] && [ "$(docker image inspect -f '{{ index .Config.Labels "vr.hash" }}' "$TAG" 2>/dev/null)" = "$hash" ]; then
+  echo "build_image: $TAG is up to date"
+  exit 0
+fi
+
+if [ "$OFFLINE" = 0 ] && timeout 60 docker pull -q python:3.12-slim >/dev/null 2>&1; then
+  docker build -q --label "vr.hash=$hash" -t "$TAG" . >/dev/null
+  echo "build_image: built $TAG from python:3.12-slim"
+  exit 0
+fi
+
+if ! docker image inspect "$BASE_TAG" >/dev/null 2>&1; then
+  command -v debootstrap >/dev/null || {
+    echo "build_image: no registry and no debootstrap; run: apt-get install -y debootstrap" >&2
+    exit 1
+  }
+  # the Debian mirror apt already uses (not security, not third-party repositories)
+  mirror=$( (grep -rhoE '^(deb|URIs:) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list \
+             /etc/apt/sources.list.d/ 2>/dev/null || true) | awk '{print $2}' | head -n1)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  rootfs=$(mktemp -d /tmp/vr-rootfs.XXXXXX)
+  trap 'rm -rf "$rootfs"' EXIT
+  echo "build_image: no registry; debootstrap bookworm from $mirror (a few minutes)"
+  debootstrap --variant=minbase --include=python3,g++ bookworm "$rootfs" "$mirror" \
+    >/tmp/vr-debootstrap.log 2>&1 || { tail -20 /tmp/vr-debootstrap.log >&2; exit 1; }
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  tar -C "$rootfs" -c . | docker import - "$BASE_TAG" >/dev/null
+  echo "build_image: imported $BASE_TAG"
+fi
+docker build -q --label "vr.hash=$hash" --build-arg "BASE=$BASE_TAG" \
+  --build-arg INSTALL_PACKAGES=0 -t "$TAG" . >/dev/null
+echo "build_image: built $TAG offline from $BASE_TAG"

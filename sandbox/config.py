@@ -1,0 +1,31 @@
+"""Sandbox settings: the container limits and the pool's shape. The reward server fills this
+from its own settings (``REWARD_SERVER_SANDBOX_*``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    image: str = "verifiable-rewards-sandbox:latest"
+    docker_host: str | None = None  # None: DOCKER_HOST or the local socket
+    pool_size: int = 4  # warm containers; executions run in parallel up to this
+    max_uses: int = 200  # a container is replaced after this many executions
+    # Per-container limits (the backstop for every process inside)
+    memory_mb: int = 1024  # no swap: memory-swap is set to the same value
+    cpus: float = 1.0
+    pids_limit: int = 128
+    nofile: int = 256
+    work_tmpfs_mb: int = 128
+    # Per-execution limits; items may ask for less, never more
+    default_time_limit_s: float = 5.0
+    max_time_limit_s: float = 30.0
+    default_memory_mb: int = 256
+    max_memory_mb: int = 768
+    compile_time_limit_s: float = 30.0
+    compile_memory_mb: int = 768
+    output_limit_bytes: int = 1024 * 1024
+    stderr_tail_bytes: int = 2048
+    # How long an execution may wait for a free container before it is unscorable
+    acquire_timeout_s: float = 120.0

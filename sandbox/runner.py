@@ -1,0 +1,151 @@
+"""One execution: borrow a warm container, send the job to its harness, enforce the wall-clock
+budget from outside, read the verdict, and give the container back (or replace it)."""
+
+from __future__ import annotations
+
+import ast
+import logging
+from dataclasses import dataclass, field
+
+from sandbox.channel import ChannelClosed, ChannelTimeout
+from sandbox.config import SandboxConfig
+from sandbox.errors import SandboxUnavailable
+from sandbox.languages import LANGUAGES
+from sandbox.pool import ContainerPool
+
+log = logging.getLogger("sandbox.runner")
+
+# A test status that says the container may be in a bad state: replace it.
+TROUBLE = {"timeout", "memory_limit", "output_limit"}
+# Slack on top of the harness's own limits before we stop waiting from outside.
+OUTSIDE_SLACK_S = 5.0
+PER_TEST_SLACK_S = 0.5
+
+
+@dataclass(frozen=True)
+class TestCase:
+    input: str
+    output: str
+    tolerance: float | None = None
+
+
+@dataclass(frozen=True)
+class Execution:
+    """A program and its tests: stdin/stdout ``tests``, or Python ``test_code`` that calls
+    ``entry_point`` (bare asserts, or a ``check(candidate)`` function)."""
+
+    language: str
+    source: str
+    tests: tuple[TestCase, ...] = ()
+    test_code: str | None = None
+    entry_point: str | None = None
+    time_limit_s: float | None = None
+    memory_mb: int | None = None
+
+
+@dataclass
+class TestResult:
+    status: str  # passed | wrong_answer | timeout | runtime_error | memory_limit | output_limit
+    time_ms: float
+    stderr: str = ""
+
+
+@dataclass
+class ExecutionResult:
+    status: str  # ok | syntax_error | compile_error | bad_tests
+    tests: list[TestResult] = field(default_factory=list)
+    detail: str | None = None
+
+
+def count_assertion_tests(test_code: str) -> int:
+    """How many tests the harness will report for ``test_code`` (1 for a check function)."""
+    try:
+        tree = ast.parse(test_code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return 1
+    if any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body):
+        return 1
+    return max(1, sum(isinstance(n, ast.Assert) for n in tree.body))
+
+
+class Sandbox:
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig()
+        self.pool = ContainerPool(self.config)
+
+    async def start(self) -> None:
+        await self.pool.start()
+
+    async def stop(self) -> None:
+        await self.pool.close()
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        return self.pool.unavailable_reason if self.pool.live == 0 else None
+
+    def _job(self, ex: Execution) -> tuple[dict, int, float]:
+        c = self.config
+        spec = LANGUAGES[ex.language]
+        time_limit = min(ex.time_limit_s or c.default_time_limit_s, c.max_time_limit_s)
+        memory = min(ex.memory_mb or c.default_memory_mb, c.max_memory_mb)
+        job = {
+            "language": spec.as_job(), "source": ex.source, "time_limit_s": time_limit,
+            "memory_mb": memory, "output_limit_bytes": c.output_limit_bytes,
+            "stderr_tail_bytes": c.stderr_tail_bytes,
+            "compile_time_limit_s": c.compile_time_limit_s,
+            "compile_memory_mb": c.compile_memory_mb,
+            "syntax_error_markers": list(spec.syntax_error_markers),
+        }
+        if ex.test_code is not None:
+            job.update(mode="assert", test_code=ex.test_code, entry_point=ex.entry_point)
+            count = count_assertion_tests(ex.test_code)
+        else:
+            job.update(mode="stdio", tests=[
+                {"input": t.input, "output": t.output, "tolerance": t.tolerance}
+                for t in ex.tests])
+            count = len(ex.tests)
+        budget = (count * (time_limit + PER_TEST_SLACK_S) + OUTSIDE_SLACK_S
+                  + (c.compile_time_limit_s if spec.compile else 0.0))
+        return job, count, budget
+
+    async def execute(self, ex: Execution) -> ExecutionResult:
+        """Run ``ex``; raises SandboxUnavailable when no container can be had."""
+        if ex.language not in LANGUAGES:
+            raise ValueError(f"unknown language {ex.language!r}")
+        job, count, budget = self._job(ex)
+        pooled = await self.pool.acquire()
+        try:
+            reply = await self.pool.request(pooled, job, budget)
+        except ChannelTimeout:
+            self.pool.release(pooled, healthy=False)
+            return ExecutionResult("ok", [
+                TestResult("timeout", budget * 1000,
+                           f"the execution ran past its wall-clock budget of {budget:.1f} s")
+                for _ in range(count)])
+        except ChannelClosed as exc:
+            # The harness is PID 1, which nothing inside can kill: the container died under
+            # us (memory backstop, engine trouble). A failed run, not an outage.
+            log.warning("sandbox container %s died: %s", pooled.id, exc)
+            self.pool.release(pooled, healthy=False)
+            return ExecutionResult("ok", [
+                TestResult("runtime_error", 0.0, "the sandbox container died during the run")
+                for _ in range(count)])
+        except BaseException:
+            self.pool.release(pooled, healthy=False)
+            raise
+        result = ExecutionResult(
+            status=reply.get("status", "harness_error"),
+            detail=reply.get("detail"),
+            tests=[TestResult(t["status"], float(t.get("time_ms", 0.0)), t.get("stderr", ""))
+                   for t in reply.get("tests", [])],
+        )
+        healthy = (not reply.get("dirty") and result.status != "harness_error"
+                   and not any(t.status in TROUBLE for t in result.tests))
+        self.pool.release(pooled, healthy)
+        if result.status == "harness_error":
+            raise SandboxUnavailable(f"sandbox harness failed: {result.detail}")
+        return result
+
+
+__all__ = ["Execution", "ExecutionResult", "Sandbox", "SandboxUnavailable", "TestCase",
+           "TestResult"]
