@@ -125,6 +125,7 @@ class ContainerPool:
             self.unavailable_reason = f"Docker engine error ({exc}); {ENGINE_HINT}"
             return False
         await self._reap_orphans(include_own=first)
+        self.unavailable_reason = None  # requests now wait for the containers being made
         return True
 
     async def _reap_orphans(self, include_own: bool) -> None:

@@ -38,7 +38,8 @@ def run_server(tmp_path: Path, env: dict[str, str] | None = None,
     port = free_port()
     log = tmp_path / f"server-{port}.log"
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("REWARD_SERVER_")}
-    full_env = {**inherited, "REWARD_SERVER_MATH_WORKERS": "2", **(env or {})}
+    full_env = {**inherited, "REWARD_SERVER_MATH_WORKERS": "2",
+                "REWARD_SERVER_SANDBOX_POOL_SIZE": "2", **(env or {})}
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "reward_server.cli", "--port", str(port),
@@ -81,3 +82,51 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def http(server: ServerProcess) -> Iterator[httpx.Client]:
     with server.client() as client:
         yield client
+
+
+# --- Docker ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def docker_ready() -> None:
+    """The engine runs and the sandbox image is built (building it if needed). Without an
+    engine the sandbox tests skip on a developer's machine and fail in CI."""
+    import subprocess
+
+    out = subprocess.run(["bash", str(ROOT / "sandbox" / "build_image.sh")],
+                         capture_output=True, text=True, timeout=1200)
+    if out.returncode != 0:
+        message = f"no Docker engine or sandbox image: {out.stderr.strip()[-500:]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def sandbox_containers(owner_pid: int | None = None) -> list[dict[str, str]]:
+    """Labelled sandbox containers on the engine (optionally of one server process)."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        found = []
+        for c in client.containers.list(all=True, filters={"label": "verifiable-rewards.sandbox"}):
+            owner = c.labels.get("verifiable-rewards.owner", "")
+            if owner_pid is None or owner.split(":")[1:2] == [str(owner_pid)]:
+                found.append({"id": c.short_id, "owner": owner, "status": c.status})
+        return found
+    finally:
+        client.close()
+
+
+def wait_for_sandbox(url: str, timeout_s: float = 120) -> None:
+    """Until a trivial code item runs (the pool fills in the background after start)."""
+    item = {"response": "print(1)", "tests": [{"input": "", "output": "1"}]}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = httpx.post(f"{url}/v1/verify/code", json={"items": [item]}, timeout=60)
+        result = r.json()["results"][0]
+        if result["status"] == "ok" and result["score"] == 1.0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sandbox never became ready: {result}")
+        time.sleep(0.5)

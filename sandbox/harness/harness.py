@@ -269,13 +269,23 @@ def run_process(argv, stdin_data, time_limit_s, memory_mb, output_limit, stderr_
         process.stdin.close()
     sel.register(process.stdout, selectors.EVENT_READ)
     sel.register(process.stderr, selectors.EVENT_READ)
+    # The test ends when the program's main process exits, even if a child it left behind
+    # still holds the pipes open; a pidfd wakes us at that exit.
+    exited = exit_notifier(process.pid)
+    if exited is not None:
+        sel.register(exited, selectors.EVENT_READ)
     pending = memoryview(stdin_data)
     while len(sel.get_map()) and status is None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             status = "timeout"
             break
-        for key, _ in sel.select(min(remaining, 0.5)):
+        if process.poll() is not None:
+            drain(process, out, err, output_limit)
+            break
+        for key, _ in sel.select(min(remaining, 0.5 if exited is not None else 0.02)):
+            if key.fileobj is exited:
+                continue  # loop round: poll() sees the exit
             if key.fileobj is process.stdin:
                 try:
                     pending = pending[os.write(key.fd, pending[:65536]):]
@@ -302,6 +312,10 @@ def run_process(argv, stdin_data, time_limit_s, memory_mb, output_limit, stderr_
                     break
                 del err[: max(0, len(err) - 4 * stderr_tail)]
     sel.close()
+    if exited is not None:
+        os.close(exited)
+    if status is None and len(out) > output_limit:
+        status = "output_limit"
     if status is None:
         try:
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -318,6 +332,29 @@ def run_process(argv, stdin_data, time_limit_s, memory_mb, output_limit, stderr_
         status = classify_exit(code, bytes(err), oom_before)
     return {"status": status, "code": code, "stdout": bytes(out[:output_limit]),
             "stderr": bytes(err), "time_ms": round(elapsed_ms, 3)}
+
+
+def exit_notifier(pid):
+    """A descriptor that becomes readable when ``pid`` exits (Linux >= 5.3), else None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def drain(process, out, err, output_limit):
+    """Read what the exited program left in its pipes, without waiting for the writers that
+    outlive it."""
+    for stream, buffer in ((process.stdout, out), (process.stderr, err)):
+        os.set_blocking(stream.fileno(), False)
+        while len(buffer) <= output_limit:
+            try:
+                chunk = os.read(stream.fileno(), 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            buffer += chunk
 
 
 def classify_exit(code, stderr, oom_before):

@@ -22,7 +22,7 @@ def _metric(text: str, name: str, **labels: str) -> float:
 def test_healthz(http: httpx.Client) -> None:
     r = http.get("/healthz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok", "verifiers": ["math"]}
+    assert r.json() == {"status": "ok", "verifiers": ["code", "math"]}
 
 
 def test_verify_math_shape_and_order(http: httpx.Client) -> None:

@@ -102,7 +102,7 @@ def test_rewards_item_errors(http: httpx.Client) -> None:
 def test_unknown_verifier(http: httpx.Client) -> None:
     r = http.post("/v1/rewards", json={"items": [{"verifier": "chess", "response": "e4"}]})
     assert r.status_code == 404
-    assert _detail(r) == "unknown verifier 'chess'; known verifiers: math"
+    assert _detail(r) == "unknown verifier 'chess'; known verifiers: code, math"
     assert http.post("/v1/verify/chess", json={"items": []}).status_code == 404
 
 

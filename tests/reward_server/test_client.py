@@ -31,7 +31,7 @@ def test_sync_batches_and_keeps_order(server: ServerProcess) -> None:
                                          for i in ITEMS])
         assert [r["score"] for r in results] == EXPECTED
         assert client.health()["status"] == "ok"
-        assert [v["name"] for v in client.verifiers()] == ["math"]
+        assert [v["name"] for v in client.verifiers()] == ["code", "math"]
 
 
 async def test_async_batches_concurrently(server: ServerProcess) -> None:
@@ -48,7 +48,7 @@ def test_client_errors_carry_the_server_message(server: ServerProcess) -> None:
     with RewardClient(server.url) as client, pytest.raises(RewardRequestError) as err:
         client.rewards([{"verifier": "nope"}])
     assert err.value.status_code == 404
-    assert "known verifiers: math" in str(err.value)
+    assert "known verifiers: code, math" in str(err.value)
 
 
 def test_unreachable_server_fails_clearly_after_n_attempts() -> None:

@@ -30,7 +30,7 @@ def test_entry_point_plugin_adds_an_endpoint(tmp_path: Path) -> None:
     _fake_install(site)
     path = os.pathsep.join([str(site), str(EXAMPLE), os.environ.get("PYTHONPATH", "")])
     with run_server(tmp_path, env={"PYTHONPATH": path}) as srv:
-        assert httpx.get(srv.url + "/healthz").json()["verifiers"] == ["exact_match", "math"]
+        assert httpx.get(srv.url + "/healthz").json()["verifiers"] == ["code", "exact_match", "math"]
         r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": [
             {"response": "thinking...\nParis", "answer": "paris"},
             {"response": "Paris", "answer": "paris", "case_sensitive": True},
@@ -44,7 +44,7 @@ def test_entry_point_plugin_adds_an_endpoint(tmp_path: Path) -> None:
         ]})
         assert r.json()["rewards"] == [1.0, 1.0]
         names = [v["name"] for v in httpx.get(srv.url + "/v1/verifiers").json()["verifiers"]]
-        assert names == ["exact_match", "math"]
+        assert names == ["code", "exact_match", "math"]
         r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": [{"response": "x"}]})
         assert r.status_code == 422 and "items[0].answer" in r.json()["detail"]
 

@@ -1,0 +1,223 @@
+"""Hostile programs. After each: the server is healthy, the item has a truthful status, and
+no container or process is left over (each pool container runs only its harness)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+import httpx
+import pytest
+
+from tests.conftest import ServerProcess, run_server, sandbox_containers, wait_for_sandbox
+
+pytestmark = pytest.mark.usefixtures("docker_ready")
+
+POOL = 2
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory, docker_ready: None) -> Iterator[ServerProcess]:
+    env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL),
+           "REWARD_SERVER_SANDBOX_DEFAULT_TIME_LIMIT_S": "2", "REWARD_SERVER_CACHE_SIZE": "0"}
+    with run_server(tmp_path_factory.mktemp("hostile-code"), env=env) as server:
+        wait_for_sandbox(server.url)
+        yield server
+
+
+def run(srv: ServerProcess, **item: Any) -> dict[str, Any]:
+    with srv.client() as c:
+        r = c.post("/v1/verify/code", json={"items": [item]})
+    assert r.status_code == 200, r.text
+    return r.json()["results"][0]
+
+
+def assert_clean(srv: ServerProcess) -> None:
+    """Healthy server; the pool back at full size; every container running its harness only."""
+    started = time.monotonic()
+    assert httpx.get(srv.url + "/healthz", timeout=5).status_code == 200
+    assert time.monotonic() - started < 1.0
+    wait_for_sandbox(srv.url)
+    client = docker.from_env()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            mine = sandbox_containers(srv.proc.pid)
+            running = [c for c in mine if c["status"] == "running"]
+            if len(mine) == POOL and len(running) == POOL:
+                break
+            assert time.monotonic() < deadline, mine
+            time.sleep(0.2)
+        for c in running:
+            processes = client.containers.get(c["id"]).top()["Processes"]
+            assert len(processes) == 1, processes  # the harness, nothing left behind
+            assert "harness.py" in " ".join(processes[0])
+    finally:
+        client.close()
+
+
+def test_fork_bomb(srv: ServerProcess) -> None:
+    result = run(srv, response="import os\nwhile True:\n    os.fork()",
+                 tests=[{"output": "never"}])
+    assert result["tests"][0]["status"] in {"timeout", "runtime_error"}
+    assert result["score"] == 0.0
+    assert_clean(srv)
+
+
+def test_infinite_loop(srv: ServerProcess) -> None:
+    result = run(srv, response="while True: pass", tests=[{"output": ""}], time_limit_s=1)
+    assert result["tests"][0]["status"] == "timeout"
+    assert 900 < result["tests"][0]["time_ms"] < 3000
+    assert_clean(srv)
+
+
+def test_allocate_10_gb(srv: ServerProcess) -> None:
+    result = run(srv, response="x = bytearray(10 * 1024**3)\nprint(len(x))",
+                 tests=[{"output": str(10 * 1024**3)}])
+    assert result["tests"][0]["status"] == "memory_limit", result
+    assert_clean(srv)
+
+
+def test_allocate_gradually(srv: ServerProcess) -> None:
+    program = "xs = []\nwhile True:\n    xs.append(bytearray(10 * 1024**2))"
+    result = run(srv, response=program, tests=[{"output": ""}])
+    assert result["tests"][0]["status"] == "memory_limit", result
+    assert_clean(srv)
+
+
+def test_print_1_gb(srv: ServerProcess) -> None:
+    program = "import sys\nchunk = 'x' * 1_000_000\nfor _ in range(1000):\n    sys.stdout.write(chunk)"
+    result = run(srv, response=program, tests=[{"output": "x"}])
+    assert result["tests"][0]["status"] == "output_limit"
+    assert_clean(srv)
+
+
+def test_print_1_gb_to_stderr(srv: ServerProcess) -> None:
+    program = "import sys\nchunk = 'x' * 1_000_000\nfor _ in range(1000):\n    sys.stderr.write(chunk)"
+    result = run(srv, response=program, tests=[{"output": ""}])
+    assert result["tests"][0]["status"] == "output_limit"
+    assert len(result["tests"][0]["stderr"]) <= 2048
+    assert_clean(srv)
+
+
+NETWORK_PROBE = """
+import os, socket
+interfaces = sorted(os.listdir('/sys/class/net'))
+print('interfaces', interfaces)
+# Only try to connect when the namespace has nothing but loopback: then no packet can leave
+# this container whatever the address, and the attempt fails inside the kernel.
+if interfaces == ['lo']:
+    for host, port in [('192.0.2.1', 80), ('127.0.0.1', PORT), ('localhost', PORT)]:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            print('connected', host)
+        except OSError as exc:
+            print('blocked', host)
+"""
+
+
+def test_no_network_outside_or_to_the_host(srv: ServerProcess) -> None:
+    port = srv.url.rsplit(":", 1)[1]
+    expected = "interfaces ['lo']\nblocked 192.0.2.1\nblocked 127.0.0.1\nblocked localhost"
+    result = run(srv, response=NETWORK_PROBE.replace("PORT", port),
+                 tests=[{"output": expected}])
+    assert result["tests"][0]["status"] == "passed", result
+    assert_clean(srv)
+
+
+FILESYSTEM_PROBE = """
+import os
+for path in ['/etc/evil', '/opt/harness/harness.py', '/usr/bin/python3', '/evil', '/tmp/evil',
+             '/var/tmp/evil', '/home/evil', '/root/evil', '/proc/1/mem']:
+    try:
+        with open(path, 'ab') as f:
+            f.write(b'x')
+        print('WROTE', path)
+    except OSError as exc:
+        print('blocked', path)
+for path in ['/proc/1/environ', '/proc/1/fd/1', '/proc/1/mem', '/etc/shadow', '/root/.bashrc',
+             '/var/run/docker.sock', '/proc/kcore']:
+    try:
+        with open(path, 'rb') as f:
+            f.read(1)
+        print('READ', path)
+    except OSError:
+        print('blocked', path)
+with open('ok.txt', 'w') as f:
+    f.write('work dir is writable')
+print(open('ok.txt').read())
+"""
+
+
+def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess) -> None:
+    expected = "\n".join(
+        [f"blocked {p}" for p in ['/etc/evil', '/opt/harness/harness.py', '/usr/bin/python3',
+                                  '/evil', '/tmp/evil', '/var/tmp/evil', '/home/evil',
+                                  '/root/evil', '/proc/1/mem']]
+        + [f"blocked {p}" for p in ['/proc/1/environ', '/proc/1/fd/1', '/proc/1/mem',
+                                    '/etc/shadow', '/root/.bashrc', '/var/run/docker.sock',
+                                    '/proc/kcore']]
+        + ["work dir is writable"])
+    result = run(srv, response=FILESYSTEM_PROBE, tests=[{"output": expected}])
+    assert result["tests"][0]["status"] == "passed", result
+    assert_clean(srv)
+
+
+def test_child_outliving_its_parent_is_killed(srv: ServerProcess) -> None:
+    program = ("import subprocess\nsubprocess.Popen(['sleep', '100'], start_new_session=True)\n"
+               "subprocess.Popen(['python3', '-c', 'import time; time.sleep(100)'])\n"
+               "print('done')")
+    result = run(srv, response=program, tests=[{"output": "done"}])
+    assert result["tests"][0]["status"] == "passed"
+    assert_clean(srv)  # the sleepers are gone and the container was checked
+
+
+def test_kill_everything(srv: ServerProcess) -> None:
+    program = "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('still here')"
+    result = run(srv, response=program, tests=[{"output": "still here"}, {"output": "x"}])
+    # the harness (PID 1) survived and judged both tests; the program killed itself too
+    assert [t["status"] for t in result["tests"]] == ["runtime_error", "runtime_error"]
+    assert_clean(srv)
+
+
+WRONG_ADD = "def add(a, b):\n    return a - b\n"
+ADD_TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 4"
+
+
+@pytest.mark.parametrize(
+    "cheat",
+    [
+        "import sys\nsys.exit(0)",
+        "import os\nos._exit(0)",
+        "print('All tests passed!')\nprint('OK')\nimport sys\nsys.exit(0)",
+        "def check(candidate):\n    pass",
+        "import builtins\nbuiltins.AssertionError = type('Nope', (Exception,), {})",
+        "import builtins\nbuiltins.__dict__['__debug__'] = False",
+        "class Yes:\n    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n"
+        "def add(a, b):\n    return Yes()",
+        "class Int(int):\n    def __eq__(self, other): return True\n"
+        "def add(a, b):\n    return Int(0)",
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
+        "import gc, sys\nfor o in gc.get_objects():\n    pass\nprint('passed')",
+    ],
+    ids=["sys_exit", "os_exit", "fake_markers", "redefine_check", "patch_assertionerror",
+         "patch_debug", "eq_always_true", "int_subclass", "kill_parent", "scan_memory"],
+)
+def test_assertion_cheats_fail(srv: ServerProcess, cheat: str) -> None:
+    result = run(srv, response=f"```python\n{WRONG_ADD}{cheat}\n```", test_code=ADD_TESTS,
+                 entry_point="add")
+    assert result["passed"] == 0 and result["score"] == 0.0, result
+    assert result["total"] == 2
+    assert_clean(srv)
+
+
+def test_check_function_cheats_fail(srv: ServerProcess) -> None:
+    test_code = "def check(candidate):\n    assert candidate(1, 2) == 3\n"
+    cheat = "import sys\nsys.modules['__main__'].check = lambda c: None\nsys.exit(0)"
+    result = run(srv, response=WRONG_ADD + cheat, test_code=test_code, entry_point="add")
+    assert result["score"] == 0.0
+    honest = run(srv, response="def add(a, b):\n    return a + b", test_code=test_code,
+                 entry_point="add")
+    assert honest["score"] == 1.0
