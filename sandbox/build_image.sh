@@ -35,10 +35,17 @@ if [ "$OFFLINE" = 0 ] && timeout 60 docker pull -q python:3.12-slim >/dev/null 2
 fi
 
 if ! docker image inspect "$BASE_TAG" >/dev/null 2>&1; then
-  command -v debootstrap >/dev/null || {
-    echo "build_image: no registry and no debootstrap; run: apt-get install -y debootstrap" >&2
-    exit 1
-  }
+  if ! command -v debootstrap >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "build_image: installing debootstrap"
+      { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap \
+        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; }; } \
+        >/tmp/vr-apt.log 2>&1 || { tail -5 /tmp/vr-apt.log >&2; exit 1; }
+    else
+      echo "build_image: no registry and no debootstrap; run: apt-get install -y debootstrap" >&2
+      exit 1
+    fi
+  fi
   # the Debian mirror apt already uses (not security, not third-party repositories)
   mirror=$( (grep -rhoE '^(deb|URIs:) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list \
              /etc/apt/sources.list.d/ 2>/dev/null || true) | awk '{print $2}' | head -n1)

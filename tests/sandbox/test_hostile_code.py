@@ -41,21 +41,30 @@ def assert_clean(srv: ServerProcess) -> None:
     assert time.monotonic() - started < 1.0
     wait_for_sandbox(srv.url)
     client = docker.from_env()
+    deadline = time.monotonic() + 60
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            mine = sandbox_containers(srv.proc.pid)
-            running = [c for c in mine if c["status"] == "running"]
-            if len(mine) == POOL and len(running) == POOL:
-                break
-            assert time.monotonic() < deadline, mine
+        while True:  # replaced containers are removed in the background: wait for the pool
+            problem = _pool_problem(srv, client)
+            if problem is None:
+                return
+            assert time.monotonic() < deadline, problem
             time.sleep(0.2)
-        for c in running:
-            processes = client.containers.get(c["id"]).top()["Processes"]
-            assert len(processes) == 1, processes  # the harness, nothing left behind
-            assert "harness.py" in " ".join(processes[0])
     finally:
         client.close()
+
+
+def _pool_problem(srv: ServerProcess, client: docker.DockerClient) -> str | None:
+    mine = sandbox_containers(srv.proc.pid)
+    if len(mine) != POOL or any(c["status"] != "running" for c in mine):
+        return f"pool not back to {POOL} running containers: {mine}"
+    for c in mine:
+        try:
+            processes = client.containers.get(c["id"]).top()["Processes"]
+        except docker.errors.NotFound:
+            return f"container {c['id']} went away"
+        if len(processes) != 1 or "harness.py" not in " ".join(processes[0]):
+            return f"container {c['id']} runs more than its harness: {processes}"
+    return None
 
 
 def test_fork_bomb(srv: ServerProcess) -> None:

@@ -1,0 +1,92 @@
+"""Nothing leaks: the server removes its containers on shutdown; a SIGKILLed server's
+containers are removed by the next start; a missing image or engine leaves math working and
+code items unscorable with a message saying what to run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import run_server, sandbox_containers, wait_for_sandbox
+
+pytestmark = pytest.mark.usefixtures("docker_ready")
+
+
+def _wait_until(predicate, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.2)
+
+
+def test_shutdown_removes_own_containers(tmp_path: Path) -> None:
+    with run_server(tmp_path) as srv:
+        wait_for_sandbox(srv.url)
+        pid = srv.proc.pid
+        assert len(sandbox_containers(pid)) == 2
+    assert sandbox_containers(pid) == []
+
+
+def test_sigkill_mid_batch_then_restart_leaves_no_stray_container(tmp_path: Path) -> None:
+    with run_server(tmp_path / "first") as first:
+        wait_for_sandbox(first.url)
+        dead_pid = first.proc.pid
+        items = [{"response": "import time\ntime.sleep(20)", "tests": [{"output": ""}]}] * 4
+
+        def batch() -> None:
+            try:
+                httpx.post(first.url + "/v1/verify/code", json={"items": items}, timeout=60)
+            except httpx.HTTPError:
+                pass  # the server dies under this request
+
+        sender = threading.Thread(target=batch)
+        sender.start()
+        time.sleep(1.5)  # the batch is running in the containers now
+        os.killpg(first.proc.pid, signal.SIGKILL)
+        first.proc.wait()
+        sender.join()
+        assert len(sandbox_containers(dead_pid)) == 2  # left behind by the crash
+
+    with run_server(tmp_path / "second") as second:
+        _wait_until(lambda: sandbox_containers(dead_pid) == [])
+        wait_for_sandbox(second.url)
+        others = [c for c in sandbox_containers()
+                  if c["owner"].split(":")[1] != str(second.proc.pid)]
+        assert not [c for c in others if c["owner"].split(":")[1] == str(dead_pid)]
+    assert sandbox_containers(second.proc.pid) == []
+
+
+def test_missing_image_keeps_math_and_reports_code_unavailable(tmp_path: Path) -> None:
+    env = {"REWARD_SERVER_SANDBOX_IMAGE": "verifiable-rewards-no-such-image:0"}
+    with run_server(tmp_path, env=env) as srv:
+        r = httpx.post(srv.url + "/v1/rewards", json={"items": [
+            {"verifier": "math", "response": "\\boxed{2}", "answer": "2"},
+            {"verifier": "code", "response": "print(1)", "tests": [{"output": "1"}]},
+        ]}, timeout=60)
+        assert r.status_code == 200
+        body = r.json()
+        assert body["rewards"] == [1.0, None]
+        code = body["results"][1]
+        assert code["status"] == "sandbox_unavailable" and code["score"] is None
+        assert "not found" in code["detail"] and "sandbox/build_image.sh" in code["detail"]
+
+
+def test_unreachable_engine_keeps_math_and_reports_code_unavailable(tmp_path: Path) -> None:
+    env = {"REWARD_SERVER_SANDBOX_DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}
+    with run_server(tmp_path, env=env) as srv:
+        started = time.monotonic()
+        r = httpx.post(srv.url + "/v1/rewards", json={"items": [
+            {"verifier": "math", "response": "\\boxed{2}", "answer": "2"},
+            {"verifier": "code", "response": "print(1)", "tests": [{"output": "1"}]},
+        ]}, timeout=60)
+        assert time.monotonic() - started < 10  # answered at once, not after a long wait
+        body = r.json()
+        assert body["rewards"] == [1.0, None]
+        assert "Docker engine not reachable" in body["results"][1]["detail"]
+        assert "ensure_docker.sh" in body["results"][1]["detail"]
