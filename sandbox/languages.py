@@ -17,9 +17,12 @@ class LanguageSpec:
     # stderr markers of a program that did not compile (interpreted languages): the
     # execution stops at the first test and reports syntax_error
     syntax_error_markers: tuple[str, ...] = ()
+    # run each test in a fork of a warm interpreter instead of ``run`` (Python: ~1 ms
+    # instead of ~25 ms per test); the harness falls back to ``run`` if it cannot
+    forkserver: bool = False
 
     def as_job(self) -> dict:
-        return {"source": self.source, "run": list(self.run),
+        return {"source": self.source, "run": list(self.run), "forkserver": self.forkserver,
                 "compile": list(self.compile) if self.compile else None}
 
 
@@ -30,6 +33,7 @@ LANGUAGES: dict[str, LanguageSpec] = {
             name="python", source="main.py", run=("python3", "-I", "main.py"),
             fence_tags=("python", "py", "python3"), supports_assertions=True,
             syntax_error_markers=("SyntaxError:", "IndentationError:", "TabError:"),
+            forkserver=True,
         ),
         LanguageSpec(
             name="cpp", source="main.cpp", run=("./main",),

@@ -108,12 +108,12 @@ def sandbox_containers(owner_pid: int | None = None) -> list[dict[str, str]]:
     import docker
 
     client = docker.from_env()
-    try:
+    try:  # one list call (the high-level list inspects each container: racy with removals)
         found = []
-        for c in client.containers.list(all=True, filters={"label": "verifiable-rewards.sandbox"}):
-            owner = c.labels.get("verifiable-rewards.owner", "")
+        for c in client.api.containers(all=True, filters={"label": "verifiable-rewards.sandbox"}):
+            owner = c["Labels"].get("verifiable-rewards.owner", "")
             if owner_pid is None or owner.split(":")[1:2] == [str(owner_pid)]:
-                found.append({"id": c.short_id, "owner": owner, "status": c.status})
+                found.append({"id": c["Id"][:12], "owner": owner, "status": c["State"]})
         return found
     finally:
         client.close()

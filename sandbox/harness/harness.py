@@ -257,6 +257,14 @@ def run_process(argv, stdin_data, time_limit_s, memory_mb, output_limit, stderr_
     except OSError as exc:
         return {"status": "runtime_error", "code": None, "stdout": b"",
                 "stderr": f"cannot start: {exc}".encode(), "time_ms": 0.0}
+    return supervise(process, stdin_data, started, time_limit_s, output_limit, stderr_tail,
+                     oom_before)
+
+
+def supervise(process, stdin_data, started, time_limit_s, output_limit, stderr_tail,
+              oom_before):
+    """Feed stdin, collect capped output, enforce the wall-clock limit, classify the end.
+    ``process`` is a Popen or a ForkedProcess (same interface)."""
     deadline = started + time_limit_s
     out, err = bytearray(), bytearray()
     err_total = 0
@@ -357,6 +365,227 @@ def drain(process, out, err, output_limit):
             buffer += chunk
 
 
+# --- the Python fork server ----------------------------------------------------------------
+#
+# Starting an interpreter costs ~25 ms per test; forking a warm one costs ~1 ms. The fork
+# server ("zygote") is a fresh interpreter started between executions, before any job is
+# known; it holds no test data, only the program it is given. For each test it forks a child
+# that takes the test's pipes as stdin/stdout/stderr, lowers its limits and runs the program
+# as __main__. The zygote reports the child's pid and, later, its wait status.
+
+ZYGOTE_BOOT = ("import sys; sys.path.insert(0, '/opt/harness'); import harness; "
+               "harness.zygote_main(int(sys.argv[1]))")
+ZYGOTE_MEMORY_MB = 1024
+
+
+def zygote_main(control_fd):
+    """Runs in the zygote: control messages on ``control_fd`` (a Unix socket)."""
+    import io
+    import socket
+    import traceback
+
+    make_undumpable()  # its children inherit this: none can be traced by another
+    control = socket.socket(fileno=control_fd)
+    code = None
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 1 << 16, 3)
+        except OSError:
+            return
+        if not message:
+            return
+        request = json.loads(message)
+        if request["op"] == "load":
+            os.chdir(request["cwd"])
+            os.environ.update(request["env"])
+            try:
+                with open(request["path"], encoding="utf-8") as f:
+                    code = compile(f.read(), request["path"].rsplit("/", 1)[-1], "exec")
+                reply = {"op": "loaded"}
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
+                reply = {"op": "loaded", "error": traceback.format_exc(limit=0)}
+            control.sendall(json.dumps(reply).encode())
+            continue
+        pid = os.fork()
+        if pid == 0:  # the child: becomes the program
+            try:
+                os.setsid()
+                for target, fd in enumerate(fds):
+                    os.dup2(fd, target)
+                os.closerange(3, 65536)
+                apply_limits(request["memory_mb"], request["cpu_s"])
+                sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r")),
+                                             encoding="utf-8")
+                sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w")),
+                                              encoding="utf-8")
+                sys.stderr = io.TextIOWrapper(io.FileIO(2, "w"), encoding="utf-8",
+                                              write_through=True)
+                sys.argv = [request["argv0"]]
+                status = run_as_main(code, request["argv0"])
+            except BaseException:  # noqa: BLE001
+                status = 1
+            os._exit(status)
+        for fd in fds:
+            os.close(fd)
+        control.sendall(json.dumps({"op": "started", "pid": pid}).encode())
+        _, wait_status = os.waitpid(pid, 0)
+        control.sendall(json.dumps({"op": "exited", "pid": pid, "status": wait_status}).encode())
+
+
+def run_as_main(code, filename):
+    """Exit status of running ``code`` the way ``python3 file`` would."""
+    import traceback
+
+    namespace = {"__name__": "__main__", "__file__": filename, "__builtins__": __builtins__}
+    status = 0
+    try:
+        exec(code, namespace)
+    except SystemExit as exc:
+        if exc.code is None:
+            status = 0
+        elif isinstance(exc.code, int):
+            status = exc.code & 0xFF
+        else:
+            sys.stderr.write(f"{exc.code}\n")
+            status = 1
+    except BaseException:  # noqa: BLE001 - an uncaught exception, printed like Python does
+        traceback.print_exc()
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            status = status or 1
+    return status
+
+
+def apply_limits(memory_mb, cpu_s):
+    if memory_mb:
+        limit = memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    if cpu_s:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+class Zygote:
+    """The harness's handle on a fork server."""
+
+    def __init__(self):
+        import socket
+
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        os.set_inheritable(theirs.fileno(), True)
+
+        def setup():
+            os.setsid()
+            apply_limits(ZYGOTE_MEMORY_MB, None)
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-c", ZYGOTE_BOOT, str(theirs.fileno())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=WORK_ROOT,
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+                 "PYTHONDONTWRITEBYTECODE": "1"},
+            preexec_fn=setup, pass_fds=(theirs.fileno(),),
+        )
+        theirs.close()
+
+    def alive(self):
+        """Running and not stopped (a program may have sent it SIGSTOP)."""
+        if self.process.poll() is not None:
+            return False
+        try:
+            with open(f"/proc/{self.process.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t", "Z")
+        except OSError:
+            return False
+
+    def _recv(self, op, deadline, pid=None):
+        """The next message ``op`` (for ``pid``); older messages, such as the exit of a
+        program the sweep killed, are skipped."""
+        while True:
+            self.control.settimeout(max(0.001, deadline - time.monotonic()))
+            data = self.control.recv(1 << 20)
+            if not data:
+                raise EOFError
+            message = json.loads(data)
+            if message.get("op") == op and (pid is None or message.get("pid") == pid):
+                return message
+
+    def load(self, path, cwd, env, deadline):
+        """None when the program compiled; else the error text."""
+        self.control.sendall(json.dumps({"op": "load", "path": path, "cwd": cwd,
+                                         "env": env}).encode())
+        return self._recv("loaded", deadline).get("error")
+
+    def start(self, memory_mb, cpu_s, argv0):
+        import socket
+
+        fds = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr
+        theirs = [fds[0][0], fds[1][1], fds[2][1]]
+        socket.send_fds(self.control, [json.dumps({
+            "op": "run", "memory_mb": memory_mb, "cpu_s": cpu_s, "argv0": argv0}).encode()],
+            theirs)
+        for fd in theirs:
+            os.close(fd)
+        pid = self._recv("started", time.monotonic() + 10)["pid"]
+        return ForkedProcess(self, pid, fds[0][1], fds[1][0], fds[2][0])
+
+    def close(self):
+        kill_group(self.process)
+        self.process.wait()
+        self.control.close()
+
+
+class ForkedProcess:
+    """A zygote's child, with the part of Popen's interface that ``supervise`` uses."""
+
+    def __init__(self, zygote, pid, stdin_fd, stdout_fd, stderr_fd):
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+        self.stdin = os.fdopen(stdin_fd, "wb", buffering=0)
+        self.stdout = os.fdopen(stdout_fd, "rb", buffering=0)
+        self.stderr = os.fdopen(stderr_fd, "rb", buffering=0)
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                reply = self.zygote._recv("exited", time.monotonic(), self.pid)
+            except TimeoutError:
+                return None
+            except (OSError, EOFError, ValueError):
+                return self._poll_orphan()  # the program killed the zygote
+            self.returncode = os.waitstatus_to_exitcode(reply["status"])
+        return self.returncode
+
+    def _poll_orphan(self):
+        """With the zygote gone, its child is re-parented to us (PID 1): wait for it here."""
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            if not os.path.exists(f"/proc/{self.pid}"):
+                self.returncode = -signal.SIGKILL  # gone, and its status with it
+            return self.returncode
+        if pid:
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = time.monotonic() + (60 if timeout is None else timeout)
+        while self.poll() is None:
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired("program", timeout)
+            time.sleep(0.001)
+        return self.returncode
+
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def classify_exit(code, stderr, oom_before):
     """None when the process exited normally with 0; else why it did not."""
     oom_after = oom_kills()
@@ -433,16 +662,32 @@ def compile_program(job, workdir, env):
     return {"status": "compile_error", "detail": reason}
 
 
-def run_stdio(job, workdir, env):
+def run_stdio(job, workdir, env, zygote=None):
     failure = compile_program(job, workdir, env)
     if failure:
         return failure
+    use_zygote = job["language"].get("forkserver") and zygote is not None and zygote.alive()
+    if use_zygote:
+        source = os.path.join(workdir, job["language"]["source"])
+        try:
+            error = zygote.load(source, workdir, env, time.monotonic() + job["time_limit_s"])
+        except (TimeoutError, OSError, EOFError, ValueError):
+            use_zygote, error = False, None  # fall back to a fresh interpreter per test
+            kill_group(zygote.process)  # and replace it after this execution
+        if error is not None:
+            return {"status": "syntax_error", "detail": error[-job["stderr_tail_bytes"]:]}
     results = []
     for test in job["tests"]:
-        run = run_process(
-            job["language"]["run"], test["input"].encode(), job["time_limit_s"],
-            job["memory_mb"], job["output_limit_bytes"], job["stderr_tail_bytes"], workdir, env,
-        )
+        if use_zygote and not zygote.alive():
+            use_zygote = False  # a test's program killed it: run the rest the slow way
+        if use_zygote:
+            run = run_forked(zygote, job, test["input"].encode())
+        else:
+            run = run_process(
+                job["language"]["run"], test["input"].encode(), job["time_limit_s"],
+                job["memory_mb"], job["output_limit_bytes"], job["stderr_tail_bytes"],
+                workdir, env,
+            )
         status = run["status"]
         if not results and status == "runtime_error" and is_syntax_error(job, run):
             return {"status": "syntax_error",
@@ -454,6 +699,19 @@ def run_stdio(job, workdir, env):
         results.append({"status": status, "time_ms": run["time_ms"],
                         "stderr": tail(run["stderr"], job["stderr_tail_bytes"])})
     return {"status": "ok", "tests": results}
+
+
+def run_forked(zygote, job, stdin_data):
+    oom_before = oom_kills()
+    started = time.monotonic()
+    try:
+        process = zygote.start(job["memory_mb"], math.ceil(job["time_limit_s"]) + 1,
+                               job["language"]["source"])
+    except (OSError, EOFError, ValueError, KeyError) as exc:
+        return {"status": "runtime_error", "code": None, "stdout": b"",
+                "stderr": f"cannot start: {exc}".encode(), "time_ms": 0.0}
+    return supervise(process, stdin_data, started, job["time_limit_s"],
+                     job["output_limit_bytes"], job["stderr_tail_bytes"], oom_before)
 
 
 def is_syntax_error(job, run):
@@ -597,29 +855,44 @@ def make_undumpable():
         return False
 
 
-def other_processes():
+def other_processes(exclude=()):
     me = os.getpid()
     pids = []
     for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in (1, me):
+        if name.isdigit() and int(name) not in (1, me, *exclude):
             pids.append(int(name))
     return pids
 
 
-def sweep():
-    """Kill every process of this container but init and ourselves; clear shared memory."""
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for _ in range(50):
+def sweep(keep=()):
+    """Kill every process of this container but init, ourselves and ``keep``: freeze them all
+    first (SIGSTOP) so a fork bomb cannot outrun us, then SIGKILL; clear shared memory."""
+    seen = set()
+    for _ in range(100):
+        pids = other_processes(exclude=keep)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if set(pids) <= seen:
+            break
+        seen.update(pids)
+    for pid in other_processes(exclude=keep):
         try:
-            os.waitpid(-1, os.WNOHANG)
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:  # reap every zombie we can
+                pass
         except ChildProcessError:
             pass
-        if not other_processes():
+        if not other_processes(exclude=keep):
             break
-        time.sleep(0.01)
+        time.sleep(0.001)
     for name in os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []:
         try:
             os.unlink(os.path.join("/dev/shm", name))
@@ -627,9 +900,10 @@ def sweep():
             pass
 
 
-def execute(job):
+def execute(job, zygote=None):
     """One execution in a fresh work dir; afterwards no process of it is left."""
-    leftover_before = other_processes()
+    spare = (zygote.process.pid,) if zygote is not None else ()
+    leftover_before = other_processes(exclude=spare)
     workdir = tempfile.mkdtemp(dir=WORK_ROOT)
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
            "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
@@ -638,18 +912,25 @@ def execute(job):
         with open(os.path.join(workdir, source_name), "w", encoding="utf-8") as f:
             f.write(job["source"])
         if job["mode"] == "stdio":
-            result = run_stdio(job, workdir, env)
+            result = run_stdio(job, workdir, env, zygote)
         else:
             result = run_asserts(job, workdir, env)
     except Exception as exc:  # noqa: BLE001 - report, never die: we are PID 1
         result = {"status": "harness_error", "detail": f"{type(exc).__name__}: {exc}"[:500]}
     finally:
-        left_behind = other_processes()
-        sweep()
+        left_behind = other_processes(exclude=spare)
+        sweep(keep=spare)
         shutil.rmtree(workdir, ignore_errors=True)
     result["left_behind"] = len(left_behind)
     result["dirty"] = bool(left_behind or leftover_before)
     return result
+
+
+def spawn_zygote():
+    try:
+        return Zygote()
+    except OSError:
+        return None
 
 
 def serve():
@@ -657,6 +938,7 @@ def serve():
     length-prefixed jobs on stdin, answer each with a length-prefixed result on stdout."""
     undumpable = make_undumpable()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    zygote = spawn_zygote()
     while True:
         try:
             job = recv_frame(0)
@@ -665,9 +947,17 @@ def serve():
         if job.get("mode") == "ping":  # the pool checks a new container with this
             send_frame(1, {"status": "pong", "undumpable": undumpable})
             continue
-        result = execute(job)
+        if zygote is not None and not zygote.alive():
+            zygote.close()
+            zygote = spawn_zygote()
+        result = execute(job, zygote)
         result["undumpable"] = undumpable
         send_frame(1, result)
+        # the zygote outlives executions: it holds no state but the last program's code,
+        # which the next load replaces. One a program stopped or killed is replaced.
+        if zygote is not None and not zygote.alive():
+            zygote.close()
+            zygote = spawn_zygote()
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ def run(srv: ServerProcess, **item: Any) -> dict[str, Any]:
 
 
 def assert_clean(srv: ServerProcess) -> None:
-    """Healthy server; the pool back at full size; every container running its harness only."""
+    """Healthy server; the pool back at full size; every container running its harness and
+    the harness's fork server only."""
     started = time.monotonic()
     assert httpx.get(srv.url + "/healthz", timeout=5).status_code == 200
     assert time.monotonic() - started < 1.0
@@ -62,8 +63,11 @@ def _pool_problem(srv: ServerProcess, client: docker.DockerClient) -> str | None
             processes = client.containers.get(c["id"]).top()["Processes"]
         except docker.errors.NotFound:
             return f"container {c['id']} went away"
-        if len(processes) != 1 or "harness.py" not in " ".join(processes[0]):
-            return f"container {c['id']} runs more than its harness: {processes}"
+        commands = [" ".join(p[7:]) for p in processes]
+        harness = [cmd for cmd in commands if cmd.endswith("/opt/harness/harness.py")]
+        fork_server = [cmd for cmd in commands if "harness.zygote_main" in cmd]
+        if len(harness) != 1 or len(fork_server) > 1 or len(commands) > 2:
+            return f"container {c['id']} runs more than its harness and fork server: {processes}"
     return None
 
 
@@ -186,8 +190,10 @@ def test_child_outliving_its_parent_is_killed(srv: ServerProcess) -> None:
 def test_kill_everything(srv: ServerProcess) -> None:
     program = "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('still here')"
     result = run(srv, response=program, tests=[{"output": "still here"}, {"output": "x"}])
-    # the harness (PID 1) survived and judged both tests; the program killed itself too
-    assert [t["status"] for t in result["tests"]] == ["runtime_error", "runtime_error"]
+    # kill(-1) spares init (the harness) and the caller; the fork server dies, so the test
+    # either completes or is reported as the crash it is. Both tests are judged.
+    first, second = (t["status"] for t in result["tests"])
+    assert first in {"passed", "runtime_error"} and second in {"wrong_answer", "runtime_error"}
     assert_clean(srv)
 
 

@@ -1,0 +1,149 @@
+"""Executions/s and latency of POST /v1/verify/code with the warm pool, against the naive
+baseline of one ``docker run --rm`` per execution (same image, same limits, same harness
+doing the same work), in the same run on the same machine.
+
+Workloads: (a) a trivial program with one test; (b) a 10-test stdin/stdout problem. Each
+execution is a distinct program (a comment varies), and the server's result cache is off,
+so every execution runs. Prints a table and writes bench/results/bench_code.json.
+
+    python bench/bench_code.py [--n 200] [--naive-n 20] [--concurrency 4] [--pool 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sandbox.config import SandboxConfig  # noqa: E402
+from sandbox.languages import LANGUAGES  # noqa: E402
+from tests.conftest import run_server, wait_for_sandbox  # noqa: E402
+
+TRIVIAL = "print(1)  # {i}"
+TRIVIAL_TESTS = [{"input": "", "output": "1"}]
+SUM = "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)  # {i}"
+SUM_TESTS = [{"input": f"{k} {k * 7}", "output": str(k * 8)} for k in range(10)]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def timed_pool(fn, n: int, concurrency: int) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+
+    def one(i: int) -> None:
+        t0 = time.perf_counter()
+        fn(i)
+        latencies.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, range(n)))
+    return time.perf_counter() - t0, latencies
+
+
+def via_server(url: str, program: str, tests: list[dict]) -> Any:
+    client = httpx.Client(base_url=url, timeout=120)
+
+    def call(i: int) -> None:
+        r = client.post("/v1/verify/code", json={"items": [
+            {"response": program.format(i=i), "tests": tests}]})
+        result = r.json()["results"][0]
+        assert result["score"] == 1.0, result
+
+    return call
+
+
+def naive_docker_run(program: str, tests: list[dict], config: SandboxConfig) -> Any:
+    """One container per execution: docker run --rm with the pool's limits, the harness
+    reading one job on stdin and exiting."""
+
+    def call(i: int) -> None:
+        job = {"mode": "stdio", "language": LANGUAGES["python"].as_job(),
+               "source": program.format(i=i), "time_limit_s": 5, "memory_mb": 256,
+               "output_limit_bytes": 1 << 20, "stderr_tail_bytes": 2048,
+               "compile_time_limit_s": 30, "compile_memory_mb": 768,
+               "syntax_error_markers": [],
+               "tests": [{**t, "tolerance": None} for t in tests]}
+        data = json.dumps(job).encode()
+        out = subprocess.run(
+            ["docker", "run", "--rm", "-i", "--network", "none", "--read-only",
+             "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+             "--pids-limit", str(config.pids_limit), "--memory", f"{config.memory_mb}m",
+             "--memory-swap", f"{config.memory_mb}m", "--cpus", str(config.cpus),
+             "--user", "10001:10001", "--tmpfs",
+             f"/work:rw,exec,nosuid,size={config.work_tmpfs_mb}m,uid=10001,gid=10001,mode=0700",
+             config.image],
+            input=struct.pack(">I", len(data)) + data, capture_output=True, timeout=120,
+        )
+        size = struct.unpack(">I", out.stdout[:4])[0]
+        result = json.loads(out.stdout[4 : 4 + size])
+        assert all(t["status"] == "passed" for t in result["tests"]), result
+
+    return call
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=200, help="executions per workload, warm pool")
+    ap.add_argument("--naive-n", type=int, default=20, help="executions per workload, naive")
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--pool", type=int, default=4)
+    args = ap.parse_args()
+    subprocess.run(["bash", str(ROOT / "sandbox" / "build_image.sh")], check=True)
+
+    rows: dict[str, dict[str, float]] = {}
+    tmp = ROOT / "bench" / "results" / "tmp"
+    env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": str(args.pool), "REWARD_SERVER_CACHE_SIZE": "0"}
+    workloads = {"trivial": (TRIVIAL, TRIVIAL_TESTS), "10 tests": (SUM, SUM_TESTS)}
+    with run_server(tmp, env=env) as srv:
+        wait_for_sandbox(srv.url)
+        for name, (program, tests) in workloads.items():
+            fn = via_server(srv.url, program, tests)
+            timed_pool(fn, args.concurrency * 2, args.concurrency)  # warm-up
+            elapsed, lat = timed_pool(fn, args.n, args.concurrency)
+            rows[f"{name}, warm pool"] = {"exec_s": args.n / elapsed,
+                                          "p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99)}
+            # one at a time: the latency a single request sees
+            _, lat1 = timed_pool(fn, min(args.n, 100), 1)
+            rows[f"{name}, warm pool, 1 in flight"] = {
+                "exec_s": 1 / statistics.fmean(lat1), "p50": percentile(lat1, 0.5),
+                "p99": percentile(lat1, 0.99)}
+    config = SandboxConfig()
+    for name, (program, tests) in workloads.items():
+        fn = naive_docker_run(program, tests, config)
+        fn(0)  # warm-up
+        elapsed, lat = timed_pool(fn, args.naive_n, args.concurrency)
+        rows[f"{name}, docker run --rm"] = {"exec_s": args.naive_n / elapsed,
+                                            "p50": percentile(lat, 0.5),
+                                            "p99": percentile(lat, 0.99)}
+
+    print(f"\nconcurrency {args.concurrency}, pool {args.pool}\n")
+    print(f"{'':34} {'exec/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, row in rows.items():
+        print(f"{name:34} {row['exec_s']:8.1f} {row['p50'] * 1000:8.1f} {row['p99'] * 1000:8.1f}")
+    print()
+    for name in workloads:
+        ratio = rows[f"{name}, warm pool"]["exec_s"] / rows[f"{name}, docker run --rm"]["exec_s"]
+        print(f"{name}: warm pool / docker run --rm = {ratio:.1f}x executions/s")
+    out = ROOT / "bench" / "results" / "bench_code.json"
+    out.write_text(json.dumps(rows, indent=2))
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
