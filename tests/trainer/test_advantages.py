@@ -1,0 +1,55 @@
+"""group_advantages against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from trainer.advantages import group_advantages
+
+
+def test_group_scaling_by_hand() -> None:
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    adv, stats = group_advantages(rewards, group_size=4, scale_rewards="group")
+    std = math.sqrt(((0.5**2) * 4) / 3)  # unbiased std of [1, 0, 0, 1]
+    expected = [0.5 / (std + 1e-4), -0.5 / (std + 1e-4)] * 2
+    assert adv[:4].tolist() == pytest.approx([expected[0], expected[1], expected[1], expected[0]])
+    assert adv[4:].tolist() == [0.0] * 4
+    assert stats.zero_std.tolist() == [False, True]
+    assert stats.unscorable == 0
+
+
+def test_batch_and_none_scaling() -> None:
+    rewards = torch.tensor([1.0, 0.0, 2.0, 2.0])
+    batch, _ = group_advantages(rewards, 2, "batch")
+    none, _ = group_advantages(rewards, 2, "none")
+    assert none.tolist() == pytest.approx([0.5, -0.5, 0.0, 0.0])
+    batch_std = torch.tensor([1.0, 0.0, 2.0, 2.0]).std().item()
+    assert batch.tolist() == pytest.approx([0.5 / (batch_std + 1e-4), -0.5 / (batch_std + 1e-4),
+                                            0.0, 0.0])
+
+
+def test_advantages_sum_to_zero_per_group() -> None:
+    torch.manual_seed(0)
+    rewards = torch.rand(6 * 8)
+    for scale in ("group", "batch", "none"):
+        adv, _ = group_advantages(rewards, 8, scale)  # type: ignore[arg-type]
+        assert torch.allclose(adv.view(6, 8).sum(1), torch.zeros(6), atol=1e-5)
+
+
+def test_unscorable_rewards_are_left_out_and_get_zero_advantage() -> None:
+    rewards = torch.tensor([1.0, float("nan"), 0.0, 0.0])
+    adv, stats = group_advantages(rewards, 4, "none")
+    assert adv.tolist() == pytest.approx([2 / 3, 0.0, -1 / 3, -1 / 3])
+    assert stats.unscorable == 1
+    all_nan, stats = group_advantages(torch.tensor([float("nan")] * 2), 2)
+    assert all_nan.tolist() == [0.0, 0.0] and stats.zero_std.tolist() == [True]
+
+
+def test_shape_errors() -> None:
+    with pytest.raises(ValueError, match="num_groups"):
+        group_advantages(torch.zeros(5), 2)
+    with pytest.raises(ValueError, match="scale_rewards"):
+        group_advantages(torch.zeros(4), 2, "global")  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+"""GRPO trainer: group rollouts scored by the reward server, the GRPO update and variants."""

@@ -1,0 +1,66 @@
+"""Group-relative advantages (GRPO, DeepSeekMath 2024, eq. 3 with outcome supervision).
+
+For a group of G completions of one prompt with rewards r_1..r_G:
+
+    A_i = (r_i - mean(r)) / (std(r) + eps)        scale_rewards="group"  (the paper)
+    A_i = (r_i - mean(r)) / (std(R) + eps)        scale_rewards="batch"  (R: the whole batch)
+    A_i =  r_i - mean(r)                          scale_rewards="none"   (Dr. GRPO)
+
+``std`` is the unbiased sample std, ``eps`` = 1e-4, as in TRL. A reward may be unscorable
+(NaN: the reward server could not score the item): it is left out of its group's mean and std
+and gets advantage 0. A group whose rewards are all equal ("zero-std") has advantage 0 for every
+member and teaches nothing; those are counted, and DAPO's dynamic sampling drops them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+ScaleRewards = Literal["group", "batch", "none"]
+EPS = 1e-4
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    zero_std: torch.Tensor  # (num_groups,) bool: every scorable reward in the group is equal
+    unscorable: int  # rewards that were NaN
+
+
+def _nan_std(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Unbiased std over the non-NaN entries (0 where fewer than two)."""
+    valid = ~torch.isnan(x)
+    n = valid.sum(dim) if dim is not None else valid.sum()
+    mean = torch.nanmean(x, dim=dim, keepdim=dim is not None)
+    sq = torch.where(valid, (x - mean) ** 2, torch.zeros_like(x))
+    total = sq.sum(dim) if dim is not None else sq.sum()
+    return torch.sqrt(total / (n - 1).clamp(min=1))
+
+
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, scale_rewards: ScaleRewards = "group",
+    eps: float = EPS,
+) -> tuple[torch.Tensor, GroupStats]:
+    """``rewards`` (N,) with N = num_groups * group_size, groups contiguous → (N,) advantages."""
+    if rewards.ndim != 1 or rewards.numel() % group_size:
+        raise ValueError(f"rewards must be (num_groups * {group_size},), got {tuple(rewards.shape)}")
+    r = rewards.view(-1, group_size).float()  # (num_groups, G)
+    unscorable = torch.isnan(r)
+    mean = torch.nanmean(r, dim=1, keepdim=True)  # (num_groups, 1)
+    mean = torch.nan_to_num(mean, nan=0.0)  # a group with no scorable reward
+    advantages = r - mean
+    group_std = _nan_std(r, dim=1)  # (num_groups,)
+    if scale_rewards == "group":
+        advantages = advantages / (group_std.unsqueeze(1) + eps)
+    elif scale_rewards == "batch":
+        advantages = advantages / (_nan_std(r.flatten()) + eps)
+    elif scale_rewards != "none":
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+    advantages = torch.where(unscorable, torch.zeros_like(advantages), advantages)
+    valid_counts = (~unscorable).sum(1)
+    spread = torch.where(unscorable, mean.expand_as(r), r)
+    zero_std = ((spread.max(1).values - spread.min(1).values).abs() < 1e-8) | (valid_counts < 2)
+    advantages = torch.where(zero_std.unsqueeze(1), torch.zeros_like(advantages), advantages)
+    return advantages.flatten(), GroupStats(zero_std=zero_std, unscorable=int(unscorable.sum()))
