@@ -45,7 +45,8 @@ def group_advantages(
 ) -> tuple[torch.Tensor, GroupStats]:
     """``rewards`` (N,) with N = num_groups * group_size, groups contiguous → (N,) advantages."""
     if rewards.ndim != 1 or rewards.numel() % group_size:
-        raise ValueError(f"rewards must be (num_groups * {group_size},), got {tuple(rewards.shape)}")
+        raise ValueError(f"rewards must be (num_groups * {group_size},), "
+                         f"got {tuple(rewards.shape)}")
     r = rewards.view(-1, group_size).float()  # (num_groups, G)
     unscorable = torch.isnan(r)
     mean = torch.nanmean(r, dim=1, keepdim=True)  # (num_groups, 1)
