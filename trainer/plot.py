@@ -1,0 +1,63 @@
+"""A PNG of reward, accuracy, KL and completion length over steps, from any run dir.
+
+    grpo-plot runs/demo        # writes runs/demo/curves.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from trainer.metrics import read_metrics
+
+PANELS = [
+    ("reward", "reward (mean)", ["reward", "eval/accuracy"]),
+    ("kl", "KL to reference", ["kl"]),
+    ("length", "completion length", ["completion_length", "completion_length_max"]),
+    ("clip", "clip fraction", ["clip_ratio/region_mean"]),
+]
+
+
+def plot_run(run_dir: Path, out: Path | None = None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(run_dir)
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
+    for ax, (_, title, keys) in zip(axes, PANELS, strict=True):
+        for key in keys:
+            points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=key)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"GRPO run: {run_dir}", fontsize=10)
+    fig.tight_layout()
+    out = out or run_dir / "curves.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="grpo-plot", description="Plot a GRPO run's metrics.")
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--out", type=Path, default=None, help="PNG path (default RUN/curves.png)")
+    args = ap.parse_args(argv)
+    try:
+        print(plot_run(args.run_dir, args.out))
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"grpo-plot: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

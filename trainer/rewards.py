@@ -1,0 +1,72 @@
+"""Scoring completions through the reward server, in the background.
+
+Each completion becomes one item per configured verifier (its dataset row's columns travel
+with it); all of a chunk's items go out as one mixed ``POST /v1/rewards`` batch through
+``reward_server.client`` (batching, retries with backoff, a clear failure after N tries). The
+total reward is the weighted sum; a completion that any verifier could not score (null) gets
+NaN, which the advantage computation leaves out of its group's baseline.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from reward_server.client import RewardClient
+from trainer.config import RewardSpec
+
+
+class RewardError(RuntimeError):
+    """A completion could not be turned into reward items (a missing dataset column)."""
+
+
+@dataclass
+class ScoredBatch:
+    rewards: list[float]  # weighted sum per completion; NaN when unscorable
+    per_verifier: dict[str, list[float | None]] = field(default_factory=dict)
+    correct: list[bool] = field(default_factory=list)  # every verifier gave its full score
+
+
+class RewardScorer:
+    def __init__(self, specs: list[RewardSpec], client: RewardClient, max_workers: int = 4
+                 ) -> None:
+        self.specs = specs
+        self.client = client
+        self._threads = ThreadPoolExecutor(max_workers, thread_name_prefix="rewards")
+
+    def items(self, texts: list[str], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for spec in self.specs:
+            for text, row in zip(texts, rows, strict=True):
+                item: dict[str, Any] = {"verifier": spec.verifier, "response": text}
+                for column, name in spec.columns.items():
+                    if column not in row:
+                        raise RewardError(f"reward {spec.verifier!r} needs the dataset column "
+                                          f"{column!r}, which a row lacks: {sorted(row)}")
+                    item[name] = row[column]
+                item.update(spec.params)
+                out.append(item)
+        return out
+
+    def score(self, texts: list[str], rows: list[dict[str, Any]]) -> ScoredBatch:
+        n = len(texts)
+        result = self.client.rewards(self.items(texts, rows))
+        batch = ScoredBatch(rewards=[0.0] * n, correct=[True] * n)
+        for k, spec in enumerate(self.specs):
+            scores = result.rewards[k * n : (k + 1) * n]
+            batch.per_verifier[spec.verifier] = scores
+            for i, score in enumerate(scores):
+                if score is None:
+                    batch.rewards[i] = math.nan
+                else:
+                    batch.rewards[i] += spec.weight * score
+                batch.correct[i] = batch.correct[i] and score is not None and score >= 1.0
+        return batch
+
+    def submit(self, texts: list[str], rows: list[dict[str, Any]]) -> Future[ScoredBatch]:
+        return self._threads.submit(self.score, texts, rows)
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=True, cancel_futures=True)
