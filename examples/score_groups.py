@@ -12,6 +12,14 @@ import time
 
 from reward_server.client import RewardClient, RewardClientError
 
+CODE_TESTS = [{"input": "3 4", "output": "7"}, {"input": "10 -2", "output": "8"}]
+CODE_GROUP = [
+    "```python\na, b = map(int, input().split())\nprint(a + b)\n```",
+    "```python\nprint(sum(map(int, input().split())))\n```",
+    "```python\na, b = map(int, input().split())\nprint(a * b)\n```",
+    "```python\nprint(7)\n```",
+]
+
 GROUPS = {
     "Natalia sold clips to 48 friends in April, and half as many in May. How many in all?": (
         "72",
@@ -46,6 +54,7 @@ def main() -> int:
                 time.sleep(0.5)
         items = [{"verifier": "math", "response": c, "answer": answer}
                  for answer, completions in GROUPS.values() for c in completions]
+        items += [{"verifier": "code", "response": c, "tests": CODE_TESTS} for c in CODE_GROUP]
         out = client.rewards(items)
 
     k = 0
@@ -59,6 +68,12 @@ def main() -> int:
             advantage = (reward - mean) / (std + 1e-4)
             shown = completion.replace("\n", " ")[-38:]
             print(f"  r={reward:.0f} A={advantage:+.2f}  {result['status']:<10} {shown!r}")
+    print("\nRead two integers, print their sum (2 stdin/stdout tests), run in the sandbox:")
+    for completion, reward, result in zip(CODE_GROUP, out.rewards[k:], out.results[k:],
+                                          strict=True):
+        shown = completion.replace("\n", " ")[10:48]
+        score = "null" if reward is None else f"{reward:.1f}"
+        print(f"  r={score:<4} {result['status']:<19} {shown!r}")
     return 0
 
 

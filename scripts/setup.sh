@@ -13,13 +13,18 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 echo "setup: installing into .venv (log: .venv/install.log)"
+# torch first, pinned: a bare "torch" would pull a multi-GB CUDA build where a CPU wheel
+# is wanted (TORCH_SPEC overrides, e.g. TORCH_SPEC="torch --index-url .../cu124")
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 if ! { .venv/bin/python -m pip install --upgrade pip \
+       && { .venv/bin/python -c 'import torch' 2>/dev/null \
+            || .venv/bin/python -m pip install $TORCH_SPEC; } \
        && .venv/bin/python -m pip install -e '.[dev]'; } >.venv/install.log 2>&1; then
   tail -20 .venv/install.log >&2
   echo "setup: pip install failed; full log in .venv/install.log" >&2
   exit 1
 fi
-.venv/bin/python -c 'import reward_server.app, sympy, latex2sympy2_extended, pytest' \
+.venv/bin/python -c 'import reward_server.app, sympy, latex2sympy2_extended, pytest, torch, transformers' \
   || { echo "setup: the install did not complete" >&2; exit 1; }
 rm -f .venv/.installed-*
 touch "$stamp"

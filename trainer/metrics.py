@@ -50,7 +50,7 @@ class RunLogger:
         record = {"step": step, **{k: _plain(v) for k, v in values.items()}}
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
-        if self._bar is not None:
+        if self._bar is not None and step > 0:  # step 0 is the evaluation before training
             shown = {k: record[k] for k in ("reward", "accuracy", "kl", "completion_length")
                      if k in record and isinstance(record[k], float)}
             self._bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)

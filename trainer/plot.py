@@ -38,6 +38,9 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "not logged in this run\n(e.g. KL needs beta > 0)",
+                    ha="center", va="center", transform=ax.transAxes, fontsize=8, color="gray")
     fig.suptitle(f"GRPO run: {run_dir}", fontsize=10)
     fig.tight_layout()
     out = out or run_dir / "curves.png"

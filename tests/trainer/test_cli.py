@@ -1,0 +1,103 @@
+"""grpo-train and grpo-plot as a user runs them: help, readable errors, a run, a resume."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ServerProcess, free_port
+from tests.trainer.conftest import seven_rows
+from trainer.config import GRPOConfig
+from trainer.data import write_jsonl
+
+
+def grpo_train(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "trainer.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_help_lists_every_option_with_its_default() -> None:
+    out = grpo_train("--help")
+    assert out.returncode == 0
+    for name in GRPOConfig.model_fields:
+        assert f"  {name} = " in out.stdout, name
+    assert "loss_type = 'dapo'" in out.stdout and "num_generations = 8" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "message"),
+    [
+        ("loss_type: ppo\n", [], "loss_type: Input should be 'grpo', 'bnpo', 'dr_grpo' or 'dapo'"),
+        ("num_generations: 1\n", [], "num_generations: Input should be greater than or equal to 2"),
+        ("bogus_option: 3\n", [], "bogus_option: Extra inputs are not permitted"),
+        (": : :\n", [], "is not valid YAML"),
+        ("", ["--set", "learning_rate"], "expected key=value"),
+        ("", ["--set", "max_steps=many"], "max_steps: Input should be a valid integer"),
+    ],
+)
+def test_bad_config_is_one_readable_line(tmp_path: Path, config: str, args: list[str],
+                                         message: str) -> None:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(config)
+    out = grpo_train("--config", str(path), *args)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_missing_files_and_server(tmp_path: Path) -> None:
+    out = grpo_train("--set", "model=tiny", "--set", f"dataset={tmp_path}/nope.jsonl")
+    assert out.returncode == 2 and "dataset not found" in out.stderr
+    out = grpo_train("--set", f"model={tmp_path}/no-model")
+    assert out.returncode == 2 and "never downloaded" in out.stderr
+    data = tmp_path / "d.jsonl"
+    write_jsonl(seven_rows(4), data)
+    out = grpo_train("--set", "model=tiny", "--set", f"dataset={data}",
+                     "--reward-url", f"http://127.0.0.1:{free_port()}",
+                     "--set", "reward_max_attempts=1")
+    assert out.returncode == 3 and "reward server unavailable" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_run_plot_and_resume(tmp_path: Path, server: ServerProcess) -> None:
+    data = tmp_path / "train.jsonl"
+    write_jsonl(seven_rows(), data)
+    run = tmp_path / "run"
+    config = tmp_path / "cfg.yaml"
+    config.write_text(f"""
+model: tiny
+dataset: {data}
+eval_dataset: {data}
+eval_samples: 8
+output_dir: {run}
+max_steps: 3
+max_completion_length: 6
+learning_rate: 3.0e-3
+micro_batch_size: 32
+save_every: 2
+progress_bar: false
+""")
+    out = grpo_train("--config", str(config), "--reward-url", server.url)
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    assert "eval/accuracy" in records[0] and "eval/accuracy" in records[-1]
+    assert (run / "curves.png").stat().st_size > 10_000
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-000002",
+                                                                "checkpoint-000003"]
+    out = grpo_train("--config", str(config), "--reward-url", server.url, "--resume",
+                     "--set", "max_steps=5")
+    assert out.returncode == 0, out.stderr
+    assert "resumed from" in out.stdout and "checkpoint-000003" in out.stdout
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-2:] == [4, 5]
+    plot = subprocess.run([sys.executable, "-m", "trainer.plot", str(run), "--out",
+                           str(tmp_path / "p.png")], capture_output=True, text=True, timeout=120)
+    assert plot.returncode == 0 and (tmp_path / "p.png").exists()
+    bad = subprocess.run([sys.executable, "-m", "trainer.plot", str(tmp_path / "none")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no metrics.jsonl" in bad.stderr
