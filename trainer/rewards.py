@@ -10,9 +10,10 @@ NaN, which the advantage computation leaves out of its group's baseline.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from reward_server.client import RewardClient
 from trainer.config import RewardSpec
@@ -70,3 +71,36 @@ class RewardScorer:
 
     def close(self) -> None:
         self._threads.shutdown(wait=True, cancel_futures=True)
+
+
+class Scorer(Protocol):
+    """What the trainer needs of a reward source."""
+
+    def score(self, texts: list[str], rows: list[dict[str, Any]]) -> ScoredBatch: ...
+
+    def submit(self, texts: list[str], rows: list[dict[str, Any]]) -> Future[ScoredBatch]: ...
+
+    def close(self) -> None: ...
+
+
+class FunctionScorer:
+    """A local reward function ``f(completions, rows) -> list[float | None]`` in place of the
+    server (tests, benchmarks against other trainers, quick experiments)."""
+
+    def __init__(self, fn: Callable[[list[str], list[dict[str, Any]]], list[float | None]],
+                 name: str = "local") -> None:
+        self.fn, self.name = fn, name
+        self._threads = ThreadPoolExecutor(1, thread_name_prefix="rewards")
+
+    def score(self, texts: list[str], rows: list[dict[str, Any]]) -> ScoredBatch:
+        scores = self.fn(texts, rows)
+        return ScoredBatch(
+            rewards=[math.nan if s is None else float(s) for s in scores],
+            per_verifier={self.name: list(scores)},
+            correct=[s is not None and s >= 1.0 for s in scores])
+
+    def submit(self, texts: list[str], rows: list[dict[str, Any]]) -> Future[ScoredBatch]:
+        return self._threads.submit(self.score, texts, rows)
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=True)

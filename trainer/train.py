@@ -36,7 +36,7 @@ from trainer.logprobs import completion_logps
 from trainer.loss import policy_loss
 from trainer.metrics import RunLogger
 from trainer.models import prepare_tokenizer
-from trainer.rewards import RewardScorer, ScoredBatch
+from trainer.rewards import RewardScorer, ScoredBatch, Scorer
 from trainer.rollout import Rollout, format_prompt, generate, pad_and_stack
 
 
@@ -67,10 +67,13 @@ class GRPOTrainer:
         tokenizer: PreTrainedTokenizerBase,
         train_rows: Sequence[Row],
         config: GRPOConfig,
-        reward_client: RewardClient,
+        reward_client: RewardClient | None,
         eval_rows: Sequence[Row] | None = None,
         ref_model: PreTrainedModel | None = None,
+        scorer: Scorer | None = None,
     ) -> None:
+        """``reward_client`` scores through the server; a ``scorer`` (e.g. FunctionScorer)
+        replaces it."""
         self.config = config
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
@@ -98,7 +101,11 @@ class GRPOTrainer:
             num_training_steps=total_updates)
         self.stream = PromptStream(train_rows, config.seed, self.rank, self.world)
         self.eval_rows = list(eval_rows or [])[: config.eval_samples]
-        self.scorer = RewardScorer(config.rewards, reward_client)
+        if scorer is None:
+            if reward_client is None:
+                raise ValueError("GRPOTrainer needs a reward_client or a scorer")
+            scorer = RewardScorer(config.rewards, reward_client)
+        self.scorer = scorer
         self.run_dir = Path(config.output_dir)
         self.step = 0
 

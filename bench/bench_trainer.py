@@ -1,0 +1,170 @@
+"""Seconds per GRPO step and peak memory: our trainer against TRL's GRPOTrainer.
+
+Same model, prompts, G, max completion length, optimizer settings and reward function (a
+local Python function for both, so only the trainer differs), each trainer in its own
+process (peak RSS is per process), in the same run. Models: the tiny model built in code, and
+SmolLM2-135M-Instruct. The first step of each run is a warm-up and is not counted.
+
+    python bench/bench_trainer.py [--models tiny,smollm2] [--steps 4]
+Needs ``pip install trl`` (not a dependency of the project).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PROMPTS, G = 4, 8
+
+
+def reward_last_number(completions: list, rows: list[dict]) -> list[float]:
+    """1 when the last number of the completion is the row's answer."""
+    import re
+
+    out = []
+    for text, row in zip(completions, rows, strict=True):
+        if isinstance(text, list):  # TRL passes conversations for chat datasets
+            text = text[-1]["content"]
+        numbers = re.findall(r"-?\d+", text)
+        out.append(1.0 if numbers and numbers[-1] == str(row["answer"]) else 0.0)
+    return out
+
+
+def settings(model: str) -> dict:
+    if model == "tiny":
+        return {"max_completion_length": 16, "learning_rate": 3e-3, "temperature": 1.0}
+    return {"max_completion_length": 16, "learning_rate": 2e-5, "temperature": 0.7}
+
+
+def run_ours(model_name: str, steps: int, out_dir: Path) -> list[float]:
+    import torch
+
+    from trainer.config import GRPOConfig
+    from trainer.data import load_rows
+    from trainer.models import load_model
+    from trainer.rewards import FunctionScorer
+    from trainer.train import GRPOTrainer, seed_everything
+
+    s = settings(model_name)
+    config = GRPOConfig(model=model_name, dataset="arithmetic", output_dir=str(out_dir),
+                        max_steps=steps, prompts_per_step=PROMPTS, num_generations=G,
+                        generation_chunk=PROMPTS, micro_batch_size=PROMPTS * G,
+                        max_completion_length=s["max_completion_length"],
+                        learning_rate=s["learning_rate"], temperature=s["temperature"],
+                        loss_type="dapo", beta=0.0, progress_bar=False)
+    seed_everything(0)
+    model, tokenizer = load_model(model_name, torch.float32, 0)
+    trainer = GRPOTrainer(model, tokenizer, load_rows("arithmetic"), config, None,
+                          scorer=FunctionScorer(reward_last_number))
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        trainer.training_step()
+        times.append(time.perf_counter() - t0)
+    trainer.scorer.close()
+    return times
+
+
+def run_trl(model_name: str, steps: int, out_dir: Path) -> list[float]:
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trainer.data import load_rows
+    from trainer.models import load_model, prepare_tokenizer, smollm2_path
+
+    s = settings(model_name)
+    rows = load_rows("arithmetic")
+    if model_name == "tiny":
+        model, tokenizer = load_model("tiny", torch.float32, 0)
+        dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]}
+                                     for r in rows])
+    else:
+        model = str(smollm2_path())
+        _, tokenizer = load_model(model, torch.float32, 0)
+        dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}],
+                                      "answer": r["answer"]} for r in rows])
+    prepare_tokenizer(tokenizer)
+
+    def reward(completions, answer, **_):
+        return reward_last_number(completions, [{"answer": a} for a in answer])
+
+    times: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            times.append(time.perf_counter() - self.t0)
+
+    args = GRPOConfig(
+        output_dir=str(out_dir), per_device_train_batch_size=PROMPTS * G, num_generations=G,
+        max_completion_length=s["max_completion_length"], learning_rate=s["learning_rate"],
+        temperature=s["temperature"], beta=0.0, loss_type="dapo", max_steps=steps,
+        logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, bf16=False,
+        seed=0, dataloader_num_workers=0, top_k=0,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=[Timer()])
+    trainer.train()
+    return times
+
+
+def child(which: str, model: str, steps: int, out_dir: Path) -> None:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    times = (run_ours if which == "ours" else run_trl)(model, steps, out_dir)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps({"times": times, "peak_mb": peak_mb}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="tiny,smollm2")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--child", nargs=2, metavar=("WHICH", "MODEL"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    tmp = ROOT / "bench" / "results" / "tmp"
+    if args.child:
+        child(args.child[0], args.child[1], args.steps, tmp / f"{args.child[0]}-{args.child[1]}")
+        return
+    rows: dict[str, dict] = {}
+    for model in args.models.split(","):
+        for which in ("trl", "ours"):
+            out = subprocess.run(
+                [sys.executable, __file__, "--steps", str(args.steps), "--child", which, model],
+                capture_output=True, text=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+            line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+            if line is None:
+                sys.exit(f"{which} on {model} failed:\n{out.stderr[-3000:]}")
+            result = json.loads(line[7:])
+            counted = result["times"][1:] or result["times"]  # the first step warms up
+            rows[f"{model}/{which}"] = {"s_per_step": statistics.median(counted),
+                                        "peak_mb": result["peak_mb"], "steps": result["times"]}
+    print(f"\n{PROMPTS} prompts x G={G} per step, median of {args.steps - 1} steps after a "
+          "warm-up\n")
+    print(f"{'':18} {'s/step':>8} {'peak MB':>9} {'time vs TRL':>12} {'memory vs TRL':>14}")
+    for key, row in rows.items():
+        model = key.split("/")[0]
+        base = rows[f"{model}/trl"]
+        print(f"{key:18} {row['s_per_step']:8.2f} {row['peak_mb']:9.0f} "
+              f"{row['s_per_step'] / base['s_per_step']:12.2f} "
+              f"{row['peak_mb'] / base['peak_mb']:14.2f}")
+    out = ROOT / "bench" / "results" / "bench_trainer.json"
+    out.write_text(json.dumps(rows, indent=2))
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
