@@ -6,6 +6,7 @@ process (peak RSS is per process), in the same run. Models: the tiny model built
 SmolLM2-135M-Instruct. The first step of each run is a warm-up and is not counted.
 
     python bench/bench_trainer.py [--models tiny,smollm2] [--steps 4]
+    BENCH_GRADIENT_CHECKPOINTING=0 python bench/bench_trainer.py    # both without it
 Needs ``pip install trl`` (not a dependency of the project).
 """
 
@@ -40,10 +41,15 @@ def reward_last_number(completions: list, rows: list[dict]) -> list[float]:
     return out
 
 
+GRADIENT_CHECKPOINTING = os.environ.get("BENCH_GRADIENT_CHECKPOINTING", "1") == "1"
+
+
 def settings(model: str) -> dict:
+    """The same for both trainers; gradient checkpointing on, as TRL's default has it."""
+    common = {"max_completion_length": 16, "gradient_checkpointing": GRADIENT_CHECKPOINTING}
     if model == "tiny":
-        return {"max_completion_length": 16, "learning_rate": 3e-3, "temperature": 1.0}
-    return {"max_completion_length": 16, "learning_rate": 2e-5, "temperature": 0.7}
+        return {**common, "learning_rate": 3e-3, "temperature": 1.0}
+    return {**common, "learning_rate": 2e-5, "temperature": 0.7}
 
 
 def run_ours(model_name: str, steps: int, out_dir: Path) -> list[float]:
@@ -61,6 +67,7 @@ def run_ours(model_name: str, steps: int, out_dir: Path) -> list[float]:
                         generation_chunk=PROMPTS, micro_batch_size=PROMPTS * G,
                         max_completion_length=s["max_completion_length"],
                         learning_rate=s["learning_rate"], temperature=s["temperature"],
+                        gradient_checkpointing=s["gradient_checkpointing"],
                         loss_type="dapo", beta=0.0, progress_bar=False)
     seed_everything(0)
     model, tokenizer = load_model(model_name, torch.float32, 0)
@@ -115,6 +122,7 @@ def run_trl(model_name: str, steps: int, out_dir: Path) -> list[float]:
         temperature=s["temperature"], beta=0.0, loss_type="dapo", max_steps=steps,
         logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, bf16=False,
         seed=0, dataloader_num_workers=0, top_k=0,
+        gradient_checkpointing=s["gradient_checkpointing"],
     )
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[Timer()])
@@ -153,7 +161,7 @@ def main() -> None:
             rows[f"{model}/{which}"] = {"s_per_step": statistics.median(counted),
                                         "peak_mb": result["peak_mb"], "steps": result["times"]}
     print(f"\n{PROMPTS} prompts x G={G} per step, median of {args.steps - 1} steps after a "
-          "warm-up\n")
+          f"warm-up, gradient checkpointing {'on' if GRADIENT_CHECKPOINTING else 'off'}\n")
     print(f"{'':18} {'s/step':>8} {'peak MB':>9} {'time vs TRL':>12} {'memory vs TRL':>14}")
     for key, row in rows.items():
         model = key.split("/")[0]

@@ -73,6 +73,9 @@ class GRPOConfig(BaseModel):
     adam_beta1: float = 0.9
     adam_beta2: float = 0.99  # TRL's GRPO default
     max_grad_norm: float = Field(1.0, gt=0)
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in the backward pass: less memory, ~30% "
+        "more compute (TRL turns it on by default).")
     beta: float = Field(0.0, ge=0, description="KL weight. 0 (TRL's default since DAPO/Dr. "
                         "GRPO): no reference model is kept in memory.")
     epsilon: float = Field(0.2, gt=0, description="PPO clip ε (epsilon_low).")

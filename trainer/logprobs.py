@@ -16,10 +16,13 @@ def completion_logps(
     """(B, T): log π(o_t | q, o_<t) for each completion token, at the sampling temperature
     (the distribution the tokens were drawn from, as TRL does)."""
     # logits for positions P-1 .. P+T-2 predict the completion tokens P .. P+T-1
-    logits = model(input_ids=input_ids, attention_mask=attention_mask,
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
                    logits_to_keep=completion_length + 1).logits  # (B, T+1, V)
-    logits = logits[:, :-1, :] / temperature  # (B, T, V)
+    logits = logits[:, :-1, :]  # (B, T, V)
+    if temperature != 1.0:
+        logits = logits / temperature
     targets = input_ids[:, -completion_length:]  # (B, T)
-    # log_softmax + gather without materialising log-probs for the whole vocabulary twice
-    selected = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1)
-    return selected - torch.logsumexp(logits.float(), dim=-1).to(selected.dtype)
+    selected = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    # log-softmax of the chosen tokens only, one sequence at a time: never a second (B, T, V)
+    normaliser = torch.stack([torch.logsumexp(row, dim=-1) for row in logits])  # (B, T)
+    return selected - normaliser

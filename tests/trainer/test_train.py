@@ -64,8 +64,9 @@ def test_metrics_names(tmp_path: Path, reward_client: RewardClient) -> None:
         {"loss_type": "dapo", "epsilon_high": 0.28, "dynamic_sampling": True},
         {"importance_sampling_level": "sequence", "num_iterations": 2, "lr_scheduler": "cosine",
          "warmup_steps": 1},
+        {"gradient_checkpointing": True, "micro_batch_size": 16},
     ],
-    ids=["grpo-kl-mu2", "bnpo-batch", "dr_grpo", "dapo-dynamic", "gspo"],
+    ids=["grpo-kl-mu2", "bnpo-batch", "dr_grpo", "dapo-dynamic", "gspo", "checkpointing"],
 )
 def test_variants_run(tmp_path: Path, reward_client: RewardClient, variant: dict) -> None:
     trainer = make_trainer(tmp_path, reward_client, max_steps=3, **variant)
