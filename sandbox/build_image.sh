@@ -29,7 +29,8 @@ if [ "$FORCE" = 0 ] && [ "$(docker image inspect -f '{{ index .Config.Labels "vr
 fi
 
 if [ "$OFFLINE" = 0 ] && timeout 60 docker pull -q python:3.12-slim >/dev/null 2>&1; then
-  docker build -q --label "vr.hash=$hash" -t "$TAG" . >/dev/null
+  docker build -q --label "vr.hash=$hash" -t "$TAG" . >/tmp/vr-build.log 2>&1 \
+    || { tail -20 /tmp/vr-build.log >&2; exit 1; }
   echo "build_image: built $TAG from python:3.12-slim"
   exit 0
 fi
@@ -60,5 +61,6 @@ if ! docker image inspect "$BASE_TAG" >/dev/null 2>&1; then
   echo "build_image: imported $BASE_TAG"
 fi
 docker build -q --label "vr.hash=$hash" --build-arg "BASE=$BASE_TAG" \
-  --build-arg INSTALL_PACKAGES=0 -t "$TAG" . >/dev/null
+  --build-arg INSTALL_PACKAGES=0 -t "$TAG" . >/tmp/vr-build.log 2>&1 \
+  || { tail -20 /tmp/vr-build.log >&2; exit 1; }
 echo "build_image: built $TAG offline from $BASE_TAG"
