@@ -82,8 +82,11 @@ class GRPOTrainer:
         self.tokenizer = prepare_tokenizer(tokenizer)
         self.policy = model.to(self.device, self.dtype)
         if config.gradient_checkpointing:
-            self.policy.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
+            kwargs = {"use_reentrant": False}
+            if hasattr(self.policy, "activation_checkpointing_enable"):  # transformers >= 5.2x
+                self.policy.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         # β = 0: no reference model in memory at all (TRL does the same)
         self.ref_model = None
         if config.beta > 0:
