@@ -206,15 +206,11 @@ class CandidateProxy:
 
 
 def limit_child(memory_mb, cpu_s):
+    """A preexec_fn: a session of its own (so its group can be killed) and the limits."""
+
     def apply():
         os.setsid()
-        if memory_mb:
-            limit = memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        if cpu_s:
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        apply_limits(memory_mb, cpu_s)
 
     return apply
 
@@ -478,17 +474,13 @@ class Zygote:
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         os.set_inheritable(theirs.fileno(), True)
 
-        def setup():
-            os.setsid()
-            apply_limits(ZYGOTE_MEMORY_MB, None)
-
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-c", ZYGOTE_BOOT, str(theirs.fileno())],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=WORK_ROOT,
             env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
                  "PYTHONDONTWRITEBYTECODE": "1"},
-            preexec_fn=setup, pass_fds=(theirs.fileno(),),
+            preexec_fn=limit_child(ZYGOTE_MEMORY_MB, None), pass_fds=(theirs.fileno(),),
         )
         theirs.close()
 
@@ -745,17 +737,9 @@ def run_asserts(job, workdir, env):
             "os.dup2(os.open(os.devnull, os.O_RDONLY), 0); os.dup2(2, 1); "
             "sys.path.insert(0, '/opt/harness'); import harness; harness.serve_candidate({e!r})"
             ).format(r=to_child_r, w=from_child_w, e=job["entry_point"])
-    memory = job["memory_mb"] * 1024 * 1024
-
-    def limits():
-        os.setsid()
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
     process = subprocess.Popen(
         [sys.executable, "-I", "-c", code], stdin=subprocess.DEVNULL, stdout=stderr_r,
-        stderr=stderr_r, cwd=workdir, env=env, preexec_fn=limits,
+        stderr=stderr_r, cwd=workdir, env=env, preexec_fn=limit_child(job["memory_mb"], None),
         pass_fds=(to_child_r, from_child_w),
     )
     os.close(to_child_r)
