@@ -12,7 +12,6 @@ class LanguageSpec:
     source: str  # file name the program is written to in the work dir
     run: tuple[str, ...]  # command for each test, in the work dir
     compile: tuple[str, ...] | None = None  # command run once before the tests
-    fence_tags: tuple[str, ...] = ()  # ```tag names that mark this language's code blocks
     supports_assertions: bool = False  # test_code/entry_point style (Python only)
     # stderr markers of a program that did not compile (interpreted languages): the
     # execution stops at the first test and reports syntax_error
@@ -31,14 +30,13 @@ LANGUAGES: dict[str, LanguageSpec] = {
     for spec in (
         LanguageSpec(
             name="python", source="main.py", run=("python3", "-I", "main.py"),
-            fence_tags=("python", "py", "python3"), supports_assertions=True,
+            supports_assertions=True,
             syntax_error_markers=("SyntaxError:", "IndentationError:", "TabError:"),
             forkserver=True,
         ),
         LanguageSpec(
             name="cpp", source="main.cpp", run=("./main",),
             compile=("g++", "-std=c++17", "-O2", "-pipe", "-o", "main", "main.cpp"),
-            fence_tags=("cpp", "c++", "cc", "cxx"),
         ),
     )
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import logging
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from sandbox.channel import ChannelClosed, ChannelTimeout
 from sandbox.config import SandboxConfig
@@ -41,6 +42,13 @@ class Execution:
     entry_point: str | None = None
     time_limit_s: float | None = None
     memory_mb: int | None = None
+
+    @cached_property
+    def test_count(self) -> int:
+        """How many tests the harness will report (parsed once per execution)."""
+        if self.test_code is not None:
+            return count_assertion_tests(self.test_code)
+        return len(self.tests)
 
 
 @dataclass
@@ -96,14 +104,13 @@ class Sandbox:
             "compile_memory_mb": c.compile_memory_mb,
             "syntax_error_markers": list(spec.syntax_error_markers),
         }
+        count = ex.test_count
         if ex.test_code is not None:
             job.update(mode="assert", test_code=ex.test_code, entry_point=ex.entry_point)
-            count = count_assertion_tests(ex.test_code)
         else:
             job.update(mode="stdio", tests=[
                 {"input": t.input, "output": t.output, "tolerance": t.tolerance}
                 for t in ex.tests])
-            count = len(ex.tests)
         budget = (count * (time_limit + PER_TEST_SLACK_S) + OUTSIDE_SLACK_S
                   + (c.compile_time_limit_s if spec.compile else 0.0))
         return job, count, budget

@@ -29,6 +29,15 @@ class ScoredBatch:
     per_verifier: dict[str, list[float | None]] = field(default_factory=dict)
     correct: list[bool] = field(default_factory=list)  # every verifier gave its full score
 
+    @classmethod
+    def concat(cls, batches: list[ScoredBatch]) -> ScoredBatch:
+        return cls(
+            rewards=[r for b in batches for r in b.rewards],
+            per_verifier={k: [v for b in batches for v in b.per_verifier[k]]
+                          for k in batches[0].per_verifier},
+            correct=[x for b in batches for x in b.correct],
+        )
+
 
 class RewardScorer:
     def __init__(self, specs: list[RewardSpec], client: RewardClient, max_workers: int = 4

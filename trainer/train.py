@@ -141,13 +141,8 @@ class GRPOTrainer:
         t0 = time.perf_counter()
         scored = [f.result() for f in futures]  # a failed reward call raises here, loudly
         t_wait = time.perf_counter() - t0
-        merged = ScoredBatch(
-            rewards=[r for s in scored for r in s.rewards],
-            per_verifier={k: [v for s in scored for v in s.per_verifier[k]]
-                          for k in scored[0].per_verifier},
-            correct=[x for s in scored for x in s.correct],
-        )
-        return pad_and_stack(rollouts, self.tokenizer.pad_token_id), merged, t_generate, t_wait
+        return (pad_and_stack(rollouts, self.tokenizer.pad_token_id), ScoredBatch.concat(scored),
+                t_generate, t_wait)
 
     def _sample_batch(self) -> tuple[Rollout, ScoredBatch, dict[str, float]]:
         """Steps 1-2, with DAPO dynamic sampling: zero-std groups are dropped and replaced by
@@ -178,11 +173,7 @@ class GRPOTrainer:
         if not kept_r:  # every group was zero-std: train on the last one (advantages are 0)
             kept_r, kept_s = [rollout], [scored]
         rollout = pad_and_stack(kept_r, self.tokenizer.pad_token_id)
-        scored = ScoredBatch(
-            rewards=[r for s in kept_s for r in s.rewards],
-            per_verifier={k: [v for s in kept_s for v in s.per_verifier[k]]
-                          for k in kept_s[0].per_verifier},
-            correct=[x for s in kept_s for x in s.correct])
+        scored = ScoredBatch.concat(kept_s)
         limit = c.prompts_per_step * G
         if len(rollout.texts) > limit:
             rollout = _select(rollout, list(range(limit)))

@@ -32,7 +32,6 @@ from sandbox import (
     SandboxUnavailable,
     TestCase,
 )
-from sandbox.runner import count_assertion_tests
 
 
 class SandboxSettings(BaseSettings):
@@ -168,15 +167,9 @@ class CodeVerifier(Verifier):
         try:
             run = await self.sandbox.execute(execution)
         except SandboxUnavailable as exc:
-            return CodeResult(score=None, passed=0, total=expected_tests(execution),
+            return CodeResult(score=None, passed=0, total=execution.test_count,
                               status="sandbox_unavailable", detail=str(exc))
-        return _as_result(run, expected_tests(execution))
-
-
-def expected_tests(execution: Execution) -> int:
-    if execution.test_code is not None:
-        return count_assertion_tests(execution.test_code)
-    return len(execution.tests)
+        return _as_result(run, execution.test_count)
 
 
 def _as_result(run: ExecutionResult, expected: int) -> CodeResult:
