@@ -1,13 +1,17 @@
 """Python client for the reward server, for our trainer and for users' own training loops.
 
-Needs only httpx and tenacity (no server dependencies). Large batches are split into
-requests of ``batch_size`` items (the async client sends them concurrently). Connect
-errors, timeouts, 429 and 5xx are retried with exponential backoff and jitter; any other
-4xx is the caller's mistake and raised at once with the server's message. After
-``max_attempts`` the call raises ``RewardServerUnavailable``: a failed call is never
-silently a reward of 0.
+Needs only httpx and tenacity (no server dependencies). A batch is split into chunks of at
+most ``batch_size`` items, and spread over every server URL given (a chunk per server at
+least), sent concurrently. Connect errors, timeouts, 429 and 5xx are retried: a chunk whose
+server failed moves at once to another server (the failed one is set aside for
+``cooldown_s``); when every server has failed, it waits with exponential backoff and jitter.
+Any other 4xx is the caller's mistake and raised at once with the server's message. A chunk
+lands in the result exactly once, at its own positions, whichever server answered it, so a
+retried chunk is never counted twice. After ``max_attempts`` tries (or ``retry_for_s``
+seconds) the call raises ``RewardServerUnavailable``: a failed call is never silently a
+reward of 0.
 
-    with RewardClient("http://127.0.0.1:8000") as client:
+    with RewardClient(["http://10.0.0.1:8000", "http://10.0.0.2:8000"]) as client:
         out = client.rewards([{"verifier": "math", "response": r, "answer": "42"}])
         out.rewards   # [1.0]
 """
@@ -15,22 +19,31 @@ silently a reward of 0.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
+import threading
+import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     Retrying,
     retry_if_exception,
     stop_after_attempt,
+    stop_after_delay,
+    stop_never,
     wait_exponential,
     wait_random,
 )
 
 __all__ = [
     "AsyncRewardClient",
+    "Endpoints",
     "RewardClient",
     "RewardClientError",
     "RewardRequestError",
@@ -83,7 +96,10 @@ def _check(response: httpx.Response) -> Any:
     return response.json()
 
 
-def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+def _chunks(items: Sequence[Any], size: int, servers: int) -> Iterator[Sequence[Any]]:
+    """At most ``size`` items a chunk, and at least one chunk per server when there are
+    items enough, so that one batch is spread over every server."""
+    size = max(1, min(size, math.ceil(len(items) / servers)))
     for start in range(0, len(items), size):
         yield items[start : start + size]
 
@@ -95,61 +111,166 @@ def _merge(parts: Sequence[dict[str, Any]]) -> Rewards:
     )
 
 
+class Endpoints:
+    """The reward servers a client talks to, handed out round-robin. A server that just
+    failed is set aside for ``cooldown_s``: its chunks fail over to the others at once."""
+
+    def __init__(self, urls: str | Sequence[str], cooldown_s: float = 5.0) -> None:
+        urls = [urls] if isinstance(urls, str) else list(urls)
+        if not urls:
+            raise ValueError("give at least one reward server URL")
+        self.urls = [u.rstrip("/") for u in urls]
+        self.cooldown_s = cooldown_s
+        self._down_until = dict.fromkeys(self.urls, 0.0)
+        self._turn = itertools.cycle(range(len(self.urls)))
+        self._lock = threading.Lock()
+
+    def pick(self, tried: set[str]) -> str:
+        """The next server up that this chunk has not tried in this round; when there is
+        none, the next one in turn (the caller has waited its backoff by then)."""
+        with self._lock:
+            now = time.monotonic()
+            start = next(self._turn)
+            order = [self.urls[(start + k) % len(self.urls)] for k in range(len(self.urls))]
+            for url in order:
+                if url not in tried and self._down_until[url] <= now:
+                    return url
+            for url in order:
+                if url not in tried:
+                    return url
+            return order[0]
+
+    def untried_up(self, tried: set[str]) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            return any(u not in tried and self._down_until[u] <= now for u in self.urls)
+
+    def failed(self, url: str) -> None:
+        with self._lock:
+            self._down_until[url] = time.monotonic() + self.cooldown_s
+
+    def succeeded(self, url: str) -> None:
+        with self._lock:
+            self._down_until[url] = 0.0
+
+
+class _Route:
+    """One chunk's way through the servers: which it tried since it last waited."""
+
+    def __init__(self, endpoints: Endpoints, backoff: Any) -> None:
+        self.endpoints, self.backoff = endpoints, backoff
+        self.tried: set[str] = set()
+
+    def next_url(self) -> str:
+        url = self.endpoints.pick(self.tried)
+        self.tried.add(url)
+        return url
+
+    def wait(self, state: RetryCallState) -> float:
+        """No wait while another server is up and untried; else back off, then a new round."""
+        if self.endpoints.untried_up(self.tried):
+            return 0.0
+        self.tried.clear()
+        return float(self.backoff(state))
+
+
 class _Options:
-    def __init__(self, base_url: str, token: str | None, timeout: float, batch_size: int,
-                 max_attempts: int, backoff_s: float, max_backoff_s: float) -> None:
-        if batch_size < 1 or max_attempts < 1:
+    def __init__(self, base_url: str | Sequence[str], token: str | None, timeout: float,
+                 batch_size: int, max_attempts: int | None, retry_for_s: float | None,
+                 backoff_s: float, max_backoff_s: float, cooldown_s: float) -> None:
+        if batch_size < 1 or (max_attempts is not None and max_attempts < 1):
             raise ValueError("batch_size and max_attempts must be at least 1")
-        self.base_url = base_url.rstrip("/")
+        self.endpoints = Endpoints(base_url, cooldown_s)
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0))
         self.batch_size = batch_size
-        self.retry_kwargs: dict[str, Any] = dict(
-            retry=retry_if_exception(_is_retryable),
-            stop=stop_after_attempt(max_attempts),
-            wait=wait_exponential(multiplier=backoff_s, max=max_backoff_s)
-            + wait_random(0, backoff_s),
-            reraise=True,
-        )
-        self.max_attempts = max_attempts
+        self.backoff = (wait_exponential(multiplier=backoff_s, max=max_backoff_s)
+                        + wait_random(0, backoff_s))
+        stop = stop_after_attempt(max_attempts) if max_attempts is not None else stop_never
+        if retry_for_s is not None:
+            stop = stop | stop_after_delay(retry_for_s)
+        self.stop = stop
+        self.limits = (f"{max_attempts} attempts" if max_attempts is not None else "") + (
+            f"{' or ' if max_attempts is not None else ''}{retry_for_s:g} s"
+            if retry_for_s is not None else "")
+
+    def chunks(self, items: Sequence[Any]) -> list[list[Any]]:
+        return [list(c) for c in _chunks(items, self.batch_size,
+                                         len(self.endpoints.urls))]
+
+    def route(self) -> _Route:
+        return _Route(self.endpoints, self.backoff)
+
+    def retry_kwargs(self, route: _Route) -> dict[str, Any]:
+        return dict(retry=retry_if_exception(_is_retryable), stop=self.stop,
+                    wait=route.wait, reraise=True)
 
     def unavailable(self, path: str, exc: BaseException) -> RewardServerUnavailable:
+        where = ", ".join(self.endpoints.urls)
         return RewardServerUnavailable(
-            f"reward server at {self.base_url} failed {path} after {self.max_attempts} "
-            f"attempts: {type(exc).__name__}: {exc}"
+            f"reward server at {where} failed {path} after {self.limits}: "
+            f"{type(exc).__name__}: {exc}"
         )
+
+
+_CLIENT_ARGS = """
+    ``base_url``: one server URL or several (the batch is spread over them, with failover).
+    ``max_attempts``/``retry_for_s``: give up after that many tries of a chunk, or after
+    that long, whichever comes first (None: no limit of that kind).
+"""
 
 
 class RewardClient:
-    """Blocking client; one connection pool, reused across calls."""
+    """Blocking client; one connection pool, reused across calls; a batch's chunks go out
+    concurrently on at most ``max_concurrency`` threads.""" + _CLIENT_ARGS
 
-    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 120.0,
-                 batch_size: int = 512, max_attempts: int = 5, backoff_s: float = 0.5,
-                 max_backoff_s: float = 10.0, transport: httpx.BaseTransport | None = None
+    def __init__(self, base_url: str | Sequence[str], *, token: str | None = None,
+                 timeout: float = 120.0, batch_size: int = 512,
+                 max_attempts: int | None = 5, retry_for_s: float | None = None,
+                 backoff_s: float = 0.5, max_backoff_s: float = 10.0, cooldown_s: float = 5.0,
+                 max_concurrency: int = 8, transport: httpx.BaseTransport | None = None
                  ) -> None:
-        self._o = _Options(base_url, token, timeout, batch_size, max_attempts, backoff_s,
-                           max_backoff_s)
-        self._http = httpx.Client(base_url=self._o.base_url, headers=self._o.headers,
-                                  timeout=self._o.timeout, transport=transport)
+        self._o = _Options(base_url, token, timeout, batch_size, max_attempts, retry_for_s,
+                           backoff_s, max_backoff_s, cooldown_s)
+        self._http = httpx.Client(headers=self._o.headers, timeout=self._o.timeout,
+                                  transport=transport)
+        self._threads = ThreadPoolExecutor(max_concurrency, thread_name_prefix="reward-client")
+
+    @property
+    def urls(self) -> list[str]:
+        return self._o.endpoints.urls
 
     def _request(self, method: str, path: str, json: Any = None) -> Any:
+        route = self._o.route()
         try:
-            for attempt in Retrying(**self._o.retry_kwargs):
+            for attempt in Retrying(**self._o.retry_kwargs(route)):
                 with attempt:
-                    return _check(self._http.request(method, path, json=json))
+                    url = route.next_url()
+                    try:
+                        out = _check(self._http.request(method, url + path, json=json))
+                    except (_Retryable, httpx.TransportError):
+                        self._o.endpoints.failed(url)
+                        raise
+                    self._o.endpoints.succeeded(url)
+                    return out
         except (_Retryable, httpx.TransportError) as exc:
             raise self._o.unavailable(path, exc) from exc
 
+    def _scatter(self, path: str, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        chunks = self._o.chunks(items)
+        if len(chunks) == 1:
+            return [self._request("POST", path, {"items": chunks[0]})]
+        futures = [self._threads.submit(self._request, "POST", path, {"items": chunk})
+                   for chunk in chunks]
+        return [f.result() for f in futures]
+
     def rewards(self, items: Sequence[dict[str, Any]]) -> Rewards:
         """Score a mixed batch; each item names its ``verifier``."""
-        parts = [self._request("POST", "/v1/rewards", {"items": list(chunk)})
-                 for chunk in _chunks(items, self._o.batch_size)]
-        return _merge(parts)
+        return _merge(self._scatter("/v1/rewards", items))
 
     def verify(self, verifier: str, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [r for chunk in _chunks(items, self._o.batch_size)
-                for r in self._request("POST", f"/v1/verify/{verifier}",
-                                       {"items": list(chunk)})["results"]]
+        return [r for part in self._scatter(f"/v1/verify/{verifier}", items)
+                for r in part["results"]]
 
     def verifiers(self) -> list[dict[str, Any]]:
         return self._request("GET", "/v1/verifiers")["verifiers"]
@@ -158,6 +279,7 @@ class RewardClient:
         return self._request("GET", "/healthz")
 
     def close(self) -> None:
+        self._threads.shutdown(wait=True, cancel_futures=True)
         self._http.close()
 
     def __enter__(self) -> RewardClient:
@@ -168,41 +290,56 @@ class RewardClient:
 
 
 class AsyncRewardClient:
-    """asyncio client; a batch's chunks go out concurrently, at most ``max_concurrency``."""
+    """asyncio client; a batch's chunks go out concurrently, at most ``max_concurrency``.
+    """ + _CLIENT_ARGS
 
-    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 120.0,
-                 batch_size: int = 512, max_attempts: int = 5, backoff_s: float = 0.5,
-                 max_backoff_s: float = 10.0, max_concurrency: int = 8,
+    def __init__(self, base_url: str | Sequence[str], *, token: str | None = None,
+                 timeout: float = 120.0, batch_size: int = 512,
+                 max_attempts: int | None = 5, retry_for_s: float | None = None,
+                 backoff_s: float = 0.5, max_backoff_s: float = 10.0, cooldown_s: float = 5.0,
+                 max_concurrency: int = 8,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self._o = _Options(base_url, token, timeout, batch_size, max_attempts, backoff_s,
-                           max_backoff_s)
-        self._http = httpx.AsyncClient(base_url=self._o.base_url, headers=self._o.headers,
-                                       timeout=self._o.timeout, transport=transport)
+        self._o = _Options(base_url, token, timeout, batch_size, max_attempts, retry_for_s,
+                           backoff_s, max_backoff_s, cooldown_s)
+        self._http = httpx.AsyncClient(headers=self._o.headers, timeout=self._o.timeout,
+                                       transport=transport)
         self._slots = asyncio.Semaphore(max_concurrency)
 
+    @property
+    def urls(self) -> list[str]:
+        return self._o.endpoints.urls
+
     async def _request(self, method: str, path: str, json: Any = None) -> Any:
+        route = self._o.route()
         async with self._slots:
             try:
-                async for attempt in AsyncRetrying(**self._o.retry_kwargs):
+                async for attempt in AsyncRetrying(**self._o.retry_kwargs(route)):
                     with attempt:
-                        return _check(await self._http.request(method, path, json=json))
+                        url = route.next_url()
+                        try:
+                            response = await self._http.request(method, url + path, json=json)
+                            out = _check(response)
+                        except (_Retryable, httpx.TransportError):
+                            self._o.endpoints.failed(url)
+                            raise
+                        self._o.endpoints.succeeded(url)
+                        return out
             except (_Retryable, httpx.TransportError) as exc:
                 raise self._o.unavailable(path, exc) from exc
 
+    async def _scatter(self, path: str, items: Sequence[dict[str, Any]]
+                       ) -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(
+            self._request("POST", path, {"items": chunk}) for chunk in self._o.chunks(items)
+        )))
+
     async def rewards(self, items: Sequence[dict[str, Any]]) -> Rewards:
-        parts = await asyncio.gather(*(
-            self._request("POST", "/v1/rewards", {"items": list(chunk)})
-            for chunk in _chunks(items, self._o.batch_size)
-        ))
-        return _merge(parts)
+        return _merge(await self._scatter("/v1/rewards", items))
 
     async def verify(self, verifier: str, items: Sequence[dict[str, Any]]
                      ) -> list[dict[str, Any]]:
-        parts = await asyncio.gather(*(
-            self._request("POST", f"/v1/verify/{verifier}", {"items": list(chunk)})
-            for chunk in _chunks(items, self._o.batch_size)
-        ))
-        return [r for part in parts for r in part["results"]]
+        return [r for part in await self._scatter(f"/v1/verify/{verifier}", items)
+                for r in part["results"]]
 
     async def verifiers(self) -> list[dict[str, Any]]:
         return (await self._request("GET", "/v1/verifiers"))["verifiers"]

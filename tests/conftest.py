@@ -33,9 +33,11 @@ class ServerProcess:
 
 @contextmanager
 def run_server(tmp_path: Path, env: dict[str, str] | None = None,
-               args: list[str] | None = None, startup_s: float = 60) -> Iterator[ServerProcess]:
-    """Start ``reward-server`` on a free loopback port; stop it (and its workers) after."""
-    port = free_port()
+               args: list[str] | None = None, startup_s: float = 60,
+               port: int | None = None) -> Iterator[ServerProcess]:
+    """Start ``reward-server`` on a loopback port (a free one unless given); stop it (and its
+    workers) after."""
+    port = port or free_port()
     tmp_path.mkdir(parents=True, exist_ok=True)
     log = tmp_path / f"server-{port}.log"
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("REWARD_SERVER_")}

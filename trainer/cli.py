@@ -11,6 +11,7 @@ sharded over ranks, the G completions of a prompt kept on one rank.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -34,7 +35,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="grpo-train", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_options_help())
     ap.add_argument("--config", type=Path, help="YAML file of options (see below)")
-    ap.add_argument("--reward-url", help="the reward server (overrides reward_url)")
+    ap.add_argument("--reward-url", help="the reward server, or several separated by commas "
+                    "(overrides reward_url)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one option; repeatable; values are YAML")
     ap.add_argument("--resume", action="store_true",
@@ -45,8 +47,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     overrides = list(args.set)
-    if args.reward_url:
-        overrides.append(f"reward_url={args.reward_url}")
+    if args.reward_url is not None:
+        urls = [u.strip() for u in args.reward_url.split(",") if u.strip()]
+        if not urls:
+            print("grpo-train: --reward-url: give at least one URL", file=sys.stderr)
+            return 2
+        overrides.append(f"reward_url={json.dumps(urls if len(urls) > 1 else urls[0])}")
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:
@@ -79,15 +85,18 @@ def main(argv: list[str] | None = None) -> int:
         except (FileNotFoundError, ValueError, RuntimeError) as exc:
             print(f"grpo-train: {exc}", file=sys.stderr)
             return 2
-        client = RewardClient(config.reward_url, token=config.reward_token,
-                              timeout=config.reward_timeout_s,
-                              batch_size=config.reward_batch_size,
-                              max_attempts=config.reward_max_attempts)
-        try:
-            client.health()
+        try:  # a wrong URL fails in seconds; an outage mid-run is waited out (retry_for_s)
+            with RewardClient(config.reward_url, token=config.reward_token,
+                              max_attempts=3) as probe:
+                probe.health()
         except RewardClientError as exc:
             print(f"grpo-train: reward server unavailable: {exc}", file=sys.stderr)
             return 3
+        client = RewardClient(config.reward_url, token=config.reward_token,
+                              timeout=config.reward_timeout_s,
+                              batch_size=config.reward_batch_size,
+                              max_attempts=config.reward_max_attempts,
+                              retry_for_s=config.reward_retry_for_s)
         trainer = GRPOTrainer(model, tokenizer, train_rows, config, client, eval_rows)
         if args.resume:
             last = checkpoint.latest_checkpoint(Path(config.output_dir))
@@ -100,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             trainer.train()
         except RewardClientError as exc:
-            print(f"grpo-train: stopped at step {trainer.step}: {exc}; the last checkpoint is "
-                  f"in {config.output_dir} (continue with --resume)", file=sys.stderr)
+            print(f"grpo-train: stopped at step {trainer.step}: {exc}; a checkpoint of step "
+                  f"{trainer.step} is in {config.output_dir} (continue with --resume)",
+                  file=sys.stderr)
             return 3
         finally:
             client.close()

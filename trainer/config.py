@@ -41,13 +41,20 @@ class GRPOConfig(BaseModel):
     output_dir: str = "runs/grpo"
 
     # --- rewards ----------------------------------------------------------------------------
-    reward_url: str = "http://127.0.0.1:8000"
+    reward_url: str | list[str] = Field(
+        "http://127.0.0.1:8000", description="One reward server URL, or a list: each batch is "
+        "spread over them, and a dead one's share fails over to the others.")
     reward_token: str | None = None
     rewards: list[RewardSpec] = Field(
         default_factory=lambda: [RewardSpec(verifier="math", params={"extract": "last_number"})])
     reward_batch_size: int = Field(256, ge=1, description="Items per reward request.")
     reward_timeout_s: float = Field(120.0, gt=0)
-    reward_max_attempts: int = Field(5, ge=1, description="Then the step fails, loudly.")
+    reward_max_attempts: int | None = Field(
+        None, ge=1, description="Tries per reward request (null: limited by reward_retry_for_s "
+        "only).")
+    reward_retry_for_s: float = Field(
+        600.0, gt=0, description="How long a step waits for a reward server to come back "
+        "(restarts, rolling deploys); then training stops with a checkpoint, loudly.")
 
     # --- sampling ---------------------------------------------------------------------------
     max_steps: int = Field(20, ge=1)

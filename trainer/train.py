@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
-from reward_server.client import RewardClient
+from reward_server.client import RewardClient, RewardClientError
 from trainer import checkpoint
 from trainer.advantages import group_advantages
 from trainer.config import GRPOConfig
@@ -350,7 +350,15 @@ class GRPOTrainer:
                 logger.log(0, first)
                 logger.write(f"step 0: held-out accuracy {first['eval/accuracy']:.3f}")
             while self.step < c.max_steps:
-                metrics = self.training_step()
+                position = self.stream.position
+                try:
+                    metrics = self.training_step()
+                except RewardClientError:
+                    # No update was made (rewards come first): keep the work so far, and let
+                    # --resume draw this step's prompts again.
+                    self.stream.position = position
+                    self.save()
+                    raise
                 last = self.step == c.max_steps
                 if self.eval_rows and (last or (c.eval_every and self.step % c.eval_every == 0)):
                     metrics.update(self.evaluate())
