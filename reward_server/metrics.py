@@ -31,6 +31,12 @@ TIMEOUTS = Counter("reward_timeouts_total", "Items that ran past their time limi
 CACHE_HITS = Counter(
     "reward_cache_hits_total", "Items answered from the result cache", ["verifier"]
 )
+WORKER_CRASHES = Counter(
+    "reward_worker_crashes_total", "Checker processes that died under a task (then replaced)"
+)
+POOL_REBUILDS = Counter(
+    "reward_pool_rebuilds_total", "Checker pools rebuilt after a broken pool or a lost task"
+)
 CACHE_MISSES = Counter("reward_cache_misses_total", "Items computed afresh", ["verifier"])
 
 

@@ -3,19 +3,38 @@
 CPU-bound checks (SymPy) cannot be interrupted from inside: ``signal.alarm`` only works on
 the main thread and a C loop ignores it. Pebble's pool kills the one worker whose task ran
 past its timeout and starts a replacement, leaving the other workers and their tasks alone.
+A worker that dies under a task (the OOM killer, an operator's kill) is replaced the same
+way, and the task is run once more: only a task that kills its worker twice is reported as
+``crashed``.
+
+Pebble does not survive every death: a worker killed between tasks can make it declare the
+whole pool broken, one killed after taking a task but before acknowledging it loses that
+task (its future never completes), and one killed holding the queue's lock stalls the rest.
+So at most ``QUEUED_PER_WORKER`` tasks per worker are handed to pebble at a time, which
+bounds how long a task can legitimately take; a task past that watchdog, or a pool pebble
+calls broken, gets the pool rebuilt, and the tasks that were in it are run again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import resource
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Literal, NamedTuple
 
 from pebble import ProcessExpired, ProcessPool
 
-Outcome = Literal["ok", "timeout", "memory", "crashed"]
+from reward_server.metrics import POOL_REBUILDS, WORKER_CRASHES
+
+# "died" and "lost" are retried inside ``run`` and never returned.
+Outcome = Literal["ok", "timeout", "memory", "crashed", "died", "lost"]
+_MAX_LOSSES = 5
+QUEUED_PER_WORKER = 4
+_WORKER_START_S = 15.0
 
 
 class TaskResult(NamedTuple):
@@ -38,30 +57,90 @@ class TimeoutPool:
         memory_mb: int,
         warm_up: Callable[[], None] | None = None,
         max_tasks_per_worker: int = 10_000,
+        retries_on_crash: int = 1,
     ) -> None:
-        self._pool = ProcessPool(
+        self.retries_on_crash = retries_on_crash
+        self.crashes = 0  # workers that died under a task, since start
+        self._slots = asyncio.Semaphore(workers * QUEUED_PER_WORKER)
+        self._new_pool = lambda: ProcessPool(
             max_workers=workers,
             max_tasks=max_tasks_per_worker,  # recycle: SymPy caches grow without bound
             initializer=_init_worker,
             initargs=(memory_mb, warm_up),
         )
+        self._pool = self._new_pool()
+
+    def _rebuild(self, broken: ProcessPool) -> None:
+        """Swap in a fresh pool (once per break) and stop the broken one off the loop."""
+        if self._pool is broken:
+            self._pool = self._new_pool()
+            POOL_REBUILDS.inc()
+            threading.Thread(target=_stop, args=(broken,), daemon=True).start()
+
+    def _schedule(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float
+                  ) -> tuple[ProcessPool, Future[Any]]:
+        pool = self._pool
+        try:
+            return pool, pool.schedule(fn, args=args, timeout=timeout)
+        except RuntimeError:  # pebble marked the pool broken
+            self._rebuild(pool)
+            return self._pool, self._pool.schedule(fn, args=args, timeout=timeout)
 
     async def run(self, fn: Callable[..., Any], *args: Any, timeout: float) -> TaskResult:
-        future = self._pool.schedule(fn, args=args, timeout=timeout)
+        deaths = losses = 0
+        while True:
+            result = await self._run_once(fn, args, timeout)
+            if result.outcome == "died" and deaths < self.retries_on_crash:
+                deaths += 1  # perhaps the task's own doing: once more only
+            elif result.outcome == "lost" and losses < _MAX_LOSSES:
+                losses += 1  # the pool broke under it: not the task's doing
+            elif result.outcome in ("died", "lost"):
+                return result._replace(outcome="crashed")
+            else:
+                return result
+
+    async def _run_once(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float
+                        ) -> TaskResult:
+        async with self._slots:
+            pool, future = self._schedule(fn, args, timeout)
+            return await self._await(pool, future, timeout)
+
+    async def _await(self, pool: ProcessPool, future: Future[Any], timeout: float
+                     ) -> TaskResult:
+        waiting = asyncio.wrap_future(future)
         try:
-            return TaskResult("ok", await asyncio.wrap_future(future), None)
+            # ahead of this task: at most QUEUED_PER_WORKER tasks a worker, each killed at
+            # ``timeout``; plus a replacement worker's start
+            done, _ = await asyncio.wait({waiting}, timeout=timeout * (QUEUED_PER_WORKER + 1)
+                                         + _WORKER_START_S)
+            if not done:
+                future.cancel()
+                self._rebuild(pool)
+                return TaskResult("lost", None, "the task vanished from the worker pool")
+            return TaskResult("ok", waiting.result(), None)
         except FutureTimeout:
             return TaskResult("timeout", None, f"exceeded {timeout:g} s; worker killed")
         except MemoryError:
             return TaskResult("memory", None, "exceeded the worker memory cap")
+        except BrokenProcessPool:
+            return TaskResult("lost", None, "the worker pool broke")
         except ProcessExpired as exc:
-            return TaskResult("crashed", None, f"worker died (exit code {exc.exitcode})")
+            self.crashes += 1
+            WORKER_CRASHES.inc()
+            return TaskResult("died", None, f"worker died (exit code {exc.exitcode})")
         except Exception as exc:  # a bug in the task: report it on the item, keep the batch
             return TaskResult("crashed", None, f"{type(exc).__name__}: {exc}"[:200])
         except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and not task.cancelling():  # a rebuild stopped the old pool
+                return TaskResult("lost", None, "the worker pool was rebuilt")
             future.cancel()  # pebble stops the worker running a cancelled task
             raise
 
     def close(self) -> None:
-        self._pool.stop()
-        self._pool.join(timeout=5)
+        _stop(self._pool)
+
+
+def _stop(pool: ProcessPool) -> None:
+    pool.stop()
+    pool.join(timeout=5)

@@ -1,0 +1,69 @@
+"""Math checker processes killed from outside (the OOM killer, an operator) while a batch is
+being scored: each is replaced, its task runs again, and the batch completes with every
+verdict right; nothing is blamed on the response."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+from reward_server.client import RewardClient
+from tests.conftest import run_server
+
+
+def _workers(server_pid: int) -> list[psutil.Process]:
+    """The forked checker processes (same command line as the server; the resource tracker
+    and other helpers have their own)."""
+    parent = psutil.Process(server_pid)
+    return [c for c in parent.children() if c.cmdline() == parent.cmdline()]
+
+
+def test_killed_math_workers_are_replaced_and_the_batch_completes(tmp_path: Path) -> None:
+    n = 4000
+    items = [{"verifier": "math", "response": f"\\boxed{{\\frac{{{i}}}{{{i + 2}}}}}",
+              "answer": f"{i}/{i + 2}" if i % 3 else "-1"} for i in range(n)]
+    expected = [0.0 if i % 3 == 0 else 1.0 for i in range(n)]
+    env = {"REWARD_SERVER_CACHE_SIZE": "0", "REWARD_SERVER_MATH_WORKERS": "2"}
+    with run_server(tmp_path, env=env) as srv:
+        with RewardClient(srv.url) as client:  # pebble starts its workers on first use
+            assert client.rewards(items[:30]).rewards == expected[:30]
+        assert len(_workers(srv.proc.pid)) == 2
+        out: dict[str, object] = {}
+
+        def score() -> None:
+            with RewardClient(srv.url, batch_size=n) as client:
+                out["result"] = client.rewards(items)
+
+        caller = threading.Thread(target=score)
+        caller.start()
+        killed: set[int] = set()
+        while caller.is_alive() and len(killed) < 4:
+            time.sleep(0.3)
+            for worker in _workers(srv.proc.pid)[:1]:
+                if worker.pid not in killed:
+                    worker.kill()
+                    killed.add(worker.pid)
+        caller.join(timeout=300)
+        assert len(killed) >= 2, "the batch finished before the workers could be killed"
+
+        result = out["result"]
+        assert result.rewards == expected  # type: ignore[attr-defined]
+        statuses = {r["status"] for r in result.results}  # type: ignore[attr-defined]
+        assert statuses == {"ok"}, statuses
+
+        deadline = time.monotonic() + 30  # replacements are up, none of the killed is
+        while len(_workers(srv.proc.pid)) != 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        now = {p.pid for p in _workers(srv.proc.pid)}
+        assert len(now) == 2 and not now & killed
+        metrics = httpx.get(f"{srv.url}/metrics", timeout=10).text
+        noticed = sum(float(line.split()[1]) for line in metrics.splitlines()
+                      if line.startswith(("reward_worker_crashes_total ",
+                                          "reward_pool_rebuilds_total ")))
+        assert noticed >= 1  # each death shows as a crash (task retried) or a pool rebuild
+        with RewardClient(srv.url) as client:
+            assert client.rewards(items[:30]).rewards == expected[:30]
