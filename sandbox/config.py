@@ -10,7 +10,9 @@ from dataclasses import dataclass
 class SandboxConfig:
     image: str = "verifiable-rewards-sandbox:latest"
     docker_host: str | None = None  # None: DOCKER_HOST or the local socket
-    pool_size: int = 4  # warm containers; executions run in parallel up to this
+    docker_hosts: tuple[str, ...] = ()  # several engines; overrides docker_host
+    health_interval_s: float = 5.0  # how often an engine with containers is pinged
+    pool_size: int = 4  # warm containers per engine; executions run in parallel up to this
     max_uses: int = 200  # a container is replaced after this many executions
     # Per-container limits (the backstop for every process inside)
     memory_mb: int = 1024  # no swap: memory-swap is set to the same value

@@ -7,6 +7,12 @@ pool full. Every container carries two labels: one that marks it ours, and the o
 pid and process start time) so that the next server on this host can remove what a crashed
 predecessor left behind. On shutdown the pool removes its own.
 
+One ``ContainerPool`` serves one Docker engine. ``EnginePool`` puts several engines (a list
+of DOCKER_HOSTs) behind one acquire/release: their containers share one idle queue, so an
+execution takes whichever engine's container is free first and capacity adds up across
+machines. The maintainer pings its engine; when the engine goes away, that pool drops its
+containers and reports itself unavailable until the engine is back, and the others carry on.
+
 The Docker SDK is blocking; its calls run on a dedicated thread pool.
 """
 
@@ -62,10 +68,11 @@ def owner_is_alive(owner: str) -> bool:
     return _start_time(int(pid)) == started
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity
 class PooledContainer:
     container: Any  # docker.models.containers.Container
     channel: Channel
+    pool: ContainerPool
     uses: int = 0
     id: str = field(init=False)
 
@@ -74,13 +81,19 @@ class PooledContainer:
 
 
 class ContainerPool:
-    def __init__(self, config: SandboxConfig) -> None:
+    """The warm containers on one engine (``docker_host``; None: DOCKER_HOST or the local
+    socket), put into ``idle`` (shared when several engines serve one server)."""
+
+    def __init__(self, config: SandboxConfig, docker_host: str | None = None,
+                 idle: asyncio.Queue[PooledContainer] | None = None) -> None:
         self.config = config
+        self.docker_host = docker_host
         self.owner = owner_id()
         self._threads = ThreadPoolExecutor(max_workers=config.pool_size + 4,
                                            thread_name_prefix="sandbox")
         self._client: docker.DockerClient | None = None
-        self._idle: asyncio.Queue[PooledContainer] = asyncio.Queue()
+        self._idle: asyncio.Queue[PooledContainer] = idle if idle is not None else asyncio.Queue()
+        self._mine: set[PooledContainer] = set()  # live containers of this engine, idle or busy
         self._live = 0  # idle + busy + being created
         self._wake = asyncio.Event()
         self._maintainer: asyncio.Task[None] | None = None
@@ -103,13 +116,15 @@ class ContainerPool:
         await self._connect(first=True)
         self._maintainer = asyncio.create_task(self._maintain(), name="sandbox-pool")
 
+    def _new_client(self) -> docker.DockerClient:
+        if self.docker_host:
+            return docker.DockerClient(base_url=self.docker_host, timeout=30)
+        return docker.from_env(timeout=30)
+
     async def _connect(self, first: bool = False) -> bool:
         try:
             if self._client is None:
-                kwargs = {"base_url": self.config.docker_host} if self.config.docker_host else {}
-                self._client = await self._call(
-                    lambda: docker.DockerClient(**kwargs, timeout=30) if kwargs
-                    else docker.from_env(timeout=30))
+                self._client = await self._call(self._new_client)
             await self._call(self._client.ping)
         except (DockerException, OSError) as exc:
             self._client = None
@@ -124,7 +139,8 @@ class ContainerPool:
         except (DockerException, OSError) as exc:
             self.unavailable_reason = f"Docker engine error ({exc}); {ENGINE_HINT}"
             return False
-        await self._reap_orphans(include_own=first)
+        # first start, or back after an outage: whatever we had there is gone or stale
+        await self._reap_orphans(include_own=first or not self._mine)
         self.unavailable_reason = None  # requests now wait for the containers being made
         return True
 
@@ -149,6 +165,11 @@ class ContainerPool:
             self._maintainer.cancel()
             await asyncio.gather(self._maintainer, return_exceptions=True)
         await asyncio.gather(*self._background, return_exceptions=True)
+        if self._client is None:  # lost it; the engine may be back with our old containers
+            try:
+                self._client = await self._call(self._new_client)
+            except (DockerException, OSError):
+                pass
         if self._client is not None:
             try:
                 mine = await self._call(self._client.containers.list, all=True,
@@ -160,29 +181,18 @@ class ContainerPool:
 
     # --- borrowing ----------------------------------------------------------------------------
 
-    async def acquire(self) -> PooledContainer:
-        try:
-            return self._idle.get_nowait()
-        except asyncio.QueueEmpty:
-            pass
-        if self.unavailable_reason is not None and self._live == 0:
-            raise SandboxUnavailable(self.unavailable_reason)
-        try:
-            return await asyncio.wait_for(self._idle.get(), self.config.acquire_timeout_s)
-        except TimeoutError:
-            reason = self.unavailable_reason or "all containers stayed busy"
-            raise SandboxUnavailable(
-                f"no sandbox container within {self.config.acquire_timeout_s:g} s: {reason}"
-            ) from None
-
     def release(self, pooled: PooledContainer, healthy: bool) -> None:
         pooled.uses += 1
-        if healthy and pooled.uses < self.config.max_uses and not self._closing:
+        if (healthy and pooled.uses < self.config.max_uses and not self._closing
+                and pooled in self._mine):
             self._idle.put_nowait(pooled)
             return
         self._discard(pooled)
 
     def _discard(self, pooled: PooledContainer) -> None:
+        if pooled not in self._mine:
+            return  # already dropped with its engine
+        self._mine.discard(pooled)
         pooled.channel.close()
         self._live -= 1
         self._wake.set()
@@ -213,6 +223,7 @@ class ContainerPool:
                 self._live -= len(failures)
                 for pooled in results:
                     if isinstance(pooled, PooledContainer):
+                        self._mine.add(pooled)
                         self._idle.put_nowait(pooled)
                 if failures:
                     error = failures[0]
@@ -228,7 +239,39 @@ class ContainerPool:
                     continue
                 self.unavailable_reason = None
                 backoff = 1.0
-            await self._sleep(None)
+            await self._sleep(self.config.health_interval_s)
+            if self._mine and not await self.engine_alive():
+                self.engine_lost()
+
+    async def engine_alive(self) -> bool:
+        if self._client is None:
+            return False
+        try:
+            await self._call(self._client.ping)
+            return True
+        except (DockerException, OSError):
+            return False
+
+    def engine_lost(self) -> None:
+        """The engine went away: its containers with it. Drop them (idle ones leave the
+        shared queue), report unavailable, and let the maintainer reconnect."""
+        if self._client is None:
+            return
+        log.warning("sandbox: Docker engine %s is gone", self.docker_host or "(default)")
+        self.unavailable_reason = f"Docker engine not reachable; {ENGINE_HINT}"
+        keep = []
+        while not self._idle.empty():
+            pooled = self._idle.get_nowait()
+            if pooled.pool is not self:
+                keep.append(pooled)
+        for pooled in keep:
+            self._idle.put_nowait(pooled)
+        for pooled in list(self._mine):
+            pooled.channel.close()
+        self._live -= len(self._mine)
+        self._mine.clear()
+        self._client = None
+        self._wake.set()
 
     async def _sleep(self, seconds: float | None) -> None:
         self._wake.clear()
@@ -274,7 +317,7 @@ class ContainerPool:
         except (DockerException, OSError, ChannelClosed, ChannelTimeout, SandboxUnavailable):
             await self._remove(container)
             raise
-        return PooledContainer(container, channel)
+        return PooledContainer(container, channel, self)
 
     async def _remove(self, container: Any) -> None:
         try:
@@ -289,6 +332,70 @@ class ContainerPool:
     @property
     def live(self) -> int:
         return self._live
+
+    @property
+    def idle(self) -> int:
+        return self._idle.qsize()
+
+
+class EnginePool:
+    """Several engines behind one acquire/release (see the module docstring)."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        hosts = config.docker_hosts or (config.docker_host,)
+        self._idle: asyncio.Queue[PooledContainer] = asyncio.Queue()
+        self.pools = [ContainerPool(config, host, self._idle) for host in hosts]
+
+    async def start(self) -> None:
+        await asyncio.gather(*(p.start() for p in self.pools))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(p.close() for p in self.pools))
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        """None while any engine can serve; else every engine's reason."""
+        reasons = [p.unavailable_reason for p in self.pools]
+        if any(r is None for r in reasons):
+            return None
+        if len(self.pools) == 1:
+            return reasons[0]
+        return "; ".join(f"{p.docker_host}: {r}" for p, r in zip(self.pools, reasons, strict=True))
+
+    async def acquire(self) -> PooledContainer:
+        try:
+            return self._idle.get_nowait()
+        except asyncio.QueueEmpty:
+            pass
+        if self.unavailable_reason is not None and self.live == 0:
+            raise SandboxUnavailable(self.unavailable_reason)
+        try:
+            return await asyncio.wait_for(self._idle.get(), self.config.acquire_timeout_s)
+        except TimeoutError:
+            reason = self.unavailable_reason or "all containers stayed busy"
+            raise SandboxUnavailable(
+                f"no sandbox container within {self.config.acquire_timeout_s:g} s: {reason}"
+            ) from None
+
+    def release(self, pooled: PooledContainer, healthy: bool) -> None:
+        pooled.pool.release(pooled, healthy)
+
+    async def request(self, pooled: PooledContainer, message: dict[str, Any],
+                      timeout_s: float) -> dict[str, Any]:
+        return await pooled.pool.request(pooled, message, timeout_s)
+
+    async def container_lost(self, pooled: PooledContainer) -> bool:
+        """A container's channel closed under a run: True when its engine is gone too (an
+        outage, not the program's doing); that engine's containers are then dropped."""
+        if await pooled.pool.engine_alive():
+            return False
+        pooled.pool.engine_lost()
+        return True
+
+    @property
+    def live(self) -> int:
+        return sum(p.live for p in self.pools)
 
     @property
     def idle(self) -> int:

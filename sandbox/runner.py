@@ -7,12 +7,13 @@ import ast
 import logging
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from sandbox.channel import ChannelClosed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
 from sandbox.languages import LANGUAGES
-from sandbox.pool import ContainerPool
+from sandbox.pool import EnginePool, PooledContainer
 
 log = logging.getLogger("sandbox.runner")
 
@@ -79,7 +80,7 @@ def count_assertion_tests(test_code: str) -> int:
 class Sandbox:
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig()
-        self.pool = ContainerPool(self.config)
+        self.pool = EnginePool(self.config)
 
     async def start(self) -> None:
         await self.pool.start()
@@ -120,26 +121,36 @@ class Sandbox:
         if ex.language not in LANGUAGES:
             raise ValueError(f"unknown language {ex.language!r}")
         job, count, budget = self._job(ex)
-        pooled = await self.pool.acquire()
-        try:
-            reply = await self.pool.request(pooled, job, budget)
-        except ChannelTimeout:
-            self.pool.release(pooled, healthy=False)
-            return ExecutionResult("ok", [
-                TestResult("timeout", budget * 1000,
-                           f"the execution ran past its wall-clock budget of {budget:.1f} s")
-                for _ in range(count)])
-        except ChannelClosed as exc:
-            # The harness is PID 1, which nothing inside can kill: the container died under
-            # us (memory backstop, engine trouble). A failed run, not an outage.
-            log.warning("sandbox container %s died: %s", pooled.id, exc)
-            self.pool.release(pooled, healthy=False)
-            return ExecutionResult("ok", [
-                TestResult("runtime_error", 0.0, "the sandbox container died during the run")
-                for _ in range(count)])
-        except BaseException:
-            self.pool.release(pooled, healthy=False)
-            raise
+        for _ in range(len(self.pool.pools) + 1):
+            pooled = await self.pool.acquire()
+            try:
+                reply = await self.pool.request(pooled, job, budget)
+            except ChannelClosed as exc:
+                if not await self.pool.container_lost(pooled):
+                    return self._died(pooled, exc, count)
+                continue  # its engine went away: run on another engine, if one is left
+            except ChannelTimeout:
+                self.pool.release(pooled, healthy=False)
+                return ExecutionResult("ok", [
+                    TestResult("timeout", budget * 1000,
+                               f"the execution ran past its wall-clock budget of {budget:.1f} s")
+                    for _ in range(count)])
+            except BaseException:
+                self.pool.release(pooled, healthy=False)
+                raise
+            return self._result(pooled, reply)
+        raise SandboxUnavailable(self.pool.unavailable_reason or "Docker engines went away")
+
+    def _died(self, pooled: PooledContainer, exc: Exception, count: int) -> ExecutionResult:
+        # The harness is PID 1, which nothing inside can kill, and the engine is up: the
+        # container died under us (the memory backstop). A failed run, not an outage.
+        log.warning("sandbox container %s died: %s", pooled.id, exc)
+        self.pool.release(pooled, healthy=False)
+        return ExecutionResult("ok", [
+            TestResult("runtime_error", 0.0, "the sandbox container died during the run")
+            for _ in range(count)])
+
+    def _result(self, pooled: PooledContainer, reply: dict[str, Any]) -> ExecutionResult:
         result = ExecutionResult(
             status=reply.get("status", "harness_error"),
             detail=reply.get("detail"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -123,9 +124,10 @@ def sandbox_containers(owner_pid: int | None = None) -> list[dict[str, str]]:
 
 def wait_for_sandbox(url: str, timeout_s: float = 120) -> None:
     """Until a trivial code item runs (the pool fills in the background after start)."""
-    item = {"response": "print(1)", "tests": [{"input": "", "output": "1"}]}
     deadline = time.monotonic() + timeout_s
-    while True:
+    while True:  # a fresh item each time, never answered from the result cache
+        token = str(random.getrandbits(64))
+        item = {"response": "print(input())", "tests": [{"input": token, "output": token}]}
         r = httpx.post(f"{url}/v1/verify/code", json={"items": [item]}, timeout=60)
         result = r.json()["results"][0]
         if result["status"] == "ok" and result["score"] == 1.0:
@@ -133,3 +135,22 @@ def wait_for_sandbox(url: str, timeout_s: float = 120) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"sandbox never became ready: {result}")
         time.sleep(0.5)
+
+
+@pytest.fixture(scope="session")
+def extra_engine(docker_ready: None, tmp_path_factory: pytest.TempPathFactory):
+    """A second Docker engine with the sandbox image (see tests/extra_engine.py)."""
+    from tests.extra_engine import ExtraEngine
+
+    # a short path: unix socket paths are limited to 108 bytes
+    engine = ExtraEngine(Path("/tmp") / f"vr-engine-{os.getpid()}")
+    try:
+        engine.start()
+        engine.load_image()
+    except (RuntimeError, OSError) as exc:
+        engine.destroy()
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"could not start a second Docker engine: {exc}")
+        pytest.skip(f"could not start a second Docker engine: {exc}")
+    yield engine
+    engine.destroy()

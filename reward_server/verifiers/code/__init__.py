@@ -14,10 +14,10 @@ import hashlib
 import json
 import time
 from collections.abc import Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from reward_server import metrics
 from reward_server.cache import ResultCache
@@ -41,6 +41,9 @@ class SandboxSettings(BaseSettings):
                                       extra="ignore")
     image: str = SandboxConfig.image
     docker_host: str | None = None
+    docker_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Several Docker engines, comma-separated "
+        "(unix:///var/run/docker.sock,tcp://10.0.0.2:2376): pool_size containers on each.")
     pool_size: int = Field(SandboxConfig.pool_size, ge=1)
     max_uses: int = Field(SandboxConfig.max_uses, ge=1)
     memory_mb: int = Field(SandboxConfig.memory_mb, ge=64)
@@ -53,8 +56,15 @@ class SandboxSettings(BaseSettings):
     output_limit_bytes: int = Field(SandboxConfig.output_limit_bytes, ge=1024)
     acquire_timeout_s: float = Field(SandboxConfig.acquire_timeout_s, gt=0)
 
+    @field_validator("docker_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [h.strip() for h in value.split(",") if h.strip()]
+        return value
+
     def config(self) -> SandboxConfig:
-        return SandboxConfig(**self.model_dump())
+        return SandboxConfig(**{**self.model_dump(), "docker_hosts": tuple(self.docker_hosts)})
 
 
 class StdioTest(BaseModel):

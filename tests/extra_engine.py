@@ -1,0 +1,74 @@
+"""A second Docker engine on this machine, for the tests of several engines and of an engine
+that stops: its own socket, data and exec roots, no bridge and no iptables (sandbox
+containers have no network), with the sandbox image copied over from the main engine."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+IMAGE = "verifiable-rewards-sandbox:latest"
+
+
+class ExtraEngine:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.socket = root / "docker.sock"
+        self.host = f"unix://{self.socket}"
+        self.proc: subprocess.Popen | None = None
+
+    def docker(self, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["docker", "-H", self.host, *args], capture_output=True,
+                              text=True, timeout=120, **kwargs)
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 (lives with the process)
+        self.proc = subprocess.Popen(
+            ["dockerd", "--host", self.host, "--data-root", str(self.root / "data"),
+             "--exec-root", str(self.root / "exec"), "--pidfile", str(self.root / "pid"),
+             "--bridge", "none", "--iptables=false", "--ip-masq=false"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while self.docker("info").returncode != 0:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("second dockerd did not start: "
+                                   + (self.root / "dockerd.log").read_text()[-2000:])
+            time.sleep(0.3)
+
+    def load_image(self) -> None:
+        if self.docker("image", "inspect", IMAGE).returncode == 0:
+            return
+        save = subprocess.Popen(["docker", "save", IMAGE], stdout=subprocess.PIPE)
+        load = subprocess.run(["docker", "-H", self.host, "load"], stdin=save.stdout,
+                              capture_output=True, text=True, timeout=600)
+        save.wait(timeout=60)
+        if load.returncode != 0:
+            raise RuntimeError(f"docker load failed: {load.stderr}")
+
+    def stop(self) -> None:
+        """Stop the engine as an operator would (SIGTERM); its containers stop with it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def sandbox_containers(self, running: bool = False) -> list[str]:
+        out = self.docker("ps", "-q" if running else "-aq",
+                          "--filter", "label=verifiable-rewards.sandbox")
+        return out.stdout.split()
+
+    def destroy(self) -> None:
+        if self.proc is not None:
+            ids = self.sandbox_containers()
+            if ids:
+                self.docker("rm", "-f", *ids)
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,97 @@
+"""Docker engines that stop and come back, on a second engine started for the test (the main
+one keeps serving the rest of the suite)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import run_server, wait_for_sandbox
+from tests.extra_engine import ExtraEngine
+
+_fresh = itertools.count()
+
+
+def code() -> dict:
+    """A code item never seen before (so never answered from the result cache)."""
+    n = next(_fresh)
+    return {"verifier": "code", "response": "```python\nprint(int(input()) * 2)\n```",
+            "tests": [{"input": str(n), "output": str(2 * n)}]}
+
+
+def math() -> dict:
+    n = next(_fresh) + 1
+    return {"verifier": "math", "response": f"\\boxed{{\\frac{{1}}{{{n}}}}}",
+            "answer": f"1/{n}"}
+
+
+def _rewards(url: str, items: list[dict]) -> dict:
+    r = httpx.post(f"{url}/v1/rewards", json={"items": items}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_engine_stopped_code_unavailable_math_fine_then_recovers(
+        extra_engine: ExtraEngine, tmp_path: Path) -> None:
+    env = {"REWARD_SERVER_SANDBOX_DOCKER_HOSTS": extra_engine.host,
+           "REWARD_SERVER_SANDBOX_ACQUIRE_TIMEOUT_S": "5"}
+    with run_server(tmp_path, env=env) as srv:
+        wait_for_sandbox(srv.url)
+        assert _rewards(srv.url, [code(), math()])["rewards"] == [1.0, 1.0]
+
+        extra_engine.stop()
+        out = _rewards(srv.url, [code(), math(), code()])
+        assert out["rewards"] == [None, 1.0, None]  # never a silent 0 for the code items
+        assert [r["status"] for r in out["results"]] == ["sandbox_unavailable", "ok",
+                                                         "sandbox_unavailable"]
+        assert "Docker engine" in out["results"][0]["detail"]
+        health = httpx.get(f"{srv.url}/healthz", timeout=10)
+        assert health.status_code == 200
+
+        extra_engine.start()
+        started = time.monotonic()
+        wait_for_sandbox(srv.url, timeout_s=90)
+        recovered_s = time.monotonic() - started
+        assert _rewards(srv.url, [code(), math()])["rewards"] == [1.0, 1.0]
+        pid = srv.proc.pid
+    # the stopped engine's old containers were reaped on reconnect, the new ones at shutdown
+    assert extra_engine.sandbox_containers() == [], f"pid {pid}, recovered in {recovered_s:.1f}s"
+
+
+def test_two_engines_serve_one_server_and_one_can_go(
+        extra_engine: ExtraEngine, tmp_path: Path) -> None:
+    main = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    env = {"REWARD_SERVER_SANDBOX_DOCKER_HOSTS": f"{main},{extra_engine.host}",
+           "REWARD_SERVER_SANDBOX_POOL_SIZE": "2"}
+    with run_server(tmp_path, env=env) as srv:
+        wait_for_sandbox(srv.url)
+        deadline = time.monotonic() + 60  # both engines fill their share of the pool
+        while len(extra_engine.sandbox_containers()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(extra_engine.sandbox_containers()) == 2
+
+        async def many(n: int) -> list[dict]:
+            async with httpx.AsyncClient(timeout=120) as client:
+                replies = await asyncio.gather(*(
+                    client.post(f"{srv.url}/v1/rewards",
+                                json={"items": [code() for _ in range(4)]})
+                    for _ in range(n)))
+            return [r.json() for r in replies]
+
+        assert all(r["rewards"] == [1.0] * 4 for r in asyncio.run(many(8)))
+
+        extra_engine.stop()  # mid-service: the main engine carries on alone
+        replies = asyncio.run(many(8))
+        assert all(r["rewards"] == [1.0] * 4 for r in replies), replies
+        extra_engine.start()
+        deadline = time.monotonic() + 90  # and the returning engine is used again
+        while (len(extra_engine.sandbox_containers(running=True)) < 2
+               and time.monotonic() < deadline):
+            time.sleep(0.3)
+        assert len(extra_engine.sandbox_containers(running=True)) == 2
+    assert extra_engine.sandbox_containers() == []
