@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from reward_server import __version__
 from reward_server.errors import ApiError, api_error_handler, validation_error_handler
 from reward_server.middleware import BearerAuth, BodyLimit, RequestMetrics
-from reward_server.routes import meta, rewards
+from reward_server.routes import meta, openrlhf, rewards
 from reward_server.routes.verify import verifier_router
 from reward_server.scoring import Scorer
 from reward_server.settings import Settings, get_settings
@@ -49,6 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(meta.router)
     app.include_router(rewards.router)
+    app.include_router(openrlhf.router)
     for name, cls in sorted(classes.items()):
         app.include_router(verifier_router(name, cls))
     app.add_exception_handler(ApiError, api_error_handler)
@@ -58,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     if settings.api_token is not None:
         app.add_middleware(BearerAuth, token=settings.api_token.get_secret_value())
-    known = {"/healthz", "/metrics", "/v1/verifiers", "/v1/rewards", "/docs", "/openapi.json"}
+    known = {"/healthz", "/metrics", "/v1/verifiers", "/v1/rewards", "/get_reward", "/docs",
+             "/openapi.json"}
     app.add_middleware(RequestMetrics, routes=known | {f"/v1/verify/{n}" for n in classes})
     return app

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+stamp=.venv/.installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ -f "$stamp" ]; then
   exit 0
 fi
@@ -19,12 +19,14 @@ TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 if ! { .venv/bin/python -m pip install --upgrade pip \
        && { .venv/bin/python -c 'import torch' 2>/dev/null \
             || .venv/bin/python -m pip install $TORCH_SPEC; } \
-       && .venv/bin/python -m pip install -e '.[dev]'; } >.venv/install.log 2>&1; then
+       && .venv/bin/python -m pip install -e '.[dev]' \
+       && .venv/bin/python -m pip install --no-deps openrlhf==0.11.2 verl==0.9.1; \
+     } >.venv/install.log 2>&1; then
   tail -20 .venv/install.log >&2
   echo "setup: pip install failed; full log in .venv/install.log" >&2
   exit 1
 fi
-.venv/bin/python -c 'import reward_server.app, sympy, latex2sympy2_extended, pytest, torch, transformers' \
+.venv/bin/python -c 'import reward_server.app, sympy, latex2sympy2_extended, pytest, torch, transformers, trl, openrlhf, verl' \
   || { echo "setup: the install did not complete" >&2; exit 1; }
 rm -f .venv/.installed-*
 touch "$stamp"

@@ -1,0 +1,66 @@
+"""A TRL reward function that scores on the reward server.
+
+    from reward_server.adapters.trl import ServerReward
+    trainer = GRPOTrainer(model=..., train_dataset=ds, args=GRPOConfig(...),
+                          reward_funcs=[ServerReward("http://reward:8000", verifier="math")])
+
+TRL calls it with the prompts, the completions and every other dataset column as keyword
+lists. It is an async callable, so TRL runs it on its event loop alongside other async
+rewards; all of a step's completions go out as one batch (split and spread over several
+server URLs by the client). Columns named like the verifier's item fields (``answer``,
+``tests``, ...) are passed through; ``columns`` maps other names. An item the server could
+not score (sandbox unavailable) comes back as None, which TRL turns into NaN and leaves out;
+a server that stays down raises, stopping training instead of training on made-up rewards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from reward_server.adapters.items import build_item, completion_text, item_fields
+from reward_server.client import AsyncRewardClient
+
+
+class ServerReward:
+    def __init__(self, url: str | Sequence[str], verifier: str = "math", *,
+                 columns: Mapping[str, str] | None = None,
+                 params: Mapping[str, Any] | None = None, name: str | None = None,
+                 token: str | None = None, **client_options: Any) -> None:
+        self.urls, self.verifier = url, verifier
+        self.columns = dict(columns or {})
+        self.params = dict(params or {})
+        self.__name__ = name or f"{verifier}_reward"  # TRL logs rewards/<__name__>/mean
+        self._client_options = {"token": token, **client_options}
+        self._client: AsyncRewardClient | None = None
+        self._fields: set[str] | None = None
+
+    async def _ready(self) -> AsyncRewardClient:
+        # made on first call, on the loop TRL runs async rewards on (httpx binds to it)
+        if self._client is None:
+            self._client = AsyncRewardClient(self.urls, **self._client_options)
+            self._fields = item_fields(await self._client.verifiers(), self.verifier)
+        return self._client
+
+    async def __call__(self, prompts: list[Any], completions: list[Any],
+                       completion_ids: list[Any] | None = None, *,
+                       log_metric: Callable[[str, float], None] | None = None,
+                       **columns: Any) -> list[float | None]:
+        client = await self._ready()
+        assert self._fields is not None
+        data = {k: v for k, v in columns.items()
+                if isinstance(v, list) and len(v) == len(completions)}
+        items = [build_item(self.verifier, completion_text(c),
+                            {k: v[i] for k, v in data.items()}, self._fields, self.columns,
+                            self.params)
+                 for i, c in enumerate(completions)]
+        out = await client.rewards(items)
+        if log_metric is not None and out.rewards:
+            unscorable = sum(r is None for r in out.rewards) / len(out.rewards)
+            log_metric(f"{self.__name__}/unscorable_rate", unscorable)
+        return out.rewards
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

@@ -1,0 +1,149 @@
+"""veRL's custom reward function, scored on the reward server.
+
+    # veRL config (ppo_trainer.yaml)
+    reward:
+      custom_reward_function:
+        path: /path/to/site-packages/reward_server/adapters/verl.py  (or a file importing it)
+        name: compute_score
+    # environment of the reward workers
+    REWARD_SERVER_URL=http://reward-1:8000,http://reward-2:8000
+
+``compute_score(data_source, solution_str, ground_truth, extra_info)`` is async, so veRL's
+reward loop awaits it and many run at once; concurrent calls are gathered into batches of up
+to ``REWARD_SERVER_BATCH`` items (or whatever arrived within ``REWARD_SERVER_BATCH_WAIT_MS``)
+so the server sees batches, not single items. The verifier comes from ``extra_info
+["verifier"]``, else from the data source (``DATA_SOURCES`` below), else math. For math the
+ground truth is the answer; for code it is the tests (a JSON list of {input, output}, or a
+dict of item fields such as test_code and entry_point). Returns veRL's dict: ``score`` plus
+``acc`` and ``status`` for its logs; an item the server could not score raises (veRL would
+otherwise train on a made-up number).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import weakref
+from typing import Any
+
+from reward_server.adapters.items import decode_field
+from reward_server.client import AsyncRewardClient, RewardClient
+
+DATA_SOURCES = {  # data_source prefixes (veRL's dataset names) -> verifier
+    "openai/gsm8k": "math", "lighteval/MATH": "math", "DigitalLearningGmbH/MATH": "math",
+    "math": "math", "codecontests": "code", "apps": "code", "taco": "code",
+    "livecodebench": "code", "humaneval": "code", "mbpp": "code", "code": "code",
+}
+
+
+class Unscorable(RuntimeError):
+    """The server could not score the item (e.g. the sandbox is unavailable)."""
+
+
+def verifier_for(data_source: str, extra_info: dict[str, Any] | None) -> str:
+    if extra_info and extra_info.get("verifier"):
+        return str(extra_info["verifier"])
+    for prefix, verifier in DATA_SOURCES.items():
+        if data_source.lower().startswith(prefix.lower()):
+            return verifier
+    return "math"
+
+
+def to_item(data_source: str, solution_str: str, ground_truth: Any,
+            extra_info: dict[str, Any] | None) -> dict[str, Any]:
+    verifier = verifier_for(data_source, extra_info)
+    item: dict[str, Any] = {"verifier": verifier, "response": solution_str}
+    truth = decode_field(ground_truth)
+    if verifier == "code":
+        item.update(truth if isinstance(truth, dict) else {"tests": truth})
+    elif isinstance(truth, dict):
+        item.update(truth)
+    else:
+        item["answer"] = str(truth)
+    item.update((extra_info or {}).get("reward_params") or {})
+    return item
+
+
+class Batcher:
+    """Gathers concurrent single-item calls into batched requests, one batcher per loop."""
+
+    def __init__(self, client: AsyncRewardClient, max_items: int, wait_s: float) -> None:
+        self.client, self.max_items, self.wait_s = client, max_items, wait_s
+        self._pending: list[tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = []
+        self._flush: asyncio.TimerHandle | None = None
+
+    def submit(self, item: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self._pending.append((item, future))
+        if len(self._pending) >= self.max_items:
+            self._send()
+        elif self._flush is None:
+            self._flush = loop.call_later(self.wait_s, self._send)
+        return future
+
+    def _send(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        batch, self._pending = self._pending, []
+        if batch:
+            asyncio.ensure_future(self._score(batch))
+
+    async def _score(self, batch: list[tuple[dict[str, Any], asyncio.Future]]) -> None:
+        try:
+            out = await self.client.rewards([item for item, _ in batch])
+        except Exception as exc:  # every caller in the batch sees the failure
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, future), reward, result in zip(batch, out.rewards, out.results, strict=True):
+            if not future.done():
+                future.set_result({**result, "reward": reward})
+
+
+_batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher] = (
+    weakref.WeakKeyDictionary())
+_sync_client: RewardClient | None = None
+
+
+def _client_options() -> dict[str, Any]:
+    urls = os.environ.get("REWARD_SERVER_URL", "http://127.0.0.1:8000").split(",")
+    return {"base_url": [u.strip() for u in urls if u.strip()],
+            "token": os.environ.get("REWARD_SERVER_TOKEN"), "max_attempts": None,
+            "retry_for_s": float(os.environ.get("REWARD_SERVER_RETRY_S", "300"))}
+
+
+def _batcher() -> Batcher:
+    loop = asyncio.get_running_loop()
+    if loop not in _batchers:
+        _batchers[loop] = Batcher(
+            AsyncRewardClient(**_client_options()),
+            int(os.environ.get("REWARD_SERVER_BATCH", "256")),
+            float(os.environ.get("REWARD_SERVER_BATCH_WAIT_MS", "5")) / 1000)
+    return _batchers[loop]
+
+
+def _as_verl(result: dict[str, Any]) -> dict[str, Any]:
+    if result["reward"] is None:
+        raise Unscorable(f"{result.get('status')}: {result.get('detail')}")
+    reward = float(result["reward"])
+    return {"score": reward, "acc": bool(result.get("correct", reward >= 1.0)),
+            "status": result.get("status", "")}
+
+
+async def compute_score(data_source: str, solution_str: str, ground_truth: Any,
+                        extra_info: dict[str, Any] | None = None, **_: Any) -> dict[str, Any]:
+    return _as_verl(await _batcher().submit(
+        to_item(data_source, solution_str, ground_truth, extra_info)))
+
+
+def compute_score_sync(data_source: str, solution_str: str, ground_truth: Any,
+                       extra_info: dict[str, Any] | None = None, **_: Any) -> dict[str, Any]:
+    """For veRL's older, synchronous reward managers (one request per item)."""
+    global _sync_client
+    if _sync_client is None:
+        _sync_client = RewardClient(**_client_options())
+    out = _sync_client.rewards([to_item(data_source, solution_str, ground_truth, extra_info)])
+    return _as_verl({**out.results[0], "reward": out.rewards[0]})

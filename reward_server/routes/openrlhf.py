@@ -1,0 +1,107 @@
+"""``POST /get_reward``: OpenRLHF's remote reward-model protocol.
+
+    openrlhf.cli.train_ppo_ray ... --remote_rm_url http://reward:8000/get_reward \
+        --label_key answer
+
+OpenRLHF sends ``{"query": [...], "prompts": [...], "labels": [...]}``, where a query is
+the prompt followed by the response, decoded with special tokens, and a label is the
+dataset's ``label_key`` column as a string. We score ``query`` minus its ``prompt`` prefix.
+The verifier is ``?verifier=`` (default math) unless a label is a JSON object naming one; a
+JSON object label gives item fields (``{"tests": [...]}``, ``{"answer": "3", "extract":
+"last_number"}``), a JSON list is a code item's tests, and any other label is the answer.
+
+The answer is ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``, one entry per
+query; ``extra_logs`` holds per-query lists (``correct``, ``unscorable``) that OpenRLHF
+averages into its logs. An item that could not be scored (sandbox unavailable) makes the
+whole call a 503, which OpenRLHF retries, unless ``?on_unscorable=zero`` asks for 0.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, Field, model_validator
+
+from reward_server.errors import ApiError, InvalidItems
+
+router = APIRouter()
+
+
+class SandboxUnavailableError(ApiError):
+    status_code = 503
+
+
+class OpenRLHFRequest(BaseModel):
+    query: list[str] = Field(description="Prompt + response per sample, as decoded.")
+    prompts: list[str] | None = Field(None, description="The prompt of each query.")
+    labels: list[Any] | None = Field(None, description="The label_key column per query.")
+
+    @model_validator(mode="after")
+    def _same_lengths(self) -> OpenRLHFRequest:
+        for name in ("prompts", "labels"):
+            values = getattr(self, name)
+            if values is not None and len(values) != len(self.query):
+                raise ValueError(f"{name} has {len(values)} entries but query has "
+                                 f"{len(self.query)}")
+        return self
+
+
+class OpenRLHFResponse(BaseModel):
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[float]]
+
+
+def response_of(query: str, prompt: str | None) -> str:
+    if prompt and query.startswith(prompt):
+        return query[len(prompt):]
+    return query
+
+
+def item_of(query: str, prompt: str | None, label: Any, verifier: str) -> dict[str, Any]:
+    item: dict[str, Any] = {"verifier": verifier, "response": response_of(query, prompt)}
+    value = label
+    if isinstance(label, str) and label[:1] in "[{":
+        try:
+            value = json.loads(label)
+        except json.JSONDecodeError:
+            value = label
+    if isinstance(value, dict):
+        item.update(value)
+    elif isinstance(value, list):
+        item["tests"] = value
+    elif value is not None:
+        item["answer"] = str(value)
+    return item
+
+
+@router.post("/get_reward", response_model=OpenRLHFResponse, tags=["adapters"])
+async def get_reward(request: Request, body: OpenRLHFRequest,
+                     verifier: str = Query("math", description="Verifier for every query."),
+                     on_unscorable: Literal["error", "zero"] = Query(
+                         "error", description="An unscorable item: 503 (OpenRLHF retries) "
+                         "or a reward of 0.")) -> OpenRLHFResponse:
+    n = len(body.query)
+    prompts = body.prompts or [None] * n
+    labels = body.labels or [None] * n
+    items = [item_of(q, p, lab, verifier) for q, p, lab in zip(body.query, prompts, labels,
+                                                                strict=True)]
+    try:
+        scored = await request.app.state.scorer.score_mixed(items)
+    except InvalidItems as exc:  # say it in OpenRLHF's terms: queries, not items
+        raise InvalidItems(exc.message.replace("items[", "query[")) from None
+    rewards = [result.score for _, result in scored]
+    unscorable = [score is None for score in rewards]
+    if any(unscorable) and on_unscorable == "error":
+        first = next(r for (_, r), u in zip(scored, unscorable, strict=True) if u)
+        raise SandboxUnavailableError(
+            f"{sum(unscorable)} of {n} queries could not be scored ({first.status}: "
+            f"{first.detail}); retry later, or pass ?on_unscorable=zero")
+    values = [0.0 if s is None else float(s) for s in rewards]
+    correct = [float(getattr(r, "correct", s is not None and s >= 1.0))
+               for (_, r), s in zip(scored, rewards, strict=True)]
+    return OpenRLHFResponse(rewards=values, scores=values,
+                            extra_logs={"correct": correct,
+                                        "unscorable": [float(u) for u in unscorable]})

@@ -1,0 +1,86 @@
+"""TRL: our reward function object inside TRL's own GRPOTrainer, against the real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from reward_server.adapters.trl import ServerReward
+from tests.conftest import ServerProcess, free_port
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+CODE_TESTS = json.dumps([{"input": "2 3", "output": "5"}])
+ADD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+
+
+def test_scores_a_batch_with_dataset_columns_passed_through(server: ServerProcess) -> None:
+    math = ServerReward(server.url, verifier="math")
+    code = ServerReward([server.url], verifier="code", name="code_ok")
+    renamed = ServerReward(server.url, verifier="math", columns={"solution": "answer"},
+                           params={"extract": "last_number"})
+    logged: dict[str, float] = {}
+
+    async def run() -> tuple[list, list, list]:
+        try:
+            return await asyncio.gather(
+                math(prompts=["p"] * 3,
+                     completions=["\\boxed{4}", [{"role": "assistant", "content": "\\boxed{5}"}],
+                                  "no answer"],
+                     answer=["4", "4", "4"], difficulty=["easy"] * 3,
+                     log_metric=logged.__setitem__),
+                code(prompts=["p"] * 2, completions=[ADD, "print(0)"],
+                     tests=[CODE_TESTS, CODE_TESTS], language=["python", None]),
+                renamed(prompts=["p"], completions=["it is 12"], solution=["12"]),
+            )
+        finally:
+            for f in (math, code, renamed):
+                await f.aclose()
+
+    m, c, r = asyncio.run(run())
+    assert m == [1.0, 0.0, 0.0] and c == [1.0, 0.0] and r == [1.0]
+    assert code.__name__ == "code_ok" and math.__name__ == "math_reward"
+    assert logged == {"math_reward/unscorable_rate": 0.0}
+
+
+def test_unknown_verifier_and_dead_server_fail_loudly(server: ServerProcess) -> None:
+    from reward_server.client import RewardServerUnavailable
+
+    with pytest.raises(ValueError, match="no verifier 'chess'"):
+        asyncio.run(ServerReward(server.url, verifier="chess")(prompts=["p"],
+                                                               completions=["x"]))
+    dead = ServerReward(f"http://127.0.0.1:{free_port()}", max_attempts=2, backoff_s=0.01)
+    with pytest.raises(RewardServerUnavailable):
+        asyncio.run(dead(prompts=["p"], completions=["x"], answer=["1"]))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning",
+                            "ignore::FutureWarning")
+def test_trl_grpo_trainer_trains_with_it(server: ServerProcess, tmp_path: Path) -> None:
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trainer.models import load_model, prepare_tokenizer
+
+    model, tokenizer = load_model("tiny", torch.float32, 0)
+    prepare_tokenizer(tokenizer)
+    dataset = Dataset.from_list([{"prompt": f"say 7: {i}", "answer": "7", "source": "toy"}
+                                 for i in range(16)])
+    reward = ServerReward(server.url, verifier="math", params={"extract": "last_number"})
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8,
+                      num_generations=4, max_completion_length=6, max_steps=2,
+                      logging_steps=1, report_to=[], save_strategy="no", use_cpu=True,
+                      bf16=False, seed=0, dataloader_num_workers=0, beta=0.0)
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args,
+                          train_dataset=dataset, processing_class=tokenizer)
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "rewards/math_reward/mean" in entry]
+    assert len(logs) == 2  # both steps were scored by the server, through TRL's async path
+    assert all(0.0 <= e["rewards/math_reward/mean"] <= 1.0 for e in logs)
+    assert any("math_reward/unscorable_rate" in k for e in trainer.state.log_history
+               for k in e)
