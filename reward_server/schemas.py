@@ -41,6 +41,8 @@ class VerifiersResponse(BaseModel):
 class Health(BaseModel):
     status: str = "ok"
     verifiers: list[str]
+    instance: str = Field(description="host:pid of the process that answered (which replica "
+                          "and worker, behind a load balancer).")
 
 
 def verify_models(

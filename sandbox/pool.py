@@ -21,7 +21,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import socket
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,6 +42,7 @@ log = logging.getLogger("sandbox.pool")
 LABEL = "verifiable-rewards.sandbox"
 OWNER_LABEL = "verifiable-rewards.owner"
 SANDBOX_UID = "10001:10001"
+REAP_INTERVAL_S = 60.0  # how often a pool looks for containers of dead owners
 T = TypeVar("T")
 
 BUILD_HINT = "run: bash sandbox/build_image.sh"
@@ -59,13 +62,20 @@ def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
 
 
-def owner_is_alive(owner: str) -> bool:
-    """True unless ``owner`` is a process of this host that no longer runs."""
+def owner_is_alive(owner: str, running: set[str] | None = None) -> bool:
+    """False when ``owner`` is a process of this host that no longer runs, or a process in
+    a container of this engine (its hostname is the container's short id, as under
+    compose) that no longer runs; other owners are not ours to judge."""
     host, _, rest = owner.partition(":")
     pid, _, started = rest.partition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return True  # another host's container: not ours to judge
-    return _start_time(int(pid)) == started
+    if host == socket.gethostname() and pid.isdigit():
+        return _start_time(int(pid)) == started
+    if running is not None and _CONTAINER_ID.fullmatch(host):
+        return host in running
+    return True
+
+
+_CONTAINER_ID = re.compile(r"[0-9a-f]{12}")
 
 
 @dataclass(eq=False)  # compared and hashed by identity
@@ -145,18 +155,22 @@ class ContainerPool:
         return True
 
     async def _reap_orphans(self, include_own: bool) -> None:
+        """Remove sandbox containers whose owner is gone: a crashed predecessor on this
+        host, or a server container of this engine that was killed or removed."""
         assert self._client is not None
         try:
-            containers = await self._call(self._client.containers.list, all=True,
+            containers = await self._call(self._client.api.containers, all=True,
                                           filters={"label": LABEL})
+            running = {c["Id"][:12] for c in await self._call(
+                self._client.api.containers, filters={"status": "running"})}
         except DockerException as exc:
             log.warning("could not list sandbox containers: %s", exc)
             return
-        for container in containers:
-            owner = container.labels.get(OWNER_LABEL, "")
-            if not owner_is_alive(owner) or (include_own and owner == self.owner):
-                log.info("removing sandbox container %s left by %s", container.short_id, owner)
-                await self._remove(container)
+        for info in containers:
+            owner = (info.get("Labels") or {}).get(OWNER_LABEL, "")
+            if not owner_is_alive(owner, running) or (include_own and owner == self.owner):
+                log.info("removing sandbox container %s left by %s", info["Id"][:12], owner)
+                await self._remove(self._client.containers.prepare_model({"Id": info["Id"]}))
 
     async def close(self) -> None:
         """Remove every container this process created, idle or busy."""
@@ -208,6 +222,7 @@ class ContainerPool:
 
     async def _maintain(self) -> None:
         backoff = 1.0
+        next_reap = time.monotonic() + REAP_INTERVAL_S
         while not self._closing:
             deficit = self.config.pool_size - self._live
             if deficit > 0:
@@ -242,6 +257,9 @@ class ContainerPool:
             await self._sleep(self.config.health_interval_s)
             if self._mine and not await self.engine_alive():
                 self.engine_lost()
+            elif self._client is not None and time.monotonic() > next_reap:
+                await self._reap_orphans(include_own=False)
+                next_reap = time.monotonic() + REAP_INTERVAL_S
 
     async def engine_alive(self) -> bool:
         if self._client is None:

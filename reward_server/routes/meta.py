@@ -1,5 +1,8 @@
 """Health, metrics and the list of verifiers."""
 
+import os
+import socket
+
 from fastapi import APIRouter, Request, Response
 
 from reward_server import metrics
@@ -11,7 +14,8 @@ router = APIRouter()
 @router.get("/healthz", response_model=Health, tags=["meta"])
 async def healthz(request: Request) -> Health:
     """Liveness: answers while verifiers are busy (CPU work runs in other processes)."""
-    return Health(verifiers=sorted(request.app.state.scorer.verifiers))
+    return Health(verifiers=sorted(request.app.state.scorer.verifiers),
+                  instance=f"{socket.gethostname()}:{os.getpid()}")
 
 
 @router.get("/metrics", tags=["meta"], response_class=Response)

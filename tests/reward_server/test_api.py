@@ -22,7 +22,11 @@ def _metric(text: str, name: str, **labels: str) -> float:
 def test_healthz(http: httpx.Client) -> None:
     r = http.get("/healthz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok", "verifiers": ["code", "math"]}
+    body = r.json()
+    assert {k: body[k] for k in ("status", "verifiers")} == {"status": "ok",
+                                                             "verifiers": ["code", "math"]}
+    host, pid = body["instance"].rsplit(":", 1)
+    assert host and pid.isdigit()
 
 
 def test_verify_math_shape_and_order(http: httpx.Client) -> None:
