@@ -12,6 +12,7 @@ class SandboxConfig:
     docker_host: str | None = None  # None: DOCKER_HOST or the local socket
     docker_hosts: tuple[str, ...] = ()  # several engines; overrides docker_host
     health_interval_s: float = 5.0  # how often an engine with containers is pinged
+    reap_interval_s: float = 60.0  # how often containers of dead owners are looked for
     pool_size: int = 4  # warm containers per engine; executions run in parallel up to this
     max_uses: int = 200  # a container is replaced after this many executions
     # Per-container limits (the backstop for every process inside)

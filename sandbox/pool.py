@@ -42,7 +42,6 @@ log = logging.getLogger("sandbox.pool")
 LABEL = "verifiable-rewards.sandbox"
 OWNER_LABEL = "verifiable-rewards.owner"
 SANDBOX_UID = "10001:10001"
-REAP_INTERVAL_S = 60.0  # how often a pool looks for containers of dead owners
 T = TypeVar("T")
 
 BUILD_HINT = "run: bash sandbox/build_image.sh"
@@ -222,7 +221,7 @@ class ContainerPool:
 
     async def _maintain(self) -> None:
         backoff = 1.0
-        next_reap = time.monotonic() + REAP_INTERVAL_S
+        next_reap = time.monotonic() + self.config.reap_interval_s
         while not self._closing:
             deficit = self.config.pool_size - self._live
             if deficit > 0:
@@ -259,7 +258,7 @@ class ContainerPool:
                 self.engine_lost()
             elif self._client is not None and time.monotonic() > next_reap:
                 await self._reap_orphans(include_own=False)
-                next_reap = time.monotonic() + REAP_INTERVAL_S
+                next_reap = time.monotonic() + self.config.reap_interval_s
 
     async def engine_alive(self) -> bool:
         if self._client is None:

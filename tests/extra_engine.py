@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 IMAGE = "verifiable-rewards-sandbox:latest"
+BRIDGE = "vr-test-br0"
 
 
 class ExtraEngine:
@@ -26,11 +27,17 @@ class ExtraEngine:
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        # its own bridge: with --bridge none, dockerd deletes docker0, the main engine's
+        if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode:
+            for cmd in (["ip", "link", "add", BRIDGE, "type", "bridge"],
+                        ["ip", "addr", "add", "172.31.250.1/24", "dev", BRIDGE],
+                        ["ip", "link", "set", BRIDGE, "up"]):
+                subprocess.run(cmd, check=True, capture_output=True)
         log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 (lives with the process)
         self.proc = subprocess.Popen(
             ["dockerd", "--host", self.host, "--data-root", str(self.root / "data"),
              "--exec-root", str(self.root / "exec"), "--pidfile", str(self.root / "pid"),
-             "--bridge", "none", "--iptables=false", "--ip-masq=false"],
+             "--bridge", BRIDGE, "--iptables=false", "--ip-masq=false"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while self.docker("info").returncode != 0:
@@ -72,3 +79,4 @@ class ExtraEngine:
                 self.docker("rm", "-f", *ids)
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)

@@ -55,6 +55,7 @@ class SandboxSettings(BaseSettings):
     max_memory_mb: int = Field(SandboxConfig.max_memory_mb, ge=32)
     output_limit_bytes: int = Field(SandboxConfig.output_limit_bytes, ge=1024)
     acquire_timeout_s: float = Field(SandboxConfig.acquire_timeout_s, gt=0)
+    reap_interval_s: float = Field(SandboxConfig.reap_interval_s, gt=0)
 
     @field_validator("docker_hosts", mode="before")
     @classmethod
