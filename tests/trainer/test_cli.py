@@ -49,6 +49,18 @@ def test_bad_config_is_one_readable_line(tmp_path: Path, config: str, args: list
     assert "Traceback" not in out.stderr
 
 
+def test_several_reward_urls(tmp_path: Path) -> None:
+    from trainer.cli import parse_args
+
+    args = parse_args(["--reward-url", "http://a:8000, http://b:8000"])
+    assert args.reward_url == "http://a:8000, http://b:8000"
+    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
+    out = grpo_train("--set", "model=tiny", "--reward-url", ",".join(dead))
+    assert out.returncode == 3 and all(u in out.stderr for u in dead), out.stderr
+    out = grpo_train("--set", "model=tiny", "--reward-url", " , ")
+    assert out.returncode == 2 and "at least one URL" in out.stderr
+
+
 def test_missing_files_and_server(tmp_path: Path) -> None:
     out = grpo_train("--set", "model=tiny", "--set", f"dataset={tmp_path}/nope.jsonl")
     assert out.returncode == 2 and "dataset not found" in out.stderr

@@ -1,0 +1,221 @@
+"""Sustained load: N concurrent clients for D seconds, each sending GRPO-shaped batches (a
+group of 16 completions of one problem) of math and code, against one reward server.
+
+Reports throughput, request latency p50/p99, errors (a non-200, a null reward, or a score
+different from the one the item was built to have: zero is the goal), the server's RSS (the
+whole process tree) before and after and sampled during the run, and the sandbox containers
+the server left behind after it stopped. Each problem recurs (a run repeats prompts across
+steps), so the cache serves part of the load, as it does in training.
+
+    python bench/bench_load.py [--clients 16] [--duration 60] [--code-share 0.25]
+                               [--workers 1] [--cache-size 100000]
+                               [--url URL (an already running server)]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+GROUP = 16
+
+
+@dataclass
+class Report:
+    clients: int
+    duration_s: float
+    requests: int = 0
+    items: int = 0
+    code_items: int = 0
+    errors: int = 0
+    error_examples: list[str] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+    rss_mb: list[tuple[float, float]] = field(default_factory=list)  # (t, MB)
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+    def summary(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if k not in ("latencies_ms", "rss_mb")}
+        out.update(items_per_s=self.items / self.duration_s,
+                   requests_per_s=self.requests / self.duration_s,
+                   p50_ms=self.percentile(0.5), p99_ms=self.percentile(0.99),
+                   rss_first_mb=self.rss_mb[0][1] if self.rss_mb else None,
+                   rss_last_mb=self.rss_mb[-1][1] if self.rss_mb else None,
+                   rss_max_mb=max((m for _, m in self.rss_mb), default=None))
+        return out
+
+
+def math_group(rng: random.Random) -> tuple[list[dict], list[float]]:
+    """One problem, 16 sampled answers: right in several forms, wrong, unparseable."""
+    p, q = rng.randint(1, 60), rng.randint(2, 60)
+    answer = f"\\frac{{{p}}}{{{q}}}"
+    forms = [(f"so the answer is \\boxed{{\\frac{{{p}}}{{{q}}}}}", 1.0),
+             (f"\\boxed{{{p}/{q}}}", 1.0),
+             (f"\\boxed{{\\frac{{{2 * p}}}{{{2 * q}}}}}", 1.0),
+             (f"\\boxed{{\\frac{{{p + 1}}}{{{q}}}}}", 0.0),
+             (f"#### {p * q}", 0.0),
+             ("I am not sure.", 0.0)]
+    items, expected = [], []
+    for _ in range(GROUP):
+        response, score = rng.choice(forms)
+        items.append({"verifier": "math", "response": response, "answer": answer})
+        expected.append(score)
+    return items, expected
+
+
+CORRECT = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+WRONG = "```python\na, b = map(int, input().split())\nprint(a - b)\n```"
+BROKEN = "```python\nprint(\n```"
+
+
+def code_group(rng: random.Random) -> tuple[list[dict], list[float]]:
+    a, b = rng.randint(1, 30), rng.randint(1, 30)  # 900 problems: some recur, most do not
+    tests = [{"input": f"{a} {b}", "output": str(a + b)},
+             {"input": f"{b} {a + 5}", "output": str(a + b + 5)}]
+    items, expected = [], []
+    for _ in range(GROUP):
+        response, score = rng.choice([(CORRECT, 1.0), (CORRECT, 1.0), (WRONG, 0.0),
+                                      (BROKEN, 0.0)])
+        items.append({"verifier": "code", "response": response, "tests": tests})
+        expected.append(score)
+    return items, expected
+
+
+async def client_loop(url: str, seed: int, stop_at: float, code_share: float,
+                      report: Report) -> None:
+    rng = random.Random(seed)
+    async with httpx.AsyncClient(base_url=url, timeout=300) as http:
+        while time.monotonic() < stop_at:
+            is_code = rng.random() < code_share
+            items, expected = (code_group if is_code else math_group)(rng)
+            t0 = time.perf_counter()
+            try:
+                r = await http.post("/v1/rewards", json={"items": items})
+            except httpx.HTTPError as exc:
+                report.errors += 1
+                report.error_examples.append(f"{type(exc).__name__}: {exc}"[:200])
+                continue
+            report.latencies_ms.append((time.perf_counter() - t0) * 1000)
+            report.requests += 1
+            report.items += len(items)
+            report.code_items += len(items) if is_code else 0
+            if r.status_code != 200:
+                report.errors += 1
+                report.error_examples.append(f"HTTP {r.status_code}: {r.text[:150]}")
+                continue
+            got = r.json()["rewards"]
+            bad = [(g, e) for g, e in zip(got, expected, strict=True) if g != e]
+            if bad:
+                report.errors += 1
+                report.error_examples.append(f"scores {bad[:3]} for {items[0]['verifier']}")
+
+
+def tree_rss_mb(pid: int) -> float:
+    import psutil
+
+    proc = psutil.Process(pid)
+    procs = [proc, *proc.children(recursive=True)]
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
+async def run_load(url: str, clients: int, duration_s: float, code_share: float,
+                   server_pid: int | None = None, seed: int = 0) -> Report:
+    report = Report(clients=clients, duration_s=duration_s)
+    started = time.monotonic()
+    stop_at = started + duration_s
+
+    async def sample_rss() -> None:
+        while server_pid is not None and time.monotonic() < stop_at:
+            report.rss_mb.append((time.monotonic() - started, tree_rss_mb(server_pid)))
+            await asyncio.sleep(max(1.0, duration_s / 20))
+
+    sampler = asyncio.create_task(sample_rss())
+    await asyncio.gather(*(client_loop(url, seed * 1000 + k, stop_at, code_share, report)
+                           for k in range(clients)))
+    sampler.cancel()
+    if server_pid is not None:
+        report.rss_mb.append((time.monotonic() - started, tree_rss_mb(server_pid)))
+    report.duration_s = time.monotonic() - started
+    return report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--code-share", type=float, default=0.25)
+    ap.add_argument("--workers", type=int, default=1, help="uvicorn workers")
+    ap.add_argument("--pool-size", type=int, default=4, help="sandbox containers per worker")
+    ap.add_argument("--cache-size", type=int, default=100_000,
+                    help="result-cache entries per worker (0: off, so every item is computed)")
+    ap.add_argument("--url", help="an already running server (no RSS or container figures)")
+    args = ap.parse_args()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+    from tests.conftest import run_server, sandbox_containers, wait_for_sandbox
+
+    if args.url:
+        report = asyncio.run(run_load(args.url, args.clients, args.duration, args.code_share))
+        leaked = None
+    else:
+        import tempfile
+
+        env = {"REWARD_SERVER_WORKERS": str(args.workers), "REWARD_SERVER_MATH_WORKERS": "0",
+               "REWARD_SERVER_SANDBOX_POOL_SIZE": str(args.pool_size),
+               "REWARD_SERVER_CACHE_SIZE": str(args.cache_size)}
+        with run_server(Path(tempfile.mkdtemp(prefix="bench-load-")), env=env) as srv:
+            wait_for_sandbox(srv.url)
+            # warm-up: the math workers' first SymPy imports, a few containers' first runs
+            asyncio.run(run_load(srv.url, args.clients, 5.0, args.code_share, seed=99))
+            report = asyncio.run(run_load(srv.url, args.clients, args.duration,
+                                          args.code_share, srv.proc.pid))
+            pid = srv.proc.pid
+        time.sleep(1.0)
+        leaked = len([c for c in sandbox_containers()
+                      if c["owner"].split(":")[1:2] == [str(pid)]])
+    s = report.summary()
+    print(f"{args.clients} clients x {report.duration_s:.0f} s, batches of {GROUP} "
+          f"({args.code_share:.0%} code), cache {args.cache_size or 'off'}, "
+          f"{os.cpu_count()} cores")
+    print(f"  requests      {s['requests']}  ({s['requests_per_s']:.1f}/s)")
+    print(f"  items         {s['items']}  ({s['items_per_s']:.1f}/s; {s['code_items']} code)")
+    print(f"  latency       p50 {s['p50_ms']:.0f} ms   p99 {s['p99_ms']:.0f} ms")
+    print(f"  errors        {s['errors']}")
+    for example in report.error_examples[:5]:
+        print(f"    {example}")
+    if report.rss_mb:
+        print(f"  server RSS    {s['rss_first_mb']:.0f} MB at start, {s['rss_last_mb']:.0f} MB "
+              f"at end, {s['rss_max_mb']:.0f} MB max (process tree)")
+    if leaked is not None:
+        print(f"  containers left after shutdown: {leaked}")
+        s["containers_left"] = leaked
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"bench_load_cache{args.cache_size}.json").write_text(json.dumps({**s, "rss_mb": report.rss_mb}, indent=2))
+    print(f"wrote {out / f'bench_load_cache{args.cache_size}.json'}")
+    if s["errors"] or leaked:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
