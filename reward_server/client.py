@@ -186,13 +186,16 @@ class _Options:
         self.batch_size = batch_size
         self.backoff = (wait_exponential(multiplier=backoff_s, max=max_backoff_s)
                         + wait_random(0, backoff_s))
+        if max_attempts is None and retry_for_s is None:
+            raise ValueError("give max_attempts or retry_for_s (or both): retrying forever "
+                             "would hide a dead server")
         stop = stop_after_attempt(max_attempts) if max_attempts is not None else stop_never
+        limits = [f"{max_attempts} attempts"] if max_attempts is not None else []
         if retry_for_s is not None:
             stop = stop | stop_after_delay(retry_for_s)
+            limits.append(f"{retry_for_s:g} s")
         self.stop = stop
-        self.limits = (f"{max_attempts} attempts" if max_attempts is not None else "") + (
-            f"{' or ' if max_attempts is not None else ''}{retry_for_s:g} s"
-            if retry_for_s is not None else "")
+        self.limits = " or ".join(limits)
 
     def chunks(self, items: Sequence[Any]) -> list[list[Any]]:
         return [list(c) for c in _chunks(items, self.batch_size,

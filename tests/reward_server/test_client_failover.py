@@ -51,6 +51,8 @@ def test_endpoints_rotate_and_skip_a_failed_server() -> None:
     assert "http://b" in {ends.pick(set()) for _ in range(3)}
     with pytest.raises(ValueError, match="at least one"):
         Endpoints([])
+    with pytest.raises(ValueError, match="retrying forever"):
+        RewardClient("http://a", max_attempts=None, retry_for_s=None)
 
 
 def test_one_batch_is_spread_over_every_server(server: ServerProcess) -> None:
