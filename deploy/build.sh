@@ -30,7 +30,7 @@ fi
 PY=python3
 [ -x .venv/bin/python ] && PY=.venv/bin/python
 pyver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
-rm -rf deploy/.wheels && mkdir -p deploy/.wheels
+mkdir -p deploy/.wheels && rm -f deploy/.wheels/*.whl
 echo "deploy: building wheels with Python $pyver"
 "$PY" -m pip wheel --quiet --wheel-dir deploy/.wheels ".[server]" pip >>"$log" 2>&1 \
   || { tail -20 "$log" >&2; echo "deploy: pip wheel failed (log: $log)" >&2; exit 1; }
@@ -64,7 +64,7 @@ fi
 # 3. the compose images (the sandbox image was built above, by its own script)
 echo "deploy: building the server and proxy images (FROM $SERVER_BASE, $PROXY_BASE)"
 docker build -q --network none -f deploy/server.Dockerfile --build-arg "BASE=$SERVER_BASE" \
-  -t verifiable-rewards-server:latest deploy >>"$log" 2>&1 \
+  -t verifiable-rewards-server:latest . >>"$log" 2>&1 \
   || { tail -20 "$log" >&2; exit 1; }
 docker build -q --network none -f deploy/proxy.Dockerfile --build-arg "BASE=$PROXY_BASE" \
   -t verifiable-rewards-proxy:latest deploy >>"$log" 2>&1 \
