@@ -46,18 +46,7 @@ else
     exit 1
   fi
   bash sandbox/build_image.sh --offline   # also makes the sandbox's own Debian base
-  if ! docker image inspect "$DEPLOY_BASE" >/dev/null 2>&1; then
-    mirror=$( (grep -rhoE '^(deb|URIs:) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list \
-               /etc/apt/sources.list.d/ 2>/dev/null || true) | awk '{print $2}' | head -n1)
-    mirror=${mirror:-http://deb.debian.org/debian}
-    rootfs=$(mktemp -d /tmp/vr-deploy-rootfs.XXXXXX)
-    trap 'rm -rf "$rootfs"' EXIT
-    echo "deploy: no registry; debootstrap bookworm (python3, nginx, wget) from $mirror"
-    debootstrap --variant=minbase --include=python3,nginx-light,wget bookworm "$rootfs" \
-      "$mirror" >>"$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
-    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-    tar -C "$rootfs" -c . | docker import - "$DEPLOY_BASE" >/dev/null
-  fi
+  bash scripts/debian_base.sh "$DEPLOY_BASE" python3,nginx-light,wget
   export SERVER_BASE=$DEPLOY_BASE PROXY_BASE=$DEPLOY_BASE
 fi
 

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,7 @@ __all__ = [
     "RewardRequestError",
     "RewardServerUnavailable",
     "Rewards",
+    "split_urls",
 ]
 
 
@@ -111,6 +113,11 @@ def _merge(parts: Sequence[dict[str, Any]]) -> Rewards:
     )
 
 
+def split_urls(text: str) -> list[str]:
+    """``"http://a:8000, http://b:8000"`` (a flag, an environment variable) → two URLs."""
+    return [u.strip() for u in text.split(",") if u.strip()]
+
+
 class Endpoints:
     """The reward servers a client talks to, handed out round-robin. A server that just
     failed is set aside for ``cooldown_s``: its chunks fail over to the others at once."""
@@ -161,10 +168,17 @@ class _Route:
         self.endpoints, self.backoff = endpoints, backoff
         self.tried: set[str] = set()
 
-    def next_url(self) -> str:
+    @contextmanager
+    def next_server(self) -> Iterator[str]:
+        """The server for this try; a retryable failure inside sets it aside."""
         url = self.endpoints.pick(self.tried)
         self.tried.add(url)
-        return url
+        try:
+            yield url
+        except (_Retryable, httpx.TransportError):
+            self.endpoints.failed(url)
+            raise
+        self.endpoints.succeeded(url)
 
     def wait(self, state: RetryCallState) -> float:
         """No wait while another server is up and untried; else back off, then a new round."""
@@ -247,15 +261,8 @@ class RewardClient:
         route = self._o.route()
         try:
             for attempt in Retrying(**self._o.retry_kwargs(route)):
-                with attempt:
-                    url = route.next_url()
-                    try:
-                        out = _check(self._http.request(method, url + path, json=json))
-                    except (_Retryable, httpx.TransportError):
-                        self._o.endpoints.failed(url)
-                        raise
-                    self._o.endpoints.succeeded(url)
-                    return out
+                with attempt, route.next_server() as url:
+                    return _check(self._http.request(method, url + path, json=json))
         except (_Retryable, httpx.TransportError) as exc:
             raise self._o.unavailable(path, exc) from exc
 
@@ -317,16 +324,8 @@ class AsyncRewardClient:
         async with self._slots:
             try:
                 async for attempt in AsyncRetrying(**self._o.retry_kwargs(route)):
-                    with attempt:
-                        url = route.next_url()
-                        try:
-                            response = await self._http.request(method, url + path, json=json)
-                            out = _check(response)
-                        except (_Retryable, httpx.TransportError):
-                            self._o.endpoints.failed(url)
-                            raise
-                        self._o.endpoints.succeeded(url)
-                        return out
+                    with attempt, route.next_server() as url:
+                        return _check(await self._http.request(method, url + path, json=json))
             except (_Retryable, httpx.TransportError) as exc:
                 raise self._o.unavailable(path, exc) from exc
 

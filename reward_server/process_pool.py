@@ -60,7 +60,6 @@ class TimeoutPool:
         retries_on_crash: int = 1,
     ) -> None:
         self.retries_on_crash = retries_on_crash
-        self.crashes = 0  # workers that died under a task, since start
         self._slots = asyncio.Semaphore(workers * QUEUED_PER_WORKER)
         self._new_pool = lambda: ProcessPool(
             max_workers=workers,
@@ -125,7 +124,6 @@ class TimeoutPool:
         except BrokenProcessPool:
             return TaskResult("lost", None, "the worker pool broke")
         except ProcessExpired as exc:
-            self.crashes += 1
             WORKER_CRASHES.inc()
             return TaskResult("died", None, f"worker died (exit code {exc.exitcode})")
         except Exception as exc:  # a bug in the task: report it on the item, keep the batch

@@ -35,31 +35,7 @@ if [ "$OFFLINE" = 0 ] && timeout 60 docker pull -q python:3.12-slim >/dev/null 2
   exit 0
 fi
 
-if ! docker image inspect "$BASE_TAG" >/dev/null 2>&1; then
-  if ! command -v debootstrap >/dev/null; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      echo "build_image: installing debootstrap"
-      { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap \
-        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; }; } \
-        >/tmp/vr-apt.log 2>&1 || { tail -5 /tmp/vr-apt.log >&2; exit 1; }
-    else
-      echo "build_image: no registry and no debootstrap; run: apt-get install -y debootstrap" >&2
-      exit 1
-    fi
-  fi
-  # the Debian mirror apt already uses (not security, not third-party repositories)
-  mirror=$( (grep -rhoE '^(deb|URIs:) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list \
-             /etc/apt/sources.list.d/ 2>/dev/null || true) | awk '{print $2}' | head -n1)
-  mirror=${mirror:-http://deb.debian.org/debian}
-  rootfs=$(mktemp -d /tmp/vr-rootfs.XXXXXX)
-  trap 'rm -rf "$rootfs"' EXIT
-  echo "build_image: no registry; debootstrap bookworm from $mirror (a few minutes)"
-  debootstrap --variant=minbase --include=python3,g++ bookworm "$rootfs" "$mirror" \
-    >/tmp/vr-debootstrap.log 2>&1 || { tail -20 /tmp/vr-debootstrap.log >&2; exit 1; }
-  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-  tar -C "$rootfs" -c . | docker import - "$BASE_TAG" >/dev/null
-  echo "build_image: imported $BASE_TAG"
-fi
+bash ../scripts/debian_base.sh "$BASE_TAG" python3,g++
 docker build -q --label "vr.hash=$hash" --build-arg "BASE=$BASE_TAG" \
   --build-arg INSTALL_PACKAGES=0 -t "$TAG" . >/tmp/vr-build.log 2>&1 \
   || { tail -20 /tmp/vr-build.log >&2; exit 1; }

@@ -16,6 +16,7 @@ import os
 import sys
 from pathlib import Path
 
+from reward_server.client import split_urls
 from trainer.config import ConfigError, GRPOConfig, load_config
 
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     overrides = list(args.set)
     if args.reward_url is not None:
-        urls = [u.strip() for u in args.reward_url.split(",") if u.strip()]
+        urls = split_urls(args.reward_url)
         if not urls:
             print("grpo-train: --reward-url: give at least one URL", file=sys.stderr)
             return 2

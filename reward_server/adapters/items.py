@@ -37,6 +37,18 @@ def decode_field(value: Any) -> Any:
     return value
 
 
+def label_fields(label: Any) -> dict[str, Any]:
+    """A dataset's single label column (OpenRLHF's label, veRL's ground truth) as item
+    fields: a JSON object gives fields ({"tests": [...]}, {"answer": "3", "extract": ...}),
+    a JSON list is a code item's tests, anything else is the answer."""
+    value = decode_field(label)
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return {"tests": value}
+    return {} if value is None else {"answer": str(value)}
+
+
 def build_item(verifier: str, response: str, row: Mapping[str, Any], fields: set[str],
                columns: Mapping[str, str], params: Mapping[str, Any]) -> dict[str, Any]:
     """``row``'s columns that are fields of the verifier's items (or renamed to one by

@@ -26,8 +26,8 @@ import os
 import weakref
 from typing import Any
 
-from reward_server.adapters.items import decode_field
-from reward_server.client import AsyncRewardClient, RewardClient
+from reward_server.adapters.items import label_fields
+from reward_server.client import AsyncRewardClient, RewardClient, split_urls
 
 DATA_SOURCES = {  # data_source prefixes (veRL's dataset names) -> verifier
     "openai/gsm8k": "math", "lighteval/MATH": "math", "DigitalLearningGmbH/MATH": "math",
@@ -52,14 +52,7 @@ def verifier_for(data_source: str, extra_info: dict[str, Any] | None) -> str:
 def to_item(data_source: str, solution_str: str, ground_truth: Any,
             extra_info: dict[str, Any] | None) -> dict[str, Any]:
     verifier = verifier_for(data_source, extra_info)
-    item: dict[str, Any] = {"verifier": verifier, "response": solution_str}
-    truth = decode_field(ground_truth)
-    if verifier == "code":
-        item.update(truth if isinstance(truth, dict) else {"tests": truth})
-    elif isinstance(truth, dict):
-        item.update(truth)
-    else:
-        item["answer"] = str(truth)
+    item = {"verifier": verifier, "response": solution_str, **label_fields(ground_truth)}
     item.update((extra_info or {}).get("reward_params") or {})
     return item
 
@@ -109,8 +102,7 @@ _sync_client: RewardClient | None = None
 
 
 def _client_options() -> dict[str, Any]:
-    urls = os.environ.get("REWARD_SERVER_URL", "http://127.0.0.1:8000").split(",")
-    return {"base_url": [u.strip() for u in urls if u.strip()],
+    return {"base_url": split_urls(os.environ.get("REWARD_SERVER_URL", "http://127.0.0.1:8000")),
             "token": os.environ.get("REWARD_SERVER_TOKEN"), "max_attempts": None,
             "retry_for_s": float(os.environ.get("REWARD_SERVER_RETRY_S", "300"))}
 

@@ -18,12 +18,12 @@ whole call a 503, which OpenRLHF retries, unless ``?on_unscorable=zero`` asks fo
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field, model_validator
 
+from reward_server.adapters.items import label_fields
 from reward_server.errors import ApiError, InvalidItems
 
 router = APIRouter()
@@ -61,20 +61,7 @@ def response_of(query: str, prompt: str | None) -> str:
 
 
 def item_of(query: str, prompt: str | None, label: Any, verifier: str) -> dict[str, Any]:
-    item: dict[str, Any] = {"verifier": verifier, "response": response_of(query, prompt)}
-    value = label
-    if isinstance(label, str) and label[:1] in "[{":
-        try:
-            value = json.loads(label)
-        except json.JSONDecodeError:
-            value = label
-    if isinstance(value, dict):
-        item.update(value)
-    elif isinstance(value, list):
-        item["tests"] = value
-    elif value is not None:
-        item["answer"] = str(value)
-    return item
+    return {"verifier": verifier, "response": response_of(query, prompt), **label_fields(label)}
 
 
 @router.post("/get_reward", response_model=OpenRLHFResponse, tags=["adapters"])
