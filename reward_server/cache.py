@@ -2,16 +2,21 @@
 
 A group of G completions often ends in the same few answers; those are computed once. The
 cache also coalesces identical keys that are in flight at the same time, so 16 copies of an
-answer in one batch start one computation, not 16.
+answer in one batch start one computation, not 16. ``TimeoutMemory`` keeps what the result
+cache must not: items that ran out of time, for a while.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
+
+from reward_server.fair_queue import BudgetSpent
 
 V = TypeVar("V")
 
@@ -33,7 +38,10 @@ class ResultCache(Generic[V]):
             return self._done[key], True
         pending = self._pending.get(key)
         if pending is not None:
-            return await asyncio.shield(pending), True
+            try:
+                return await asyncio.shield(pending), True
+            except BudgetSpent:  # the first caller's request ran out of time, not this one
+                return await self.get_or_compute(key, compute, cacheable)
         future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
         self._pending[key] = future
         try:
@@ -51,3 +59,33 @@ class ResultCache(Generic[V]):
 
     def __len__(self) -> int:
         return len(self._done)
+
+
+class TimeoutMemory(Generic[V]):
+    """Results of items that ran out of time (or memory), remembered for ``ttl_s``.
+
+    The result cache keeps no timeout (the machine may only have been busy), yet a hostile
+    completion is often repeated: G copies in a GRPO group, the same group a step later.
+    Remembered, each copy after the first is answered at once instead of holding a worker
+    for the whole time limit again. The ttl bounds how long a timeout that only a busy
+    machine caused is believed. Keys are stored hashed: an answer may be 2,000 characters.
+    """
+
+    def __init__(self, ttl_s: float, maxsize: int = 10_000) -> None:
+        self.ttl_s = ttl_s
+        self._seen: TTLCache[str, tuple[V, float]] = TTLCache(maxsize, ttl=max(ttl_s, 1e-3))
+
+    @staticmethod
+    def _digest(key: Hashable) -> str:
+        return hashlib.sha256(repr(key).encode("utf-8", "replace")).hexdigest()
+
+    def get(self, key: Hashable) -> tuple[V, float] | None:
+        """The remembered value and how many seconds ago it happened, or None."""
+        if self.ttl_s <= 0:
+            return None
+        found = self._seen.get(self._digest(key))
+        return None if found is None else (found[0], time.monotonic() - found[1])
+
+    def put(self, key: Hashable, value: V) -> None:
+        if self.ttl_s > 0:
+            self._seen[self._digest(key)] = (value, time.monotonic())

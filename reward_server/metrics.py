@@ -8,6 +8,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     multiprocess,
@@ -38,6 +39,32 @@ POOL_REBUILDS = Counter(
     "reward_pool_rebuilds_total", "Checker pools rebuilt after a broken pool or a lost task"
 )
 CACHE_MISSES = Counter("reward_cache_misses_total", "Items computed afresh", ["verifier"])
+
+# Fair scheduling (reward_server/fair_queue.py): who is waiting for whom.
+REQUESTS_IN_FLIGHT = Gauge(
+    "reward_requests_in_flight", "Scoring requests being answered", multiprocess_mode="livesum"
+)
+QUEUE_WAIT = Histogram(
+    "reward_queue_wait_seconds", "Time an item waited for a worker (math process, sandbox "
+    "container), by verifier", ["verifier"],
+    buckets=(0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+QUEUE_WAITING = Gauge(
+    "reward_queue_items_waiting", "Items waiting for a worker, by verifier", ["verifier"],
+    multiprocess_mode="livesum",
+)
+QUEUE_REQUESTS = Gauge(
+    "reward_queue_requests", "Requests with items waiting for or holding a worker, by "
+    "verifier", ["verifier"], multiprocess_mode="livesum",
+)
+BUDGET_CUTS = Counter(
+    "reward_budget_cuts_total", "Items not run because their request's budget ran out",
+    ["verifier"],
+)
+TIMEOUTS_REMEMBERED = Counter(
+    "reward_timeouts_remembered_total", "Items answered 'timeout' from a remembered timeout "
+    "of the same item, without running", ["verifier"],
+)
 
 
 def exposition() -> tuple[bytes, str]:

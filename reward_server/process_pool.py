@@ -13,6 +13,13 @@ task (its future never completes), and one killed holding the queue's lock stall
 So at most ``QUEUED_PER_WORKER`` tasks per worker are handed to pebble at a time, which
 bounds how long a task can legitimately take; a task past that watchdog, or a pool pebble
 calls broken, gets the pool rebuilt, and the tasks that were in it are run again.
+
+Which task is handed over next is decided in front of pebble, by a ``FairGate`` shared
+between the requests in flight (``reward_server.fair_queue``): pebble's own queue is first
+come, first served, so it holds one task per worker and no more; a request that arrives
+behind a batch of slow tasks waits for one of them, not for the batch. A task that ran out
+of time or memory is remembered for ``remember_timeouts_s`` (the task functions are pure),
+so copies of it are answered at once.
 """
 
 from __future__ import annotations
@@ -28,12 +35,14 @@ from typing import Any, Literal, NamedTuple
 
 from pebble import ProcessExpired, ProcessPool
 
-from reward_server.metrics import POOL_REBUILDS, WORKER_CRASHES
+from reward_server.cache import TimeoutMemory
+from reward_server.fair_queue import FairGate
+from reward_server.metrics import POOL_REBUILDS, TIMEOUTS_REMEMBERED, WORKER_CRASHES
 
 # "died" and "lost" are retried inside ``run`` and never returned.
 Outcome = Literal["ok", "timeout", "memory", "crashed", "died", "lost"]
 _MAX_LOSSES = 5
-QUEUED_PER_WORKER = 4
+QUEUED_PER_WORKER = 1  # more would queue tasks first come, first served inside pebble
 _WORKER_START_S = 15.0
 
 
@@ -58,9 +67,13 @@ class TimeoutPool:
         warm_up: Callable[[], None] | None = None,
         max_tasks_per_worker: int = 10_000,
         retries_on_crash: int = 1,
+        name: str = "math",
+        remember_timeouts_s: float = 0.0,
     ) -> None:
         self.retries_on_crash = retries_on_crash
-        self._slots = asyncio.Semaphore(workers * QUEUED_PER_WORKER)
+        self.name = name  # the metrics' verifier label
+        self.gate = FairGate(workers * QUEUED_PER_WORKER, name)
+        self._timeouts: TimeoutMemory[TaskResult] = TimeoutMemory(remember_timeouts_s)
         self._new_pool = lambda: ProcessPool(
             max_workers=workers,
             max_tasks=max_tasks_per_worker,  # recycle: SymPy caches grow without bound
@@ -86,6 +99,22 @@ class TimeoutPool:
             return self._pool, self._pool.schedule(fn, args=args, timeout=timeout)
 
     async def run(self, fn: Callable[..., Any], *args: Any, timeout: float) -> TaskResult:
+        """``fn(*args)`` in a worker, its turn decided by the gate. Raises
+        ``fair_queue.BudgetSpent`` if the request's budget runs out before a worker is free."""
+        key = (fn.__module__, fn.__qualname__, args, timeout)
+        remembered = self._timeouts.get(key)
+        if remembered is not None:
+            result, age_s = remembered
+            TIMEOUTS_REMEMBERED.labels(self.name).inc()
+            return result._replace(detail=f"{result.detail} (the same task, {age_s:.0f} s "
+                                   "ago; remembered, not run again)")
+        result = await self._run_retrying(fn, args, timeout)
+        if result.outcome in ("timeout", "memory"):
+            self._timeouts.put(key, result)
+        return result
+
+    async def _run_retrying(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                            timeout: float) -> TaskResult:
         deaths = losses = 0
         while True:
             result = await self._run_once(fn, args, timeout)
@@ -100,7 +129,7 @@ class TimeoutPool:
 
     async def _run_once(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float
                         ) -> TaskResult:
-        async with self._slots:
+        async with self.gate.slot():
             pool, future = self._schedule(fn, args, timeout)
             return await self._await(pool, future, timeout)
 

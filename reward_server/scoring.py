@@ -15,6 +15,7 @@ from reward_server.errors import (
     UnknownVerifier,
     format_validation_errors,
 )
+from reward_server.fair_queue import request_scope
 from reward_server.settings import Settings
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
 
@@ -77,7 +78,9 @@ class Scorer:
     async def verify(self, name: str, items: Sequence[ItemBase]) -> list[ResultBase]:
         check_item_count(len(items), self.settings)
         check_field_sizes(items, self.settings)
-        return await self.get(name).verify(items)
+        verifier = self.get(name)
+        with request_scope(self.settings.request_budget_s):  # one request to the pools
+            return await verifier.verify(items)
 
     async def score_mixed(
         self, raw_items: Sequence[dict[str, Any]]
@@ -106,9 +109,9 @@ class Scorer:
             return [(index, result) for (index, _), result in zip(batch, results, strict=True)]
 
         out: list[tuple[str, ResultBase] | None] = [None] * len(raw_items)
-        for name, scored in zip(
-            groups, await asyncio.gather(*(run(n, b) for n, b in groups.items())), strict=True
-        ):
+        with request_scope(self.settings.request_budget_s):  # one request to the pools
+            shares = await asyncio.gather(*(run(n, b) for n, b in groups.items()))
+        for name, scored in zip(groups, shares, strict=True):
             for index, result in scored:
                 out[index] = (name, result)
         return out  # type: ignore[return-value]

@@ -50,6 +50,18 @@ class Settings(BaseSettings):
         100_000, ge=0, description="Entries in the per-process result cache; 0 turns it off."
     )
 
+    # Fair scheduling (issue 13): one slow batch never stalls everyone else's rewards.
+    # 60 s answers a hostile batch well inside the client's 120 s timeout (so it is not
+    # retried, slow items and all); honest batches of 512 finish far sooner.
+    request_budget_s: float = Field(
+        60.0, ge=0, description="Seconds a request's items may wait for workers; items still "
+        "waiting then come back 'timeout' (score null, not run). 0: no budget.",
+    )
+    timeout_memory_s: float = Field(
+        600.0, ge=0, description="Seconds an item that timed out is remembered, so copies of "
+        "it come back 'timeout' without running again. 0: off.",
+    )
+
     plugins: list[str] = Field(
         default_factory=list,
         description="Extra verifier classes as 'module:Class', besides installed entry points.",

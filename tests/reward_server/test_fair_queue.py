@@ -1,0 +1,126 @@
+"""FairGate as a unit: a request that arrives behind a slow batch takes the next free slot,
+items of one request keep their order, a budget cuts what still waits, and nothing leaks
+a slot (cancelled waiters, budget cuts, work outside any request)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from reward_server import metrics
+from reward_server.fair_queue import BudgetSpent, FairGate, current_request, request_scope
+
+
+async def item(gate: FairGate, tag: str, hold_s: float, log: list[str]) -> str:
+    async with gate.slot():
+        log.append(tag)
+        await asyncio.sleep(hold_s)
+    return tag
+
+
+def in_request(budget_s: float | None, *coros_of) -> asyncio.Future:
+    """Run the coroutines of one request (one scope, like one HTTP request) concurrently."""
+    async def main() -> list:
+        with request_scope(budget_s):
+            return await asyncio.gather(*(make() for make in coros_of), return_exceptions=True)
+    return asyncio.ensure_future(main())
+
+
+async def test_newcomer_takes_the_next_free_slot_not_the_back_of_the_queue() -> None:
+    gate, log = FairGate(2, "unit"), []
+    slow = in_request(None, *(lambda k=k: item(gate, f"A{k}", 0.3, log) for k in range(8)))
+    await asyncio.sleep(0.1)  # A holds both slots and has 6 items queued
+    fast = in_request(None, *(lambda k=k: item(gate, f"B{k}", 0.01, log) for k in range(5)))
+    assert await fast == [f"B{k}" for k in range(5)]
+    # every B item ran before A's third: B waited for one of A's items, not for A's batch
+    assert log[:2] == ["A0", "A1"] and log[2:7] == [f"B{k}" for k in range(5)]
+    await slow
+    assert log[7:] == [f"A{k}" for k in range(2, 8)]  # one request's items keep their order
+    assert (gate.running, gate.waiting, gate.requests) == (0, 0, 0)
+
+
+async def test_equal_requests_alternate() -> None:
+    gate, log = FairGate(1, "unit"), []
+    a = in_request(None, *(lambda k=k: item(gate, "a", 0.02, log) for k in range(4)))
+    b = in_request(None, *(lambda k=k: item(gate, "b", 0.02, log) for k in range(4)))
+    await asyncio.gather(a, b)
+    # equal items: the one served less goes next, so neither gets two turns ahead
+    assert all(abs(log[:n].count("a") - log[:n].count("b")) <= 2 for n in range(len(log)))
+
+
+async def test_budget_cuts_what_still_waits_and_lets_running_items_finish() -> None:
+    gate, log = FairGate(1, "unit"), []
+    before = metrics.BUDGET_CUTS.labels("unit")._value.get()
+    out = await in_request(0.3, *(lambda k=k: item(gate, f"A{k}", 0.2, log) for k in range(5)))
+    assert out[:2] == ["A0", "A1"]  # A1 got its slot before the deadline and finished
+    assert all(isinstance(e, BudgetSpent) for e in out[2:]), out
+    assert "budget of 0.3 s" in str(out[2]) and "REWARD_SERVER_REQUEST_BUDGET_S" in str(out[2])
+    assert log == ["A0", "A1"]
+    assert metrics.BUDGET_CUTS.labels("unit")._value.get() == before + 3
+    assert (gate.running, gate.waiting, gate.requests) == (0, 0, 0)
+
+
+async def test_a_cut_request_does_not_hold_up_the_others() -> None:
+    gate, log = FairGate(1, "unit"), []
+    cut = in_request(0.05, *(lambda k=k: item(gate, "a", 0.1, log) for k in range(20)))
+    other = in_request(None, *(lambda k=k: item(gate, "b", 0.01, log) for k in range(3)))
+    await asyncio.gather(cut, other)
+    assert log.count("b") == 3 and log.count("a") == 1
+
+
+async def test_cancelled_waiters_leave_no_trace() -> None:
+    gate, log = FairGate(1, "unit"), []
+    holder = asyncio.ensure_future(item(gate, "h", 0.2, log))
+    await asyncio.sleep(0.01)
+    waiters = [asyncio.ensure_future(item(gate, f"w{k}", 0.0, log)) for k in range(3)]
+    await asyncio.sleep(0.01)
+    assert gate.waiting == 3
+    for w in waiters:
+        w.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
+    assert await holder == "h" and log == ["h"]
+    assert (gate.running, gate.waiting, gate.requests) == (0, 0, 0)
+    assert await item(gate, "after", 0.0, log) == "after"
+
+
+async def test_work_outside_any_request_is_one_fifo_request() -> None:
+    gate, log = FairGate(1, "unit"), []
+    assert current_request() is None
+    await asyncio.gather(*(item(gate, str(k), 0.01, log) for k in range(5)))
+    assert log == ["0", "1", "2", "3", "4"]
+
+
+async def test_queue_wait_is_observed_and_gauges_return_to_zero() -> None:
+    gate = FairGate(1, "unit_metrics")
+    histogram = metrics.QUEUE_WAIT.labels("unit_metrics")
+
+    def observed() -> float:
+        return next(s.value for m in metrics.QUEUE_WAIT.collect() for s in m.samples
+                    if s.name.endswith("_count") and s.labels == {"verifier": "unit_metrics"})
+
+    assert histogram is not None
+    await in_request(None, *(lambda: item(gate, "x", 0.01, []) for _ in range(4)))
+    assert observed() == 4
+    assert metrics.QUEUE_WAITING.labels("unit_metrics")._value.get() == 0
+    assert metrics.QUEUE_REQUESTS.labels("unit_metrics")._value.get() == 0
+
+
+async def test_request_scope_is_inherited_by_tasks_and_counted_in_flight() -> None:
+    async def seen() -> object:
+        return current_request()
+
+    gauge = metrics.REQUESTS_IN_FLIGHT._value
+    start = gauge.get()
+    with request_scope(10) as scope:
+        assert gauge.get() == start + 1
+        assert await asyncio.create_task(seen()) is scope
+        assert 9 < (scope.remaining() or 0) <= 10
+    assert gauge.get() == start and current_request() is None
+    with request_scope(0) as unbudgeted:
+        assert unbudgeted.deadline is None and unbudgeted.remaining() is None
+
+
+def test_a_gate_needs_a_slot() -> None:
+    with pytest.raises(ValueError, match="at least one slot"):
+        FairGate(0, "unit")
