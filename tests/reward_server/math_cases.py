@@ -240,7 +240,8 @@ EXTRACTION: list[tuple[str, str, bool]] = [
 
 # (response, answer, extract mode, correct, status)
 MODES: list[tuple[str, str, str, bool, str]] = [
-    ("I think it is 42", "42", "auto", False, "no_answer"),
+    ("I think it is 42", "42", "marked", False, "no_answer"),
+    ("I think it is 42", "42", "auto", True, "ok"),  # math-verify: a bare last number counts
     ("I think it is 42", "42", "last_number", True, "ok"),
     ("I think it is 41 or maybe 42", "41", "last_number", False, "ok"),
     ("After 3 steps we have 1,250 left", "1250", "last_number", True, "ok"),

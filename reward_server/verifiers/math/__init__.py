@@ -1,8 +1,14 @@
-"""The ``math`` verifier: final-answer extraction plus SymPy equivalence.
+"""The ``math`` verifier: final-answer extraction, a numeric fast path, math-verify.
 
-Extraction runs in the server process (linear scans, see ``extract``); parsing and
-comparison run in a ``TimeoutPool`` of worker processes; results are cached on the
-normalised (extracted answer, reference, options).
+An item goes through, in order (each step a separate function, so a scheduler can answer
+cheap items without waiting for a pool worker):
+
+1. ``triage`` (server process, microseconds): extract the answer (``extract``); no answer
+   or an over-long one is a verdict already; two plain numbers are compared by the fast path
+   (``numbers``). What is left is a ``PoolJob``.
+2. ``run_job``: the result cache, keyed on (answer, reference, tolerance), and on a miss the
+   comparison (``check``: math-verify plus our tolerance and equation layers) in a
+   ``TimeoutPool`` worker under a hard timeout and memory cap.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field
@@ -18,18 +25,24 @@ from reward_server import metrics
 from reward_server.cache import ResultCache
 from reward_server.process_pool import TaskResult, TimeoutPool
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
-from reward_server.verifiers.math.check import Verdict, check, warm_up
-from reward_server.verifiers.math.extract import ExtractMode, extract_answer, extract_gold
-from reward_server.verifiers.math.values import normalize
+from reward_server.verifiers.math.check import check, warm_up
+from reward_server.verifiers.math.extract import Answer, ExtractMode, extract_answer, extract_gold
+from reward_server.verifiers.math.numbers import fast_check
+from reward_server.verifiers.math.verdict import Verdict
 
 
 class MathItem(ItemBase):
     response: str = Field(description="The model's completion, free-form.")
-    answer: str = Field(description="Reference answer: bare, boxed, or after '####'.")
+    answer: str = Field(
+        description="Reference answer: bare LaTeX, boxed, after '####', or a worked solution."
+    )
     extract: ExtractMode = Field(
         "auto",
-        description="'auto': boxed, '####', 'the answer is', last $…$; 'boxed': only a "
-        "boxed answer counts; 'last_number': 'auto', then the last bare number.",
+        description="'auto': the last box (several adjacent boxes form one list), 'final "
+        "answer is $x$', '####', then math-verify's reading of the end of the text "
+        "('answer: x', the last $…$, the last number). 'marked': as 'auto' without the "
+        "last bare number. 'boxed': only a boxed answer counts. 'last_number': same as "
+        "'auto' (kept for old clients).",
     )
     tolerance: float | None = Field(
         None, ge=0, le=1,
@@ -48,11 +61,27 @@ class MathResult(ResultBase):
     detail: str | None = None
 
 
+@dataclass(frozen=True)
+class PoolJob:
+    """An item that needs a worker: its answer, its reference and the tolerance."""
+
+    pred: Answer
+    gold: Answer
+    tolerance: float
+
+
+def _result(verdict: Verdict, extracted: str | None) -> MathResult:
+    return MathResult(
+        score=1.0 if verdict.correct else 0.0, correct=verdict.correct, status=verdict.status,
+        extracted=verdict.extracted or extracted, detail=verdict.detail,
+    )
+
+
 class MathVerifier(Verifier):
     name = "math"
     item_model = MathItem
     result_model = MathResult
-    description = "Final-answer equivalence for math problems (SymPy)."
+    description = "Final-answer equivalence for math problems (math-verify + SymPy)."
 
     _pool: TimeoutPool | None = None
 
@@ -71,37 +100,45 @@ class MathVerifier(Verifier):
 
     async def _verify_one(self, item: MathItem) -> MathResult:
         started = time.perf_counter()
-        extracted = extract_answer(item.response, item.extract)
-        if extracted is None:
-            result = MathResult(
-                score=0.0, correct=False, status="no_answer",
-                detail="no \\boxed{}, '####', 'answer is' or $…$ answer found",
-            )
-        elif len(extracted) > self.settings.math_max_answer_chars:
-            result = MathResult(
-                score=0.0, correct=False, status="parse_error", extracted=extracted[:200],
-                detail=f"answer longer than {self.settings.math_max_answer_chars} characters",
-            )
-        else:
-            gold = extract_gold(item.answer)
-            tolerance = self.settings.math_tolerance if item.tolerance is None else item.tolerance
-            key = (normalize(extracted), normalize(gold), tolerance)
-            result, hit = await self._cache.get_or_compute(
-                key,
-                lambda: self._compare(extracted, gold, tolerance),
-                cacheable=lambda r: r.status != "timeout",
-            )
-            (metrics.CACHE_HITS if hit else metrics.CACHE_MISSES).labels(self.name).inc()
-            if result.extracted != extracted:
-                result = result.model_copy(update={"extracted": extracted})
+        triaged = self.triage(item)
+        result = triaged if isinstance(triaged, MathResult) else await self.run_job(triaged)
         metrics.ITEMS.labels(self.name, result.status).inc()
         metrics.ITEM_LATENCY.labels(self.name).observe(time.perf_counter() - started)
         return result
 
-    async def _compare(self, extracted: str, gold: str, tolerance: float) -> MathResult:
+    def triage(self, item: MathItem) -> MathResult | PoolJob:
+        """The verdict when it needs no worker (no answer, too long, two plain numbers),
+        else the job for one. Synchronous and cheap: linear scans and Fractions."""
+        pred = extract_answer(item.response, item.extract)
+        if pred is None:
+            return MathResult(score=0.0, correct=False, status="no_answer",
+                              detail="no answer found (box, 'final answer is', '####', "
+                              "'answer:', $…$ or a number)")
+        limit = self.settings.math_max_answer_chars
+        if pred.kind == "latex" and len(pred.text) > limit:
+            return MathResult(score=0.0, correct=False, status="parse_error",
+                              extracted=pred.text[:200],
+                              detail=f"answer longer than {limit} characters")
+        gold = extract_gold(item.answer)
+        tolerance = self.settings.math_tolerance if item.tolerance is None else item.tolerance
+        fast = fast_check(pred, gold, tolerance)
+        if fast is not None:
+            return _result(fast, pred.text)
+        return PoolJob(pred, gold, tolerance)
+
+    async def run_job(self, job: PoolJob) -> MathResult:
+        """The cached verdict, or the worker's (identical jobs in flight run once)."""
+        result, hit = await self._cache.get_or_compute(
+            job, lambda: self._compare(job), cacheable=lambda r: r.status != "timeout"
+        )
+        (metrics.CACHE_HITS if hit else metrics.CACHE_MISSES).labels(self.name).inc()
+        return result
+
+    async def _compare(self, job: PoolJob) -> MathResult:
         assert self._pool is not None, "MathVerifier.start() was not awaited"
+        extracted = job.pred.text if job.pred.kind == "latex" else None
         task: TaskResult = await self._pool.run(
-            check, extracted, gold, tolerance, timeout=self.settings.math_timeout_s
+            check, job.pred, job.gold, job.tolerance, timeout=self.settings.math_timeout_s
         )
         if task.outcome == "timeout":
             metrics.TIMEOUTS.labels(self.name).inc()
@@ -110,8 +147,4 @@ class MathVerifier(Verifier):
         if task.outcome != "ok":
             return MathResult(score=0.0, correct=False, status="parse_error",
                               extracted=extracted, detail=task.detail)
-        verdict: Verdict = task.value
-        return MathResult(
-            score=1.0 if verdict.correct else 0.0, correct=verdict.correct,
-            status=verdict.status, extracted=extracted, detail=verdict.detail,
-        )
+        return _result(task.value, extracted)

@@ -1,38 +1,152 @@
-"""The unit of work a math worker process runs: parse both answers and compare them.
+"""The unit of work a math worker process runs: math-verify parses and compares.
 
-Runs inside a pool worker under a wall-clock timeout and a memory cap, so nothing here
-needs to defend against slow or huge SymPy evaluations: the pool kills the worker."""
+Runs inside a pool worker under the pool's wall-clock timeout and memory cap, so
+math-verify's own signal-based timeouts are switched off (``parsing_timeout=None``,
+``timeout_seconds=None``): ``signal.alarm`` is the pool's job, and a second alarm in the
+worker would fight it. Over math-verify's verdict sit two thin layers it lacks:
+
+- tolerance: when a decimal is written on either side of two numeric constants, they agree
+  within the item's relative tolerance (math-verify rounds to 6 decimal places instead, so
+  ``3.14159`` ≠ ``π`` there, and a tolerance cannot be set per item);
+- equations: two equations that are non-zero multiples of each other agree
+  (``2x+4=0`` = ``x+2=0``; math-verify's solver path raises on single-variable equations).
+"""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import logging
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
 
-from reward_server.verifiers.math.equivalence import equivalent
-from reward_server.verifiers.math.values import AnswerParseError, parse_answer, parse_gold
+import sympy
+from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+from reward_server.verifiers.math.extract import Answer
+from reward_server.verifiers.math.numbers import close, parse_number
+from reward_server.verifiers.math.verdict import Verdict
+
+# the suite's own configuration: a box is read before any other LaTeX
+_CONFIG = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
+# "marked": a number counts only after "answer"
+_MARKED = (LatexExtractionConfig(boxed_match_priority=0),
+           ExprExtractionConfig(try_extract_without_anchor=False))
+_DIGITS = 30
+
+# math-verify warns once that its timeouts are off; here that is the design
+logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
-class Verdict(NamedTuple):
-    correct: bool
-    status: str  # "ok" | "parse_error"
-    detail: str | None
+def parse_answer(answer: Answer, several: bool = False) -> list[Any]:
+    """math-verify's reading of an answer: SymPy objects, then the matched string.
+
+    ``several``: the reference has several answers, so boxes math-verify would join count
+    as one list (the several-answers rule); otherwise only separator-joined boxes do."""
+    if answer.kind != "latex":
+        config = _MARKED if answer.kind == "marked" else _CONFIG
+        return parse(answer.items[0], list(config), parsing_timeout=None)  # type: ignore[arg-type]
+    items = answer.wide if several and answer.wide else answer.items
+    text = "\\boxed{" + ", ".join(items) + "}"
+    return parse(text, list(_CONFIG), parsing_timeout=None)  # type: ignore[arg-type]
 
 
-def check(extracted: str, gold: str, tolerance: float) -> Verdict:
+def has_several(values: list[Any]) -> bool:
+    """A reference with several answers: a list or set of two or more."""
+    first = _first_expr(values)
+    return isinstance(first, sympy.FiniteSet) and len(first) > 1
+
+
+@lru_cache(maxsize=4096)
+def parse_gold(answer: Answer) -> list[Any]:
+    """References repeat G times in a group; parse each once per worker. A bare number is
+    read as the fast path reads it (``1,22`` is 1.22 there, as math-verify's number rule
+    has it; its LaTeX parser would make it the list 1, 22)."""
+    number = parse_number(answer.text) if answer.kind == "latex" else None
+    if number is not None and not number.percent:
+        value = number.value
+        if number.inexact:
+            return [sympy.Float(float(value)) if value.denominator != 1 else sympy.Integer(
+                value.numerator), answer.text]
+        return [sympy.Rational(value.numerator, value.denominator), answer.text]
+    return parse_answer(answer)
+
+
+def check(pred: Answer, gold: Answer, tolerance: float) -> Verdict:
+    gold_values = parse_gold(gold)
+    if not gold_values:
+        return Verdict(False, "parse_error", "reference answer: no answer found in it")
+    pred_values = parse_answer(pred, several=has_several(gold_values))
+    if not pred_values:
+        return Verdict(False, "no_answer", "no answer found in the response")
+    read = str(pred_values[-1])[:200] if pred.kind != "latex" else None
+    correct = _layers(gold_values, pred_values, tolerance)
+    if correct is None:
+        correct = verify(gold_values, pred_values, timeout_seconds=None)
+    if correct:
+        return Verdict(True, "ok", None, read)
+    if not any(isinstance(v, sympy.Basic | sympy.MatrixBase) for v in pred_values):
+        detail = f"cannot read {str(pred_values[-1])[:80]!r} as math"
+        return Verdict(False, "parse_error", detail, read)
+    return Verdict(False, "ok", "not equivalent to the reference", read)
+
+
+def _layers(gold: list[Any], pred: list[Any], tolerance: float) -> bool | None:
+    """Our verdict where a layer applies, else None (math-verify decides)."""
+    g, p = _first_expr(gold), _first_expr(pred)
+    if g is None or p is None:
+        return None
     try:
-        gold_value = parse_gold(gold)
-    except AnswerParseError as exc:
-        return Verdict(False, "parse_error", f"reference answer: {exc}")
-    try:
-        pred_value = parse_answer(extracted)
-    except AnswerParseError as exc:
-        return Verdict(False, "parse_error", str(exc))
-    try:
-        correct = equivalent(gold_value, pred_value, tolerance)
-    except RecursionError:
-        return Verdict(False, "parse_error", "expression nests too deeply")
-    except Exception as exc:  # SymPy raises arbitrary types on exotic input
-        return Verdict(False, "parse_error", f"cannot compare: {type(exc).__name__}: {exc}"[:200])
-    return Verdict(correct, "ok", None if correct else "not equivalent to the reference")
+        if isinstance(g, sympy.Eq) and isinstance(p, sympy.Eq) and _multiples(g, p):
+            return True
+        return _within_tolerance(g, p, tolerance)
+    except Exception:  # SymPy raises many types on exotic input: let math-verify decide
+        return None
+
+
+def _first_expr(values: list[Any]) -> Any:
+    return next((v for v in values if isinstance(v, sympy.Basic)), None)
+
+
+def _multiples(g: sympy.Eq, p: sympy.Eq) -> bool:
+    dg, dp = g.lhs - g.rhs, p.lhs - p.rhs
+    if not (dg.free_symbols and dp.free_symbols):
+        return False
+    ratio = sympy.simplify(dg / dp)
+    return bool(not ratio.free_symbols and ratio != 0 and ratio.is_finite)
+
+
+def _within_tolerance(g: sympy.Basic, p: sympy.Basic, tolerance: float) -> bool | None:
+    if not (_is_constant(g) and _is_constant(p)):
+        return None
+    if not (g.has(sympy.Float) or p.has(sympy.Float)):
+        return None  # exact on both sides: math-verify compares exactly
+    gold_values = {_unpercent(g), g}
+    pred_values = {_unpercent(p), p}
+    return any(_close_complex(a, b, tolerance) for a in gold_values for b in pred_values)
+
+
+def _is_constant(v: sympy.Basic) -> bool:
+    return isinstance(v, sympy.Expr) and v.is_number and not v.has(
+        sympy.zoo, sympy.nan, sympy.oo, -sympy.oo)
+
+
+def _unpercent(v: sympy.Basic) -> sympy.Basic:
+    """latex2sympy writes ``28%`` as ``28 * UnevaluatedExpr(1/100)``; its number is 28."""
+    if isinstance(v, sympy.Mul) and len(v.args) == 2 and v.args[1] == sympy.UnevaluatedExpr(
+        sympy.Rational(1, 100)
+    ):
+        return v.args[0]
+    return v
+
+
+def _close_complex(a: sympy.Basic, b: sympy.Basic, tolerance: float) -> bool:
+    va, vb = sympy.N(a.doit(), _DIGITS), sympy.N(b.doit(), _DIGITS)
+    (ra, ia), (rb, ib) = va.as_real_imag(), vb.as_real_imag()
+    return all(close(_fraction(x), _fraction(y), tolerance) for x, y in ((ra, rb), (ia, ib)))
+
+
+def _fraction(v: sympy.Basic) -> Fraction:
+    return Fraction(str(sympy.Float(v, _DIGITS)))
 
 
 # Typical answer shapes. ANTLR's parser builds its prediction tables lazily, so the first
@@ -43,12 +157,12 @@ _WARM_UP_PAIRS = [
     ("e^{2}", "e^2"), ("y = 2x + 1", "y=1+2x"), ("10^6", "1000000"), ("\\sqrt[3]{8}", "2"),
     ("2\\frac{1}{2}", "\\frac{5}{2}"), ("\\frac{a}{b}", "a/b"), ("\\log_2 8", "3"),
     ("\\sin^2 x + \\cos^2 x", "1"), ("3^{2}", "9"), ("\\binom{5}{2}", "10"),
-    ("\\frac{3}{2\\sqrt{3}}", "\\frac{\\sqrt3}{2}"), ("-\\frac{\\sqrt{5}}{5}", "-1/\\sqrt5"),
-    ("4\\pi r^2", "4\\pi r^{2}"), ("x \\le 3", "3 \\ge x"), ("|x-1|", "|1-x|"),
+    ("\\{1, 2\\}", "\\{2, 1\\}"), ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "2"),
+    ("x \\le 3", "3 \\ge x"), ("|x-1|", "|1-x|"), ("3.14", "\\pi"), ("50\\%", "0.5"),
 ]
 
 
 def warm_up() -> None:
-    """Import and exercise SymPy and the LaTeX parser so the first real items are not slow."""
+    """Import and exercise SymPy, the LaTeX parser and math-verify before the first item."""
     for pred, gold in _WARM_UP_PAIRS:
-        check(pred, gold, 1e-6)
+        check(Answer((pred,)), Answer((gold,)), 1e-6)

@@ -1,25 +1,53 @@
-"""Pull the final answer out of a free-form completion.
+"""Pull the final answer out of a free-form completion, in the server process.
 
 Every scan here is linear in the length of the completion (no backtracking regular
-expression runs over untrusted text), so a 1 MB response costs milliseconds and this can
-run in the server process before anything is sent to a worker.
+expression runs over untrusted text), so a 1 MB response costs milliseconds. What comes out
+is an ``Answer``: either LaTeX that states the answer (a box, a GSM8K ``####`` line, the
+Minerva "final answer is $x$" span) or, when the completion marks no answer, the end of the
+text, which the worker hands to math-verify's own extraction (its "answer …", last-LaTeX and
+last-number rules) under the pool's timeout.
 
-Precedence, first hit wins: the last ``\\boxed{}``/``\\fbox{}``; the last GSM8K ``#### x``;
-the last "the answer is x"; the last ``$…$`` / ``\\(…\\)`` / ``\\[…\\]`` span; and, only in
-``last_number`` mode, the last bare number.
+Rules, first hit wins (the README states them too):
+1. the last ``\\boxed{}``/``\\fbox{}``, or the last "final answer is $x$", whichever ends
+   later; boxes separated only by commas, semicolons, "and", "or", spaces or math
+   delimiters are read together as one list of answers (the several-answers rule);
+2. the last GSM8K ``#### x`` line;
+3. otherwise (``auto``, ``last_number``) the last ``_TAIL_CHARS`` characters of the text go to
+   math-verify: "answer: x", "answer is x", the last ``$…$`` group, the last number.
+   ``marked`` skips the last-number rule; ``boxed`` stops after rule 1.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Literal
 
-ExtractMode = Literal["auto", "boxed", "last_number"]
+ExtractMode = Literal["auto", "boxed", "marked", "last_number"]
+AnswerKind = Literal["latex", "text", "marked"]
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
-_MAX_BOX_TRIES = 8  # unmatched \boxed{ repeated many times must not make the scan quadratic
-_TAIL_CHARS = 4000  # "answer is" / last-number scans look at the end of the text only
-_SPAN_CHARS = 20_000
+_MAX_BOXES = 8  # boxes read back from the end; unmatched \boxed{ repeated must stay linear
+_MAX_GROUP = 6  # several answers in one list: as many as math-verify joins
+_TAIL_CHARS = 2000  # rule 3 looks at the end of the text only
+_MINERVA_TAIL = 4000
+
+
+@dataclass(frozen=True)
+class Answer:
+    """``items``: one answer, or several read together (the several-answers rule).
+
+    ``kind`` "latex": each item is the LaTeX of an answer. "text": ``items[0]`` is prose
+    that math-verify's extraction reads; "marked": the same without its bare-number rule."""
+
+    items: tuple[str, ...]
+    kind: AnswerKind = "latex"
+    wide: tuple[str, ...] | None = None  # the boxes math-verify joins; used when the
+    # reference has several answers (None: same as items)
+
+    @property
+    def text(self) -> str:
+        return ", ".join(self.items)
 
 
 _BRACE_TOKENS = re.compile(r"\\.|[{}]", re.S)
@@ -42,25 +70,96 @@ def match_brace(text: str, open_index: int) -> int | None:
     return None
 
 
-def _last_boxed(text: str) -> str | None:
+@dataclass(frozen=True)
+class _Box:
+    start: int
+    end: int  # one past the closing brace
+    content: str
+
+
+def _boxes_from_end(text: str) -> tuple[list[_Box], bool]:
+    """Up to ``_MAX_BOXES`` boxes, last first; and whether any box command was seen."""
+    found: list[_Box] = []
+    seen = False
     end = len(text)
-    for _ in range(_MAX_BOX_TRIES):
+    for _ in range(_MAX_BOXES * 2):
+        if len(found) >= _MAX_BOXES:
+            break
         start, command = max((text.rfind(cmd, 0, end), cmd) for cmd in _BOX_COMMANDS)
         if start < 0:
-            return None
+            break
+        seen = True
         i = start + len(command)
         while i < len(text) and text[i] == " ":
             i += 1
         if i < len(text) and text[i] == "{":
             close = match_brace(text, i)
-            if close is not None:
-                return text[i + 1 : close]
+            if close is not None and (not found or close < found[-1].start):
+                found.append(_Box(start, close + 1, text[i + 1 : close].strip()))
         elif command == "\\boxed" and i > start + len(command):
             # "\boxed 5": TeX takes the next token as the argument
             token = re.match(r"[^\s$]+", text[i : i + 200])
             if token:
-                return token.group(0)
+                found.append(_Box(start, i + token.end(), token.group(0)))
         end = start
+    return found, seen
+
+
+# Between two boxes of one list: only separators (math-verify's ", and or" plus spacing,
+# math delimiters and \text{and}).
+_SEPARATORS = re.compile(
+    r"(?:\s|[,;.$&]|\\[,;:! ]|\\q?quad|\\[()\[\]]|\\text\s*\{\s*(?:and|or|,)?\s*\}|and|or)*"
+)
+
+
+_WIDE_SEPARATOR = re.compile(r"\b(?:and|or)\b|,|;")
+
+
+def _box_group(text: str, boxes: list[_Box], wide: bool = False) -> tuple[str, ...]:
+    """The last box and the boxes before it that only separators divide from it.
+
+    ``wide``: math-verify's rule instead (latex2sympy2_extended's extract_boxed_content):
+    fewer than 10 characters between, or fewer than 70 with "and", "or", "," or ";"."""
+    group = [boxes[0]]
+    for box in boxes[1:_MAX_GROUP]:
+        between = text[box.end : group[-1].start]
+        if wide:
+            joined = len(between) < 10 or (
+                len(between) < 70 and box.content != group[-1].content
+                and _WIDE_SEPARATOR.search(between) is not None
+            )
+        else:
+            joined = len(between) <= 80 and _SEPARATORS.fullmatch(between) is not None
+        if not joined:
+            break
+        group.append(box)
+    items: list[str] = []
+    for box in reversed(group):
+        if box.content and (not items or items[-1] != box.content):
+            items.append(box.content)
+    return tuple(items)
+
+
+_MINERVA = re.compile(r"final answer is\s*:?\s*", re.IGNORECASE)
+_DOLLAR_TOKENS = re.compile(r"\\.|\$\$?", re.S)
+
+
+def _minerva(text: str) -> tuple[int, int, str] | None:
+    """``(start, end, latex)`` of the last "final answer is $x$" (Minerva's format)."""
+    offset = max(0, len(text) - _MINERVA_TAIL)
+    last = None
+    for last in _MINERVA.finditer(text, offset):  # noqa: B007 - we want the last one
+        pass
+    if last is None:
+        return None
+    rest = text[last.end() : last.end() + 1000]
+    for opener, closer in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if rest.startswith(opener):
+            close = rest.find(closer, len(opener))
+            if close > len(opener):
+                span = rest[len(opener) : close].strip()
+                return last.end(), last.end() + close + len(closer), span
+            return None
     return None
 
 
@@ -72,93 +171,44 @@ def _last_hashes(text: str) -> str | None:
     return line or None
 
 
-def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
-    found = None
-    for found in pattern.finditer(text):  # noqa: B007 - we want the last one
-        pass
-    return found
-
-
-_ANSWER_IS = re.compile(r"(?:final answer|answer)\s*(?:is\s*:?|:)\s*", re.IGNORECASE)
-
-
-def _answer_is(text: str) -> str | None:
+def _tail(text: str) -> str:
+    """The end of the text, cut at a line start so that no math span is cut in half."""
+    if len(text) <= _TAIL_CHARS:
+        return text
     tail = text[-_TAIL_CHARS:]
-    last = _last_match(_ANSWER_IS, tail)
-    if last is None:
-        return None
-    rest = tail[last.end() :].split("\n", 1)[0].strip()
-    span = _last_math_span(rest)
-    if span is not None and rest.lstrip().startswith(("$", "\\(", "\\[")):
-        return span
-    # up to the end of the sentence: a period followed by a space or the end of the line
-    sentence = re.split(r"\.(?:\s|$)", rest, maxsplit=1)[0]
-    sentence = sentence.strip().strip("*").strip()
-    return sentence or None
+    newline = tail.find("\n")
+    return tail[newline + 1 :] if 0 <= newline < _TAIL_CHARS // 2 else tail
 
 
-def _last_math_span(text: str) -> str | None:
-    """Contents of the last ``$…$``, ``$$…$$``, ``\\(…\\)`` or ``\\[…\\]`` span (in the
-    last ``_SPAN_CHARS`` characters: a final answer is near the end)."""
-    text = text[-_SPAN_CHARS:]
-    best_start = -1
-    best: str | None = None
-    for opener, closer in (("\\(", "\\)"), ("\\[", "\\]")):
-        close = text.rfind(closer)
-        if close >= 0:
-            open_ = text.rfind(opener, 0, close)
-            if open_ >= 0 and open_ > best_start:
-                best_start, best = open_, text[open_ + 2 : close]
-    dollars = [i for i in _dollar_positions(text)]
-    if len(dollars) >= 2:
-        close = dollars[-1]
-        open_ = dollars[-2]
-        if open_ > best_start:
-            best_start, best = open_, text[open_ + 1 : close].strip("$")
-    if best is None:
-        return None
-    best = best.strip()
-    return best or None
-
-
-_DOLLAR_TOKENS = re.compile(r"\\.|\$\$?", re.S)
-
-
-def _dollar_positions(text: str) -> list[int]:
-    """Positions of unescaped ``$``, with ``$$`` counted once."""
-    return [m.start() for m in _DOLLAR_TOKENS.finditer(text) if m.group()[0] == "$"]
-
-
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
-
-
-def _last_number(text: str) -> str | None:
-    last = _last_match(_NUMBER, text[-_TAIL_CHARS:])
-    return last.group(0).rstrip(",") if last else None
-
-
-def extract_answer(response: str, mode: ExtractMode = "auto") -> str | None:
-    """The final answer of ``response`` as a string, or None when it states none."""
-    boxed = _last_boxed(response)
-    if boxed is not None:
-        return boxed.strip() or None
-    if mode == "boxed":
-        return None
-    for finder in (_last_hashes, _answer_is, _last_math_span):
-        found = finder(response)
-        if found is not None:
-            return found
-    if mode == "last_number":
-        return _last_number(response)
-    return None
-
-
-def extract_gold(answer: str) -> str:
-    """The reference answer: a dataset may store it boxed, after ``####``, or bare."""
-    boxed = _last_boxed(answer)
-    if boxed is not None:
-        return boxed.strip()
-    hashes = _last_hashes(answer)
+def extract_answer(response: str, mode: ExtractMode = "auto") -> Answer | None:
+    """The final answer of ``response``, or None when it states none."""
+    boxes, box_seen = _boxes_from_end(response)
+    minerva = _minerva(response) if mode != "boxed" else None
+    if boxes and not (minerva and minerva[0] >= boxes[0].end):
+        items = _box_group(response, boxes)
+        wide = _box_group(response, boxes, wide=True)
+        return Answer(items, wide=wide if wide != items else None) if items else None
+    if minerva is not None:
+        return Answer((minerva[2],)) if minerva[2] else None
+    if mode == "boxed" or box_seen:
+        return None  # an empty or unclosed box: the answer was cut off
+    hashes = _last_hashes(response)
     if hashes is not None:
-        return hashes
-    return answer.strip().strip("$").strip()
+        return Answer((hashes,))
+    if not response.strip():
+        return None
+    return Answer((_tail(response).strip(),), kind="marked" if mode == "marked" else "text")
+
+
+def extract_gold(answer: str) -> Answer:
+    """The reference answer: bare LaTeX, or text a dataset stored (boxed, after ``####``,
+    a whole worked solution). Bare references are LaTeX; anything with a box, a math
+    delimiter or "answer" in it is read by math-verify's extraction."""
+    stripped = answer.strip()
+    hashes = _last_hashes(stripped)
+    if hashes is not None and "\\boxed" not in stripped:
+        return Answer((hashes,))
+    marked = any(m in stripped for m in ("\\boxed", "\\fbox", "$", "\\(", "\\[")) or (
+        "answer" in stripped.lower()
+    )
+    return Answer((stripped,), kind="text" if marked else "latex")

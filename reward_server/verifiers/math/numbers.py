@@ -1,0 +1,120 @@
+"""The fast path: answers that are plain numbers are compared here, in the server
+process, without SymPy or a pool worker; and the tolerance rule for decimals.
+
+A number is an integer, a decimal, ``1,234`` thousands, ``a/b`` or ``\\frac{a}{b}``,
+scientific notation, optionally with a ``%`` sign, a ``\\$``, degrees or a trailing
+``\\text{unit}``. Anything else (``\\sqrt2``, ``1,5``, ``x=3``) goes to the worker.
+
+Rules: integers and fractions are exact; when a decimal is written on either side the two
+agree within a relative ``tolerance`` (plus 1e-9 absolute, so ``0.0`` = ``0``);
+``p%`` equals ``p`` and ``p/100``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+from reward_server.verifiers.math.extract import Answer
+from reward_server.verifiers.math.verdict import Verdict
+
+MAX_EXPONENT = 400  # 1e400 is a number; 1e99999999 is a memory attack on Fraction
+
+
+@dataclass(frozen=True)
+class Number:
+    value: Fraction
+    inexact: bool = False  # written as a decimal: compared with a tolerance
+    percent: bool = False
+
+
+_INT = re.compile(r"[+-]?\d+")
+_DECIMAL = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+)")
+_THOUSANDS = re.compile(r"[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")
+_DECIMAL_COMMA = re.compile(r"[+-]?\d+,\d+")  # "1,22", "0,111": not thousands, one comma
+_SLASH = re.compile(r"([+-]?\d+)/([+-]?\d+)")
+_FRAC = re.compile(r"([+-]?)\\frac(?:\{([+-]?\d+)\}|(\d))(?:\{(\d+)\}|(\d))")
+_SCI = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:\\times|\\cdot|\*)10\^\{?([+-]?\d+)\}?")
+_E_NOTATION = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))[eE]([+-]?\d+)")
+# Decoration that never changes a number's value.
+_NOISE = re.compile(
+    r"\\[,;:! ]|\\?\$|\\(?:left|right)(?![a-zA-Z])|\^\{?\\circ\}?|°"
+    r"|\\(?:text|mbox|mathrm|textnormal)\s*\{\s*[a-zA-Z][a-zA-Z .]*\}\s*$"
+)
+_FRAC_VARIANT = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
+# "\text{5 apples}": a number followed by words, all inside one text command
+_WORDED = re.compile(r"\\(?:text|mbox|textnormal)\s*\{\s*([-+]?[\d.,/]+)\s+[a-zA-Z][a-zA-Z ]*\}")
+
+
+def _clean(s: str) -> str:
+    worded = _WORDED.fullmatch(s)
+    if worded:
+        s = worded.group(1)
+    s = _FRAC_VARIANT.sub(r"\\frac", _NOISE.sub("", s)).replace("{,}", ",")
+    return s.replace(" ", "").rstrip(".")
+
+
+def parse_number(raw: str) -> Number | None:
+    """``raw`` as a Number, or None when it is not a plain number."""
+    if len(raw) > 200 or ", " in raw:  # "2, 3" is a list, not a decimal comma
+        return None
+    s = _clean(raw.strip())
+    percent = s.endswith("%")
+    if percent:
+        s = s[:-1].rstrip("\\")
+    value = _plain(s)
+    if value is None:
+        return None
+    return Number(value.value, value.inexact, percent)
+
+
+def _plain(s: str) -> Number | None:
+    if _INT.fullmatch(s):
+        return Number(Fraction(int(s)))
+    if _DECIMAL.fullmatch(s):
+        return Number(Fraction(s), inexact=True)
+    if _THOUSANDS.fullmatch(s):
+        plain = s.replace(",", "")
+        return Number(Fraction(plain), inexact="." in plain)
+    if _DECIMAL_COMMA.fullmatch(s):
+        return Number(Fraction(s.replace(",", ".")), inexact=True)
+    m = _SLASH.fullmatch(s)
+    if m and int(m.group(2)) != 0:
+        return Number(Fraction(int(m.group(1)), int(m.group(2))))
+    m = _FRAC.fullmatch(s)
+    if m:
+        num, den = int(m.group(2) or m.group(3)), int(m.group(4) or m.group(5))
+        if den != 0:
+            return Number(Fraction(-num if m.group(1) == "-" else num, den))
+    m = _SCI.fullmatch(s) or _E_NOTATION.fullmatch(s)
+    if m and abs(int(m.group(2))) <= MAX_EXPONENT:
+        return Number(Fraction(m.group(1)) * Fraction(10) ** int(m.group(2)), inexact=True)
+    return None
+
+
+def close(a: Fraction, b: Fraction, tolerance: float) -> bool:
+    """Relative tolerance; the absolute floor lets ``0.0`` match ``0`` and absorbs the last
+    printed digit of tiny values."""
+    return abs(a - b) <= Fraction(tolerance) * max(abs(a), abs(b)) + Fraction(1, 10**9)
+
+
+def numbers_equal(gold: Number, pred: Number, tolerance: float) -> bool:
+    inexact = gold.inexact or pred.inexact
+    pairs = [(gold.value, pred.value)]
+    if gold.percent != pred.percent:  # 50% answers 50 and 0.5
+        pairs.append((gold.value / 100, pred.value) if gold.percent
+                     else (gold.value, pred.value / 100))
+    return any(close(g, p, tolerance) if inexact else g == p for g, p in pairs)
+
+
+def fast_check(pred: Answer, gold: Answer, tolerance: float) -> Verdict | None:
+    """The verdict when both answers are plain numbers, else None (the worker decides)."""
+    if gold.kind != "latex" or len(pred.items) != 1:
+        return None  # a response that is only a number is one, whatever its kind
+    g, p = parse_number(gold.text), parse_number(pred.text)
+    if g is None or p is None:
+        return None
+    if numbers_equal(g, p, tolerance):
+        return Verdict(True, "ok", None)
+    return Verdict(False, "ok", "not equivalent to the reference")
