@@ -205,6 +205,15 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     (B("3 \\text{ and } 4"), "3", False),
     (B("3 and 4"), "3, 4", True),
     (B("\\begin{pmatrix}3\\end{pmatrix}"), "(3, 3)", False),
+    # the same in prose, where math-verify reads one number of the list
+    ("The answer is 3 or 4", "3", False),
+    ("So x = 3 or x = 4.", "4", False),
+    ("The possible values are 2 and 3", "3", False),
+    ("3, 4", "4", False),
+    ("$3$ or $4$", "4", False),
+    # latex2sympy2_extended drops "\mathrm{e}}" as a unit; Euler's e must stay
+    (B("1 + \\frac{1}{\\mathrm{e}}"), "1 - \\frac{1}{\\mathrm{e}}", False),
+    (B("\\text{e}"), "e", True),
 ]
 
 EXTRACTION: list[tuple[str, str, bool]] = [

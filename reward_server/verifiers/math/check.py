@@ -15,6 +15,7 @@ worker would fight it. Over math-verify's verdict sit two thin layers it lacks:
 from __future__ import annotations
 
 import logging
+import re
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
@@ -37,17 +38,24 @@ _DIGITS = 30
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
+# latex2sympy2_extended's unit rule eats "\mathrm{e}}" (it reads e as a unit), so
+# 1 - 1/\mathrm{e} and 1 + 1/\mathrm{e} both became 1; a roman e is Euler's number.
+_ROMAN_E = re.compile(r"\\(?:mathrm|text|textrm|rm)\s*\{\s*e\s*\}")
+
+
 def parse_answer(answer: Answer, several: bool = False) -> list[Any]:
     """math-verify's reading of an answer: SymPy objects, then the matched string.
 
     ``several``: the reference has several answers, so boxes math-verify would join count
     as one list (the several-answers rule); otherwise only separator-joined boxes do."""
+    config = _MARKED if answer.kind == "marked" else _CONFIG
     if answer.kind != "latex":
-        config = _MARKED if answer.kind == "marked" else _CONFIG
-        return parse(answer.items[0], list(config), parsing_timeout=None)  # type: ignore[arg-type]
-    items = answer.wide if several and answer.wide else answer.items
-    text = "\\boxed{" + ", ".join(items) + "}"
-    return parse(text, list(_CONFIG), parsing_timeout=None)  # type: ignore[arg-type]
+        text = answer.items[0]
+    else:
+        items = answer.wide if several and answer.wide else answer.items
+        text = "\\boxed{" + ", ".join(items) + "}"
+    text = _ROMAN_E.sub("e", text)
+    return parse(text, list(config), parsing_timeout=None)  # type: ignore[arg-type]
 
 
 def has_several(values: list[Any]) -> bool:
@@ -75,19 +83,44 @@ def check(pred: Answer, gold: Answer, tolerance: float) -> Verdict:
     gold_values = parse_gold(gold)
     if not gold_values:
         return Verdict(False, "parse_error", "reference answer: no answer found in it")
-    pred_values = parse_answer(pred, several=has_several(gold_values))
+    several = has_several(gold_values)
+    pred_values = parse_answer(pred, several=several)
     if not pred_values:
         return Verdict(False, "no_answer", "no answer found in the response")
     read = str(pred_values[-1])[:200] if pred.kind != "latex" else None
     correct = _layers(gold_values, pred_values, tolerance)
     if correct is None:
         correct = verify(gold_values, pred_values, timeout_seconds=None)
+    if correct and read and not several and offers_several(pred.items[0], read):
+        return Verdict(False, "ok", "several candidate answers offered for one", read)
     if correct:
         return Verdict(True, "ok", None, read)
     if not any(isinstance(v, sympy.Basic | sympy.MatrixBase) for v in pred_values):
         detail = f"cannot read {str(pred_values[-1])[:80]!r} as math"
         return Verdict(False, "parse_error", detail, read)
     return Verdict(False, "ok", "not equivalent to the reference", read)
+
+
+_VALUE = r"(?:-?\d[\d.]*|\$[^$\n]{1,60}\$)"
+_JOIN = r"\s*(?:,\s|\bor\b|\band\b|\\lor|\\vee|\\text\s*\{\s*(?:or|and)\s*\})\s*"
+_NAMED = r"(?:[a-zA-Z]\s*=\s*)?"
+_BEFORE = re.compile(_VALUE + _JOIN + _NAMED + r"\$?$")
+_AFTER = re.compile(r"^\$?" + _JOIN + _NAMED + _VALUE)
+
+
+def offers_several(text: str, read: str) -> bool:
+    """Whether the answer math-verify read from prose stands in a list of candidates
+    ("3 or 4", "x = 3 or x = 4", "2 and 3", "3, 4"): a guard for a reference with one
+    answer, which math-verify would match against the first or last candidate."""
+    start = text.rfind(read)  # the last mention: where math-verify's rules read it
+    while start >= 0 and read:
+        end = start + len(read)
+        if (start > 0 and text[start - 1].isdigit()) or (end < len(text) and text[end].isdigit()):
+            start = text.rfind(read, 0, start)  # inside a longer number: look further back
+            continue
+        return bool(_BEFORE.search(text[max(0, start - 80) : start])
+                    or _AFTER.match(text[end : end + 80]))
+    return False
 
 
 def _layers(gold: list[Any], pred: list[Any], tolerance: float) -> bool | None:
