@@ -1,0 +1,30 @@
+"""The seccomp profile every sandbox container is created with: ``sandbox/seccomp.json``
+(what it blocks and where it comes from: ``sandbox/seccomp_generate.py``), or an operator's
+own, or the engine's built-in default."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+PROFILE = Path(__file__).resolve().parent / "seccomp.json"
+ENGINE_DEFAULT = "engine-default"  # the engine's built-in profile, whatever its version
+
+
+@lru_cache
+def security_opt(profile: str = "") -> tuple[str, ...]:
+    """Docker ``SecurityOpt`` for ``profile``: "" is ours, ``ENGINE_DEFAULT`` the engine's,
+    anything else a path to a profile JSON. The API takes the profile's text, not a path,
+    so a remote engine gets the same profile."""
+    if profile == ENGINE_DEFAULT:
+        return ("no-new-privileges",)
+    path = Path(profile) if profile else PROFILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"seccomp profile {str(path)!r} is not a readable JSON file: {exc}"
+                         ) from None
+    if not isinstance(data, dict) or "defaultAction" not in data:
+        raise ValueError(f"seccomp profile {str(path)!r} has no defaultAction")
+    return ("no-new-privileges", "seccomp=" + json.dumps(data, separators=(",", ":")))
