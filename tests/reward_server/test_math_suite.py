@@ -51,7 +51,8 @@ def test_agreement_by_group(http: httpx.Client, suite: list[SuiteCase]) -> None:
     by_group: dict[str, list[bool]] = defaultdict(list)
     misses = []
     for case, got in zip(suite, results, strict=True):
-        assert got["status"] in ("ok", "no_answer", "parse_error"), (case, got)
+        # "timeout" is legitimate on a loaded machine (3 s per item); it scores 0
+        assert got["status"] in ("ok", "no_answer", "parse_error", "timeout"), (case, got)
         agree = got["correct"] is case.expected
         by_group[case.group].append(agree)
         if not agree:
