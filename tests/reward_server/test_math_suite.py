@@ -65,6 +65,8 @@ def test_agreement_by_group(http: httpx.Client, suite: list[SuiteCase]) -> None:
     for case, got in misses:
         print(f"  miss: {case.group} gold={case.gold[-60:]!r} pred={case.pred[-60:]!r} "
               f"expected={case.expected} got={got}")
-    unexplained = [c for c, _ in misses if (c.gold, c.pred) not in KNOWN]
+    # a miss by timeout (a loaded machine) counts against the bar, not as a wrong rule
+    unexplained = [c for c, got in misses
+                   if (c.gold, c.pred) not in KNOWN and got["status"] != "timeout"]
     assert agreed / len(suite) >= BAR, f"{agreed}/{len(suite)} below {BAR:.0%}"
     assert not unexplained, [(c.group, c.gold[-60:], c.pred[-60:]) for c in unexplained]
