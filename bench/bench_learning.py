@@ -1,0 +1,299 @@
+"""Learning, head to head: held-out accuracy against wall-clock seconds, our trainer against
+TRL 1.16's GRPOTrainer.
+
+Both train SmolLM2-135M-Instruct on the demo's task (generated additions) with the demo's
+settings, read from ``examples/grpo_arithmetic.yaml`` and mapped one by one onto TRL's
+GRPOConfig (G, prompts per step, completion length, temperature, learning rate and its
+schedule, AdamW betas, clipping, loss type, β, reward scaling, gradient checkpointing), from
+the same initial weights, with the same reward function (the last number of the completion
+equals the answer: what the server's math verifier does with ``extract: last_number``, called
+in-process for both so only the trainer differs). Each trainer runs in its own process, one
+after the other. Every ``--eval-every`` steps the clock stops and one shared function measures
+greedy accuracy on the same held-out questions; the x axis is training seconds, evaluation
+excluded.
+
+    python bench/bench_learning.py                      # the real comparison (~25 min, 2 cores)
+    python bench/bench_learning.py --model tiny --steps 4 --eval-samples 8   # a quick try
+
+Prints a table, writes ``bench/results/bench_learning.{json,png}``. The goal (issue 12): our
+trainer reaches TRL's final held-out accuracy in ≤ 0.7× the seconds TRL takes to reach it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_trainer import reward_last_number  # noqa: E402
+
+DEMO_CONFIG = ROOT / "examples" / "grpo_arithmetic.yaml"
+RESULTS = ROOT / "bench" / "results"
+
+
+def our_config(model: str, steps: int, out_dir: Path) -> Any:
+    from trainer.config import load_config
+
+    return load_config(DEMO_CONFIG, [f"model={model}", f"max_steps={steps}",
+                                     f"output_dir={out_dir}", "progress_bar=false"])
+
+
+def held_out_accuracy(model: Any, tokenizer: Any, rows: list[dict], max_new_tokens: int,
+                      batch: int = 32) -> float:
+    """Greedy accuracy on ``rows``: the same code scores both trainers' models."""
+    import torch
+    from transformers import GenerationConfig
+
+    from trainer.rollout import format_prompt
+
+    tokenizer.padding_side = "left"
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    # every sampling field spelled out: nothing comes from the model's generation_config
+    gen = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, num_beams=1,
+                           repetition_penalty=1.0, pad_token_id=tokenizer.pad_token_id,
+                           eos_token_id=tokenizer.eos_token_id)
+    correct: list[float] = []
+    with torch.no_grad():
+        for i in range(0, len(rows), batch):
+            chunk = rows[i : i + batch]
+            prompts = [format_prompt(r, tokenizer, "prompt", None, True) for r in chunk]
+            enc = tokenizer(prompts, return_tensors="pt", padding=True,
+                            add_special_tokens=False).to(device)
+            out = model.generate(**enc, generation_config=gen)
+            texts = tokenizer.batch_decode(out[:, enc.input_ids.shape[1]:],
+                                           skip_special_tokens=True)
+            correct += reward_last_number(texts, chunk)
+    model.train(was_training)
+    return sum(correct) / len(correct)
+
+
+class Clock:
+    """Training seconds: wall time since ``start`` minus the time spent evaluating."""
+
+    def __init__(self, model: Any, tokenizer: Any, rows: list[dict], max_new_tokens: int
+                 ) -> None:
+        self.model, self.tokenizer, self.rows, self.tokens = model, tokenizer, rows, max_new_tokens
+        self.t0 = 0.0
+        self.excluded = 0.0
+        self.points: list[dict[str, float]] = []
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.t0 - self.excluded
+
+    def evaluate(self, step: int) -> None:
+        seconds = self.seconds() if self.t0 else 0.0
+        t = time.perf_counter()
+        accuracy = held_out_accuracy(self.model, self.tokenizer, self.rows, self.tokens)
+        self.excluded += time.perf_counter() - t
+        self.points.append({"step": step, "seconds": seconds, "accuracy": accuracy})
+        print(f"  step {step:3d}  {seconds:8.1f} s  held-out accuracy {accuracy:.3f}",
+              file=sys.stderr, flush=True)
+
+
+def run_ours(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
+             out_dir: Path) -> list[dict[str, float]]:
+    import torch
+
+    from trainer.data import load_rows
+    from trainer.models import load_model
+    from trainer.rewards import FunctionScorer
+    from trainer.train import GRPOTrainer, seed_everything
+
+    config = our_config(model_name, steps, out_dir)
+    seed_everything(config.seed)
+    model, tokenizer = load_model(model_name, torch.float32, config.seed)
+    trainer = GRPOTrainer(model, tokenizer, load_rows(config.dataset), config, None,
+                          scorer=FunctionScorer(reward_last_number))
+    clock = Clock(trainer.policy, trainer.tokenizer, eval_rows, config.max_completion_length)
+    clock.evaluate(0)
+    clock.start()
+    for step in range(1, steps + 1):
+        trainer.training_step()
+        if step % eval_every == 0 or step == steps:
+            clock.evaluate(step)
+    trainer.scorer.close()
+    return clock.points
+
+
+def trl_args(config: Any, out_dir: Path) -> Any:
+    """Our GRPOConfig, option by option, as TRL's (anything not named is left at TRL's
+    default only where it does not change the algorithm: logging, saving)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(out_dir), max_steps=config.max_steps, seed=config.seed,
+        per_device_train_batch_size=config.prompts_per_step * config.num_generations,
+        gradient_accumulation_steps=1, steps_per_generation=1,
+        num_generations=config.num_generations, num_iterations=config.num_iterations,
+        max_completion_length=config.max_completion_length, temperature=config.temperature,
+        top_p=config.top_p, top_k=0, min_p=None, repetition_penalty=1.0,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="constant" if config.lr_scheduler == "constant"
+        else config.lr_scheduler,
+        warmup_steps=config.warmup_steps, weight_decay=config.weight_decay,
+        adam_beta1=config.adam_beta1, adam_beta2=config.adam_beta2,
+        max_grad_norm=config.max_grad_norm, loss_type=config.loss_type, beta=config.beta,
+        epsilon=config.epsilon_low, epsilon_high=config.epsilon_high_value,
+        importance_sampling_level=config.importance_sampling_level,
+        scale_rewards=config.scale_rewards,
+        mask_truncated_completions=config.mask_truncated_completions,
+        gradient_checkpointing=config.gradient_checkpointing,
+        use_cpu=True, bf16=False, logging_steps=1, report_to=[], save_strategy="no",
+        dataloader_num_workers=0, disable_tqdm=True,
+    )
+
+
+def run_trl(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
+            out_dir: Path) -> list[dict[str, float]]:
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer
+
+    from trainer.data import load_rows
+    from trainer.models import load_model, prepare_tokenizer
+    from trainer.train import seed_everything
+
+    config = our_config(model_name, steps, out_dir)
+    seed_everything(config.seed)
+    model, tokenizer = load_model(model_name, torch.float32, config.seed)
+    prepare_tokenizer(tokenizer)
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}],
+                                  "answer": r["answer"]} for r in load_rows(config.dataset)])
+
+    def reward(completions: list, answer: list, **_: Any) -> list[float]:
+        return reward_last_number(completions, [{"answer": a} for a in answer])
+
+    clock = Clock(model, tokenizer, eval_rows, config.max_completion_length)
+
+    class Evaluate(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
+            clock.evaluate(0)
+            clock.start()
+
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+            if state.global_step % eval_every == 0 or state.global_step == steps:
+                clock.evaluate(state.global_step)
+
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=trl_args(config, out_dir),
+                          train_dataset=dataset, processing_class=tokenizer,
+                          callbacks=[Evaluate()])
+    trainer.train()
+    return clock.points
+
+
+def child(which: str, model: str, steps: int, eval_every: int, eval_samples: int) -> None:
+    from trainer.data import load_rows
+
+    eval_rows = load_rows("arithmetic-eval")[:eval_samples]  # the demo's held-out questions
+    out_dir = RESULTS / "tmp" / f"learning-{which}-{model}"
+    run = run_ours if which == "ours" else run_trl
+    points = run(model, steps, eval_every, eval_rows, out_dir)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps({"points": points, "peak_mb": peak_mb}))
+
+
+def time_to(points: list[dict[str, float]], accuracy: float) -> float | None:
+    """Training seconds at the first evaluation with at least ``accuracy``."""
+    return next((p["seconds"] for p in points if p["accuracy"] >= accuracy), None)
+
+
+def plot(results: dict[str, dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for which, label in (("ours", "this trainer"), ("trl", "TRL 1.16 GRPOTrainer")):
+        pts = results[which]["points"]
+        ax.plot([p["seconds"] for p in pts], [p["accuracy"] for p in pts], "o-", label=label)
+    ax.set_xlabel("training wall-clock seconds (evaluation excluded)")
+    ax.set_ylabel("held-out accuracy (greedy)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--steps", type=int, default=14, help="the demo's 14 by default")
+    ap.add_argument("--eval-every", type=int, default=2)
+    ap.add_argument("--eval-samples", type=int, default=64, help="the demo's 64 by default")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if args.child:
+        child(args.child, args.model, args.steps, args.eval_every, args.eval_samples)
+        return
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict] = {}
+    for which in ("trl", "ours"):
+        print(f"{which}: training {args.model} for {args.steps} steps", file=sys.stderr)
+        t0 = time.perf_counter()
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", which, "--model", args.model,
+             "--steps", str(args.steps), "--eval-every", str(args.eval_every),
+             "--eval-samples", str(args.eval_samples)],
+            stdout=subprocess.PIPE, text=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+        line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if out.returncode != 0 or line is None:
+            sys.exit(f"bench_learning: {which} failed (exit code {out.returncode})")
+        results[which] = {**json.loads(line[7:]), "process_s": time.perf_counter() - t0}
+
+    trl_final = results["trl"]["points"][-1]["accuracy"]
+    t_trl, t_ours = time_to(results["trl"]["points"], trl_final), time_to(
+        results["ours"]["points"], trl_final)
+    # TRL at its final accuracy from the start (t = 0) learned nothing to race against
+    ratio = None if t_ours is None or not t_trl else t_ours / t_trl
+    summary = {"target_accuracy": trl_final, "trl_seconds_to_target": t_trl,
+               "ours_seconds_to_target": t_ours, "time_ratio": ratio,
+               "goal_met": ratio is not None and ratio <= 0.7}
+    print(f"\n{args.model}, {args.steps} steps, held-out greedy accuracy on "
+          f"{args.eval_samples} questions every {args.eval_every} steps\n")
+    print(f"{'step':>4} | {'TRL s':>8} {'TRL acc':>8} | {'ours s':>8} {'ours acc':>8}")
+    for a, b in zip(results["trl"]["points"], results["ours"]["points"], strict=False):
+        print(f"{a['step']:4d} | {a['seconds']:8.1f} {a['accuracy']:8.3f} | "
+              f"{b['seconds']:8.1f} {b['accuracy']:8.3f}")
+    for which in ("trl", "ours"):
+        last = results[which]["points"][-1]
+        print(f"{which}: {last['seconds']:.1f} s of training for {args.steps} steps "
+              f"({last['seconds'] / args.steps:.1f} s/step), peak RSS "
+              f"{results[which]['peak_mb']:.0f} MB")
+    if not t_trl:
+        print(f"TRL ended at its starting accuracy ({trl_final:.3f}): no time ratio")
+    elif ratio is None:
+        print(f"target {trl_final:.3f} (TRL's final accuracy): ours did not reach it")
+    else:
+        print(f"target {trl_final:.3f} (TRL's final accuracy): TRL {t_trl:.1f} s, ours "
+              f"{t_ours:.1f} s -> {ratio:.2f}x TRL's time (goal <= 0.7x: "
+              f"{'met' if summary['goal_met'] else 'not met'})")
+    stem = RESULTS / "bench_learning"
+    plot(results, stem.with_suffix(".png"),
+         f"{args.model}: GRPO on additions, {args.steps} steps, same settings and reward")
+    stem.with_suffix(".json").write_text(json.dumps(
+        {"args": vars(args), "summary": summary, **results}, indent=2))
+    print(f"wrote {stem.relative_to(ROOT)}.json and .png")
+
+
+if __name__ == "__main__":
+    main()
