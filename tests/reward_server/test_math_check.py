@@ -1,0 +1,140 @@
+"""Equivalence as plain functions: the fast path (``numbers``) and the worker's
+``check`` (math-verify plus our layers and guards), without a server or a pool."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from reward_server.verifiers.math.check import check, has_several, offers_several, parse_gold
+from reward_server.verifiers.math.extract import Answer
+from reward_server.verifiers.math.numbers import Number, fast_check, numbers_equal, parse_number
+
+
+def L(*items: str) -> Answer:
+    return Answer(items)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("42", Number(Fraction(42))),
+        ("-\\frac{3}{4}", Number(Fraction(-3, 4))),
+        ("\\dfrac12", Number(Fraction(1, 2))),
+        ("1,234.5", Number(Fraction(12345, 10), inexact=True)),
+        ("1{,}000", Number(Fraction(1000))),
+        ("1\\,000", Number(Fraction(1000))),
+        ("1,22", Number(Fraction(122, 100), inexact=True)),  # a decimal comma
+        ("1.5e3", Number(Fraction(1500), inexact=True)),
+        ("6.02 \\times 10^{23}", Number(Fraction(602) * 10**21, inexact=True)),
+        ("50\\%", Number(Fraction(50), percent=True)),
+        ("\\$5", Number(Fraction(5))),
+        ("12 \\text{ cm}", Number(Fraction(12))),
+        ("\\text{5 apples}", Number(Fraction(5))),
+        ("90^\\circ", Number(Fraction(90))),
+        ("2, 3", None),  # a list
+        ("\\sqrt2", None),
+        ("1e99999", None),  # an exponent that would eat memory is not a number here
+        ("\\rightarrow 5", None),  # \right is removed only as a whole command
+    ],
+)
+def test_parse_number(text: str, expected: Number | None) -> None:
+    assert parse_number(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred", "tolerance", "equal"),
+    [
+        ("1/3", "0.333333", 1e-6, True),
+        ("1/3", "0.3333", 1e-6, False),
+        ("100", "101", 0.05, False),  # integers are exact at any tolerance
+        ("100", "100.0", 0.0, True),
+        ("50\\%", "0.5", 1e-6, True),
+        ("50\\%", "50", 1e-6, True),
+        ("0.28", "28", 1e-6, False),
+        ("0", "0.0", 0.0, True),
+    ],
+)
+def test_numbers_equal(gold: str, pred: str, tolerance: float, equal: bool) -> None:
+    g, p = parse_number(gold), parse_number(pred)
+    assert g is not None and p is not None
+    assert numbers_equal(g, p, tolerance) is equal
+
+
+def test_fast_path_leaves_non_numbers_to_the_worker() -> None:
+    assert fast_check(L("\\sqrt{2}"), L("\\sqrt2"), 1e-6) is None
+    assert fast_check(L("3"), Answer(("$3$",), kind="text"), 1e-6) is None
+    assert fast_check(L("3", "4"), L("3"), 1e-6) is None
+    verdict = fast_check(L("1,000"), L("1000"), 1e-6)
+    assert verdict is not None and verdict.correct and verdict.status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "correct"),
+    [
+        (L("2\\sqrt2"), L("\\sqrt8"), True),
+        (L("(x+1)^2"), L("x^2+2x+1"), True),
+        (L("\\frac{\\pi}{2}"), L("\\frac12\\pi"), True),
+        (L("(2, 1)"), L("(1, 2)"), False),  # tuples keep their order
+        (L("(1, 2]"), L("[1, 2)"), False),
+        (L("\\{3, 2, 1\\}"), L("\\{1, 2, 3\\}"), True),
+        (L("x = 3"), L("3"), True),
+        (L("2x + 4 = 0"), L("x + 2 = 0"), True),  # our equation layer
+        (L("2x + 4 = 0"), L("x + 3 = 0"), False),
+        (L("3.14159"), L("\\pi"), True),  # our tolerance layer: 1e-6 relative
+        (L("3.14"), L("\\pi"), False),
+        (L("\\left[\\begin{array}{cc}1 & 2 \\\\ 3 & 4\\end{array}\\right]"),
+         L("\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}"), True),
+        (L("(3,2)"), L("(p,q)=(3,2)"), True),
+        (L("\\text{e}"), L("e"), True),
+        # guards: several candidates for one answer
+        (L("3 \\text{ or } 4"), L("3"), False),
+        (L("\\pm 2"), L("2"), False),
+        (L("3", "4"), L("4"), False),
+        (L("1 + \\frac{1}{\\mathrm{e}}"), L("1 - \\frac{1}{\\mathrm{e}}"), False),
+        # the several-answers rule: a list against a reference that has several
+        (L("2", "1"), L("1, 2"), True),
+        (Answer(("(1, 1)",), wide=("(3, 3)", "(1, 1)")), L("(3, 3), (1, 1)"), True),
+        (Answer(("2",), wide=("1", "2")), L("2"), True),  # one reference answer: last box
+    ],
+)
+def test_check(pred: Answer, gold: Answer, correct: bool) -> None:
+    verdict = check(pred, gold, 1e-6)
+    assert verdict.correct is correct, verdict
+    assert verdict.status == "ok", verdict
+
+
+@pytest.mark.parametrize(
+    ("text", "gold", "correct"),
+    [
+        ("-5", "-5", True),
+        ("The final result is 7,425,000 in total", "7425000", True),
+        ("I think it is 42", "42", True),
+        ("The answer is 3 or 4", "3", False),
+        ("So x = 3 or x = 4.", "4", False),
+        ("Adding 3 and 4 gives 7", "7", True),  # a list elsewhere in the text is no offer
+    ],
+)
+def test_check_reads_prose_with_math_verify(text: str, gold: str, correct: bool) -> None:
+    verdict = check(Answer((text,), kind="text"), L(gold), 1e-6)
+    assert verdict.correct is correct, verdict
+
+
+def test_statuses_are_typed() -> None:
+    assert check(Answer(("no numbers at all",), kind="text"), L("42"), 1e-6).status == (
+        "no_answer")
+    assert check(Answer(("I think it is 42",), kind="marked"), L("42"), 1e-6).status == (
+        "no_answer")
+    # lists of equations and named answers are values, not a TypeError (issue 9)
+    verdict = check(L("x = \\frac12, x = 3"), L("\\frac12, 3"), 1e-6)
+    assert verdict.status == "ok" and verdict.correct
+    assert check(L("V_{1}:V_{2}=11:21"), L("11:21"), 1e-6).correct
+
+
+def test_several_and_offers() -> None:
+    assert has_several(parse_gold(L("1, 2")))
+    assert not has_several(parse_gold(L("(1, 2)")))
+    assert offers_several("it is 3 or 4", "3")
+    assert not offers_several("3 and 4 make 7", "7")
+    assert not offers_several("it is 12345", "2")
