@@ -23,6 +23,7 @@ from pydantic import Field
 
 from reward_server import metrics
 from reward_server.cache import ResultCache
+from reward_server.fair_queue import BudgetSpent
 from reward_server.process_pool import TaskResult, TimeoutPool
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
 from reward_server.verifiers.math.check import check, warm_up
@@ -54,7 +55,8 @@ MathStatus = Literal["ok", "no_answer", "parse_error", "timeout"]
 
 
 class MathResult(ResultBase):
-    score: float
+    score: float | None = Field(
+        description="1 or 0; null only for an item its request's budget left unrun.")
     correct: bool
     status: MathStatus
     extracted: str | None = None
@@ -87,7 +89,8 @@ class MathVerifier(Verifier):
 
     async def start(self) -> None:
         s = self.settings
-        self._pool = TimeoutPool(s.resolved_math_workers(), s.math_memory_mb, warm_up)
+        self._pool = TimeoutPool(s.resolved_math_workers(), s.math_memory_mb, warm_up,
+                                 name=self.name, remember_timeouts_s=s.timeout_memory_s)
         self._cache: ResultCache[MathResult] = ResultCache(s.cache_size)
 
     async def stop(self) -> None:
@@ -127,10 +130,16 @@ class MathVerifier(Verifier):
         return PoolJob(pred, gold, tolerance)
 
     async def run_job(self, job: PoolJob) -> MathResult:
-        """The cached verdict, or the worker's (identical jobs in flight run once)."""
-        result, hit = await self._cache.get_or_compute(
-            job, lambda: self._compare(job), cacheable=lambda r: r.status != "timeout"
-        )
+        """The cached verdict, or the worker's (identical jobs in flight run once). A job
+        its request's budget left unrun is unscorable (null), not a 0 it did not earn."""
+        try:
+            result, hit = await self._cache.get_or_compute(
+                job, lambda: self._compare(job), cacheable=lambda r: r.status != "timeout"
+            )
+        except BudgetSpent as exc:
+            return MathResult(score=None, correct=False, status="timeout",
+                              extracted=job.pred.text if job.pred.kind == "latex" else None,
+                              detail=str(exc))
         (metrics.CACHE_HITS if hit else metrics.CACHE_MISSES).labels(self.name).inc()
         return result
 

@@ -93,6 +93,13 @@ def _plain(s: str) -> Number | None:
     return None
 
 
+def huge_exponent(raw: str) -> bool:
+    """``1e99999999``: written as a number, but no value of that size is an answer."""
+    s = _clean(raw.strip()) if len(raw) <= 200 else ""
+    m = _SCI.fullmatch(s) or _E_NOTATION.fullmatch(s)
+    return bool(m) and abs(int(m.group(2))) > MAX_EXPONENT
+
+
 def close(a: Fraction, b: Fraction, tolerance: float) -> bool:
     """Relative tolerance; the absolute floor lets ``0.0`` match ``0`` and absorbs the last
     printed digit of tiny values."""
@@ -112,6 +119,8 @@ def fast_check(pred: Answer, gold: Answer, tolerance: float) -> Verdict | None:
     """The verdict when both answers are plain numbers, else None (the worker decides)."""
     if gold.kind != "latex" or len(pred.items) != 1:
         return None  # a response that is only a number is one, whatever its kind
+    if huge_exponent(pred.text):
+        return Verdict(False, "parse_error", f"exponent out of range (over {MAX_EXPONENT})")
     g, p = parse_number(gold.text), parse_number(pred.text)
     if g is None or p is None:
         return None
