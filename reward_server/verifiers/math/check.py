@@ -184,14 +184,9 @@ def _fraction(v: sympy.Basic) -> Fraction:
 
 # Typical answer shapes. ANTLR's parser builds its prediction tables lazily, so the first
 # parse of each shape costs several times a later one; pay that at worker start instead.
-_WARM_UP_PAIRS = [
+_WARM_UP_PAIRS = [  # few: a worker killed by a timeout pays this again
     ("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2"), ("(1, 2]", "(1,2]"), ("x^2+2x+1", "(x+1)^2"),
-    ("(x-2)(x+3)", "x^2+x-6"), ("2\\sqrt{3}", "\\sqrt{12}"), ("\\frac{\\pi}{3}", "\\pi/3"),
-    ("e^{2}", "e^2"), ("y = 2x + 1", "y=1+2x"), ("10^6", "1000000"), ("\\sqrt[3]{8}", "2"),
-    ("2\\frac{1}{2}", "\\frac{5}{2}"), ("\\frac{a}{b}", "a/b"), ("\\log_2 8", "3"),
-    ("\\sin^2 x + \\cos^2 x", "1"), ("3^{2}", "9"), ("\\binom{5}{2}", "10"),
-    ("\\{1, 2\\}", "\\{2, 1\\}"), ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "2"),
-    ("x \\le 3", "3 \\ge x"), ("|x-1|", "|1-x|"), ("3.14", "\\pi"), ("50\\%", "0.5"),
+    ("y = 2x + 1", "y=1+2x"), ("\\{1, 2\\}", "\\{2, 1\\}"), ("3.14", "\\pi"),
 ]
 
 
