@@ -6,11 +6,14 @@ behind a ``FairGate`` that lets ``slots`` items run at a time. Served first come
 served, one batch of slow items would hold every later request behind all of it.
 
 Policy: an equal share of worker *time* per request, as Linux's CFS shares a CPU between
-tasks (vruntime). Each request at a gate accumulates the seconds its items have held a
-slot; items still running count up to now. A free slot goes to the waiting request with
+tasks (vruntime). Each request at a gate accumulates the seconds of work its items cost: what
+the holder measured (a math task's run time inside its worker), else the time the slot was
+held; items still running count up to now. A free slot goes to the waiting request with
 the least; ties go to the one served longest ago (round-robin). A request that arrives
 starts level with the least-served request in flight, not at zero: a stream of short
-requests cannot starve a long one, and a long one banks no credit while it waits.
+requests cannot starve a long one, and a long one banks no credit while it waits. (Measured
+cost matters: an honest item that waited for a worker killed by someone else's timeout to
+be replaced would otherwise be charged for the replacement's start.)
 
 Why time and not items: round-robin by items gives a batch of 3-second items 3 s of a
 worker per turn and an honest batch 10 ms, so with two workers the slow batch soon holds
@@ -91,6 +94,13 @@ class _Share:
         return self.served_s + sum(now - start for start in self.running.values())
 
 
+@dataclass
+class Held:
+    """A held slot. ``cost_s``: the work the item measured; None charges the time held."""
+
+    cost_s: float | None = None
+
+
 class FairGate:
     """``slots`` items at a time, shared between requests (see the module docstring).
 
@@ -121,14 +131,15 @@ class FairGate:
         return len(self._shares)
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
+    async def slot(self) -> AsyncIterator[Held]:
         """Hold one slot for the body. Raises ``BudgetSpent`` if the current request's
         deadline passes while waiting."""
         share, grant = await self._acquire()
+        held = Held()
         try:
-            yield
+            yield held
         finally:
-            self._release(share, grant)
+            self._release(share, grant, held.cost_s)
 
     async def _acquire(self) -> tuple[_Share, int]:
         scope = current_request()
@@ -183,8 +194,9 @@ class FairGate:
             future.set_result(grant)
         self._publish()
 
-    def _release(self, share: _Share, grant: int) -> None:
-        share.served_s += time.monotonic() - share.running.pop(grant)
+    def _release(self, share: _Share, grant: int, cost_s: float | None = None) -> None:
+        held_s = time.monotonic() - share.running.pop(grant)
+        share.served_s += held_s if cost_s is None else cost_s
         self._forget_if_idle(share)
         self._dispatch()
 

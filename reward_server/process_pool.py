@@ -19,7 +19,9 @@ between the requests in flight (``reward_server.fair_queue``): pebble's own queu
 come, first served, so it holds one task per worker and no more; a request that arrives
 behind a batch of slow tasks waits for one of them, not for the batch. A task that ran out
 of time or memory is remembered for ``remember_timeouts_s`` (the task functions are pure),
-so copies of it are answered at once.
+so copies of it are answered at once. ``SPARE_WORKERS`` processes more than the gate's
+slots are kept warm: a worker killed at its timeout takes seconds to be replaced (imports
+and warm-up), and the next task, often another request's, takes a spare meanwhile.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from __future__ import annotations
 import asyncio
 import resource
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -43,6 +46,7 @@ from reward_server.metrics import POOL_REBUILDS, TIMEOUTS_REMEMBERED, WORKER_CRA
 Outcome = Literal["ok", "timeout", "memory", "crashed", "died", "lost"]
 _MAX_LOSSES = 5
 QUEUED_PER_WORKER = 1  # more would queue tasks first come, first served inside pebble
+SPARE_WORKERS = 1
 _WORKER_START_S = 15.0
 
 
@@ -50,6 +54,14 @@ class TaskResult(NamedTuple):
     outcome: Outcome
     value: Any
     detail: str | None
+
+
+def _timed(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
+    """Runs in the worker: the task's value and the seconds it took there (the gate charges
+    a request for that, not for waiting on a worker being replaced)."""
+    started = time.perf_counter()
+    value = fn(*args)
+    return time.perf_counter() - started, value
 
 
 def _init_worker(memory_mb: int, warm_up: Callable[[], None] | None) -> None:
@@ -75,7 +87,7 @@ class TimeoutPool:
         self.gate = FairGate(workers * QUEUED_PER_WORKER, name)
         self._timeouts: TimeoutMemory[TaskResult] = TimeoutMemory(remember_timeouts_s)
         self._new_pool = lambda: ProcessPool(
-            max_workers=workers,
+            max_workers=workers + SPARE_WORKERS,  # only ``workers`` tasks at a time
             max_tasks=max_tasks_per_worker,  # recycle: SymPy caches grow without bound
             initializer=_init_worker,
             initargs=(memory_mb, warm_up),
@@ -102,22 +114,22 @@ class TimeoutPool:
         """``fn(*args)`` in a worker, its turn decided by the gate. Raises
         ``fair_queue.BudgetSpent`` if the request's budget runs out before a worker is free."""
         key = (fn.__module__, fn.__qualname__, args, timeout)
-        remembered = self._timeouts.get(key)
-        if remembered is not None:
-            result, age_s = remembered
-            TIMEOUTS_REMEMBERED.labels(self.name).inc()
-            return result._replace(detail=f"{result.detail} (the same task, {age_s:.0f} s "
-                                   "ago; remembered, not run again)")
-        result = await self._run_retrying(fn, args, timeout)
-        if result.outcome in ("timeout", "memory"):
-            self._timeouts.put(key, result)
-        return result
+        return self._remembered(key) or await self._run_retrying(fn, args, timeout, key)
+
+    def _remembered(self, key: Hashable) -> TaskResult | None:
+        found = self._timeouts.get(key)
+        if found is None:
+            return None
+        result, age_s = found
+        TIMEOUTS_REMEMBERED.labels(self.name).inc()
+        return result._replace(detail=f"{result.detail} (the same task, {age_s:.0f} s ago; "
+                               "remembered, not run again)")
 
     async def _run_retrying(self, fn: Callable[..., Any], args: tuple[Any, ...],
-                            timeout: float) -> TaskResult:
+                            timeout: float, key: Hashable) -> TaskResult:
         deaths = losses = 0
         while True:
-            result = await self._run_once(fn, args, timeout)
+            result = await self._run_once(fn, args, timeout, key)
             if result.outcome == "died" and deaths < self.retries_on_crash:
                 deaths += 1  # perhaps the task's own doing: once more only
             elif result.outcome == "lost" and losses < _MAX_LOSSES:
@@ -127,11 +139,21 @@ class TimeoutPool:
             else:
                 return result
 
-    async def _run_once(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float
-                        ) -> TaskResult:
-        async with self.gate.slot():
-            pool, future = self._schedule(fn, args, timeout)
-            return await self._await(pool, future, timeout)
+    async def _run_once(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float,
+                        key: Hashable) -> TaskResult:
+        async with self.gate.slot() as held:
+            remembered = self._remembered(key)  # a copy timed out while this one waited
+            if remembered is not None:
+                held.cost_s = 0.0
+                return remembered
+            pool, future = self._schedule(_timed, (fn, *args), timeout)
+            result = await self._await(pool, future, timeout)
+            if result.outcome in ("timeout", "memory"):
+                self._timeouts.put(key, result)
+            if result.outcome != "ok":
+                return result  # charged the time it held the slot
+            held.cost_s, value = result.value
+            return result._replace(value=value)
 
     async def _await(self, pool: ProcessPool, future: Future[Any], timeout: float
                      ) -> TaskResult:

@@ -12,7 +12,10 @@ import httpx
 import psutil
 
 from reward_server.client import RewardClient
+from reward_server.process_pool import SPARE_WORKERS
 from tests.conftest import run_server
+
+PROCESSES = 2 + SPARE_WORKERS  # REWARD_SERVER_MATH_WORKERS=2, plus the warm spare
 
 
 def _workers(server_pid: int) -> list[psutil.Process]:
@@ -31,7 +34,7 @@ def test_killed_math_workers_are_replaced_and_the_batch_completes(tmp_path: Path
     with run_server(tmp_path, env=env) as srv:
         with RewardClient(srv.url) as client:  # pebble starts its workers on first use
             assert client.rewards(items[:30]).rewards == expected[:30]
-        assert len(_workers(srv.proc.pid)) == 2
+        assert len(_workers(srv.proc.pid)) == PROCESSES
         out: dict[str, object] = {}
 
         def score() -> None:
@@ -56,10 +59,10 @@ def test_killed_math_workers_are_replaced_and_the_batch_completes(tmp_path: Path
         assert statuses == {"ok"}, statuses
 
         deadline = time.monotonic() + 30  # replacements are up, none of the killed is
-        while len(_workers(srv.proc.pid)) != 2 and time.monotonic() < deadline:
+        while len(_workers(srv.proc.pid)) != PROCESSES and time.monotonic() < deadline:
             time.sleep(0.2)
         now = {p.pid for p in _workers(srv.proc.pid)}
-        assert len(now) == 2 and not now & killed
+        assert len(now) == PROCESSES and not now & killed
         metrics = httpx.get(f"{srv.url}/metrics", timeout=10).text
         noticed = sum(float(line.split()[1]) for line in metrics.splitlines()
                       if line.startswith(("reward_worker_crashes_total ",
