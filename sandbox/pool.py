@@ -361,7 +361,9 @@ class EnginePool:
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
         hosts = config.docker_hosts or (config.docker_host,)
-        self._idle: asyncio.Queue[PooledContainer] = asyncio.Queue()
+        # last in, first out: a request's next item gets the container just given back,
+        # and a spare beyond what runs at once stays idle until one is being replaced
+        self._idle: asyncio.Queue[PooledContainer] = asyncio.LifoQueue()
         self.pools = [ContainerPool(config, host, self._idle) for host in hosts]
 
     async def start(self) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from reward_server.verifiers.code import SPARE_CONTAINERS
 from tests.conftest import run_server, wait_for_sandbox
 from tests.extra_engine import ExtraEngine
 
@@ -63,6 +64,9 @@ def test_engine_stopped_code_unavailable_math_fine_then_recovers(
     assert extra_engine.sandbox_containers() == [], f"pid {pid}, recovered in {recovered_s:.1f}s"
 
 
+PER_ENGINE = 2 + SPARE_CONTAINERS  # REWARD_SERVER_SANDBOX_POOL_SIZE=2, plus the warm spare
+
+
 def test_two_engines_serve_one_server_and_one_can_go(
         extra_engine: ExtraEngine, tmp_path: Path) -> None:
     main = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
@@ -71,9 +75,9 @@ def test_two_engines_serve_one_server_and_one_can_go(
     with run_server(tmp_path, env=env) as srv:
         wait_for_sandbox(srv.url)
         deadline = time.monotonic() + 60  # both engines fill their share of the pool
-        while len(extra_engine.sandbox_containers()) < 2 and time.monotonic() < deadline:
+        while len(extra_engine.sandbox_containers()) < PER_ENGINE and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(extra_engine.sandbox_containers()) == 2
+        assert len(extra_engine.sandbox_containers()) == PER_ENGINE
 
         async def many(n: int) -> list[dict]:
             async with httpx.AsyncClient(timeout=120) as client:
@@ -90,8 +94,8 @@ def test_two_engines_serve_one_server_and_one_can_go(
         assert all(r["rewards"] == [1.0] * 4 for r in replies), replies
         extra_engine.start()
         deadline = time.monotonic() + 90  # and the returning engine is used again
-        while (len(extra_engine.sandbox_containers(running=True)) < 2
+        while (len(extra_engine.sandbox_containers(running=True)) < PER_ENGINE
                and time.monotonic() < deadline):
             time.sleep(0.3)
-        assert len(extra_engine.sandbox_containers(running=True)) == 2
+        assert len(extra_engine.sandbox_containers(running=True)) == PER_ENGINE
     assert extra_engine.sandbox_containers() == []

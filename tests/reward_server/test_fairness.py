@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ServerProcess, run_server
+from tests.conftest import ServerProcess, run_server, wait_for_sandbox
 
 TIMEOUT_S = 2.0  # per math item
 BUDGET_S = 20.0  # per request
@@ -121,3 +121,51 @@ def test_copies_of_one_hostile_completion_pay_once(server: ServerProcess) -> Non
     assert time.monotonic() - started < 1.0
     assert all(r["status"] == "timeout" and r["score"] == 0.0 and "remembered" in r["detail"]
                for r in again)
+
+
+# --- code: the container pool ---------------------------------------------------------------
+
+SLEEP_LIMIT_S = 2.0  # each hostile program sleeps through its one test's time limit
+
+
+@pytest.fixture(scope="module")
+def code_server(docker_ready: None, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[ServerProcess]:
+    env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "2", "REWARD_SERVER_CACHE_SIZE": "0",
+           "REWARD_SERVER_REQUEST_BUDGET_S": str(BUDGET_S)}
+    with run_server(tmp_path_factory.mktemp("fairness-code"), env=env) as srv:
+        wait_for_sandbox(srv.url)
+        yield srv
+
+
+def test_honest_code_request_is_not_held_behind_a_hostile_batch(
+        code_server: ServerProcess) -> None:
+    # first come, first served: 30 x 2 s / 2 containers, plus a new container after each
+    hostile = [{"response": f"```python\nimport time  # {k}\ntime.sleep(60)\n```",
+                "tests": [{"input": "", "output": "done"}], "time_limit_s": SLEEP_LIMIT_S}
+               for k in range(30)]
+    honest = [{"response": "```python\nprint(int(input()) * 2)\n```",
+               "tests": [{"input": str(k), "output": str(2 * k)}]} for k in range(4)]
+    a: dict[str, Any] = {}
+    b: dict[str, Any] = {}
+    threads = [post_later(code_server.url, "/v1/verify/code", hostile, 0.0, a),
+               post_later(code_server.url, "/v1/verify/code", honest, 1.0, b)]
+    for thread in threads:
+        thread.join()
+
+    assert b["response"].status_code == 200
+    assert [r["score"] for r in b["response"].json()["results"]] == [1.0] * 4
+    # one sleeping program per container, and a fresh container for the one it spoiled
+    assert b["elapsed"] < SLEEP_LIMIT_S + RESTART_S, b["elapsed"]
+
+    assert a["response"].status_code == 200
+    results = a["response"].json()["results"]
+    assert len(results) == 30
+    ran = [r for r in results if r["status"] == "ok"]
+    cut = [r for r in results if r["status"] == "timeout"]
+    assert ran and cut and len(ran) + len(cut) == 30, [r["status"] for r in results]
+    assert all(r["score"] == 0.0 and r["tests"][0]["status"] == "timeout" for r in ran)
+    assert all(r["score"] is None and "budget" in r["detail"] for r in cut)
+    text = httpx.get(code_server.url + "/metrics").text
+    assert metric(text, "reward_queue_wait_seconds_count", "code") >= len(ran) + 4
+    assert metric(text, "reward_budget_cuts_total", "code") >= len(cut)

@@ -14,13 +14,15 @@ import hashlib
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from reward_server import metrics
-from reward_server.cache import ResultCache
+from reward_server.cache import ResultCache, TimeoutMemory
+from reward_server.fair_queue import BudgetSpent, FairGate
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
 from reward_server.verifiers.code.extract import extract_code
 from sandbox import (
@@ -32,6 +34,8 @@ from sandbox import (
     SandboxUnavailable,
     TestCase,
 )
+
+SPARE_CONTAINERS = 1  # per engine, beyond pool_size (see CodeVerifier.start)
 
 
 class SandboxSettings(BaseSettings):
@@ -107,8 +111,9 @@ class CodeItem(ItemBase):
         return self
 
 
+# "timeout": the item never ran, its request's budget ran out first (score null)
 CodeStatus = Literal["ok", "no_code", "syntax_error", "compile_error", "bad_tests",
-                     "sandbox_unavailable"]
+                     "sandbox_unavailable", "timeout"]
 TestStatus = Literal["passed", "wrong_answer", "timeout", "runtime_error", "memory_limit",
                      "output_limit"]
 
@@ -135,9 +140,16 @@ class CodeVerifier(Verifier):
     description = "Runs the program against test cases in a Docker sandbox."
 
     async def start(self) -> None:
-        self.sandbox = Sandbox(SandboxSettings().config())
+        config = SandboxSettings().config()
+        # One warm container per engine more than items run at once: a container that a
+        # timed-out program spoiled takes seconds to replace, and the next item (often
+        # another request's) takes the spare meanwhile. Whose turn it is: the gate.
+        self.sandbox = Sandbox(replace(config, pool_size=config.pool_size + SPARE_CONTAINERS))
         await self.sandbox.start()
         self._cache: ResultCache[CodeResult] = ResultCache(self.settings.cache_size)
+        self._gate = FairGate(config.pool_size * len(self.sandbox.pool.pools), self.name)
+        self._timeouts: TimeoutMemory[CodeResult] = TimeoutMemory(
+            self.settings.timeout_memory_s)
 
     async def stop(self) -> None:
         await self.sandbox.stop()
@@ -164,23 +176,50 @@ class CodeVerifier(Verifier):
                 [execution.language, source, [t.__dict__ for t in execution.tests],
                  execution.test_code, execution.entry_point, execution.time_limit_s,
                  execution.memory_mb]).encode()).hexdigest()
-            run, hit = await self._cache.get_or_compute(
-                key, lambda: self._run(execution), cacheable=_cacheable)
-            (metrics.CACHE_HITS if hit else metrics.CACHE_MISSES).labels(self.name).inc()
-            result = _score(run, item.all_or_nothing)
+            result = _score(await self._cached_run(key, execution), item.all_or_nothing)
         if any(t.status == "timeout" for t in result.tests):
             metrics.TIMEOUTS.labels(self.name).inc()
         metrics.ITEMS.labels(self.name, result.status).inc()
         metrics.ITEM_LATENCY.labels(self.name).observe(time.perf_counter() - started)
         return result
 
-    async def _run(self, execution: Execution) -> CodeResult:
+    async def _cached_run(self, key: str, execution: Execution) -> CodeResult:
+        """The cache, or a container when the gate gives this request its turn. An item
+        its request's budget left unrun is unscorable: it did not cause that."""
         try:
-            run = await self.sandbox.execute(execution)
-        except SandboxUnavailable as exc:
+            run, hit = await self._cache.get_or_compute(
+                key, lambda: self._run(key, execution), cacheable=_cacheable)
+        except BudgetSpent as exc:
             return CodeResult(score=None, passed=0, total=execution.test_count,
-                              status="sandbox_unavailable", detail=str(exc))
-        return _as_result(run, execution.test_count)
+                              status="timeout", detail=str(exc))
+        (metrics.CACHE_HITS if hit else metrics.CACHE_MISSES).labels(self.name).inc()
+        return run
+
+    def _remembered(self, key: str) -> CodeResult | None:
+        """The same program and tests timed out a moment ago: so will this copy."""
+        found = self._timeouts.get(key)
+        if found is None:
+            return None
+        run, age_s = found
+        metrics.TIMEOUTS_REMEMBERED.labels(self.name).inc()
+        return run.model_copy(update={"detail": f"{run.detail or 'timed out'} (the same item, "
+                                      f"{age_s:.0f} s ago; remembered, not run again)"})
+
+    async def _run(self, key: str, execution: Execution) -> CodeResult:
+        if (remembered := self._remembered(key)) is not None:
+            return remembered
+        async with self._gate.slot():
+            if (remembered := self._remembered(key)) is not None:  # a copy, while we waited
+                return remembered
+            try:
+                run = await self.sandbox.execute(execution)
+            except SandboxUnavailable as exc:
+                return CodeResult(score=None, passed=0, total=execution.test_count,
+                                  status="sandbox_unavailable", detail=str(exc))
+        result = _as_result(run, execution.test_count)
+        if any(t.status == "timeout" for t in result.tests):
+            self._timeouts.put(key, result)
+        return result
 
 
 def _as_result(run: ExecutionResult, expected: int) -> CodeResult:
@@ -194,8 +233,9 @@ def _as_result(run: ExecutionResult, expected: int) -> CodeResult:
 
 
 def _score(result: CodeResult, all_or_nothing: bool) -> CodeResult:
-    """Score from the counts; a dataset's broken tests or an outage are unscorable (null)."""
-    if result.status in ("sandbox_unavailable", "bad_tests"):
+    """Score from the counts; a dataset's broken tests, an outage or an item its request's
+    budget left unrun are unscorable (null)."""
+    if result.status in ("sandbox_unavailable", "bad_tests", "timeout"):
         return result.model_copy(update={"score": None})
     if result.total == 0:
         return result.model_copy(update={"score": 0.0})
