@@ -7,8 +7,14 @@ whole process tree) before and after and sampled during the run, and the sandbox
 the server left behind after it stopped. Each problem recurs (a run repeats prompts across
 steps), so the cache serves part of the load, as it does in training.
 
+``--hostile 1`` adds the fairness scenario (issue 13): after the all-honest run, the same
+server gets one hostile client among 15 honest ones. The hostile client sends batches of the
+same shape whose items are all slow (towers of exponents that run into the math time limit,
+programs that sleep through every test), distinct so that no cache helps. It reports the
+honest clients' p50/p99 next to the all-honest run's; the goal is honest p99 within 2x.
+
     python bench/bench_load.py [--clients 16] [--duration 60] [--code-share 0.25]
-                               [--workers 1] [--cache-size 100000]
+                               [--workers 1] [--cache-size 100000] [--hostile 1]
                                [--url URL (an already running server)]
 """
 
@@ -43,13 +49,15 @@ class Report:
     error_examples: list[str] = field(default_factory=list)
     latencies_ms: list[float] = field(default_factory=list)
     rss_mb: list[tuple[float, float]] = field(default_factory=list)  # (t, MB)
+    hostile: Report | None = None  # the hostile clients' own figures, when there are any
 
     def percentile(self, q: float) -> float:
         ordered = sorted(self.latencies_ms)
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
     def summary(self) -> dict:
-        out = {k: v for k, v in asdict(self).items() if k not in ("latencies_ms", "rss_mb")}
+        out = {k: v for k, v in asdict(self).items()
+               if k not in ("latencies_ms", "rss_mb", "hostile")}
         out.update(items_per_s=self.items / self.duration_s,
                    requests_per_s=self.requests / self.duration_s,
                    p50_ms=self.percentile(0.5), p99_ms=self.percentile(0.99),
@@ -60,13 +68,16 @@ class Report:
 
 
 def math_group(rng: random.Random) -> tuple[list[dict], list[float]]:
-    """One problem, 16 sampled answers: right in several forms, wrong, unparseable."""
+    """One problem, 16 sampled answers: right in several forms, wrong, unparseable; plain
+    numbers take the fast path, the rest a math worker."""
     p, q = rng.randint(1, 60), rng.randint(2, 60)
     answer = f"\\frac{{{p}}}{{{q}}}"
     forms = [(f"so the answer is \\boxed{{\\frac{{{p}}}{{{q}}}}}", 1.0),
              (f"\\boxed{{{p}/{q}}}", 1.0),
              (f"\\boxed{{\\frac{{{2 * p}}}{{{2 * q}}}}}", 1.0),
+             (f"\\boxed{{({p}/{q})}}", 1.0),  # not a plain number: a math worker's job
              (f"\\boxed{{\\frac{{{p + 1}}}{{{q}}}}}", 0.0),
+             (f"\\boxed{{{p} \\div {q + 1}}}", 0.0),  # a worker's job too
              (f"#### {p * q}", 0.0),
              ("I am not sure.", 0.0)]
     items, expected = [], []
@@ -95,13 +106,35 @@ def code_group(rng: random.Random) -> tuple[list[dict], list[float]]:
     return items, expected
 
 
+def hostile_math_group(rng: random.Random) -> tuple[list[dict], None]:
+    """16 distinct towers of exponents: SymPy evaluates each until the time limit."""
+    items = []
+    for _ in range(GROUP):
+        a, b, c, d = rng.randint(3, 9), rng.randint(3, 9), rng.randint(3, 9), rng.randint(5, 9)
+        items.append({"verifier": "math", "response": f"\\boxed{{{a}^{{{b}^{{{c}^{{{d}}}}}}}}}",
+                      "answer": str(rng.randint(1, 99))})
+    return items, None
+
+
+def hostile_code_group(rng: random.Random) -> tuple[list[dict], None]:
+    """16 distinct programs that sleep through both tests (each test to its time limit)."""
+    tests = [{"input": "1 2", "output": "3"}, {"input": "2 3", "output": "5"}]
+    items = [{"verifier": "code", "tests": tests,
+              "response": f"```python\nimport time  # {rng.getrandbits(64)}\ntime.sleep(60)\n```"}
+             for _ in range(GROUP)]
+    return items, None
+
+
 async def client_loop(url: str, seed: int, stop_at: float, code_share: float,
-                      report: Report) -> None:
+                      report: Report, hostile: bool = False) -> None:
     rng = random.Random(seed)
     async with httpx.AsyncClient(base_url=url, timeout=300) as http:
         while time.monotonic() < stop_at:
             is_code = rng.random() < code_share
-            items, expected = (code_group if is_code else math_group)(rng)
+            if hostile:
+                items, expected = (hostile_code_group if is_code else hostile_math_group)(rng)
+            else:
+                items, expected = (code_group if is_code else math_group)(rng)
             t0 = time.perf_counter()
             try:
                 r = await http.post("/v1/rewards", json={"items": items})
@@ -118,6 +151,11 @@ async def client_loop(url: str, seed: int, stop_at: float, code_share: float,
                 report.error_examples.append(f"HTTP {r.status_code}: {r.text[:150]}")
                 continue
             got = r.json()["rewards"]
+            if expected is None:  # hostile: any verdict, as long as each item has one
+                if len(got) != len(items):
+                    report.errors += 1
+                    report.error_examples.append(f"{len(got)} rewards for {len(items)} items")
+                continue
             bad = [(g, e) for g, e in zip(got, expected, strict=True) if g != e]
             if bad:
                 report.errors += 1
@@ -139,8 +177,11 @@ def tree_rss_mb(pid: int) -> float:
 
 
 async def run_load(url: str, clients: int, duration_s: float, code_share: float,
-                   server_pid: int | None = None, seed: int = 0) -> Report:
-    report = Report(clients=clients, duration_s=duration_s)
+                   server_pid: int | None = None, seed: int = 0, hostile: int = 0) -> Report:
+    """``clients`` in all, ``hostile`` of them hostile; the report is the honest clients'
+    (the hostile clients' in ``report.hostile``)."""
+    report = Report(clients=clients - hostile, duration_s=duration_s)
+    report.hostile = Report(clients=hostile, duration_s=duration_s)
     started = time.monotonic()
     stop_at = started + duration_s
 
@@ -150,13 +191,29 @@ async def run_load(url: str, clients: int, duration_s: float, code_share: float,
             await asyncio.sleep(max(1.0, duration_s / 20))
 
     sampler = asyncio.create_task(sample_rss())
-    await asyncio.gather(*(client_loop(url, seed * 1000 + k, stop_at, code_share, report)
+    await asyncio.gather(*(client_loop(url, seed * 1000 + k, stop_at, code_share,
+                                       report.hostile if k < hostile else report, k < hostile)
                            for k in range(clients)))
     sampler.cancel()
     if server_pid is not None:
         report.rss_mb.append((time.monotonic() - started, tree_rss_mb(server_pid)))
-    report.duration_s = time.monotonic() - started
+    report.duration_s = report.hostile.duration_s = time.monotonic() - started
     return report
+
+
+def print_report(title: str, report: Report) -> dict:
+    s = report.summary()
+    print(title)
+    print(f"  requests      {s['requests']}  ({s['requests_per_s']:.1f}/s)")
+    print(f"  items         {s['items']}  ({s['items_per_s']:.1f}/s; {s['code_items']} code)")
+    print(f"  latency       p50 {s['p50_ms']:.0f} ms   p99 {s['p99_ms']:.0f} ms")
+    print(f"  errors        {s['errors']}")
+    for example in report.error_examples[:5]:
+        print(f"    {example}")
+    if report.rss_mb:
+        print(f"  server RSS    {s['rss_first_mb']:.0f} MB at start, {s['rss_last_mb']:.0f} MB "
+              f"at end, {s['rss_max_mb']:.0f} MB max (process tree)")
+    return s
 
 
 def main() -> None:
@@ -168,14 +225,23 @@ def main() -> None:
     ap.add_argument("--pool-size", type=int, default=4, help="sandbox containers per worker")
     ap.add_argument("--cache-size", type=int, default=100_000,
                     help="result-cache entries per worker (0: off, so every item is computed)")
+    ap.add_argument("--hostile", type=int, default=0,
+                    help="then a second run with this many of the clients hostile")
     ap.add_argument("--url", help="an already running server (no RSS or container figures)")
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
     from tests.conftest import run_server, sandbox_containers, wait_for_sandbox
 
+    def runs(url: str, pid: int | None) -> list[Report]:
+        done = [asyncio.run(run_load(url, args.clients, args.duration, args.code_share, pid))]
+        if args.hostile:
+            done.append(asyncio.run(run_load(url, args.clients, args.duration,
+                                             args.code_share, pid, hostile=args.hostile)))
+        return done
+
     if args.url:
-        report = asyncio.run(run_load(args.url, args.clients, args.duration, args.code_share))
+        reports = runs(args.url, None)
         leaked = None
     else:
         import tempfile
@@ -187,33 +253,41 @@ def main() -> None:
             wait_for_sandbox(srv.url)
             # warm-up: the math workers' first SymPy imports, a few containers' first runs
             asyncio.run(run_load(srv.url, args.clients, 5.0, args.code_share, seed=99))
-            report = asyncio.run(run_load(srv.url, args.clients, args.duration,
-                                          args.code_share, srv.proc.pid))
+            reports = runs(srv.url, srv.proc.pid)
             pid = srv.proc.pid
         time.sleep(1.0)
         leaked = len([c for c in sandbox_containers()
                       if c["owner"].split(":")[1:2] == [str(pid)]])
-    s = report.summary()
+    report = reports[0]
     print(f"{args.clients} clients x {report.duration_s:.0f} s, batches of {GROUP} "
           f"({args.code_share:.0%} code), cache {args.cache_size or 'off'}, "
           f"{os.cpu_count()} cores")
-    print(f"  requests      {s['requests']}  ({s['requests_per_s']:.1f}/s)")
-    print(f"  items         {s['items']}  ({s['items_per_s']:.1f}/s; {s['code_items']} code)")
-    print(f"  latency       p50 {s['p50_ms']:.0f} ms   p99 {s['p99_ms']:.0f} ms")
-    print(f"  errors        {s['errors']}")
-    for example in report.error_examples[:5]:
-        print(f"    {example}")
-    if report.rss_mb:
-        print(f"  server RSS    {s['rss_first_mb']:.0f} MB at start, {s['rss_last_mb']:.0f} MB "
-              f"at end, {s['rss_max_mb']:.0f} MB max (process tree)")
+    s = print_report("all honest", report)
+    result: dict = {**s, "rss_mb": report.rss_mb}
+    failed = bool(s["errors"])
+    if args.hostile:
+        mixed = reports[1]
+        assert mixed.hostile is not None
+        m = print_report(f"{args.hostile} hostile + {args.clients - args.hostile} honest: "
+                         "the honest clients", mixed)
+        h = mixed.hostile.summary()
+        print(f"  the hostile client(s): {h['requests']} requests, p50 {h['p50_ms']:.0f} ms, "
+              f"p99 {h['p99_ms']:.0f} ms, errors {h['errors']}")
+        ratio = {q: m[f"{q}_ms"] / max(s[f"{q}_ms"], 1e-9) for q in ("p50", "p99")}
+        print(f"  honest p50 {ratio['p50']:.2f}x, p99 {ratio['p99']:.2f}x the all-honest run "
+              "(goal: p99 within 2x)")
+        result["hostile_run"] = {"honest": m, "hostile": h, "p50_ratio": ratio["p50"],
+                                 "p99_ratio": ratio["p99"]}
+        failed = failed or bool(m["errors"] or h["errors"])
     if leaked is not None:
         print(f"  containers left after shutdown: {leaked}")
-        s["containers_left"] = leaked
+        result["containers_left"] = leaked
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"bench_load_cache{args.cache_size}.json").write_text(json.dumps({**s, "rss_mb": report.rss_mb}, indent=2))
-    print(f"wrote {out / f'bench_load_cache{args.cache_size}.json'}")
-    if s["errors"] or leaked:
+    name = f"bench_load_cache{args.cache_size}{'_hostile' if args.hostile else ''}.json"
+    (out / name).write_text(json.dumps(result, indent=2))
+    print(f"wrote {out / name}")
+    if failed or leaked:
         raise SystemExit(1)
 
 
