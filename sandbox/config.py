@@ -21,6 +21,9 @@ class SandboxConfig:
     pids_limit: int = 128
     nofile: int = 256
     work_tmpfs_mb: int = 128
+    # Isolation layers beyond namespaces/cgroups/caps (README: "Isolation, layer by layer")
+    runtime: str | None = None  # OCI runtime the engine knows, e.g. "runsc" (gVisor); None: runc
+    seccomp_profile: str = ""  # "": sandbox/seccomp.json; "engine-default"; or a JSON path
     # Per-execution limits; items may ask for less, never more
     default_time_limit_s: float = 5.0
     max_time_limit_s: float = 30.0

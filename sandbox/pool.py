@@ -36,6 +36,7 @@ from docker.types import Ulimit
 from sandbox.channel import Channel, ChannelClosed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
+from sandbox.seccomp import security_opt
 
 log = logging.getLogger("sandbox.pool")
 
@@ -308,7 +309,8 @@ class ContainerPool:
             network_mode="none",
             read_only=True,
             cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
+            security_opt=list(security_opt(c.seccomp_profile)),
+            runtime=c.runtime or None,
             pids_limit=c.pids_limit,
             mem_limit=f"{c.memory_mb}m",
             memswap_limit=f"{c.memory_mb}m",

@@ -1,9 +1,10 @@
 """Writes ``sandbox/seccomp.json``, the sandbox's own seccomp profile: upstream Docker's
 current default profile, rebuilt from the 20.10 profile that Debian ships, plus two
-deviations of ours. Why our own: the engine's built-in default depends on its version, and
-Debian bookworm's Docker 20.10 still allows io_uring and AF_VSOCK sockets (issue 10, attack
-10); a profile passed with ``security_opt`` is the same on every engine (20.10 or later: it
-uses ``minKernel``, ``errnoRet`` and ``defaultErrnoRet``).
+deviations of ours (fewer socket families; no 32-bit syscalls). Why our own: the engine's
+built-in default depends on its version, and Debian bookworm's Docker 20.10 still allows
+io_uring and AF_VSOCK sockets (issue 10, attack 10); a profile passed with ``security_opt``
+is the same on every engine (20.10 or later: it uses ``minKernel``, ``errnoRet`` and
+``defaultErrnoRet``).
 
 Provenance. The base is ``profiles/seccomp/default.json`` of Debian's
 ``golang-github-docker-docker-dev`` 20.10.24 (Apache-2.0, The Moby Authors). ``EDITS``
@@ -159,18 +160,22 @@ def default_errno(p: Profile) -> None:
 # --- ours ---------------------------------------------------------------------------------
 
 
-def block_socketcall(p: Profile) -> None:
-    """socketcall(2) (the 32-bit x86 multiplexer, reachable through int 0x80) passes its
-    arguments behind a pointer seccomp cannot read, so it would bypass the family rules.
-    Upstream keeps it and relies on AppArmor/SELinux (moby#52547), which a Debian host
-    without them lacks; nothing in the sandbox is a 32-bit program."""
+def native_abi_only(p: Profile) -> None:
+    """No 32-bit entry points (x86 ``int 0x80``, x32, arm32 on arm64): a program calling one
+    is killed (SIGSYS). Through the x86 one, socketcall(2) passes its arguments behind a
+    pointer seccomp cannot read; with upstream's sub-architectures a probe here created an
+    AF_VSOCK socket that way despite the family rules (upstream leaves it to AppArmor or
+    SELinux, moby#52547, which a Debian host may lack). moby#33108 gives this remedy: block
+    the 32-bit syscalls. Nothing in the sandbox is a 32-bit program."""
+    for arch in p["archMap"]:
+        arch["subArchitectures"] = []
     remove_names(allowlist(p), ["socketcall"])
 
 
 EDITS: tuple[Callable[[Profile], None], ...] = (
     block_io_uring, socket_by_family, newer_syscalls, name_to_handle_at_unprivileged,
     process_vm_with_ptrace, capability_rules, default_errno)
-OURS: tuple[Callable[[Profile], None], ...] = (block_socketcall,)
+OURS: tuple[Callable[[Profile], None], ...] = (native_abi_only,)
 
 
 def generate(base: Profile) -> Profile:

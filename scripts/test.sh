@@ -11,5 +11,13 @@ if ! bash sandbox/build_image.sh; then
   fi
   echo "test: no Docker engine or sandbox image: the sandbox tests will be skipped" >&2
 fi
+# gVisor for the sandbox tests that also run under it (on a second engine the tests start)
+if ! bash sandbox/ensure_runsc.sh >/dev/null; then
+  if [ "${CI:-}" = "true" ]; then
+    echo "test: runsc (gVisor) could not be installed; CI runs the sandbox tests under it" >&2
+    exit 1
+  fi
+  echo "test: no runsc: the sandbox tests under gVisor will be skipped" >&2
+fi
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest -q "$@"

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -25,8 +26,20 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, proc: subprocess.Popen, url: str, log: Path) -> None:
+    def __init__(self, proc: subprocess.Popen, url: str, log: Path,
+                 env: dict[str, str] | None = None) -> None:
         self.proc, self.url, self.log = proc, url, log
+        self.env = env or {}  # the settings it was started with beyond the defaults
+
+    @property
+    def docker_host(self) -> str | None:
+        """The engine its sandbox runs on (None: the default one)."""
+        return self.env.get("REWARD_SERVER_SANDBOX_DOCKER_HOST")
+
+    @property
+    def runtime(self) -> str:
+        """The OCI runtime its sandbox containers run under."""
+        return self.env.get("REWARD_SERVER_SANDBOX_RUNTIME") or "runc"
 
     def client(self, **kwargs) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=60, **kwargs)
@@ -65,7 +78,7 @@ def run_server(tmp_path: Path, env: dict[str, str] | None = None,
             if time.monotonic() > deadline:
                 raise RuntimeError(f"server did not start:\n{log.read_text()}")
             time.sleep(0.1)
-        yield ServerProcess(proc, url, log)
+        yield ServerProcess(proc, url, log, env)
     finally:
         proc.terminate()
         try:
@@ -106,11 +119,12 @@ def docker_ready() -> None:
         pytest.skip(message)
 
 
-def sandbox_containers(owner_pid: int | None = None) -> list[dict[str, str]]:
+def sandbox_containers(owner_pid: int | None = None,
+                       docker_host: str | None = None) -> list[dict[str, str]]:
     """Labelled sandbox containers on the engine (optionally of one server process)."""
     import docker
 
-    client = docker.from_env()
+    client = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
     try:  # one list call (the high-level list inspects each container: racy with removals)
         found = []
         for c in client.api.containers(all=True, filters={"label": "verifiable-rewards.sandbox"}):
@@ -154,3 +168,51 @@ def extra_engine(docker_ready: None, tmp_path_factory: pytest.TempPathFactory):
         pytest.skip(f"could not start a second Docker engine: {exc}")
     yield engine
     engine.destroy()
+
+
+# Under gVisor a container's PIDs are its own (``docker top`` maps them onto the host's), so a
+# process inside lists them, leaving itself out.
+_LIST_PROCESSES = ("import os\nfor p in os.listdir('/proc'):\n"
+                   "    if p.isdigit() and int(p) != os.getpid():\n"
+                   "        print(open(f'/proc/{p}/cmdline').read().replace(chr(0), ' ').strip())")
+
+
+def container_commands(container, runtime: str) -> list[str]:
+    """The command lines of the processes in a sandbox container (a docker SDK Container)."""
+    if runtime == "runc":
+        return [" ".join(p[7:]) for p in container.top()["Processes"]]
+    out = container.exec_run(["python3", "-c", _LIST_PROCESSES])
+    assert out.exit_code == 0, out.output
+    return out.output.decode().splitlines()
+
+
+@dataclass(frozen=True)
+class SandboxRuntime:
+    """Where a sandbox test runs: runc on the main engine, or gVisor (runsc) on the second."""
+
+    name: str
+    docker_host: str | None = None  # None: the main engine
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Server settings that put its sandbox there."""
+        if self.docker_host is None:
+            return {}
+        return {"REWARD_SERVER_SANDBOX_DOCKER_HOST": self.docker_host,
+                "REWARD_SERVER_SANDBOX_RUNTIME": self.name}
+
+
+@pytest.fixture(scope="session", params=["runc", "runsc"])
+def sandbox_runtime(request: pytest.FixtureRequest) -> SandboxRuntime:
+    """The code-verifier, hostile and seccomp tests run once per runtime: runc (the default)
+    and gVisor, registered on the second engine (tests/extra_engine.py)."""
+    if request.param == "runc":
+        request.getfixturevalue("docker_ready")
+        return SandboxRuntime("runc")
+    engine = request.getfixturevalue("extra_engine")
+    if engine.runsc is None:
+        message = "gVisor's runsc is not installed; run: bash sandbox/ensure_runsc.sh"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return SandboxRuntime("runsc", engine.host)

@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import httpx
 import pytest
 
 from sandbox.languages import LANGUAGES
-from tests.conftest import ServerProcess, wait_for_sandbox
+from tests.conftest import SandboxRuntime, run_server, wait_for_sandbox
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
 
 @pytest.fixture(scope="module")
-def code_http(server: ServerProcess) -> Iterator[httpx.Client]:
-    wait_for_sandbox(server.url)
-    with server.client() as client:
-        yield client
+def code_http(request: pytest.FixtureRequest, sandbox_runtime: SandboxRuntime,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    """The shared server (runc), or one whose sandbox runs under gVisor."""
+    with ExitStack() as stack:
+        if sandbox_runtime.docker_host is None:
+            server = request.getfixturevalue("server")
+        else:
+            server = stack.enter_context(run_server(
+                tmp_path_factory.mktemp(f"code-{sandbox_runtime.name}"), env=sandbox_runtime.env))
+        wait_for_sandbox(server.url, timeout_s=180)
+        yield stack.enter_context(server.client())
 
 
 def verify(http: httpx.Client, *items: dict[str, Any]) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ from sandbox import (
     SandboxUnavailable,
     TestCase,
 )
+from sandbox.seccomp import security_opt
 
 SPARE_CONTAINERS = 1  # per engine, beyond pool_size (see CodeVerifier.start)
 
@@ -60,12 +61,22 @@ class SandboxSettings(BaseSettings):
     output_limit_bytes: int = Field(SandboxConfig.output_limit_bytes, ge=1024)
     acquire_timeout_s: float = Field(SandboxConfig.acquire_timeout_s, gt=0)
     reap_interval_s: float = Field(SandboxConfig.reap_interval_s, gt=0)
+    runtime: str | None = Field(None, description="OCI runtime registered with the engine, "
+                                "e.g. runsc (gVisor); unset: the engine's default (runc).")
+    seccomp_profile: str = Field("", description="Seccomp profile JSON; unset: "
+                                 "sandbox/seccomp.json; engine-default: the engine's own.")
 
     @field_validator("docker_hosts", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):
             return [h.strip() for h in value.split(",") if h.strip()]
+        return value
+
+    @field_validator("seccomp_profile")
+    @classmethod
+    def _readable_profile(cls, value: str) -> str:
+        security_opt(value)  # a missing or malformed file stops the start, naming the path
         return value
 
     def config(self) -> SandboxConfig:
