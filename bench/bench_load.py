@@ -48,19 +48,25 @@ class Report:
     errors: int = 0
     error_examples: list[str] = field(default_factory=list)
     latencies_ms: list[float] = field(default_factory=list)
+    code_latencies_ms: list[float] = field(default_factory=list)  # the code batches' alone
     rss_mb: list[tuple[float, float]] = field(default_factory=list)  # (t, MB)
     hostile: Report | None = None  # the hostile clients' own figures, when there are any
 
-    def percentile(self, q: float) -> float:
-        ordered = sorted(self.latencies_ms)
+    def percentile(self, q: float, latencies: list[float] | None = None) -> float:
+        ordered = sorted(self.latencies_ms if latencies is None else latencies)
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
     def summary(self) -> dict:
         out = {k: v for k, v in asdict(self).items()
-               if k not in ("latencies_ms", "rss_mb", "hostile")}
+               if k not in ("latencies_ms", "code_latencies_ms", "rss_mb", "hostile")}
+        math_ms = sorted(self.latencies_ms)
+        for ms in self.code_latencies_ms:
+            math_ms.remove(ms)
         out.update(items_per_s=self.items / self.duration_s,
                    requests_per_s=self.requests / self.duration_s,
                    p50_ms=self.percentile(0.5), p99_ms=self.percentile(0.99),
+                   math_p99_ms=self.percentile(0.99, math_ms),
+                   code_p99_ms=self.percentile(0.99, self.code_latencies_ms),
                    rss_first_mb=self.rss_mb[0][1] if self.rss_mb else None,
                    rss_last_mb=self.rss_mb[-1][1] if self.rss_mb else None,
                    rss_max_mb=max((m for _, m in self.rss_mb), default=None))
@@ -143,6 +149,8 @@ async def client_loop(url: str, seed: int, stop_at: float, code_share: float,
                 report.error_examples.append(f"{type(exc).__name__}: {exc}"[:200])
                 continue
             report.latencies_ms.append((time.perf_counter() - t0) * 1000)
+            if is_code:
+                report.code_latencies_ms.append(report.latencies_ms[-1])
             report.requests += 1
             report.items += len(items)
             report.code_items += len(items) if is_code else 0
@@ -156,7 +164,9 @@ async def client_loop(url: str, seed: int, stop_at: float, code_share: float,
                     report.errors += 1
                     report.error_examples.append(f"{len(got)} rewards for {len(items)} items")
                 continue
-            bad = [(g, e) for g, e in zip(got, expected, strict=True) if g != e]
+            bad = [(g, e, res["status"], (res.get("detail") or "")[:80])
+                   for g, e, res in zip(got, expected, r.json()["results"], strict=True)
+                   if g != e]
             if bad:
                 report.errors += 1
                 report.error_examples.append(f"scores {bad[:3]} for {items[0]['verifier']}")
@@ -206,7 +216,8 @@ def print_report(title: str, report: Report) -> dict:
     print(title)
     print(f"  requests      {s['requests']}  ({s['requests_per_s']:.1f}/s)")
     print(f"  items         {s['items']}  ({s['items_per_s']:.1f}/s; {s['code_items']} code)")
-    print(f"  latency       p50 {s['p50_ms']:.0f} ms   p99 {s['p99_ms']:.0f} ms")
+    print(f"  latency       p50 {s['p50_ms']:.0f} ms   p99 {s['p99_ms']:.0f} ms   (p99 of math "
+          f"batches {s['math_p99_ms']:.0f} ms, of code batches {s['code_p99_ms']:.0f} ms)")
     print(f"  errors        {s['errors']}")
     for example in report.error_examples[:5]:
         print(f"    {example}")
