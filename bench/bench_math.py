@@ -1,14 +1,17 @@
 """Throughput and latency of POST /v1/verify/math against math-verify in-process.
 
-A realistic RL batch: 32 problems x groups of 16 completions (512 items) in GSM8K and MATH
-styles, where a group repeats answers (the same right answer in several forms, the same
-wrong answers, verbatim duplicate completions). Every completion is labelled with the truth
-when it is generated, so a disagreement between us and math-verify is settled by the label.
+Two item sets, each labelled with the truth, so a disagreement between us and math-verify
+is settled by the label:
+- Math-Verify 0.9.0's own test suite (its rows at default options: real NuminaMath and
+  OpenThoughts outputs, Minerva answers, number formats), downloaded at run time;
+- a realistic RL batch: 32 problems x groups of 16 completions (512 items) in GSM8K and MATH
+  styles, where a group repeats answers (the same right answer in several forms, the same
+  wrong answers, verbatim duplicate completions).
 
-Runs, in this order, on the same items: math-verify in-process (one core), the server with
-the cache off, the server with the cache on (cold, then warm). Each tool first gets one
-warm-up pass over a different draw of the problems. Prints a table and writes
-bench/results/bench_math.json.
+On each, in this order: math-verify in-process (one core), the server with the cache off
+(all cores), and for the batch the server with the cache on (cold, then warm). Each tool
+first gets one warm-up pass. Items/s are also given per core used. Prints tables and
+writes bench/results/bench_math.json.
 
     python bench/bench_math.py [--groups 32] [--group-size 16] [--concurrency 4]
 """
@@ -99,16 +102,24 @@ def make_items(groups: int, group_size: int, seed: int = 0) -> tuple[list[dict],
     return items, truth
 
 
-def run_math_verify(items: list[dict], timeout_s: int) -> tuple[list[bool | None], float]:
-    """math-verify as its README shows: gold wrapped in $…$, verify(gold, parse(response))."""
-    from math_verify import parse, verify
+def mv_gold_text(answer: str) -> str:
+    """How a math-verify user passes a reference: bare LaTeX wrapped in $…$, text as is."""
+    marked = any(m in answer for m in ("$", "\\boxed", "\\(", "\\["))
+    return answer if marked else f"${answer}$"
 
+
+def run_math_verify(items: list[dict], timeout_s: int) -> tuple[list[bool | None], float]:
+    """math-verify in-process, one core, as its suite calls it: a box first, then LaTeX,
+    then plain expressions, for both sides; its own (signal) timeouts on."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
     verdicts: list[bool | None] = []
     started = time.perf_counter()
     for item in items:
         t0 = time.perf_counter()
-        gold = parse(f"${item['answer']}$", parsing_timeout=timeout_s)
-        pred = parse(item["response"], parsing_timeout=timeout_s)
+        gold = parse(mv_gold_text(item["answer"]), config, parsing_timeout=timeout_s)
+        pred = parse(item["response"], config, parsing_timeout=timeout_s)
         ok = verify(gold, pred, timeout_seconds=timeout_s)
         verdicts.append(None if time.perf_counter() - t0 >= timeout_s else bool(ok))
     return verdicts, time.perf_counter() - started
@@ -119,7 +130,7 @@ async def run_server_pass(url: str, items: list[dict], group_size: int,
     """One request per group (as a trainer scores a group), ``concurrency`` in flight."""
     slots = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
-    async with httpx.AsyncClient(base_url=url, timeout=300) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
 
         async def one(start: int) -> list[dict]:
             async with slots:
@@ -136,20 +147,21 @@ async def run_server_pass(url: str, items: list[dict], group_size: int,
     return [r for part in parts for r in part], elapsed, latencies
 
 
-def table_report(timeout_s: int) -> None:
+def table_report() -> None:
     """The test suite's adversarial table, labelled by hand: where the two tools differ."""
     from reward_server.verifiers.math.check import check
     from reward_server.verifiers.math.extract import extract_answer, extract_gold
+    from reward_server.verifiers.math.numbers import fast_check
     from tests.reward_server.math_cases import EQUIVALENCE, EXTRACTION
 
     cases = EQUIVALENCE + EXTRACTION
     items = [{"response": r, "answer": a} for r, a, _ in cases]
-    mv, _ = run_math_verify(items, timeout_s)
+    mv, _ = run_math_verify(items, 5)
     ours = []
     for item in items:
-        extracted = extract_answer(item["response"])
-        ours.append(extracted is not None
-                    and check(extracted, extract_gold(item["answer"]), 1e-6).correct)
+        pred, gold = extract_answer(item["response"]), extract_gold(item["answer"])
+        verdict = pred and (fast_check(pred, gold, 1e-6) or check(pred, gold, 1e-6))
+        ours.append(bool(verdict and verdict.correct))
     truth = [c for *_, c in cases]
     print(f"\nadversarial table ({len(cases)} hand-labelled cases from the tests): "
           f"ours right on {sum(o == t for o, t in zip(ours, truth, strict=True))}, "
@@ -166,75 +178,107 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--groups", type=int, default=32)
-    ap.add_argument("--group-size", type=int, default=16)
-    ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--timeout", type=int, default=5, help="per-item timeout, both tools")
-    args = ap.parse_args()
+def suite_items() -> tuple[list[dict], list[bool]]:
+    """Math-Verify 0.9.0's own test rows at default options (downloaded, never copied)."""
+    from tests.reward_server.math_suite import load_suite
 
-    items, truth = make_items(args.groups, args.group_size)
-    print(f"{len(items)} items: {args.groups} groups x {args.group_size}, "
-          f"{len({json.dumps(i) for i in items})} distinct, {os.cpu_count()} cores")
+    cases = [c for c in load_suite() if c.at_defaults]
+    return [{"response": c.pred, "answer": c.gold} for c in cases], [c.expected for c in cases]
 
-    # Both tools are measured warm (a trainer runs for hours): one pass over a different
-    # draw of the same problems first, so ANTLR's lazily built tables exist in both.
-    # Their tolerance differs from the measured items', so no warm-up verdict is reused from
-    # the result cache.
-    warm_items, _ = make_items(args.groups, args.group_size, seed=1)
-    warm_items = [{**item, "tolerance": 1e-7} for item in warm_items]
+
+def measure(name: str, items: list[dict], truth: list[bool], warm_items: list[dict],
+            args: argparse.Namespace, cache_passes: bool) -> dict[str, Any]:
+    """math-verify in-process, then the server (cache off; then on, cold and warm)."""
+    cores = os.cpu_count() or 1
     run_math_verify(warm_items, args.timeout)
     mv, mv_elapsed = run_math_verify(items, args.timeout)
-    rows: dict[str, dict[str, Any]] = {
-        "math-verify (in-process)": {"items_s": len(items) / mv_elapsed, "p50": None, "p99": None}
-    }
-
+    rows: dict[str, dict[str, Any]] = {"math-verify (in-process, 1 core)": {
+        "items_s": len(items) / mv_elapsed, "cores": 1, "p50": None, "p99": None}}
     tmp = ROOT / "bench" / "results" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     ours_cold: list[dict] = []
-    for cache, passes in (("0", ["cache off"]), ("100000", ["cache on, cold", "cache on, warm"])):
+    settings = [("0", ["cache off"])]
+    if cache_passes:
+        settings.append(("100000", ["cache on, cold", "cache on, warm"]))
+    for cache, passes in settings:
         env = {"REWARD_SERVER_CACHE_SIZE": cache,
                "REWARD_SERVER_MATH_TIMEOUT_S": str(args.timeout),
-               "REWARD_SERVER_MATH_WORKERS": str(os.cpu_count() or 1)}
+               "REWARD_SERVER_MATH_WORKERS": str(cores)}
         with run_server(tmp, env=env) as srv:
             asyncio.run(run_server_pass(srv.url, warm_items, args.group_size, args.concurrency))
             for label in passes:
                 results, elapsed, lat = asyncio.run(
                     run_server_pass(srv.url, items, args.group_size, args.concurrency))
-                rows[f"server, {label}"] = {"items_s": len(items) / elapsed,
-                                            "p50": pct(lat, 0.5), "p99": pct(lat, 0.99)}
+                rows[f"server, {label} ({cores} cores)"] = {
+                    "items_s": len(items) / elapsed, "cores": cores,
+                    "p50": pct(lat, 0.5), "p99": pct(lat, 0.99)}
                 if label == "cache off":
                     ours_cold = results
 
-    base = rows["math-verify (in-process)"]["items_s"]
-    print(f"\n{'':28} {'items/s':>9} {'x math-verify':>14} {'p50 ms/req':>11} {'p99 ms/req':>11}")
-    for name, row in rows.items():
+    base = rows["math-verify (in-process, 1 core)"]["items_s"]
+    print(f"\n{name}: {len(items)} items")
+    print(f"{'':34} {'items/s':>9} {'x mv':>6} {'per core':>9} {'x mv/core':>10} "
+          f"{'p50 ms/req':>11} {'p99 ms/req':>11}")
+    for label, row in rows.items():
+        row["x_math_verify"] = row["items_s"] / base
+        row["x_math_verify_per_core"] = row["items_s"] / row["cores"] / base
         p50 = f"{row['p50'] * 1000:11.1f}" if row["p50"] is not None else f"{'-':>11}"
         p99 = f"{row['p99'] * 1000:11.1f}" if row["p99"] is not None else f"{'-':>11}"
-        print(f"{name:28} {row['items_s']:9.1f} {row['items_s'] / base:14.2f} {p50} {p99}")
+        print(f"{label:34} {row['items_s']:9.1f} {row['x_math_verify']:6.2f} "
+              f"{row['items_s'] / row['cores']:9.1f} {row['x_math_verify_per_core']:10.2f} "
+              f"{p50} {p99}")
 
     ours = [r["correct"] for r in ours_cold]
     compared = [(i, o, m) for i, (o, m) in enumerate(zip(ours, mv, strict=True)) if m is not None]
     agree = sum(o == m for _, o, m in compared)
-    print(f"\nagreement with math-verify: {agree}/{len(compared)} = "
-          f"{agree / len(compared):.1%} (excluding {len(items) - len(compared)} math-verify "
-          "timeouts)")
-    print(f"accuracy against the labels: ours {sum(o == t for o, t in zip(ours, truth, strict=True)) / len(items):.1%}, "
-          f"math-verify {sum(m == t for m, t in zip(mv, truth, strict=True)) / len(items):.1%}")
+    right_ours = sum(o == t for o, t in zip(ours, truth, strict=True))
+    right_mv = sum(m == t for m, t in zip(mv, truth, strict=True))
+    print(f"agreement with math-verify: {agree}/{len(compared)} (excluding "
+          f"{len(items) - len(compared)} math-verify timeouts); right against the labels: "
+          f"ours {right_ours}/{len(items)}, math-verify {right_mv}/{len(items)}")
     seen = set()
     for i, o, m in compared:
         key = (items[i]["answer"], ours_cold[i]["extracted"])
         if o != m and key not in seen:
             seen.add(key)
             right = "ours" if o == truth[i] else "math-verify"
-            print(f"  disagree: answer {items[i]['answer']!r} response ends "
-                  f"{items[i]['response'][-40:]!r}: ours={o} math-verify={m} truth={truth[i]} "
-                  f"-> {right} right")
-    table_report(args.timeout)
+            print(f"  disagree: answer {items[i]['answer'][-40:]!r} response ends "
+                  f"{items[i]['response'][-40:]!r}: ours={o} math-verify={m} "
+                  f"truth={truth[i]} -> {right} right")
+    return {"rows": rows, "agreement": agree / len(compared), "items": len(items),
+            "right_ours": right_ours, "right_math_verify": right_mv}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--groups", type=int, default=32)
+    ap.add_argument("--group-size", type=int, default=16)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--timeout", type=int, default=5, help="per-item timeout, both tools")
+    ap.add_argument("--skip-table", action="store_true")
+    args = ap.parse_args()
+    print(f"{os.cpu_count()} cores")
+
+    report: dict[str, Any] = {}
+    # Math-Verify's own suite: real model outputs. Warm-up: the same items with another
+    # tolerance (the cache is off in the measured pass anyway).
+    items, truth = suite_items()
+    warm = [{**item, "tolerance": 1e-7} for item in items]
+    report["suite"] = measure("math-verify 0.9.0 test suite", items, truth, warm, args, False)
+
+    # The synthetic RL batch. Both tools are measured warm (a trainer runs for hours): one
+    # pass over a different draw of the same problems first, so ANTLR's lazily built tables
+    # exist in both; its tolerance differs, so no warm-up verdict is reused from the cache.
+    items, truth = make_items(args.groups, args.group_size)
+    warm, _ = make_items(args.groups, args.group_size, seed=1)
+    warm = [{**item, "tolerance": 1e-7} for item in warm]
+    report["synthetic"] = measure(
+        f"synthetic batch ({args.groups} groups x {args.group_size}, "
+        f"{len({json.dumps(i) for i in items})} distinct)", items, truth, warm, args, True)
+    if not args.skip_table:
+        table_report()
     out = ROOT / "bench" / "results" / "bench_math.json"
-    out.write_text(json.dumps({"rows": rows, "agreement": agree / len(compared),
-                               "items": len(items)}, indent=2))
+    out.write_text(json.dumps(report, indent=2))
     print(f"\nwrote {out.relative_to(ROOT)}")
 
 

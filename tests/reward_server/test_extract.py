@@ -24,6 +24,7 @@ from reward_server.verifiers.math.extract import Answer, extract_answer, extract
         ("\\boxed{1} ... Final Answer: The final answer is $10,455$. I hope it is correct.",
          "auto", Answer(("10,455",))),
         ("So the final answer is $\\boxed{8}$.", "auto", Answer(("8",))),
+        ("The final answer is $\\$72$.", "auto", Answer(("\\$72",))),  # an escaped dollar
         ("The answer is 42.", "boxed", None),
         ("\\boxed{42}", "boxed", Answer(("42",))),
         ("\\boxed{}", "auto", None),
@@ -69,7 +70,8 @@ def test_several_answers_rule(response: str, items: tuple[str, ...],
         ("x = 5", Answer(("x = 5",))),
         ("steps\n#### 18", Answer(("18",))),
         ("\\boxed{7}", Answer(("\\boxed{7}",), kind="text")),
-        ("$\\frac12$", Answer(("$\\frac12$",), kind="text")),
+        ("$\\frac12$", Answer(("\\frac12",))),  # one math span: bare LaTeX
+        ("$x$ is $2$", Answer(("$x$ is $2$",), kind="text")),
         ("Final Answer: The final answer is $28 \\%$.", Answer(
             ("Final Answer: The final answer is $28 \\%$.",), kind="text")),
     ],

@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 import sympy
+from latex2sympy2_extended.latex2sympy2 import convert_to_pct
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
 from reward_server.verifiers.math.extract import Answer
@@ -50,12 +51,22 @@ def parse_answer(answer: Answer, several: bool = False) -> list[Any]:
     as one list (the several-answers rule); otherwise only separator-joined boxes do."""
     config = _MARKED if answer.kind == "marked" else _CONFIG
     if answer.kind != "latex":
-        text = answer.items[0]
-    else:
-        items = answer.wide if several and answer.wide else answer.items
-        text = "\\boxed{" + ", ".join(items) + "}"
-    text = _ROMAN_E.sub("e", text)
-    return parse(text, list(config), parsing_timeout=None)  # type: ignore[arg-type]
+        return _parse(answer.items[0], config)
+    items = answer.wide if several and answer.wide else answer.items
+    percent = _PERCENT.search(items[-1]) if len(items) == 1 else None
+    if percent is None:
+        return _parse("\\boxed{" + ", ".join(items) + "}", config)
+    # "28\%": the ANTLR 4.9 build of the grammar (which hydra's pin selects) fails on a
+    # trailing percent sign, so read the number and mark it as latex2sympy does
+    values = _parse("\\boxed{" + items[-1][: percent.start()] + "}", config)
+    return [convert_to_pct(v) if isinstance(v, sympy.Basic) else v for v in values]
+
+
+_PERCENT = re.compile(r"\s*(?:\\?%|\\text\{\s*%\s*\}|percentage|percent|pct)\s*$")
+
+
+def _parse(text: str, config: tuple[Any, ...]) -> list[Any]:
+    return parse(_ROMAN_E.sub("e", text), list(config), parsing_timeout=None)
 
 
 def has_several(values: list[Any]) -> bool:
@@ -141,8 +152,10 @@ def _first_expr(values: list[Any]) -> Any:
 
 
 def _multiples(g: sympy.Eq, p: sympy.Eq) -> bool:
+    if isinstance(g.lhs, sympy.Symbol) or isinstance(p.lhs, sympy.Symbol):
+        return False  # an assignment (x = …, F_n = …): math-verify compares right sides
     dg, dp = g.lhs - g.rhs, p.lhs - p.rhs
-    if not (dg.free_symbols and dp.free_symbols):
+    if not (dg.is_polynomial() and dp.is_polynomial() and dg.free_symbols and dp.free_symbols):
         return False
     ratio = sympy.simplify(dg / dp)
     return bool(not ratio.free_symbols and ratio != 0 and ratio.is_finite)

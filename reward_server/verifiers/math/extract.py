@@ -156,6 +156,8 @@ def _minerva(text: str) -> tuple[int, int, str] | None:
     for opener, closer in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if rest.startswith(opener):
             close = rest.find(closer, len(opener))
+            while close > 0 and rest[close - 1] == "\\":  # "\$72" is a dollar sign
+                close = rest.find(closer, close + 1)
             if close > len(opener):
                 span = rest[len(opener) : close].strip()
                 return last.end(), last.end() + close + len(closer), span
@@ -200,11 +202,17 @@ def extract_answer(response: str, mode: ExtractMode = "auto") -> Answer | None:
     return Answer((_tail(response).strip(),), kind="marked" if mode == "marked" else "text")
 
 
+_ONE_SPAN = re.compile(r"\$\$?([^$]+)\$\$?")
+
+
 def extract_gold(answer: str) -> Answer:
     """The reference answer: bare LaTeX, or text a dataset stored (boxed, after ``####``,
     a whole worked solution). Bare references are LaTeX; anything with a box, a math
     delimiter or "answer" in it is read by math-verify's extraction."""
     stripped = answer.strip()
+    inline = _ONE_SPAN.fullmatch(stripped)
+    if inline:  # "$\\frac{1}{2}$": one math span and nothing else is bare LaTeX
+        stripped = inline.group(1).strip()
     hashes = _last_hashes(stripped)
     if hashes is not None and "\\boxed" not in stripped:
         return Answer((hashes,))
