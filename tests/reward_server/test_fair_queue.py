@@ -49,6 +49,23 @@ async def test_equal_requests_alternate() -> None:
     assert all(abs(log[:n].count("a") - log[:n].count("b")) <= 2 for n in range(len(log)))
 
 
+async def test_a_request_is_charged_the_cost_its_items_report_not_the_time_held() -> None:
+    gate, log = FairGate(1, "unit"), []
+
+    async def waits_for_a_replacement(tag: str) -> None:
+        async with gate.slot() as held:
+            log.append(tag)
+            await asyncio.sleep(0.1)  # e.g. a worker killed by someone else, being replaced
+            held.cost_s = 0.0  # what the item itself cost there
+
+    a = in_request(None, *(lambda k=k: waits_for_a_replacement(f"A{k}") for k in range(3)))
+    await asyncio.sleep(0.05)
+    b = in_request(None, *(lambda k=k: item(gate, f"B{k}", 0.1, log) for k in range(3)))
+    await asyncio.gather(a, b)
+    # charged by time held, B (level with A at 0.05 s) would have gone second
+    assert log == ["A0", "A1", "A2", "B0", "B1", "B2"]
+
+
 async def test_budget_cuts_what_still_waits_and_lets_running_items_finish() -> None:
     gate, log = FairGate(1, "unit"), []
     before = metrics.BUDGET_CUTS.labels("unit")._value.get()
