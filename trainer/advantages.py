@@ -3,7 +3,8 @@
 For a group of G completions of one prompt with rewards r_1..r_G:
 
     A_i = (r_i - mean(r)) / (std(r) + eps)        scale_rewards="group"  (the paper)
-    A_i = (r_i - mean(r)) / (std(R) + eps)        scale_rewards="batch"  (R: the whole batch)
+    A_i = (r_i - mean(r)) / (std(R) + eps)        scale_rewards="batch"  (R: the whole batch,
+                                                  every rank's: pass ``batch_std``)
     A_i =  r_i - mean(r)                          scale_rewards="none"   (Dr. GRPO)
 
 ``std`` is the unbiased sample std, ``eps`` = 1e-4, as in TRL. A reward may be unscorable
@@ -41,9 +42,11 @@ def _nan_std(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
 
 def group_advantages(
     rewards: torch.Tensor, group_size: int, scale_rewards: ScaleRewards = "group",
-    eps: float = EPS,
+    eps: float = EPS, batch_std: float | None = None,
 ) -> tuple[torch.Tensor, GroupStats]:
-    """``rewards`` (N,) with N = num_groups * group_size, groups contiguous → (N,) advantages."""
+    """``rewards`` (N,) with N = num_groups * group_size, groups contiguous → (N,) advantages.
+    ``batch_std``: the std of the global batch under DDP (``reward_moments``); default: of
+    ``rewards``."""
     if rewards.ndim != 1 or rewards.numel() % group_size:
         raise ValueError(f"rewards must be (num_groups * {group_size},), "
                          f"got {tuple(rewards.shape)}")
@@ -56,7 +59,8 @@ def group_advantages(
     if scale_rewards == "group":
         advantages = advantages / (group_std.unsqueeze(1) + eps)
     elif scale_rewards == "batch":
-        advantages = advantages / (_nan_std(r.flatten()) + eps)
+        std = _nan_std(r.flatten()) if batch_std is None else torch.tensor(batch_std)
+        advantages = advantages / (std + eps)
     elif scale_rewards != "none":
         raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
     advantages = torch.where(unscorable, torch.zeros_like(advantages), advantages)
@@ -65,3 +69,19 @@ def group_advantages(
     zero_std = ((spread.max(1).values - spread.min(1).values).abs() < 1e-8) | (valid_counts < 2)
     advantages = torch.where(zero_std.unsqueeze(1), torch.zeros_like(advantages), advantages)
     return advantages.flatten(), GroupStats(zero_std=zero_std, unscorable=int(unscorable.sum()))
+
+
+def reward_moments(rewards: torch.Tensor) -> torch.Tensor:
+    """(count, sum, sum of squares) of the scorable rewards, float64: summed over ranks, they
+    give the global batch's std (``std_from_moments``) with one small all-reduce."""
+    valid = rewards[~torch.isnan(rewards)].double()
+    return torch.stack([torch.tensor(float(valid.numel()), dtype=torch.float64), valid.sum(),
+                        (valid**2).sum()])
+
+
+def std_from_moments(moments: torch.Tensor) -> float:
+    """Unbiased std from (count, sum, sum of squares); 0 for fewer than two values."""
+    n, total, squares = (float(x) for x in moments)
+    if n < 2:
+        return 0.0
+    return max((squares - total * total / n) / (n - 1), 0.0) ** 0.5

@@ -3,9 +3,11 @@
     grpo-train --config examples/grpo_arithmetic.yaml --reward-url http://127.0.0.1:8000
     grpo-train --config cfg.yaml --set learning_rate=5e-6 --set loss_type=grpo
     grpo-train --config cfg.yaml --resume          # continue from the last checkpoint
+    grpo-train --merge runs/x/checkpoint-000020    # LoRA: base + adapter -> plain weights
 
-Under ``torchrun --nproc-per-node N`` it trains with DDP (gloo on CPU, NCCL on GPU), prompts
-sharded over ranks, the G completions of a prompt kept on one rank.
+Under ``torchrun --nproc-per-node N`` it trains with DDP, or FSDP2 with ``distributed: fsdp``
+(gloo on CPU, NCCL on GPU), prompts sharded over ranks, the G completions of a prompt kept on
+one rank.
 """
 
 from __future__ import annotations
@@ -42,11 +44,40 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="override one option; repeatable; values are YAML")
     ap.add_argument("--resume", action="store_true",
                     help="continue from the latest checkpoint in output_dir")
+    ap.add_argument("--merge", type=Path, metavar="CHECKPOINT",
+                    help="write the base model with a LoRA checkpoint's adapter merged in, as "
+                    "plain weights, and exit (the base: the run's config.json, or --config/--set)")
+    ap.add_argument("--output", type=Path, help="where --merge writes (default: "
+                    "CHECKPOINT-merged)")
     return ap.parse_args(argv)
+
+
+def merge_main(args: argparse.Namespace) -> int:
+    """``--merge``: base + adapter -> one plain Hugging Face folder."""
+    from trainer.lora import merge
+
+    model, seed = None, 0
+    if args.config is not None or args.set:
+        try:
+            config = load_config(args.config, list(args.set))
+        except ConfigError as exc:
+            print(f"grpo-train: {exc}", file=sys.stderr)
+            return 2
+        model, seed = config.model, config.seed
+    output = args.output or args.merge.with_name(args.merge.name + "-merged")
+    try:
+        merge(args.merge, output, model, seed)
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+        print(f"grpo-train: --merge: {exc}", file=sys.stderr)
+        return 2
+    print(f"merged weights written to {output}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.merge is not None:
+        return merge_main(args)
     overrides = list(args.set)
     if args.reward_url is not None:
         urls = split_urls(args.reward_url)
@@ -67,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     from reward_server.client import RewardClient, RewardClientError
     from trainer import checkpoint
     from trainer.data import load_rows
-    from trainer.models import load_model
-    from trainer.train import GRPOTrainer, resolve_device, seed_everything
+    from trainer.models import MASTER_DTYPE, load_model
+    from trainer.train import GRPOTrainer, seed_everything
 
     if "RANK" in os.environ and not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -76,10 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     try:
-        seed_everything(config.seed)
-        _, dtype = resolve_device(config)
-        try:
-            model, tokenizer = load_model(config.model, dtype, config.seed)
+        seed_everything(config.seed)  # the same initial weights on every rank
+        try:  # float32 master weights; dtype: bfloat16 is the compute dtype (autocast)
+            model, tokenizer = load_model(config.model, MASTER_DTYPE, config.seed)
             train_rows = load_rows(config.dataset, config.prompt_column)
             eval_rows = (load_rows(config.eval_dataset, config.prompt_column)
                          if config.eval_dataset else None)

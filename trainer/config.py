@@ -68,6 +68,9 @@ class GRPOConfig(BaseModel):
     max_completion_length: int = Field(64, ge=1)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="Sample from the k most likely tokens (0: off). "
+                       "Nothing else shapes sampling: the model's generation_config "
+                       "(repetition_penalty, min_p, ...) is not used.")
 
     # --- the update -------------------------------------------------------------------------
     num_iterations: int = Field(1, ge=1, description="μ: optimisation passes per batch "
@@ -78,7 +81,7 @@ class GRPOConfig(BaseModel):
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in optimizer steps.")
     weight_decay: float = 0.0
     adam_beta1: float = 0.9
-    adam_beta2: float = 0.99  # TRL's GRPO default
+    adam_beta2: float = 0.999  # TRL's GRPOConfig keeps TrainingArguments' (torch's) 0.999
     max_grad_norm: float = Field(1.0, gt=0)
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass: less memory, ~30% "
@@ -88,9 +91,11 @@ class GRPOConfig(BaseModel):
     epsilon: float = Field(0.2, gt=0, description="PPO clip ε (epsilon_low).")
     epsilon_high: float | None = Field(None, gt=0, description="Upper clip; DAPO clip-higher "
                                        "uses 0.28. Default: epsilon.")
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = Field(
+        "dapo", description="How the per-token loss is reduced (trainer/loss.py).")
     importance_sampling_level: Literal["token", "sequence"] = Field(
-        "token", description="'sequence' is GSPO.")
+        "token", description="'sequence' is GSPO: one length-normalised ratio per sequence and "
+        "a mean over sequences, so it needs loss_type 'grpo' (the default then).")
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group", description="'none' is Dr. GRPO.")
     mask_truncated_completions: bool = Field(False, description="Exclude completions that hit "
@@ -99,11 +104,31 @@ class GRPOConfig(BaseModel):
                                    "prompts (DAPO).")
     max_resample_rounds: int = Field(3, ge=0)
 
+    # --- LoRA and distribution ---------------------------------------------------------------
+    lora_r: int = Field(0, ge=0, description="LoRA rank (Hu et al. 2021) through peft; 0: full "
+                        "fine-tuning. With LoRA the reference policy for β > 0 is the base with "
+                        "the adapter off (no copy), and checkpoints hold the adapter only "
+                        "(grpo-train --merge writes merged weights).")
+    lora_alpha: float = Field(32.0, gt=0, description="LoRA scale α (updates scaled by α/r); "
+                              "TRL's default.")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="0: the ratio π/π_old compares two "
+                                "forwards of the same weights, and dropout would make them "
+                                "differ.")
+    lora_target_modules: str | list[str] = Field(
+        "all-linear", description="Layers that get adapters: every linear layer of the blocks "
+        "(QLoRA's choice; the head is left out), or a list of names such as [q_proj, v_proj].")
+    distributed: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="Under torchrun: 'ddp' replicates the model on every rank; 'fsdp' "
+        "(FSDP2, fully_shard) shards weights, gradients and optimizer state over the ranks, "
+        "for models that do not fit one device.")
+
     # --- bookkeeping ------------------------------------------------------------------------
     seed: int = 0
     device: str = Field("auto", description="'auto': cuda if available, else cpu.")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="'auto': bfloat16 on CUDA, float32 on CPU.")
+        "auto", description="Compute dtype ('auto': bfloat16 on CUDA, float32 on CPU). Weights, "
+        "gradients and AdamW stay float32 (master weights); bfloat16 runs the forward and "
+        "backward under autocast, as TRL with bf16=True does.")
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0: only at end).")
     eval_every: int = Field(0, ge=0, description="Evaluate every N steps (0: start and end).")
     eval_samples: int = Field(64, ge=1)
@@ -116,6 +141,21 @@ class GRPOConfig(BaseModel):
             self.generation_chunk = self.prompts_per_step
         if not self.rewards:
             raise ValueError("rewards: at least one verifier is needed")
+        if self.distributed == "fsdp" and self.dynamic_sampling:
+            # FSDP ranks must run the same forwards; resampling rounds differ per rank
+            raise ValueError("distributed 'fsdp' cannot use dynamic_sampling (ranks would "
+                             "resample different numbers of rounds): use 'ddp'")
+        if self.distributed == "fsdp" and self.lora_r:
+            raise ValueError("distributed 'fsdp' with lora_r > 0 is not supported: use 'ddp' "
+                             "(the trainable adapter is small)")
+        if self.importance_sampling_level == "sequence" and self.loss_type != "grpo":
+            # GSPO (Zheng et al. 2025, eq. 5) averages over sequences; a token-sum reduction
+            # would weight each sequence by its length, silently.
+            if "loss_type" in self.model_fields_set:
+                raise ValueError(f"importance_sampling_level 'sequence' (GSPO) averages the "
+                                 f"loss over sequences: use loss_type 'grpo', not "
+                                 f"{self.loss_type!r}")
+            self.loss_type = "grpo"
         return self
 
     @property

@@ -8,25 +8,56 @@ Per completion token t of sequence i (shapes: B sequences, T completion tokens):
     L_{i,t}     = − min(ρ A_i, ρ̂ A_i) + β · KL_{i,t}
     KL_{i,t}    = exp(ref − logp) − (ref − logp) − 1                        (k3 estimator)
 
-and the variants differ only in how L is reduced to a scalar:
+and the variants differ only in how L is reduced to a scalar, L = numerator / normaliser:
 
-    grpo     mean over sequences of (token mean within the sequence)       (DeepSeekMath)
-    bnpo     mean over every token of the batch
-    dr_grpo  token sum / (B · max_completion_length)                       (Dr. GRPO)
-    dapo     token sum / number of tokens in the global batch              (DAPO)
+    grpo     Σ_i (token mean of L_i)   / sequences                        (DeepSeekMath)
+    bnpo     Σ_{i,t} L_{i,t}           / tokens of this process's batch
+    dr_grpo  Σ_{i,t} L_{i,t}           / (sequences · max_completion_length)   (Dr. GRPO)
+    dapo     Σ_{i,t} L_{i,t}           / tokens of the global batch         (DAPO)
 
-Names and definitions follow TRL's GRPOTrainer (``clip_ratio/low_mean`` etc.), so a user moving
-from TRL reads the same numbers.
+GSPO (sequence level) is defined as a mean over sequences of the sequence's clipped term
+(Zheng et al. 2025, eq. 5), which is the ``grpo`` reduction; ``dapo``'s token sum would weight
+each sequence by its length, so sequence level requires ``grpo``.
+
+The normaliser counts the *whole* batch of an optimizer step (every micro-batch, every rank),
+so gradient accumulation over micro-batches and DDP's gradient average reproduce the gradient
+of one big batch: ``loss_normalizer`` computes it, ``policy_loss`` divides by it. Names and
+definitions follow TRL's GRPOTrainer (``clip_ratio/low_mean`` etc.), so a user moving from TRL
+reads the same numbers.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
 ImportanceSamplingLevel = Literal["token", "sequence"]
+
+
+def loss_normalizer(loss_type: LossType, *, tokens: float, sequences: float,
+                    max_completion_length: int | None = None, world: int = 1,
+                    rank_tokens: float | None = None) -> float:
+    """The denominator of one optimizer step's loss, as seen by one of ``world`` ranks.
+
+    ``tokens`` and ``sequences`` count the global batch (all micro-batches, all ranks);
+    ``rank_tokens`` this rank's share (bnpo normalises per process, as TRL does). DDP
+    averages the ranks' gradients, i.e. divides their sum by ``world``: dividing the
+    normaliser by ``world`` undoes that, so the result is the gradient of Σ / normaliser."""
+    if loss_type == "bnpo":
+        return max(tokens if rank_tokens is None else rank_tokens, 1.0)
+    if loss_type == "dapo":
+        value = max(tokens, 1.0)
+    elif loss_type == "grpo":
+        value = max(sequences, 1.0)
+    elif loss_type == "dr_grpo":
+        if max_completion_length is None:
+            raise ValueError("dr_grpo needs max_completion_length")
+        value = max(sequences, 1.0) * max_completion_length
+    else:
+        raise ValueError(f"unknown loss_type {loss_type!r}")
+    return value / world
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -46,8 +77,15 @@ def policy_loss(
     beta: float = 0.0,
     importance_sampling_level: ImportanceSamplingLevel = "token",
     max_completion_length: int | None = None,
-    num_items_in_batch: float | None = None,  # dapo: tokens in the global batch
+    normalizer: float | None = None,  # from loss_normalizer; None: this batch alone
 ) -> tuple[torch.Tensor, dict[str, float]]:
+    if loss_type not in get_args(LossType):
+        raise ValueError(f"unknown loss_type {loss_type!r}")
+    if importance_sampling_level == "sequence" and loss_type != "grpo":
+        raise ValueError(f"importance_sampling_level 'sequence' (GSPO) averages over sequences: "
+                         f"loss_type must be 'grpo', got {loss_type!r}")
+    if loss_type == "dr_grpo" and max_completion_length is None:
+        raise ValueError("dr_grpo needs max_completion_length")
     mask = mask.to(logps.dtype)
     old = logps.detach() if old_logps is None else old_logps
     log_ratio = logps - old  # (B, T)
@@ -74,20 +112,15 @@ def policy_loss(
         per_token_loss = per_token_loss + beta * kl
         metrics["kl"] = _masked_mean(kl.detach(), mask).item()
 
-    B = logps.shape[0]
     if loss_type == "grpo":
-        loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    elif loss_type == "bnpo":
-        loss = (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)
-    elif loss_type == "dr_grpo":
-        if max_completion_length is None:
-            raise ValueError("dr_grpo needs max_completion_length")
-        loss = (per_token_loss * mask).sum() / (B * max_completion_length)
-    elif loss_type == "dapo":
-        normalizer = mask.sum() if num_items_in_batch is None else num_items_in_batch
-        loss = (per_token_loss * mask).sum() / max(float(normalizer), 1.0)
+        numerator = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).sum()
     else:
-        raise ValueError(f"unknown loss_type {loss_type!r}")
+        numerator = (per_token_loss * mask).sum()
+    if normalizer is None:
+        normalizer = loss_normalizer(loss_type, tokens=float(mask.sum()),
+                                     sequences=logps.shape[0],
+                                     max_completion_length=max_completion_length)
+    loss = numerator / max(normalizer, 1e-12)
 
     with torch.no_grad():
         token_ratio = ratio.expand_as(mask)

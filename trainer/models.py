@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 from pathlib import Path
@@ -71,12 +72,13 @@ def smollm2_path() -> Path:
 
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
     vocab = {tok: i for i, tok in enumerate(specials + TINY_CHARS)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    core.decoder = decoders.Fuse()  # characters back to the text, no space between them
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>",
                                         eos_token="<eos>", bos_token="<bos>", unk_token="<unk>")
     tokenizer.chat_template = TINY_CHAT_TEMPLATE
@@ -115,3 +117,30 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizer
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+MASTER_DTYPE = torch.float32
+
+
+def prepare_policy(model: PreTrainedModel, device: torch.device,
+                   gradient_checkpointing: bool = False) -> PreTrainedModel:
+    """The trained model: float32 master weights on ``device``. bf16 compute comes from
+    autocast (trainer.train), never from bf16 weights: AdamW steps of lr·1 ≈ 1e-6 on weights of
+    ~1e-2 are below bf16's spacing (2⁻⁸ relative) and would mostly round away."""
+    model = model.to(device, MASTER_DTYPE)
+    if gradient_checkpointing:
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    return model
+
+
+def reference_model(policy: PreTrainedModel, device: torch.device,
+                    ref_model: PreTrainedModel | None = None) -> PreTrainedModel:
+    """The frozen reference for the KL term (β > 0): a copy of the starting policy, in the
+    same dtype, so that policy and reference see the same numerics (KL = 0 before the first
+    update, also under autocast)."""
+    ref = ref_model if ref_model is not None else copy.deepcopy(policy)
+    return ref.to(device, MASTER_DTYPE).eval().requires_grad_(False)

@@ -3,8 +3,14 @@
 Each completion becomes one item per configured verifier (its dataset row's columns travel
 with it); all of a chunk's items go out as one mixed ``POST /v1/rewards`` batch through
 ``reward_server.client`` (batching, retries with backoff, a clear failure after N tries). The
-total reward is the weighted sum; a completion that any verifier could not score (null) gets
-NaN, which the advantage computation leaves out of its group's baseline.
+total reward is the weighted sum (``combine_scores``).
+
+A verifier's null means it could not score the item for a reason the completion did not cause
+(no sandbox engine, a broken dataset test found before the candidate ran). Such a null must
+neither reward nor punish the completion, and must not erase what the other verifiers said
+about it (a wrong answer would buy itself advantage 0): the null takes the mean of that
+verifier's scores in the completion's group, so it moves no advantage, and the total is NaN
+(left out of the group baseline) only when every verifier is null.
 """
 
 from __future__ import annotations
@@ -39,6 +45,27 @@ class ScoredBatch:
         )
 
 
+def combine_scores(columns: list[tuple[float, list[float | None]]], group_size: int = 1
+                   ) -> list[float]:
+    """Σ_k weight_k · score_k per completion, from ``(weight, scores)`` per verifier; groups of
+    ``group_size`` contiguous completions. A null is replaced by the mean of that verifier's
+    scores in the group (0 if none scored); NaN where every verifier is null."""
+    n = len(columns[0][1])
+    if n % group_size:
+        raise ValueError(f"{n} completions are not groups of {group_size}")
+    total = [0.0] * n
+    scored = [False] * n
+    for weight, scores in columns:
+        for start in range(0, n, group_size):
+            group = scores[start : start + group_size]
+            valid = [x for x in group if x is not None]
+            fill = sum(valid) / len(valid) if valid else 0.0
+            for i, x in enumerate(group, start):
+                total[i] += weight * (fill if x is None else x)
+                scored[i] = scored[i] or x is not None
+    return [t if ok else math.nan for t, ok in zip(total, scored, strict=True)]
+
+
 class RewardScorer:
     def __init__(self, specs: list[RewardSpec], client: RewardClient, max_workers: int = 4
                  ) -> None:
@@ -60,23 +87,23 @@ class RewardScorer:
                 out.append(item)
         return out
 
-    def score(self, texts: list[str], rows: list[dict[str, Any]]) -> ScoredBatch:
+    def score(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1
+              ) -> ScoredBatch:
+        """``group_size``: completions of one prompt, contiguous (G when training)."""
         n = len(texts)
         result = self.client.rewards(self.items(texts, rows))
-        batch = ScoredBatch(rewards=[0.0] * n, correct=[True] * n)
-        for k, spec in enumerate(self.specs):
-            scores = result.rewards[k * n : (k + 1) * n]
+        columns = [(spec.weight, result.rewards[k * n : (k + 1) * n])
+                   for k, spec in enumerate(self.specs)]
+        batch = ScoredBatch(rewards=combine_scores(columns, group_size), correct=[True] * n)
+        for spec, (_, scores) in zip(self.specs, columns, strict=True):
             batch.per_verifier[spec.verifier] = scores
             for i, score in enumerate(scores):
-                if score is None:
-                    batch.rewards[i] = math.nan
-                else:
-                    batch.rewards[i] += spec.weight * score
                 batch.correct[i] = batch.correct[i] and score is not None and score >= 1.0
         return batch
 
-    def submit(self, texts: list[str], rows: list[dict[str, Any]]) -> Future[ScoredBatch]:
-        return self._threads.submit(self.score, texts, rows)
+    def submit(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1
+               ) -> Future[ScoredBatch]:
+        return self._threads.submit(self.score, texts, rows, group_size)
 
     def close(self) -> None:
         self._threads.shutdown(wait=True, cancel_futures=True)
@@ -85,9 +112,11 @@ class RewardScorer:
 class Scorer(Protocol):
     """What the trainer needs of a reward source."""
 
-    def score(self, texts: list[str], rows: list[dict[str, Any]]) -> ScoredBatch: ...
+    def score(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1
+              ) -> ScoredBatch: ...
 
-    def submit(self, texts: list[str], rows: list[dict[str, Any]]) -> Future[ScoredBatch]: ...
+    def submit(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1
+               ) -> Future[ScoredBatch]: ...
 
     def close(self) -> None: ...
 
@@ -101,15 +130,17 @@ class FunctionScorer:
         self.fn, self.name = fn, name
         self._threads = ThreadPoolExecutor(1, thread_name_prefix="rewards")
 
-    def score(self, texts: list[str], rows: list[dict[str, Any]]) -> ScoredBatch:
-        scores = self.fn(texts, rows)
+    def score(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1
+              ) -> ScoredBatch:
+        scores = self.fn(texts, rows)  # one function: a null is the whole reward
         return ScoredBatch(
             rewards=[math.nan if s is None else float(s) for s in scores],
             per_verifier={self.name: list(scores)},
             correct=[s is not None and s >= 1.0 for s in scores])
 
-    def submit(self, texts: list[str], rows: list[dict[str, Any]]) -> Future[ScoredBatch]:
-        return self._threads.submit(self.score, texts, rows)
+    def submit(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1
+               ) -> Future[ScoredBatch]:
+        return self._threads.submit(self.score, texts, rows, group_size)
 
     def close(self) -> None:
         self._threads.shutdown(wait=True)

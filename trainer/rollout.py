@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass
@@ -20,6 +22,7 @@ class Rollout:
     truncated: torch.Tensor  # (N,) bool: no EOS within max_completion_length
     texts: list[str]  # (N,) decoded completions
     rows: list[dict[str, Any]]  # (N,) the dataset row of each completion's prompt
+    prompt_cut: torch.Tensor  # (N,) bool: the prompt was longer than max_prompt_length
 
 
 def format_prompt(row: dict[str, Any], tokenizer: PreTrainedTokenizerBase, prompt_column: str,
@@ -36,9 +39,56 @@ def format_prompt(row: dict[str, Any], tokenizer: PreTrainedTokenizerBase, promp
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mask up to and including the first EOS; ``truncated`` where there is no EOS."""
-    is_eos = completion_ids == eos_id  # (N, T)
+@dataclass(frozen=True)
+class Sampling:
+    """How completions are drawn. Exactly these settings are used: nothing is taken from the
+    model's ``generation_config`` (a ``repetition_penalty`` or ``min_p`` there would draw from
+    another distribution than π/T, which the log-probs of the loss assume)."""
+
+    num_generations: int
+    max_prompt_length: int
+    max_completion_length: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Every id that ends a completion: the tokenizer's EOS and all of the model's
+    ``generation_config.eos_token_id`` (Llama 3 and Qwen list several, e.g. <|eot_id|>)."""
+    ids: list[int] = []
+    config = getattr(model, "generation_config", None)
+    from_model = getattr(config, "eos_token_id", None)
+    candidates = [tokenizer.eos_token_id,
+                  *(from_model if isinstance(from_model, list | tuple) else [from_model])]
+    for i in candidates:
+        if i is not None and int(i) not in ids:
+            ids.append(int(i))
+    if not ids:
+        raise ValueError("neither the tokenizer nor the model's generation_config has an EOS id")
+    return ids
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str],
+                   max_prompt_length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, mask, cut): left-padded prompt ids, at most ``max_prompt_length`` each. A longer
+    prompt loses its *start*, as in TRL: the end holds the chat template's assistant header,
+    which the completion must follow. ``cut`` (N,) bool marks those prompts."""
+    encoded = tokenizer(prompts, add_special_tokens=False).input_ids
+    cut = torch.tensor([len(ids) > max_prompt_length for ids in encoded])
+    kept = [ids[-max_prompt_length:] for ids in encoded]
+    padded = tokenizer.pad({"input_ids": kept}, padding=True, padding_side="left",
+                           return_tensors="pt", return_attention_mask=True)
+    return padded["input_ids"], padded["attention_mask"], cut
+
+
+def completion_mask(completion_ids: torch.Tensor, eos_ids: int | list[int]
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mask up to and including the first EOS (any of ``eos_ids``); ``truncated`` where
+    there is none."""
+    eos = torch.tensor(eos_ids if isinstance(eos_ids, list) else [eos_ids],
+                       device=completion_ids.device)
+    is_eos = torch.isin(completion_ids, eos)  # (N, T)
     has_eos = is_eos.any(1)
     first = torch.where(has_eos, is_eos.float().argmax(1), torch.full_like(has_eos, 10**9,
                                                                            dtype=torch.long))
@@ -47,29 +97,70 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> tuple[torch.Te
     return mask, ~has_eos
 
 
+def generation_config(sampling: Sampling, eos_ids: list[int], pad_id: int,
+                      greedy: bool = False) -> GenerationConfig:
+    """The settings of one generate() call; anything unset is transformers' neutral global
+    default (``_model_defaults_hidden``)."""
+    sample = {} if greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p,
+                                "top_k": sampling.top_k}
+    return GenerationConfig(do_sample=not greedy, max_new_tokens=sampling.max_completion_length,
+                            eos_token_id=eos_ids, pad_token_id=pad_id, **sample)
+
+
+@contextmanager
+def _model_defaults_hidden(model: PreTrainedModel) -> Iterator[None]:
+    """transformers fills every field a GenerationConfig leaves unset (None: ``min_p``,
+    ``suppress_tokens``, ...) from ``model.generation_config``; a neutral one stands in for it
+    during the call, as TRL does for transformers < 5 (its ``_override_model_generation_config``).
+    """
+    owner = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+    saved = owner.generation_config
+    owner.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        owner.generation_config = saved
+
+
+def _generate(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor,
+              config: GenerationConfig) -> torch.Tensor:
+    with _model_defaults_hidden(model):
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    return out[:, ids.shape[1]:]  # (N, T)
+
+
 @torch.no_grad()
-def generate(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, rows: list[dict[str, Any]],
-    prompts: list[str], num_generations: int, max_prompt_length: int,
-    max_completion_length: int, temperature: float, top_p: float,
-) -> Rollout:
+def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+             rows: list[dict[str, Any]], prompts: list[str], sampling: Sampling) -> Rollout:
+    """G = ``sampling.num_generations`` completions per prompt, drawn from π/T."""
     device = next(model.parameters()).device
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, truncation=True,
-                    max_length=max_prompt_length, add_special_tokens=False).to(device)
-    prompt_ids = enc.input_ids.repeat_interleave(num_generations, 0)  # (N, P)
-    prompt_mask = enc.attention_mask.repeat_interleave(num_generations, 0)
-    out = model.generate(
-        input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True,
-        temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=max_completion_length,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-    )
-    completion_ids = out[:, prompt_ids.shape[1]:]  # (N, T)
-    mask, truncated = completion_mask(completion_ids, tokenizer.eos_token_id)
-    completion_ids = completion_ids * mask + tokenizer.pad_token_id * (1 - mask)
+    G = sampling.num_generations
+    ids, mask, cut = encode_prompts(tokenizer, prompts, sampling.max_prompt_length)
+    prompt_ids = ids.to(device).repeat_interleave(G, 0)  # (N, P)
+    prompt_mask = mask.to(device).repeat_interleave(G, 0)
+    eos_ids = eos_token_ids(model, tokenizer)
+    config = generation_config(sampling, eos_ids, tokenizer.pad_token_id)
+    completion_ids = _generate(model, prompt_ids, prompt_mask, config)
+    cmask, truncated = completion_mask(completion_ids, eos_ids)
+    completion_ids = completion_ids * cmask + tokenizer.pad_token_id * (1 - cmask)
     texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-    repeated_rows = [row for row in rows for _ in range(num_generations)]
-    return Rollout(prompt_ids, prompt_mask, completion_ids, mask, truncated, texts,
-                   repeated_rows)
+    repeated_rows = [row for row in rows for _ in range(G)]
+    return Rollout(prompt_ids, prompt_mask, completion_ids, cmask, truncated, texts,
+                   repeated_rows, cut.repeat_interleave(G))
+
+
+@torch.no_grad()
+def greedy_texts(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                 prompts: list[str], sampling: Sampling) -> list[str]:
+    """One greedy completion per prompt (evaluation), stopped at any EOS id."""
+    device = next(model.parameters()).device
+    ids, mask, _ = encode_prompts(tokenizer, prompts, sampling.max_prompt_length)
+    eos_ids = eos_token_ids(model, tokenizer)
+    config = generation_config(sampling, eos_ids, tokenizer.pad_token_id, greedy=True)
+    completion_ids = _generate(model, ids.to(device), mask.to(device), config)
+    cmask, _ = completion_mask(completion_ids, eos_ids)
+    completion_ids = completion_ids * cmask + tokenizer.pad_token_id * (1 - cmask)
+    return tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
 
 
 def pad_and_stack(rollouts: list[Rollout], pad_id: int) -> Rollout:
@@ -93,4 +184,5 @@ def pad_and_stack(rollouts: list[Rollout], pad_id: int) -> Rollout:
         truncated=torch.cat([r.truncated for r in rollouts]),
         texts=[t for r in rollouts for t in r.texts],
         rows=[row for r in rollouts for row in r.rows],
+        prompt_cut=torch.cat([r.prompt_cut for r in rollouts]),
     )

@@ -13,12 +13,13 @@
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 import time
+import warnings
 from collections.abc import Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +29,23 @@ import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
 from reward_server.client import RewardClient, RewardClientError
-from trainer import checkpoint
-from trainer.advantages import group_advantages
+from trainer import checkpoint, distributed, lora
+from trainer.advantages import GroupStats, group_advantages, reward_moments, std_from_moments
 from trainer.config import GRPOConfig
 from trainer.data import PromptStream, Row
 from trainer.logprobs import completion_logps
-from trainer.loss import policy_loss
+from trainer.loss import loss_normalizer, policy_loss
 from trainer.metrics import RunLogger
-from trainer.models import prepare_tokenizer
+from trainer.models import MASTER_DTYPE, prepare_policy, prepare_tokenizer, reference_model
 from trainer.rewards import RewardScorer, ScoredBatch, Scorer
-from trainer.rollout import Rollout, format_prompt, generate, pad_and_stack
+from trainer.rollout import (
+    Rollout,
+    Sampling,
+    format_prompt,
+    generate,
+    greedy_texts,
+    pad_and_stack,
+)
 
 
 def seed_everything(seed: int) -> None:
@@ -47,6 +55,7 @@ def seed_everything(seed: int) -> None:
 
 
 def resolve_device(config: GRPOConfig) -> tuple[torch.device, torch.dtype]:
+    """The device, and the *compute* dtype (autocast); weights stay float32."""
     if config.device == "auto":
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     else:
@@ -79,27 +88,25 @@ class GRPOTrainer:
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.is_main = self.rank == 0
         self.device, self.dtype = resolve_device(config)
+        # Each rank draws its own completions (accelerate's device_specific seeding): with one
+        # seed, two ranks' samples for different prompts agree on most tokens.
+        seed_everything(config.seed + self.rank)
         self.tokenizer = prepare_tokenizer(tokenizer)
-        self.policy = model.to(self.device, self.dtype)
-        if config.gradient_checkpointing:
-            kwargs = {"use_reentrant": False}
-            if hasattr(self.policy, "activation_checkpointing_enable"):  # transformers >= 5.2x
-                self.policy.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-            else:
-                self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-        # β = 0: no reference model in memory at all (TRL does the same)
-        self.ref_model = None
-        if config.beta > 0:
-            self.ref_model = (ref_model or copy.deepcopy(model)).to(self.device, self.dtype)
-            self.ref_model.eval().requires_grad_(False)
-        self.model: torch.nn.Module = self.policy
-        if self.world > 1:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.model = torch.nn.parallel.DistributedDataParallel(self.policy, device_ids=ids)
+        self.policy = prepare_policy(model, self.device, config.gradient_checkpointing)
+        if config.lora_r:
+            self.policy = lora.add_adapter(self.policy, config.lora_r, config.lora_alpha,
+                                           config.lora_dropout, config.lora_target_modules)
+        # β = 0: no reference model in memory at all (TRL does the same); with LoRA the
+        # reference is the base under the adapter (reference_logps)
+        self.ref_model = (reference_model(self.policy, self.device, ref_model)
+                          if config.beta > 0 and not config.lora_r else None)
+        self.model = self._wrap(self.policy)
+        # float32 parameters and states; one kernel over all parameters (no per-step
+        # temporaries). No GradScaler: bf16 has float32's exponent range.
         self.optimizer = torch.optim.AdamW(
-            self.policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay,
-            betas=(config.adam_beta1, config.adam_beta2),
-            fused=True)  # one kernel over all parameters: faster, no per-step temporaries
+            [p for p in self.policy.parameters() if p.requires_grad],  # LoRA: the adapter
+            lr=config.learning_rate, weight_decay=config.weight_decay,
+            betas=(config.adam_beta1, config.adam_beta2), fused=True)
         total_updates = config.max_steps * config.num_iterations
         self.scheduler = get_scheduler(
             "constant_with_warmup" if config.lr_scheduler == "constant" else config.lr_scheduler,
@@ -114,6 +121,22 @@ class GRPOTrainer:
         self.scorer = scorer
         self.run_dir = Path(config.output_dir)
         self.step = 0
+        self.sampling = Sampling(config.num_generations, config.max_prompt_length,
+                                 config.max_completion_length, config.temperature,
+                                 config.top_p, config.top_k)
+        self._warned_cut = False
+
+    def _wrap(self, policy: torch.nn.Module) -> torch.nn.Module:
+        """The module the update runs through: DDP or FSDP over the ranks, or the policy."""
+        if self.world == 1:
+            return policy
+        return distributed.wrap(policy, self.config.distributed, self.device)
+
+    def autocast(self) -> AbstractContextManager[Any]:
+        """bf16 compute over float32 master weights (TRL with bf16=True does the same)."""
+        if self.dtype == MASTER_DTYPE:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
 
     # --- 1-3: sampling and rewards -----------------------------------------------------------
 
@@ -132,17 +155,25 @@ class GRPOTrainer:
         for start in range(0, len(rows), c.generation_chunk):
             chunk = rows[start : start + c.generation_chunk]
             t0 = time.perf_counter()
-            rollout = generate(self.policy, self.tokenizer, chunk, self._prompts(chunk),
-                               c.num_generations, c.max_prompt_length,
-                               c.max_completion_length, c.temperature, c.top_p)
+            with self.autocast():
+                rollout = generate(self.policy, self.tokenizer, chunk, self._prompts(chunk),
+                                   self.sampling)
             t_generate += time.perf_counter() - t0
+            self._warn_cut(rollout)
             rollouts.append(rollout)
-            futures.append(self.scorer.submit(rollout.texts, rollout.rows))
+            futures.append(self.scorer.submit(rollout.texts, rollout.rows, c.num_generations))
         t0 = time.perf_counter()
         scored = [f.result() for f in futures]  # a failed reward call raises here, loudly
         t_wait = time.perf_counter() - t0
         return (pad_and_stack(rollouts, self.tokenizer.pad_token_id), ScoredBatch.concat(scored),
                 t_generate, t_wait)
+
+    def _warn_cut(self, rollout: Rollout) -> None:
+        if rollout.prompt_cut.any() and not self._warned_cut and self.is_main:
+            warnings.warn(f"prompts longer than max_prompt_length={self.config.max_prompt_length}"
+                          " tokens lose their start (the metric prompt_cut_fraction counts "
+                          "them); raise max_prompt_length to keep them whole", stacklevel=3)
+            self._warned_cut = True
 
     def _sample_batch(self) -> tuple[Rollout, ScoredBatch, dict[str, float]]:
         """Steps 1-2, with DAPO dynamic sampling: zero-std groups are dropped and replaced by
@@ -186,11 +217,74 @@ class GRPOTrainer:
     def _logps_no_grad(self, model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor,
                        T: int) -> torch.Tensor:
         mb = self.config.micro_batch_size
-        return torch.cat([completion_logps(model, ids[i : i + mb], attn[i : i + mb], T,
-                                           self.config.temperature)
-                          for i in range(0, ids.shape[0], mb)])
+        with self.autocast():
+            return torch.cat([completion_logps(model, ids[i : i + mb], attn[i : i + mb], T,
+                                               self.config.temperature)
+                              for i in range(0, ids.shape[0], mb)])
+
+    def reference_logps(self, ids: torch.Tensor, attn: torch.Tensor, T: int) -> torch.Tensor:
+        """Log-probs of the reference policy: the frozen copy, or with LoRA the policy's own
+        base weights with the adapter switched off."""
+        if self.ref_model is not None:
+            return self._logps_no_grad(self.ref_model, ids, attn, T)
+        with lora.reference(self.policy):
+            return self._logps_no_grad(self.policy, ids, attn, T)
 
     # --- 5: the update ---------------------------------------------------------------------
+
+    def advantages(self, rewards: torch.Tensor) -> tuple[torch.Tensor, GroupStats]:
+        """Group-relative advantages; ``scale_rewards: batch`` divides by the std of every
+        rank's rewards (TRL gathers them), not this rank's alone."""
+        c = self.config
+        batch_std = None
+        if c.scale_rewards == "batch" and self.world > 1:
+            moments = reward_moments(rewards).to(self.device)
+            dist.all_reduce(moments)
+            batch_std = std_from_moments(moments.cpu())
+        return group_advantages(rewards, c.num_generations, c.scale_rewards,
+                                batch_std=batch_std)
+
+    def normalizer(self, loss_mask: torch.Tensor) -> float:
+        """The loss's denominator for this optimizer step (trainer/loss.py), from the counts of
+        the whole batch: every micro-batch, every rank."""
+        c = self.config
+        local = torch.tensor([float(loss_mask.sum()), float(loss_mask.shape[0])],
+                             dtype=torch.float64, device=self.device)
+        counts = local.clone()
+        if self.world > 1:
+            dist.all_reduce(counts)
+        return loss_normalizer(c.loss_type, tokens=float(counts[0]), sequences=float(counts[1]),
+                               max_completion_length=c.max_completion_length, world=self.world,
+                               rank_tokens=float(local[0]))
+
+    def accumulate_gradients(self, batch: UpdateBatch, normalizer: float
+                             ) -> tuple[float, dict[str, float]]:
+        """Forward and backward over micro-batches; the gradients add up to the gradient of
+        the whole batch's loss (the normaliser counts the whole batch). Returns the loss and
+        the micro-batch metrics, averaged by sequences."""
+        c = self.config
+        N = batch.ids.shape[0]
+        starts = list(range(0, N, c.micro_batch_size))
+        total, sums = 0.0, {}
+        for k, i in enumerate(starts):
+            sl = slice(i, i + c.micro_batch_size)
+            skip_sync = self.world > 1 and k < len(starts) - 1  # DDP all-reduces the last
+            with distributed.accumulating(self.model, skip_sync):
+                with self.autocast():
+                    logps = completion_logps(self.model, batch.ids[sl], batch.attn[sl],
+                                             batch.T, c.temperature)
+                loss, m = policy_loss(
+                    logps, _part(batch.old_logps, sl), _part(batch.ref_logps, sl),
+                    batch.advantages[sl], batch.loss_mask[sl], loss_type=c.loss_type,
+                    epsilon_low=c.epsilon_low, epsilon_high=c.epsilon_high_value, beta=c.beta,
+                    importance_sampling_level=c.importance_sampling_level,
+                    max_completion_length=c.max_completion_length, normalizer=normalizer)
+                loss.backward()
+            total += float(loss.detach())
+            weight = batch.ids[sl].shape[0] / N
+            for key, value in m.items():
+                sums[key] = sums.get(key, 0.0) + value * weight
+        return total, sums
 
     def training_step(self) -> dict[str, Any]:
         c = self.config
@@ -198,7 +292,7 @@ class GRPOTrainer:
         rollout, scored, timing = self._sample_batch()
 
         rewards = torch.tensor(scored.rewards, dtype=torch.float32)
-        advantages, stats = group_advantages(rewards, c.num_generations, c.scale_rewards)
+        advantages, stats = self.advantages(rewards)
 
         ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], 1).to(self.device)
         attn = torch.cat([rollout.prompt_mask, rollout.completion_mask], 1).to(self.device)
@@ -207,62 +301,34 @@ class GRPOTrainer:
         if c.mask_truncated_completions:
             loss_mask[rollout.truncated] = 0.0  # DAPO overlong filtering
         loss_mask = loss_mask.to(self.device)
-        advantages = advantages.to(self.device)
 
         t_train = time.perf_counter()
         self.policy.train()
-        old_logps = (self._logps_no_grad(self.policy, ids, attn, T)
-                     if c.num_iterations > 1 else None)
-        ref_logps = (self._logps_no_grad(self.ref_model, ids, attn, T)
-                     if self.ref_model is not None else None)
-        tokens = loss_mask.sum()
-        if self.world > 1 and c.loss_type == "dapo":
-            dist.all_reduce(tokens)  # DAPO normalises by the tokens of the global batch
-        N = ids.shape[0]
-        mb = c.micro_batch_size
-        starts = list(range(0, N, mb))
+        batch = UpdateBatch(
+            ids, attn, T, loss_mask, advantages.to(self.device),
+            old_logps=(self._logps_no_grad(self.policy, ids, attn, T)
+                       if c.num_iterations > 1 else None),
+            ref_logps=self.reference_logps(ids, attn, T) if c.beta > 0 else None)
+        normalizer = self.normalizer(loss_mask)
         sums: dict[str, float] = {}
         losses, grad_norms = [], []
         for _ in range(c.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            total_loss = 0.0
-            for k, i in enumerate(starts):
-                sl = slice(i, i + mb)
-                sync = self.world > 1 and k < len(starts) - 1
-                with self.model.no_sync() if sync else nullcontext():
-                    logps = completion_logps(self.model, ids[sl], attn[sl], T, c.temperature)
-                    loss, m = policy_loss(
-                        logps, None if old_logps is None else old_logps[sl],
-                        None if ref_logps is None else ref_logps[sl], advantages[sl],
-                        loss_mask[sl], loss_type=c.loss_type, epsilon_low=c.epsilon_low,
-                        epsilon_high=c.epsilon_high_value, beta=c.beta,
-                        importance_sampling_level=c.importance_sampling_level,
-                        max_completion_length=c.max_completion_length,
-                        num_items_in_batch=float(tokens),
-                    )
-                    if c.loss_type == "dapo":
-                        scaled = loss * self.world  # DDP averages gradients over ranks
-                    elif c.loss_type == "bnpo":
-                        scaled = loss * (loss_mask[sl].sum() / loss_mask.sum().clamp(min=1))
-                    else:
-                        scaled = loss * (ids[sl].shape[0] / N)
-                    scaled.backward()
-                total_loss += float(scaled.detach())
-                weight = ids[sl].shape[0] / N
-                for key, value in m.items():
-                    sums[key] = sums.get(key, 0.0) + value * weight / c.num_iterations
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
-                                                                   c.max_grad_norm)))
+            loss, metrics = self.accumulate_gradients(batch, normalizer)
+            for key, value in metrics.items():
+                sums[key] = sums.get(key, 0.0) + value / c.num_iterations
+            grad_norms.append(distributed.clip_grad_norm(self.policy.parameters(),
+                                                         c.max_grad_norm))
             self.optimizer.step()
             self.scheduler.step()
-            losses.append(total_loss)
+            losses.append(loss)
         t_end = time.perf_counter()
         self.step += 1
         return self._metrics(rollout, scored, rewards, advantages, stats, timing, sums, losses,
                              grad_norms, t_step, t_train, t_end)
 
     def _metrics(self, rollout: Rollout, scored: ScoredBatch, rewards: torch.Tensor,
-                 advantages: torch.Tensor, stats: Any, timing: dict[str, float],
+                 advantages: torch.Tensor, stats: GroupStats, timing: dict[str, float],
                  sums: dict[str, float], losses: list[float], grad_norms: list[float],
                  t_step: float, t_train: float, t_end: float) -> dict[str, Any]:
         lengths = rollout.completion_mask.sum(1).float()
@@ -276,6 +342,7 @@ class GRPOTrainer:
             "completion_length": float(lengths.mean()),
             "completion_length_max": float(lengths.max()),
             "truncated_fraction": float(rollout.truncated.float().mean()),
+            "prompt_cut_fraction": float(rollout.prompt_cut.float().mean()),
             "tokens_per_s": float(lengths.sum()) / step_time,
             "loss": float(np.mean(losses)), "grad_norm": float(np.mean(grad_norms)),
             "learning_rate": self.scheduler.get_last_lr()[0],
@@ -299,20 +366,13 @@ class GRPOTrainer:
         """Greedy completions on the held-out prompts, scored by the reward server."""
         if not self.eval_rows:
             return {}
-        c = self.config
         self.policy.eval()
         texts: list[str] = []
         for start in range(0, len(self.eval_rows), 16):
             rows = self.eval_rows[start : start + 16]
-            enc = self.tokenizer(self._prompts(rows), return_tensors="pt", padding=True,
-                                 truncation=True, max_length=c.max_prompt_length,
-                                 add_special_tokens=False).to(self.device)
-            out = self.policy.generate(**enc, do_sample=False,
-                                       max_new_tokens=c.max_completion_length,
-                                       pad_token_id=self.tokenizer.pad_token_id,
-                                       eos_token_id=self.tokenizer.eos_token_id)
-            texts += self.tokenizer.batch_decode(out[:, enc.input_ids.shape[1]:],
-                                                 skip_special_tokens=True)
+            with self.autocast():
+                texts += greedy_texts(self.policy, self.tokenizer, self._prompts(rows),
+                                      self.sampling)
         scored = self.scorer.score(texts, self.eval_rows)
         return {"eval/accuracy": float(np.mean(scored.correct)),
                 "eval/reward": _nanmean(torch.tensor(scored.rewards))}
@@ -320,21 +380,50 @@ class GRPOTrainer:
     # --- the run -------------------------------------------------------------------------
 
     def save(self) -> Path | None:
-        if not self.is_main:
-            return None
-        return checkpoint.save(self.run_dir, self.step, self.policy, self.tokenizer,
-                               self.optimizer, self.scheduler, self.stream.state())
+        """Every rank calls this: rank 0 writes the model and optimizer, each rank its RNG
+        states and data position; the folder appears when all are written."""
+        run, step = self.run_dir, self.step
+        # FSDP: every rank sends its shards to rank 0 (collective), which writes whole tensors
+        full = (distributed.full_state(self.model, self.optimizer)
+                if distributed.is_sharded(self.model) else (None, None))
+        if self.is_main:
+            checkpoint.save_shared(run, step, self.policy, self.tokenizer, self.optimizer,
+                                   self.scheduler, *full)
+        self._barrier()
+        checkpoint.save_rank(run, step, self.rank, self.stream.state())
+        self._barrier()
+        final = checkpoint.finish(run, step) if self.is_main else None
+        self._barrier()
+        return final
+
+    def _barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+    def load_weights(self, path: Path) -> None:
+        """The float32 master weights of a checkpoint folder (or its LoRA adapter), into the
+        policy."""
+        from transformers import AutoModelForCausalLM
+
+        if lora.is_lora(self.policy):
+            lora.load_adapter(self.policy, path)
+            return
+        weights = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
+                                                       dtype=MASTER_DTYPE).state_dict()
+        if distributed.is_sharded(self.model):
+            distributed.load_full_weights(self.model, weights)
+        else:
+            self.policy.load_state_dict(weights)
 
     def resume(self, path: Path) -> None:
         """Continue from a checkpoint folder written by ``save``."""
-        from transformers import AutoModelForCausalLM
-
-        weights = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
-                                                       dtype=self.dtype).state_dict()
-        self.policy.load_state_dict(weights)
-        state = checkpoint.load_state(path, self.optimizer, self.scheduler)
+        self.load_weights(path)
+        sharded = distributed.is_sharded(self.model)
+        state = checkpoint.load_state(path, self.optimizer, self.scheduler, load_optimizer=(
+            (lambda osd: distributed.load_full_optimizer(self.model, self.optimizer, osd))
+            if sharded else None))
         self.step = int(state["step"])
-        self.stream.load_state(state["data"])
+        self.stream.load_state(checkpoint.load_rank(path, self.rank, state))
 
     def train(self) -> list[dict[str, Any]]:
         c = self.config
@@ -378,11 +467,28 @@ class GRPOTrainer:
         return history
 
 
+@dataclass
+class UpdateBatch:
+    """One step's batch of this rank, ready for the update."""
+
+    ids: torch.Tensor  # (N, P + T) prompt then completion
+    attn: torch.Tensor  # (N, P + T)
+    T: int  # completion width
+    loss_mask: torch.Tensor  # (N, T) float: tokens that count
+    advantages: torch.Tensor  # (N,)
+    old_logps: torch.Tensor | None = None  # (N, T) at sampling time (μ > 1)
+    ref_logps: torch.Tensor | None = None  # (N, T) of the reference (β > 0)
+
+
+def _part(x: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
+    return None if x is None else x[sl]
+
+
 def _select(r: Rollout, index: list[int]) -> Rollout:
     idx = torch.tensor(index, dtype=torch.long)
     return Rollout(r.prompt_ids[idx], r.prompt_mask[idx], r.completion_ids[idx],
                    r.completion_mask[idx], r.truncated[idx], [r.texts[i] for i in index],
-                   [r.rows[i] for i in index])
+                   [r.rows[i] for i in index], r.prompt_cut[idx])
 
 
 def _select_scored(s: ScoredBatch, index: list[int]) -> ScoredBatch:

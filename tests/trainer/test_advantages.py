@@ -53,3 +53,19 @@ def test_shape_errors() -> None:
         group_advantages(torch.zeros(5), 2)
     with pytest.raises(ValueError, match="scale_rewards"):
         group_advantages(torch.zeros(4), 2, "global")  # type: ignore[arg-type]
+
+
+def test_batch_std_from_every_ranks_moments() -> None:
+    from trainer.advantages import reward_moments, std_from_moments
+
+    rank0 = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    rank1 = torch.tensor([5.0, float("nan"), 2.0, 2.0])
+    everything = torch.cat([rank0, rank1])
+    moments = reward_moments(rank0) + reward_moments(rank1)  # what all_reduce sums
+    valid = everything[~torch.isnan(everything)]
+    assert std_from_moments(moments) == pytest.approx(valid.std().item(), rel=1e-6)
+    global_std = std_from_moments(moments)
+    adv, _ = group_advantages(rank0, 2, "batch", batch_std=global_std)
+    a = 0.5 / (global_std + 1e-4)
+    assert adv.tolist() == pytest.approx([a, -a, -a, a])
+    assert std_from_moments(reward_moments(torch.tensor([3.0]))) == 0.0

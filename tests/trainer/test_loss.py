@@ -74,7 +74,7 @@ def test_loss_types_differ_only_in_the_normaliser(loss_type: str, expected: floa
 
 def test_dapo_uses_the_global_token_count() -> None:
     logps, old, mask, adv = _case()
-    loss, _ = policy_loss(logps, old, None, adv, mask, loss_type="dapo", num_items_in_batch=12)
+    loss, _ = policy_loss(logps, old, None, adv, mask, loss_type="dapo", normalizer=12)
     assert loss.item() == pytest.approx((-1.2 - math.exp(-0.5) + math.exp(0.5)) / 12, rel=1e-6)
 
 
@@ -124,3 +124,39 @@ def test_bad_arguments() -> None:
         policy_loss(x, None, None, adv, mask, loss_type="dr_grpo")
     with pytest.raises(ValueError, match="importance_sampling_level"):
         policy_loss(x, None, None, adv, mask, importance_sampling_level="group")  # type: ignore[arg-type]
+
+
+def test_gspo_is_a_mean_over_sequences_of_any_length() -> None:
+    # lengths 1 and 3: a token-sum reduction would weight the second 3x (issue 12)
+    logps = torch.tensor([[0.1, 0.0, 0.0], [0.05, -0.02, 0.03]])
+    old = torch.zeros(2, 3)
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    adv = torch.tensor([1.0, -2.0])
+    loss, _ = policy_loss(logps, old, None, adv, mask, importance_sampling_level="sequence")
+    s = [math.exp(0.1), math.exp((0.05 - 0.02 + 0.03) / 3)]
+    assert loss.item() == pytest.approx((-s[0] * 1.0 + s[1] * 2.0) / 2, rel=1e-6)
+    with pytest.raises(ValueError, match="loss_type must be 'grpo'"):
+        policy_loss(logps, old, None, adv, mask, importance_sampling_level="sequence",
+                    loss_type="dapo")
+
+
+def test_normaliser_counts_the_whole_batch_over_ranks() -> None:
+    from trainer.loss import loss_normalizer
+
+    # 2 ranks, 40 tokens and 8 sequences in all, 15 tokens on this rank
+    kw = dict(tokens=40.0, sequences=8.0, max_completion_length=10, world=2, rank_tokens=15.0)
+    assert loss_normalizer("dapo", **kw) == 20.0  # DDP's average over 2 ranks undone
+    assert loss_normalizer("grpo", **kw) == 4.0
+    assert loss_normalizer("dr_grpo", **kw) == 40.0
+    assert loss_normalizer("bnpo", **kw) == 15.0  # per process, as TRL
+
+
+def test_a_given_normaliser_divides_the_sum() -> None:
+    logps, old, mask, adv = _case()
+    per_token_sum = -1.2 - math.exp(-0.5) + math.exp(0.5)
+    for loss_type in ("bnpo", "dr_grpo", "dapo"):
+        loss, _ = policy_loss(logps, old, None, adv, mask, loss_type=loss_type,  # type: ignore[arg-type]
+                              max_completion_length=4, normalizer=6.0)
+        assert loss.item() == pytest.approx(per_token_sum / 6, rel=1e-6)
+    loss, _ = policy_loss(logps, old, None, adv, mask, loss_type="grpo", normalizer=4.0)
+    assert loss.item() == pytest.approx(((-1.2 - math.exp(-0.5)) / 2 + math.exp(0.5)) / 4)

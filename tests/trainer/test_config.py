@@ -1,0 +1,35 @@
+"""GRPOConfig defaults against their outside references, and cross-field validation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from transformers import TrainingArguments
+
+from trainer.config import ConfigError, GRPOConfig, load_config
+
+
+def _default(cls: type, name: str) -> object:
+    return {f.name: f.default for f in dataclasses.fields(cls)}[name]
+
+
+def test_adam_betas_are_the_references_defaults() -> None:
+    trl = pytest.importorskip("trl")  # a dev dependency: installed wherever tests run
+    for reference in (TrainingArguments, trl.GRPOConfig):
+        assert GRPOConfig().adam_beta1 == _default(reference, "adam_beta1")
+        assert GRPOConfig().adam_beta2 == _default(reference, "adam_beta2")
+
+
+def test_sequence_level_is_a_mean_over_sequences() -> None:
+    assert GRPOConfig(importance_sampling_level="sequence").loss_type == "grpo"
+    assert GRPOConfig(importance_sampling_level="sequence", loss_type="grpo").loss_type == "grpo"
+    with pytest.raises(ConfigError, match="loss_type 'grpo'"):
+        load_config(None, ["importance_sampling_level=sequence", "loss_type=dapo"])
+    assert GRPOConfig().loss_type == "dapo"  # token level keeps its default
+
+
+def test_top_k_is_an_option() -> None:
+    assert GRPOConfig().top_k == 0 and GRPOConfig(top_k=20).top_k == 20
+    with pytest.raises(ConfigError):
+        load_config(None, ["top_k=-1"])

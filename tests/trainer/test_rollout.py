@@ -1,0 +1,118 @@
+"""Sampling: draws from π/T with exactly the configured settings, every EOS id stops and
+masks, long prompts keep their end (the assistant header)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainer.models import prepare_tokenizer, tiny_model, tiny_tokenizer
+from trainer.rollout import (
+    Sampling,
+    completion_mask,
+    encode_prompts,
+    eos_token_ids,
+    format_prompt,
+    generate,
+)
+
+PROMPT = "say 7: abc"
+
+
+def peaked_model() -> tuple[torch.nn.Module, object]:
+    """The tiny model with its (tied) embeddings scaled: a peaked next-token distribution, on
+    which every sampling knob visibly changes the draws."""
+    tokenizer = prepare_tokenizer(tiny_tokenizer())
+    model = tiny_model(tokenizer, seed=3)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(2)
+    return model.eval(), tokenizer
+
+
+def first_token_frequencies(model, tokenizer, sampling: Sampling) -> torch.Tensor:
+    torch.manual_seed(0)
+    rollout = generate(model, tokenizer, [{}], [format_prompt({"p": PROMPT}, tokenizer, "p",
+                                                              None, True)], sampling)
+    counts = torch.bincount(rollout.completion_ids[:, 0], minlength=len(tokenizer))
+    return counts.double() / counts.sum()
+
+
+def target_distribution(model, tokenizer, temperature: float, top_k: int = 0) -> torch.Tensor:
+    text = format_prompt({"p": PROMPT}, tokenizer, "p", None, True)
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, -1].double() / temperature
+    if top_k:
+        logits[logits < logits.topk(top_k).values[-1]] = -torch.inf
+    return torch.softmax(logits, -1)
+
+
+@pytest.mark.parametrize(("top_k", "tolerance"), [(0, 0.08), (3, 0.03)])
+def test_samples_follow_pi_over_t_whatever_the_models_generation_config(top_k: int,
+                                                                        tolerance: float) -> None:
+    model, tokenizer = peaked_model()
+    # what a checkpoint's generation_config may carry; none of it may shape the samples
+    g = model.generation_config
+    g.repetition_penalty, g.min_p, g.top_k, g.top_p, g.typical_p = 1.3, 0.2, 2, 0.5, 0.5
+    g.no_repeat_ngram_size, g.min_new_tokens = 1, 1
+    sampling = Sampling(num_generations=3000, max_prompt_length=64, max_completion_length=1,
+                        temperature=0.9, top_k=top_k)
+    seen = first_token_frequencies(model, tokenizer, sampling)
+    expected = target_distribution(model, tokenizer, 0.9, top_k)
+    assert 0.1 < expected.max() < 0.9  # neither uniform nor one token
+    total_variation = 0.5 * (seen - expected).abs().sum()
+    # sampling noise: ~0.04 over 47 tokens, ~0.01 over 3; what the model's config would do
+    # here (min_p, top_p, typical_p): ~0.7 and ~0.15
+    assert total_variation < tolerance, float(total_variation)
+
+
+def test_eos_ids_merge_tokenizer_and_generation_config() -> None:
+    model, tokenizer = peaked_model()
+    digits = tokenizer.convert_tokens_to_ids(list("0123"))
+    model.generation_config.eos_token_id = [digits[0], tokenizer.eos_token_id, *digits[1:]]
+    assert eos_token_ids(model, tokenizer) == [tokenizer.eos_token_id, *digits]
+    model.generation_config.eos_token_id = None
+    assert eos_token_ids(model, tokenizer) == [tokenizer.eos_token_id]
+
+
+def test_completion_mask_stops_at_any_eos_id() -> None:
+    ids = torch.tensor([[5, 9, 7, 9], [5, 5, 5, 5], [8, 2, 9, 9]])
+    mask, truncated = completion_mask(ids, [9, 8])
+    assert mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
+    assert truncated.tolist() == [False, True, False]
+
+
+def test_every_eos_id_of_the_generation_config_stops_generation() -> None:
+    tokenizer = prepare_tokenizer(tiny_tokenizer())
+    model = tiny_model(tokenizer, seed=1).eval()
+    stops = tokenizer.convert_tokens_to_ids(list("0123456789"))  # like Llama 3's <|eot_id|>
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, *stops]
+    torch.manual_seed(0)
+    sampling = Sampling(num_generations=64, max_prompt_length=64, max_completion_length=24)
+    rollout = generate(model, tokenizer, [{}], [PROMPT + "=>"], sampling)
+    ends = torch.isin(rollout.completion_ids, torch.tensor([tokenizer.eos_token_id, *stops]))
+    for row, end, mask, truncated in zip(rollout.completion_ids, ends, rollout.completion_mask,
+                                         rollout.truncated, strict=True):
+        n = int(mask.sum())
+        assert not end[: n - 1].any()  # the first end token closes the mask
+        assert bool(end[n - 1]) != bool(truncated)
+        assert (row[n:] == tokenizer.pad_token_id).all()  # nothing after the stop
+    last = rollout.completion_ids.gather(1, rollout.completion_mask.sum(1, keepdim=True) - 1)
+    stopped_at_digit = torch.isin(last, torch.tensor(stops)).sum()
+    assert stopped_at_digit > 10 and (~rollout.truncated).sum() > 48
+    assert all(sum(ch.isdigit() for ch in text) <= 1 for text in rollout.texts)
+
+
+def test_long_prompts_lose_their_start_not_the_assistant_header() -> None:
+    tokenizer = prepare_tokenizer(tiny_tokenizer())
+    long = format_prompt({"p": "x" * 40 + " what is 2+3?"}, tokenizer, "p", None, True)
+    short = format_prompt({"p": "hi"}, tokenizer, "p", None, True)
+    assert long.endswith("=>")  # the tiny chat template's assistant header
+    ids, mask, cut = encode_prompts(tokenizer, [long, short], max_prompt_length=10)
+    assert ids.shape == (2, 10) and cut.tolist() == [True, False]
+    full = tokenizer(long, add_special_tokens=False).input_ids
+    header = tokenizer("=>", add_special_tokens=False).input_ids
+    assert ids[0].tolist() == full[-10:] and ids[0, -len(header):].tolist() == header
+    n = len(tokenizer(short, add_special_tokens=False).input_ids)
+    assert ids[1, -n:].tolist() == tokenizer(short, add_special_tokens=False).input_ids
+    assert mask[1].tolist() == [0] * (10 - n) + [1] * n  # left padding
