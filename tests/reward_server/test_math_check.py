@@ -9,7 +9,13 @@ import pytest
 
 from reward_server.verifiers.math.check import check, has_several, offers_several, parse_gold
 from reward_server.verifiers.math.extract import Answer
-from reward_server.verifiers.math.numbers import Number, fast_check, numbers_equal, parse_number
+from reward_server.verifiers.math.numbers import (
+    Number,
+    fast_check,
+    numbers_equal,
+    parse_number,
+    same_text,
+)
 
 
 def L(*items: str) -> Answer:
@@ -60,6 +66,14 @@ def test_numbers_equal(gold: str, pred: str, tolerance: float, equal: bool) -> N
     g, p = parse_number(gold), parse_number(pred)
     assert g is not None and p is not None
     assert numbers_equal(g, p, tolerance) is equal
+
+
+def test_same_text_needs_no_parser() -> None:
+    assert same_text("\\left( 1, \\dfrac{1}{2} \\right)", "(1,\\frac{1}{2})")
+    assert not same_text("(1, 2)", "(2, 1)")
+    assert not same_text("\\rightarrow", "arrow")  # \right is removed only as a command
+    verdict = fast_check(L("2 \\sqrt{2}"), L("2\\sqrt{2}"), 1e-6)
+    assert verdict is not None and verdict.correct
 
 
 def test_fast_path_leaves_non_numbers_to_the_worker() -> None:
