@@ -95,13 +95,16 @@ def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer
             get_optimizer_state_dict(model, optimizer, options=FULL))
 
 
-def load_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                    weights: dict[str, Any], optimizer_state: dict[str, Any] | None) -> None:
-    """Every rank: put whole-model weights (and optimizer state) into the sharded model."""
-    options = StateDictOptions(full_state_dict=True)
-    set_model_state_dict(model, weights, options=options)
-    if optimizer is not None and optimizer_state is not None:
-        set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)
+def load_full_weights(model: torch.nn.Module, weights: dict[str, Any]) -> None:
+    """Every rank: whole-model weights into the sharded model (each rank keeps its shard)."""
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
+
+
+def load_full_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                        state: dict[str, Any]) -> None:
+    """Every rank: a whole optimizer state (from ``full_state``) into the sharded optimizer."""
+    set_optimizer_state_dict(model, optimizer, state,
+                             options=StateDictOptions(full_state_dict=True))
 
 
 def barrier() -> None:

@@ -10,7 +10,9 @@ same for a PEFT model). Checkpoints hold the adapter only (``adapter_model.safet
 from __future__ import annotations
 
 import json
-from contextlib import AbstractContextManager, nullcontext
+import warnings
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +34,18 @@ def add_adapter(model: Any, r: int, alpha: float, dropout: float,
 
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
                         target_modules=target_modules, task_type="CAUSAL_LM")
-    # autocast_adapter_dtype=False: the adapter keeps the dtype of the base, as TRL asks for
-    return get_peft_model(model, config, autocast_adapter_dtype=False)
+    with _peft_warnings():
+        # autocast_adapter_dtype=False: the adapter keeps the base's (float32 master) dtype
+        return get_peft_model(model, config, autocast_adapter_dtype=False)
+
+
+@contextmanager
+def _peft_warnings() -> Iterator[None]:
+    """peft 0.21 reads ``is_gradient_checkpointing``, which transformers 5 deprecates."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated",
+                                FutureWarning)
+        yield
 
 
 def reference(model: torch.nn.Module) -> AbstractContextManager[Any]:
@@ -75,7 +87,8 @@ def merge(checkpoint: Path, output: Path, model_name: str | None = None, seed: i
         saved = json.loads(run_config.read_text())
         model_name, seed = saved["model"], int(saved.get("seed", seed))
     base, _ = load_model(model_name, torch.float32, seed)
-    merged = PeftModel.from_pretrained(base, checkpoint).merge_and_unload()
+    with _peft_warnings():
+        merged = PeftModel.from_pretrained(base, checkpoint).merge_and_unload()
     output.mkdir(parents=True, exist_ok=True)
     merged.save_pretrained(output)
     AutoTokenizer.from_pretrained(checkpoint, local_files_only=True).save_pretrained(output)
