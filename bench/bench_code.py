@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from sandbox.config import SandboxConfig  # noqa: E402
 from sandbox.languages import LANGUAGES  # noqa: E402
+from sandbox.pool import HARNESS_CAPS, HARNESS_USER  # noqa: E402
 from tests.conftest import run_server, wait_for_sandbox  # noqa: E402
 
 TRIVIAL = "print(1)  # {i}"
@@ -82,11 +83,12 @@ def naive_docker_run(program: str, tests: list[dict], config: SandboxConfig) -> 
         data = json.dumps(job).encode()
         out = subprocess.run(
             ["docker", "run", "--rm", "-i", "--network", "none", "--read-only",
-             "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+             "--cap-drop", "ALL", *[a for cap in HARNESS_CAPS for a in ("--cap-add", cap)],
+             "--security-opt", "no-new-privileges",
              "--pids-limit", str(config.pids_limit), "--memory", f"{config.memory_mb}m",
              "--memory-swap", f"{config.memory_mb}m", "--cpus", str(config.cpus),
-             "--user", "10001:10001", "--tmpfs",
-             f"/work:rw,exec,nosuid,size={config.work_tmpfs_mb}m,uid=10001,gid=10001,mode=0700",
+             "--user", HARNESS_USER, "--tmpfs",
+             f"/work:rw,exec,nosuid,size={config.work_tmpfs_mb}m,uid=0,gid=0,mode=0755",
              config.image],
             input=struct.pack(">I", len(data)) + data, capture_output=True, timeout=120,
         )

@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 
 from reward_server import __version__
 from reward_server.errors import ApiError, api_error_handler, validation_error_handler
-from reward_server.middleware import BearerAuth, BodyLimit, RequestMetrics
+from reward_server.middleware import BearerAuth, BodyLimit, ErrorGuard, RequestMetrics
 from reward_server.routes import meta, openrlhf, rewards
 from reward_server.routes.verify import verifier_router
 from reward_server.scoring import Scorer
@@ -62,4 +62,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     known = {"/healthz", "/metrics", "/v1/verifiers", "/v1/rewards", "/get_reward", "/docs",
              "/openapi.json"}
     app.add_middleware(RequestMetrics, routes=known | {f"/v1/verify/{n}" for n in classes})
+    app.add_middleware(ErrorGuard)  # a JSON 500 with a request id for anything that escapes
     return app

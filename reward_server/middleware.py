@@ -1,4 +1,5 @@
-"""Pure ASGI middleware: bearer auth, body size limit, request metrics.
+"""Pure ASGI middleware: bearer auth, body size limit, request metrics, and a guard that turns
+any exception that escapes into a JSON 500 with a request id.
 
 Pure ASGI (not BaseHTTPMiddleware) so a body is counted as it streams in and a 413 goes out
 before a 64 MB upload is buffered."""
@@ -6,17 +7,22 @@ before a 64 MB upload is buffered."""
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
+import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reward_server import metrics
 
+log = logging.getLogger("reward_server")
 
-async def _send_json(send: Send, status: int, detail: str, headers: list | None = None) -> None:
-    body = json.dumps({"detail": detail}).encode()
+
+async def _send_json(send: Send, status: int, detail: str, headers: list | None = None,
+                     **fields: str) -> None:
+    body = json.dumps({"detail": detail, **fields}).encode()
     await send({
         "type": "http.response.start", "status": status,
         "headers": [(b"content-type", b"application/json"),
@@ -110,3 +116,35 @@ class RequestMetrics:
         finally:
             metrics.REQUESTS.labels(route, str(status["code"])).inc()
             metrics.REQUEST_LATENCY.labels(route).observe(time.perf_counter() - started)
+
+
+class ErrorGuard:
+    """Outermost: an exception that escapes the app (a bug; no input should cause one) becomes
+    ``500 {"detail": ..., "request_id": ...}`` and a logged traceback with the same id, instead
+    of a bare text 500 or a dropped connection. The id goes out as ``x-request-id`` too."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        request_id = uuid.uuid4().hex[:16]
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            log.exception("request %s %s failed (request id %s)", scope.get("method"),
+                          scope.get("path"), request_id)
+            if started:  # too late for a status: the client sees a cut-off body
+                raise
+            await _send_json(send, 500, f"internal error (request id {request_id}); the "
+                             "server log has the traceback",
+                             [(b"x-request-id", request_id.encode())], request_id=request_id)

@@ -22,7 +22,7 @@ done
 
 bash ./ensure_docker.sh
 
-hash=$( (cat Dockerfile harness/harness.py) | sha256sum | cut -c1-12)
+hash=$( (cat Dockerfile harness/*.py) | sha256sum | cut -c1-12)
 if [ "$FORCE" = 0 ] && [ "$(docker image inspect -f '{{ index .Config.Labels "vr.hash" }}' "$TAG" 2>/dev/null)" = "$hash" ]; then
   echo "build_image: $TAG is up to date"
   exit 0

@@ -42,7 +42,11 @@ log = logging.getLogger("sandbox.pool")
 
 LABEL = "verifiable-rewards.sandbox"
 OWNER_LABEL = "verifiable-rewards.owner"
-SANDBOX_UID = "10001:10001"
+# The harness runs as root with these capabilities only; every program it starts drops to
+# uid 10001 (which clears them), so no program can signal, prlimit or trace the harness or its
+# fork server, and the harness can hand each execution a fresh work dir (issue 10).
+HARNESS_USER = "0:0"
+HARNESS_CAPS = ["SETUID", "SETGID", "KILL", "CHOWN"]
 T = TypeVar("T")
 
 BUILD_HINT = "run: bash sandbox/build_image.sh"
@@ -305,10 +309,11 @@ class ContainerPool:
             self._client.containers.create,
             c.image,
             stdin_open=True, tty=False, detach=True,
-            user=SANDBOX_UID,
+            user=HARNESS_USER,
             network_mode="none",
             read_only=True,
             cap_drop=["ALL"],
+            cap_add=HARNESS_CAPS,
             security_opt=list(security_opt(c.seccomp_profile)),
             runtime=c.runtime or None,
             pids_limit=c.pids_limit,
@@ -317,7 +322,10 @@ class ContainerPool:
             nano_cpus=int(c.cpus * 1e9),
             shm_size="16m",
             tmpfs={"/work": f"rw,exec,nosuid,nodev,size={c.work_tmpfs_mb}m,"
-                            "uid=10001,gid=10001,mode=0700"},
+                            "uid=0,gid=0,mode=0755",  # each execution's dir is the candidate's
+                   # gVisor mounts a writable /tmp of its own unless the container has one:
+                   # read-only, as under runc, so it is no channel between executions
+                   "/tmp": "ro,nosuid,nodev,noexec,size=64k"},
             ulimits=[Ulimit(name="nofile", soft=c.nofile, hard=c.nofile),
                      Ulimit(name="core", soft=0, hard=0)],
             labels={LABEL: "1", OWNER_LABEL: self.owner},
@@ -331,6 +339,10 @@ class ContainerPool:
             pong = await self._call(channel.request, {"mode": "ping"}, 30.0)
             if pong.get("status") != "pong":
                 raise SandboxUnavailable(f"image {c.image!r} does not run the sandbox harness")
+            if not pong.get("isolated") or pong.get("unclean"):
+                raise SandboxUnavailable(
+                    f"image {c.image!r} runs an old harness, or a container starts unclean "
+                    f"({pong.get('unclean')}); {BUILD_HINT}")
             if not pong.get("undumpable"):
                 log.warning("sandbox harness could not make itself non-dumpable")
         except (DockerException, OSError, ChannelClosed, ChannelTimeout, SandboxUnavailable):

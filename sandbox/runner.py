@@ -17,10 +17,15 @@ from sandbox.pool import EnginePool, PooledContainer
 
 log = logging.getLogger("sandbox.runner")
 
+# What the harness may answer; anything else is a malformed verdict.
+EXECUTION_STATUSES = {"ok", "syntax_error", "compile_error", "bad_tests", "harness_error"}
+TEST_STATUSES = {"passed", "wrong_answer", "timeout", "runtime_error", "memory_limit",
+                 "output_limit", "skipped"}
 # A test status that says the container may be in a bad state: replace it.
 TROUBLE = {"timeout", "memory_limit", "output_limit"}
-# Slack on top of the harness's own limits before we stop waiting from outside.
-OUTSIDE_SLACK_S = 5.0
+# Slack on top of the harness's own limits before we stop waiting from outside: its sweep
+# and clean-up (bounded by the harness's JANITOR_TIMEOUT_S) come after the budget.
+OUTSIDE_SLACK_S = 15.0
 PER_TEST_SLACK_S = 0.5
 
 
@@ -43,6 +48,7 @@ class Execution:
     entry_point: str | None = None
     time_limit_s: float | None = None
     memory_mb: int | None = None
+    stop_on_failure: bool = False  # all-or-nothing: the first failure decides, skip the rest
 
     @cached_property
     def test_count(self) -> int:
@@ -54,7 +60,7 @@ class Execution:
 
 @dataclass
 class TestResult:
-    status: str  # passed | wrong_answer | timeout | runtime_error | memory_limit | output_limit
+    status: str  # one of TEST_STATUSES
     time_ms: float
     stderr: str = ""
 
@@ -104,6 +110,8 @@ class Sandbox:
             "compile_time_limit_s": c.compile_time_limit_s,
             "compile_memory_mb": c.compile_memory_mb,
             "syntax_error_markers": list(spec.syntax_error_markers),
+            # the harness stops the item here, whatever its tests' limits add up to
+            "budget_s": c.item_budget_s, "stop_on_failure": ex.stop_on_failure,
         }
         count = ex.test_count
         if ex.test_code is not None:
@@ -112,15 +120,16 @@ class Sandbox:
             job.update(mode="stdio", tests=[
                 {"input": t.input, "output": t.output, "tolerance": t.tolerance}
                 for t in ex.tests])
-        budget = (count * (time_limit + PER_TEST_SLACK_S) + OUTSIDE_SLACK_S
-                  + (c.compile_time_limit_s if spec.compile else 0.0))
-        return job, count, budget
+        inside = min(c.item_budget_s, count * (time_limit + PER_TEST_SLACK_S)
+                     + (c.compile_time_limit_s if spec.compile else 0.0))
+        return job, count, inside + OUTSIDE_SLACK_S
 
     async def execute(self, ex: Execution) -> ExecutionResult:
         """Run ``ex``; raises SandboxUnavailable when no container can be had."""
         if ex.language not in LANGUAGES:
             raise ValueError(f"unknown language {ex.language!r}")
         job, count, budget = self._job(ex)
+        failure = "Docker engines went away"
         for _ in range(len(self.pool.pools) + 1):
             pooled = await self.pool.acquire()
             try:
@@ -138,8 +147,13 @@ class Sandbox:
             except BaseException:
                 self.pool.release(pooled, healthy=False)
                 raise
-            return self._result(pooled, reply)
-        raise SandboxUnavailable(self.pool.unavailable_reason or "Docker engines went away")
+            result = self._result(pooled, reply, count)
+            if result is not None:
+                return result
+            # the harness failed before any program ran: not the candidate's doing. The
+            # container is replaced; try another before calling the item unscorable.
+            failure = f"sandbox harness failed: {_text(reply.get('detail'))}"
+        raise SandboxUnavailable(self.pool.unavailable_reason or failure)
 
     def _died(self, pooled: PooledContainer, exc: Exception, count: int) -> ExecutionResult:
         # The harness is PID 1, which nothing inside can kill, and the engine is up: the
@@ -150,19 +164,48 @@ class Sandbox:
             TestResult("runtime_error", 0.0, "the sandbox container died during the run")
             for _ in range(count)])
 
-    def _result(self, pooled: PooledContainer, reply: dict[str, Any]) -> ExecutionResult:
-        result = ExecutionResult(
-            status=reply.get("status", "harness_error"),
-            detail=reply.get("detail"),
-            tests=[TestResult(t["status"], float(t.get("time_ms", 0.0)), t.get("stderr", ""))
-                   for t in reply.get("tests", [])],
-        )
+    def _result(self, pooled: PooledContainer, reply: Any, count: int) -> ExecutionResult | None:
+        """The verdict, or None when the harness failed before any program of the candidate's
+        ran. A malformed verdict fails every test: only a program could have caused it."""
+        result = parse_reply(reply)
+        if result is None:
+            log.warning("sandbox container %s sent a malformed verdict", pooled.id)
+            self.pool.release(pooled, healthy=False)
+            return ExecutionResult("ok", [
+                TestResult("runtime_error", 0.0, "the sandbox returned a malformed verdict")
+                for _ in range(count)])
+        if reply.get("unclean"):
+            log.info("sandbox container %s not clean after a run: %s", pooled.id,
+                     "; ".join(map(_text, reply["unclean"])))
         healthy = (not reply.get("dirty") and result.status != "harness_error"
+                   and not reply.get("candidate_failed")
                    and not any(t.status in TROUBLE for t in result.tests))
         self.pool.release(pooled, healthy)
         if result.status == "harness_error":
-            raise SandboxUnavailable(f"sandbox harness failed: {result.detail}")
+            log.warning("sandbox harness failed in %s: %s", pooled.id, result.detail)
+            return None
         return result
+
+
+def parse_reply(reply: Any) -> ExecutionResult | None:
+    """The harness's answer as an ExecutionResult; None when it is not one."""
+    if not isinstance(reply, dict) or reply.get("status") not in EXECUTION_STATUSES:
+        return None
+    tests = reply.get("tests", [])
+    if not isinstance(tests, list) or not all(
+            isinstance(t, dict) and t.get("status") in TEST_STATUSES
+            and isinstance(t.get("time_ms", 0.0), int | float) for t in tests):
+        return None
+    detail = reply.get("detail")
+    return ExecutionResult(
+        status=reply["status"], detail=None if detail is None else _text(detail),
+        tests=[TestResult(t["status"], float(t.get("time_ms", 0.0)), _text(t.get("stderr", "")))
+               for t in tests])
+
+
+def _text(value: Any) -> str:
+    """Valid Unicode whatever the harness sent: a lone surrogate becomes ``\\ud800``."""
+    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 __all__ = ["Execution", "ExecutionResult", "Sandbox", "SandboxUnavailable", "TestCase",

@@ -18,8 +18,10 @@ Why the candidate cannot forge the verdict:
   ``os._exit(0)`` before the tests, printing "all tests passed", or returning an object whose
   ``__eq__`` is always True cannot make an assertion pass: the assertion is evaluated by
   this process on plain values, and a candidate that exits makes every later call fail.
-- Killing this process (``os.kill(-1, 9)``) ends the execution with no verdict, which the
-  server reports as failed tests.
+- Every program runs under another uid than this process and its fork server (which run as
+  root with four capabilities), so it cannot signal, ``prlimit`` or trace them; after each
+  execution ``slate`` kills what is left, empties every place the candidate could write and
+  checks the container is as it was fresh (issue 10), or reports it dirty.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import math
 import os
 import resource
 import selectors
-import shutil
 import signal
 import struct
 import subprocess
@@ -39,7 +40,10 @@ import sys
 import tempfile
 import time
 
-WORK_ROOT = "/work"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # python3 -I: not on the path
+import slate  # noqa: E402
+
+WORK_ROOT = slate.WORK_ROOT
 FILE_SIZE_LIMIT = 16 * 1024 * 1024
 
 
@@ -179,40 +183,61 @@ class CandidateTimeout(Exception):
     pass
 
 
+class CandidateNotLoaded(BaseException):
+    """The test code called the candidate before it was loaded (see ``run_asserts``)."""
+
+
 class CandidateProxy:
     """Stands for the solution's function inside the test code, in this trusted process."""
 
-    def __init__(self, process, to_child, from_child):
-        self.process, self.to_child, self.from_child = process, to_child, from_child
-        self.deadline = None
+    def __init__(self):
+        self.process = self.to_child = self.from_child = self.deadline = None
 
     def __call__(self, *args, **kwargs):
+        if self.process is None:
+            raise CandidateNotLoaded
         try:
             send_frame(self.to_child, {"args": encode(args), "kwargs": encode(kwargs)})
             reply = recv_frame(self.from_child, self.deadline)
         except TimeoutError:
             raise CandidateTimeout("the solution ran past the time limit") from None
-        except (EOFError, OSError, ValueError, struct.error):
+        except (EOFError, OSError, ValueError, struct.error, RecursionError, MemoryError):
             raise CandidateCrashed("the solution's process ended or broke the protocol") from None
+        if not isinstance(reply, dict) or len(reply) != 1 or not ({"error", "value"} & set(reply)):
+            raise CandidateCrashed("the solution's process broke the protocol")
         if "error" in reply:
-            raise RuntimeError(f"the solution raised {reply['error']}")
+            raise RuntimeError(f"the solution raised {str(reply['error'])[:500]}")
         try:
             return decode(reply["value"])
-        except (KeyError, ValueError, TypeError, OverflowError):
+        except (ValueError, TypeError, OverflowError, RecursionError, AttributeError):
             raise CandidateCrashed("the solution returned a value that is not plain data") from None
 
 
 # --- running one process under limits ---------------------------------------------------------
 
 
-def limit_child(memory_mb, cpu_s):
-    """A preexec_fn: a session of its own (so its group can be killed) and the limits."""
+def limit_child(memory_mb, cpu_s, cwd=None):
+    """A preexec_fn: a session of its own (so its group can be killed), the candidate's uid,
+    its work dir (entered after the uid change: root may not enter it) and the limits."""
 
     def apply():
         os.setsid()
+        slate.drop_privileges()
+        if cwd is not None:
+            os.chdir(cwd)
         apply_limits(memory_mb, cpu_s)
 
     return apply
+
+
+def candidate_started():
+    """Called before any program of the candidate's runs: from here on, a failure is the
+    candidate's doing (a score of 0), never an outage (issue 10)."""
+    global CANDIDATE_RAN
+    CANDIDATE_RAN = True
+
+
+CANDIDATE_RAN = False
 
 
 def kill_group(process):
@@ -245,10 +270,11 @@ def run_process(argv, stdin_data, time_limit_s, memory_mb, output_limit, stderr_
     """Run ``argv``; returns a dict with status (None = exited), exit code, output, timing."""
     oom_before = oom_kills()
     started = time.monotonic()
+    candidate_started()
     try:
         process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=cwd, env=env, preexec_fn=limit_child(memory_mb, math.ceil(time_limit_s) + 1),
+            env=env, preexec_fn=limit_child(memory_mb, math.ceil(time_limit_s) + 1, cwd),
         )
     except OSError as exc:
         return {"status": "runtime_error", "code": None, "stdout": b"",
@@ -382,7 +408,7 @@ def zygote_main(control_fd):
 
     make_undumpable()  # its children inherit this: none can be traced by another
     control = socket.socket(fileno=control_fd)
-    code = None
+    code, cwd = None, WORK_ROOT
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(control, 1 << 16, 3)
@@ -391,12 +417,12 @@ def zygote_main(control_fd):
         if not message:
             return
         request = json.loads(message)
-        if request["op"] == "load":
-            os.chdir(request["cwd"])
+        if request["op"] == "load":  # the source comes as a descriptor: we never enter the
+            cwd = request["cwd"]     # work dir, which is the candidate's
             os.environ.update(request["env"])
             try:
-                with open(request["path"], encoding="utf-8") as f:
-                    code = compile(f.read(), request["path"].rsplit("/", 1)[-1], "exec")
+                with os.fdopen(fds[0], "rb") as f:
+                    code = compile(f.read(), request["name"], "exec")
                 reply = {"op": "loaded"}
             except (SyntaxError, ValueError, MemoryError, RecursionError):
                 reply = {"op": "loaded", "error": traceback.format_exc(limit=0)}
@@ -409,6 +435,8 @@ def zygote_main(control_fd):
                 for target, fd in enumerate(fds):
                     os.dup2(fd, target)
                 os.closerange(3, 65536)
+                slate.drop_privileges()
+                os.chdir(cwd)
                 apply_limits(request["memory_mb"], request["cpu_s"])
                 sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r")),
                                              encoding="utf-8")
@@ -465,6 +493,13 @@ def apply_limits(memory_mb, cpu_s):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def zygote_limits():
+    """The fork server's preexec_fn: its own session and memory cap; it keeps root (its
+    children drop it), so no candidate can reach it."""
+    os.setsid()
+    apply_limits(ZYGOTE_MEMORY_MB, None)
+
+
 class Zygote:
     """The harness's handle on a fork server."""
 
@@ -480,7 +515,7 @@ class Zygote:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=WORK_ROOT,
             env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
                  "PYTHONDONTWRITEBYTECODE": "1"},
-            preexec_fn=limit_child(ZYGOTE_MEMORY_MB, None), pass_fds=(theirs.fileno(),),
+            preexec_fn=zygote_limits, pass_fds=(theirs.fileno(),),
         )
         theirs.close()
 
@@ -506,10 +541,20 @@ class Zygote:
             if message.get("op") == op and (pid is None or message.get("pid") == pid):
                 return message
 
-    def load(self, path, cwd, env, deadline):
+    def load(self, source, name, cwd, env, deadline):
         """None when the program compiled; else the error text."""
-        self.control.sendall(json.dumps({"op": "load", "path": path, "cwd": cwd,
-                                         "env": env}).encode())
+        import socket
+
+        fd = os.memfd_create("source")
+        try:
+            data = memoryview(source.encode("utf-8", "surrogatepass"))
+            while data:
+                data = data[os.write(fd, data):]
+            os.lseek(fd, 0, os.SEEK_SET)
+            socket.send_fds(self.control, [json.dumps({
+                "op": "load", "name": name, "cwd": cwd, "env": env}).encode()], [fd])
+        finally:
+            os.close(fd)
         return self._recv("loaded", deadline).get("error")
 
     def start(self, memory_mb, cpu_s, argv0):
@@ -635,22 +680,36 @@ def outputs_match(expected, actual, tolerance):
 
 
 def tail(data, limit):
-    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    """The end of a program's output as text: invalid UTF-8 escaped (``\\xff``)."""
+    text = data.decode("utf-8", "backslashreplace") if isinstance(data, bytes) else data
     return text[-limit:]
+
+
+def printable(value):
+    """``value`` with every string valid Unicode: a lone surrogate a program put in a message
+    or a return value becomes the text ``\\ud800``, so no verdict fails to encode (issue 10)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable(v) for v in value]
+    return value
 
 
 def compile_program(job, workdir, env):
     language = job["language"]
     if not language.get("compile"):
         return None
+    limit = min(job["compile_time_limit_s"], job["deadline"] - time.monotonic())
     result = run_process(
-        language["compile"], b"", job["compile_time_limit_s"], job["compile_memory_mb"],
+        language["compile"], b"", limit, job["compile_memory_mb"],
         job["output_limit_bytes"], job["stderr_tail_bytes"], workdir, env,
     )
     if result["status"] is None:
         return None
-    reason = "compiler ran past its time limit" if result["status"] == "timeout" else (
-        tail(result["stderr"], job["stderr_tail_bytes"]))
+    reason = f"the compiler ran past its time limit ({limit:.1f} s)" if (
+        result["status"] == "timeout") else tail(result["stderr"], job["stderr_tail_bytes"])
     return {"status": "compile_error", "detail": reason}
 
 
@@ -660,25 +719,28 @@ def run_stdio(job, workdir, env, zygote=None):
         return failure
     use_zygote = job["language"].get("forkserver") and zygote is not None and zygote.alive()
     if use_zygote:
-        source = os.path.join(workdir, job["language"]["source"])
         try:
-            error = zygote.load(source, workdir, env, time.monotonic() + job["time_limit_s"])
+            error = zygote.load(job["source"], job["language"]["source"], workdir, env,
+                                time.monotonic() + job["time_limit_s"])
         except (TimeoutError, OSError, EOFError, ValueError):
             use_zygote, error = False, None  # fall back to a fresh interpreter per test
             kill_group(zygote.process)  # and replace it after this execution
         if error is not None:
             return {"status": "syntax_error", "detail": error[-job["stderr_tail_bytes"]:]}
     results = []
-    for test in job["tests"]:
+    for index, test in enumerate(job["tests"]):
+        limit = time_left(job)
+        if limit <= 0:
+            return {"status": "ok", "tests": results + over_budget(job, len(job["tests"]) - index)}
+        stdin_data = test["input"].encode("utf-8", "surrogatepass")
         if use_zygote and not zygote.alive():
             use_zygote = False  # a test's program killed it: run the rest the slow way
         if use_zygote:
-            run = run_forked(zygote, job, test["input"].encode())
+            run = run_forked(zygote, job, stdin_data, limit)
         else:
             run = run_process(
-                job["language"]["run"], test["input"].encode(), job["time_limit_s"],
-                job["memory_mb"], job["output_limit_bytes"], job["stderr_tail_bytes"],
-                workdir, env,
+                job["language"]["run"], stdin_data, limit, job["memory_mb"],
+                job["output_limit_bytes"], job["stderr_tail_bytes"], workdir, env,
             )
         status = run["status"]
         if not results and status == "runtime_error" and is_syntax_error(job, run):
@@ -690,19 +752,38 @@ def run_stdio(job, workdir, env, zygote=None):
                                                test.get("tolerance")) else "wrong_answer"
         results.append({"status": status, "time_ms": run["time_ms"],
                         "stderr": tail(run["stderr"], job["stderr_tail_bytes"])})
+        if status != "passed" and job.get("stop_on_failure"):
+            return {"status": "ok", "tests": results + skipped(len(job["tests"]) - index - 1)}
     return {"status": "ok", "tests": results}
 
 
-def run_forked(zygote, job, stdin_data):
+def time_left(job):
+    """This test's time limit: the per-test limit, or what is left of the item's budget."""
+    return min(job["time_limit_s"], job["deadline"] - time.monotonic())
+
+
+def over_budget(job, count):
+    message = f"not run: the item's wall-clock budget of {job['budget_s']:g} s was spent"
+    return [{"status": "timeout", "time_ms": 0.0, "stderr": message} for _ in range(count)]
+
+
+def skipped(count):
+    """Tests after the first failure of an all-or-nothing item: the score is 0 already."""
+    message = "not run: an earlier test failed and the item is all-or-nothing"
+    return [{"status": "skipped", "time_ms": 0.0, "stderr": message} for _ in range(count)]
+
+
+def run_forked(zygote, job, stdin_data, time_limit_s):
     oom_before = oom_kills()
     started = time.monotonic()
+    candidate_started()
     try:
-        process = zygote.start(job["memory_mb"], math.ceil(job["time_limit_s"]) + 1,
+        process = zygote.start(job["memory_mb"], math.ceil(time_limit_s) + 1,
                                job["language"]["source"])
     except (OSError, EOFError, ValueError, KeyError) as exc:
         return {"status": "runtime_error", "code": None, "stdout": b"",
                 "stderr": f"cannot start: {exc}".encode(), "time_ms": 0.0}
-    return supervise(process, stdin_data, started, job["time_limit_s"],
+    return supervise(process, stdin_data, started, time_limit_s,
                      job["output_limit_bytes"], job["stderr_tail_bytes"], oom_before)
 
 
@@ -723,73 +804,124 @@ def split_tests(test_code):
     return setup, asserts
 
 
+def mentions(node, names):
+    """Whether running the statement ``node`` may use one of ``names``. A function's body does
+    not run when it is defined: only its decorators, defaults and annotations count."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Name) and n.id in names:
+            return True
+        body = ([n.body] if isinstance(n, ast.Lambda) else n.body) if isinstance(
+            n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else []
+        stack.extend(c for c in ast.iter_child_nodes(n) if not any(c is b for b in body))
+    return False
+
+
 def run_asserts(job, workdir, env):
+    """The dataset's setup that does not use the candidate runs first: a failure there is the
+    dataset's (``bad_tests``, null). Then the candidate loads, and from there on every failure
+    is a failed test (issue 10)."""
     try:
         setup, tests = split_tests(job["test_code"])
-    except SyntaxError as exc:
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return {"status": "bad_tests", "detail": f"test_code does not parse: {exc}"}
     if not tests:
         return {"status": "bad_tests", "detail": "test_code has no assert and no check()"}
+    proxy = CandidateProxy()
+    namespace = {"__name__": "__test__", "candidate": proxy, job["entry_point"]: proxy}
+    statements = list(setup) if tests == ["check"] else job_statements(setup, tests)
+    names = {"candidate", job["entry_point"]}
+    while statements and not isinstance(statements[0], ast.Assert) and not mentions(
+            statements[0], names):
+        try:
+            exec(as_module(statements[0]), namespace)
+        except CandidateNotLoaded:
+            break  # it reached the candidate through a helper: run it once the candidate is up
+        except Exception as exc:  # noqa: BLE001 - the dataset's test code is broken
+            return {"status": "bad_tests",
+                    "detail": f"test setup failed: {type(exc).__name__}: {exc}"}
+        statements.pop(0)
+
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
-    stderr_r = os.open(os.path.join(workdir, ".stderr"), os.O_RDWR | os.O_CREAT, 0o600)
+    stderr_fd = os.memfd_create("stderr")
     code = ("import os, sys; os.dup2({r}, 3); os.dup2({w}, 4); "
             "os.dup2(os.open(os.devnull, os.O_RDONLY), 0); os.dup2(2, 1); "
             "sys.path.insert(0, '/opt/harness'); import harness; harness.serve_candidate({e!r})"
             ).format(r=to_child_r, w=from_child_w, e=job["entry_point"])
+    candidate_started()
     process = subprocess.Popen(
-        [sys.executable, "-I", "-c", code], stdin=subprocess.DEVNULL, stdout=stderr_r,
-        stderr=stderr_r, cwd=workdir, env=env, preexec_fn=limit_child(job["memory_mb"], None),
+        [sys.executable, "-I", "-c", code], stdin=subprocess.DEVNULL, stdout=stderr_fd,
+        stderr=stderr_fd, env=env, preexec_fn=limit_child(job["memory_mb"], None, workdir),
         pass_fds=(to_child_r, from_child_w),
     )
     os.close(to_child_r)
     os.close(from_child_w)
-    proxy = CandidateProxy(process, to_child_w, from_child_r)
-    started = time.monotonic()
+    proxy.process, proxy.to_child, proxy.from_child = process, to_child_w, from_child_r
 
     def stderr_tail():
-        os.lseek(stderr_r, max(0, os.fstat(stderr_r).st_size - job["stderr_tail_bytes"]), 0)
-        return os.read(stderr_r, job["stderr_tail_bytes"]).decode("utf-8", "replace")
+        size = os.fstat(stderr_fd).st_size
+        data = os.pread(stderr_fd, job["stderr_tail_bytes"],
+                        max(0, size - job["stderr_tail_bytes"]))
+        return data.decode("utf-8", "backslashreplace")
+
+    def fail_all(status, message):
+        return {"status": "ok", "tests": [{"status": status, "time_ms": 0.0, "stderr": message}
+                                          for _ in tests]}
 
     try:
         try:
-            hello = recv_frame(from_child_r, started + job["time_limit_s"])
+            hello = recv_frame(from_child_r, time.monotonic() + time_left(job))
         except TimeoutError:
-            return {"status": "ok", "tests": [
-                {"status": "timeout", "time_ms": job["time_limit_s"] * 1000,
-                 "stderr": "the solution did not finish loading in time"} for _ in tests]}
-        except (EOFError, OSError, ValueError, struct.error):
+            return fail_all("timeout", "the solution did not finish loading in time")
+        except Exception:  # noqa: BLE001 - EOF, or a frame that is not JSON
             hello = {"load_error": "the solution exited while loading"}
+        if hello != {"ready": True} and not (
+                isinstance(hello, dict) and set(hello) == {"load_error"}
+                and isinstance(hello["load_error"], str)):
+            return fail_all("runtime_error", "the solution's process broke the protocol")
         if "load_error" in hello:
             detail = hello["load_error"] + "\n" + stderr_tail()
             status = "syntax_error" if hello["load_error"].startswith("SyntaxError") else "ok"
             return {"status": status, "detail": detail.strip()[-job["stderr_tail_bytes"]:],
                     "tests": [{"status": "runtime_error", "time_ms": 0.0,
                                "stderr": detail[-job["stderr_tail_bytes"]:]} for _ in tests]}
-        namespace = {"__name__": "__test__", "candidate": proxy, job["entry_point"]: proxy}
         results = []
         if tests == ["check"]:
-            exec(compile(ast.Module(body=setup, type_ignores=[]), "test_code", "exec"), namespace)
-            results.append(run_one(lambda: namespace["check"](proxy), proxy, job, stderr_tail))
-        else:
-            for node in job_statements(setup, tests):
-                module = compile(ast.Module(body=[node], type_ignores=[]), "test_code", "exec")
-                if isinstance(node, ast.Assert):
-                    results.append(run_one(lambda m=module: exec(m, namespace), proxy, job,
-                                           stderr_tail))
-                else:
-                    exec(module, namespace)
+            statements.append("check")
+        for node in statements:
+            if time_left(job) <= 0:
+                return {"status": "ok",
+                        "tests": results + over_budget(job, len(tests) - len(results))}
+            if node == "check" or isinstance(node, ast.Assert):
+                module = None if node == "check" else as_module(node)
+                call = ((lambda: namespace["check"](proxy)) if module is None
+                        else (lambda: exec(module, namespace)))  # noqa: B023 - called at once
+                results.append(run_one(call, proxy, job, stderr_tail))
+                if results[-1]["status"] != "passed" and job.get("stop_on_failure"):
+                    return {"status": "ok",
+                            "tests": results + skipped(len(tests) - len(results))}
+                continue
+            proxy.deadline = time.monotonic() + time_left(job)
+            try:
+                exec(as_module(node), namespace)
+            except Exception as exc:  # noqa: BLE001 - after the candidate ran: its doing
+                message = f"the test code failed after the solution loaded: " \
+                          f"{type(exc).__name__}: {exc}"
+                return {"status": "ok", "tests": results + [
+                    {"status": "runtime_error", "time_ms": 0.0, "stderr": message[-2000:]}
+                    for _ in range(len(tests) - len(results))]}
         return {"status": "ok", "tests": results}
-    except (CandidateCrashed, CandidateTimeout) as exc:
-        return {"status": "ok", "tests": [{"status": "runtime_error", "time_ms": 0.0,
-                                           "stderr": str(exc)} for _ in tests]}
-    except Exception as exc:  # noqa: BLE001 - setup code of the tests failed
-        return {"status": "bad_tests", "detail": f"test setup failed: {type(exc).__name__}: {exc}"}
     finally:
-        for fd in (to_child_w, from_child_r, stderr_r):
+        for fd in (to_child_w, from_child_r, stderr_fd):
             os.close(fd)
         kill_group(process)
         process.wait()
+
+
+def as_module(node):
+    return compile(ast.Module(body=[node], type_ignores=[]), "test_code", "exec")
 
 
 def job_statements(setup, tests):
@@ -799,7 +931,7 @@ def job_statements(setup, tests):
 
 def run_one(call, proxy, job, stderr_tail):
     started = time.monotonic()
-    proxy.deadline = started + job["time_limit_s"]
+    proxy.deadline = started + time_left(job)
     oom_before = oom_kills()
     status, message = "passed", ""
     try:
@@ -839,74 +971,55 @@ def make_undumpable():
         return False
 
 
-def other_processes(exclude=()):
-    me = os.getpid()
-    pids = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in (1, me, *exclude):
-            pids.append(int(name))
-    return pids
-
-
-def sweep(keep=()):
-    """Kill every process of this container but init, ourselves and ``keep``: freeze them all
-    first (SIGSTOP) so a fork bomb cannot outrun us, then SIGKILL; clear shared memory."""
-    seen = set()
-    for _ in range(100):
-        pids = other_processes(exclude=keep)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except (ProcessLookupError, PermissionError):
-                pass
-        if set(pids) <= seen:
-            break
-        seen.update(pids)
-    for pid in other_processes(exclude=keep):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:  # reap every zombie we can
-                pass
-        except ChildProcessError:
-            pass
-        if not other_processes(exclude=keep):
-            break
-        time.sleep(0.001)
-    for name in os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []:
-        try:
-            os.unlink(os.path.join("/dev/shm", name))
-        except OSError:
-            pass
-
-
-def execute(job, zygote=None):
-    """One execution in a fresh work dir; afterwards no process of it is left."""
-    spare = (zygote.process.pid,) if zygote is not None else ()
-    leftover_before = other_processes(exclude=spare)
+def prepare_workdir(job):
+    """A fresh work dir: made by root with the source in it, then handed to the candidate's uid
+    (root cannot enter it afterwards, and does not need to)."""
     workdir = tempfile.mkdtemp(dir=WORK_ROOT)
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
-           "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+    source = os.path.join(workdir, "solution.py" if job["mode"] == "assert"
+                          else job["language"]["source"])
+    with open(source, "w", encoding="utf-8", errors="surrogatepass") as f:
+        f.write(job["source"])  # a lone surrogate stays invalid UTF-8: the compiler's to judge
+    if slate.isolated():
+        os.chown(source, *slate.CANDIDATE)
+        os.chown(workdir, *slate.CANDIDATE)
+    return workdir
+
+
+def execute(job, zygote, state):
+    """One execution in a fresh work dir; afterwards the container is swept and checked
+    against its fresh state (``state``), and reported dirty unless it matches."""
+    global CANDIDATE_RAN
+    CANDIDATE_RAN = False
+    spare = (zygote.process.pid,) if zygote is not None else ()
+    job = {**job, "deadline": time.monotonic() + (job.get("budget_s") or math.inf)}
+    workdir = None
     try:
-        source_name = "solution.py" if job["mode"] == "assert" else job["language"]["source"]
-        with open(os.path.join(workdir, source_name), "w", encoding="utf-8") as f:
-            f.write(job["source"])
+        workdir = prepare_workdir(job)
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
+               "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
         if job["mode"] == "stdio":
             result = run_stdio(job, workdir, env, zygote)
         else:
             result = run_asserts(job, workdir, env)
     except Exception as exc:  # noqa: BLE001 - report, never die: we are PID 1
-        result = {"status": "harness_error", "detail": f"{type(exc).__name__}: {exc}"[:500]}
+        detail = f"{type(exc).__name__}: {exc}"[:500]
+        # once a program of the candidate's ran, a failure is its doing: failed tests (0)
+        result = ({"status": "ok", "tests": [], "candidate_failed": True,
+                   "detail": f"the run failed after the program started: {detail}"}
+                  if CANDIDATE_RAN else {"status": "harness_error", "detail": detail})
     finally:
-        left_behind = other_processes(exclude=spare)
-        sweep(keep=spare)
-        shutil.rmtree(workdir, ignore_errors=True)
+        left_behind = slate.other_processes(exclude=spare)
+        slate.sweep(keep=spare)
+        problems = [why for why in [slate.janitor(workdir)] if why]
+        if workdir is not None:
+            try:
+                os.rmdir(workdir)
+            except OSError as exc:
+                problems.append(f"work dir not removed: {exc}")
+        problems += state.problems(zygote)
     result["left_behind"] = len(left_behind)
-    result["dirty"] = bool(left_behind or leftover_before)
+    result["dirty"] = bool(left_behind or problems)
+    result["unclean"] = problems[:5]
     return result
 
 
@@ -923,25 +1036,33 @@ def serve():
     undumpable = make_undumpable()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     zygote = spawn_zygote()
+    state = slate.Slate(zygote)
     while True:
         try:
             job = recv_frame(0)
         except EOFError:
             return
         if job.get("mode") == "ping":  # the pool checks a new container with this
-            send_frame(1, {"status": "pong", "undumpable": undumpable})
+            send_frame(1, {"status": "pong", "undumpable": undumpable,
+                           "isolated": slate.isolated(), "unclean": state.problems(zygote)})
             continue
-        if zygote is not None and not zygote.alive():
-            zygote.close()
-            zygote = spawn_zygote()
-        result = execute(job, zygote)
+        if zygote is None or not zygote.alive():
+            zygote = respawn(zygote, state)
+        result = execute(job, zygote, state)
         result["undumpable"] = undumpable
-        send_frame(1, result)
+        send_frame(1, printable(result))
         # the zygote outlives executions: it holds no state but the last program's code,
-        # which the next load replaces. One a program stopped or killed is replaced.
-        if zygote is not None and not zygote.alive():
-            zygote.close()
-            zygote = spawn_zygote()
+        # which the next load replaces, and no candidate can reach it (another uid).
+        if zygote is None or not zygote.alive():
+            zygote = respawn(zygote, state)
+
+
+def respawn(zygote, state):
+    if zygote is not None:
+        zygote.close()
+    zygote = spawn_zygote()
+    state.watch(zygote)
+    return zygote
 
 
 if __name__ == "__main__":

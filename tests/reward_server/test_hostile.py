@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -90,3 +91,41 @@ def test_over_long_answer_is_parse_error_without_a_worker(http: httpx.Client) ->
     result = http.post("/v1/verify/math", json={"items": items}).json()["results"][0]
     assert result["status"] == "parse_error"
     assert "longer than 2000 characters" in result["detail"]
+
+
+BROKEN_PLUGIN = '''
+from reward_server.verifiers import ItemBase, ResultBase, Verifier
+
+
+class Item(ItemBase):
+    response: str
+
+
+class BrokenVerifier(Verifier):
+    name = "broken"
+    item_model = Item
+    result_model = ResultBase
+    description = "Raises: stands for a bug that lets an exception escape."
+
+    async def verify(self, items):
+        raise RuntimeError("a bug")
+'''
+
+
+def test_an_escaped_exception_is_a_json_500_with_a_request_id(tmp_path: Path) -> None:
+    """Nothing an item holds should raise (issue 10); if a bug does, the client gets JSON it
+    can log, with an id that finds the traceback in the server log, not a bare text 500."""
+    (tmp_path / "broken_plugin.py").write_text(BROKEN_PLUGIN)
+    env = {"PYTHONPATH": str(tmp_path), "REWARD_SERVER_PLUGINS": '["broken_plugin:BrokenVerifier"]'}
+    with run_server(tmp_path, env=env) as srv, srv.client() as c:
+        r = c.post("/v1/rewards", json={"items": [
+            {"verifier": "math", "response": "\\boxed{4}", "answer": "4"},
+            {"verifier": "broken", "response": "x"}]})
+        assert r.status_code == 500
+        body = r.json()
+        assert body["request_id"] == r.headers["x-request-id"]
+        assert body["request_id"] in body["detail"]
+        assert c.get("/healthz").status_code == 200  # and the server carries on
+        time.sleep(0.5)
+        log = srv.log.read_text()
+    assert body["request_id"] in log and "RuntimeError: a bug" in log

@@ -60,6 +60,8 @@ class SandboxSettings(BaseSettings):
     max_memory_mb: int = Field(SandboxConfig.max_memory_mb, ge=32)
     output_limit_bytes: int = Field(SandboxConfig.output_limit_bytes, ge=1024)
     acquire_timeout_s: float = Field(SandboxConfig.acquire_timeout_s, gt=0)
+    item_budget_s: float = Field(SandboxConfig.item_budget_s, gt=0, le=600, description=(
+        "Wall-clock budget of one item, compile and all tests: tests it leaves unrun time out."))
     reap_interval_s: float = Field(SandboxConfig.reap_interval_s, gt=0)
     runtime: str | None = Field(None, description="OCI runtime registered with the engine, "
                                 "e.g. runsc (gVisor); unset: the engine's default (runc).")
@@ -101,7 +103,8 @@ class CodeItem(ItemBase):
     time_limit_s: float | None = Field(
         None, gt=0, description="Per test; clamped to the server's maximum.")
     memory_mb: int | None = Field(None, gt=0, description="Clamped to the server's maximum.")
-    all_or_nothing: bool = Field(False, description="Score 1 only if every test passes.")
+    all_or_nothing: bool = Field(False, description="Score 1 only if every test passes; the "
+                                 "run stops at the first failure (later tests: skipped).")
 
     @model_validator(mode="after")
     def _one_form(self) -> CodeItem:
@@ -126,7 +129,7 @@ class CodeItem(ItemBase):
 CodeStatus = Literal["ok", "no_code", "syntax_error", "compile_error", "bad_tests",
                      "sandbox_unavailable", "timeout"]
 TestStatus = Literal["passed", "wrong_answer", "timeout", "runtime_error", "memory_limit",
-                     "output_limit"]
+                     "output_limit", "skipped"]
 
 
 class CodeTestResult(BaseModel):
@@ -182,11 +185,13 @@ class CodeVerifier(Verifier):
                             for t in item.tests or ()),
                 test_code=item.test_code, entry_point=item.entry_point,
                 time_limit_s=item.time_limit_s, memory_mb=item.memory_mb,
+                stop_on_failure=item.all_or_nothing,
             )
             key = hashlib.sha256(json.dumps(
                 [execution.language, source, [t.__dict__ for t in execution.tests],
                  execution.test_code, execution.entry_point, execution.time_limit_s,
-                 execution.memory_mb]).encode()).hexdigest()
+                 execution.memory_mb, execution.stop_on_failure],
+                ensure_ascii=True).encode()).hexdigest()
             result = _score(await self._cached_run(key, execution), item.all_or_nothing)
         if any(t.status == "timeout" for t in result.tests):
             metrics.TIMEOUTS.labels(self.name).inc()

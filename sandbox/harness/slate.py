@@ -1,0 +1,306 @@
+"""A clean slate between executions (issue 10): standard library only, runs in the container.
+
+The harness (PID 1) runs as root with four capabilities (SETUID, SETGID, KILL, CHOWN) and
+every program it starts drops to ``CANDIDATE`` first, so no candidate process can signal,
+``prlimit`` or trace the harness or its fork server. After each execution:
+
+1. ``sweep`` (as root) freezes and kills every process but the harness and its fork server;
+2. ``janitor`` forks a child that becomes the candidate's uid and empties every place that uid
+   can write (the work dir, ``/dev/shm``, ``/dev/mqueue``) and removes its SysV IPC objects:
+   as the owner it can chmod a mode-000 directory back and remove it, and it can remove only
+   what the candidate could have made;
+3. ``Slate.problems`` (as root) checks the result against the container's state when it was
+   fresh: no process, every writable place empty, the tmpfs blocks free, no SysV object,
+   memory back to the fresh level, the harness's and fork server's limits unchanged. Any
+   problem makes the container "dirty", and the server replaces it before reuse.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+CANDIDATE = (10001, 10001)  # uid, gid of every program; the harness is root
+WORK_ROOT = "/work"
+SHARED_DIRS = ("/dev/shm", "/dev/mqueue")  # world-writable places besides the work dir
+IPC_RMID = 0
+MEMORY_SLACK_BYTES = 64 * 1024 * 1024  # harness heap growth we tolerate before replacing
+JANITOR_TIMEOUT_S = 10.0
+
+
+def isolated():
+    """True when programs can run under another uid than the harness's."""
+    return os.geteuid() == 0
+
+
+def drop_privileges():
+    """In a child, before it runs anything of the candidate's: the candidate's uid and gid, no
+    supplementary groups. Leaving root clears every capability."""
+    if os.geteuid() != 0:
+        return
+    uid, gid = CANDIDATE
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+def other_processes(exclude=()):
+    me = os.getpid()
+    return [int(name) for name in os.listdir("/proc")
+            if name.isdigit() and int(name) not in (1, me, *exclude)]
+
+
+def sweep(keep=()):
+    """Kill every process of this container but init, ourselves and ``keep``: freeze them all
+    first (SIGSTOP) so a fork bomb cannot outrun us, then SIGKILL, then reap."""
+    seen = set()
+    for _ in range(100):
+        pids = other_processes(exclude=keep)
+        for pid in pids:
+            _signal(pid, signal.SIGSTOP)
+        if set(pids) <= seen:
+            break
+        seen.update(pids)
+    for pid in other_processes(exclude=keep):
+        _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        reap()
+        if not other_processes(exclude=keep):
+            break
+        time.sleep(0.001)
+
+
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def reap():
+    """Collect every zombie we are the parent of (PID 1 inherits the orphans)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+
+
+# --- files and IPC, removed as the candidate's uid ---------------------------------------------
+
+
+def remove_tree(path):
+    """Remove ``path`` whatever the modes the candidate left on it; never follows a link."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not os.path.isdir(path) or os.path.islink(path):
+        os.unlink(path)
+        return
+    if st.st_mode & 0o700 != 0o700:
+        os.chmod(path, 0o700)
+    for name in os.listdir(path):
+        remove_tree(os.path.join(path, name))
+    os.rmdir(path)
+
+
+def empty_dir(path):
+    """Remove everything inside ``path`` (which stays)."""
+    if not os.path.isdir(path):
+        return
+    if os.stat(path).st_uid == os.geteuid():  # the work dir: the candidate may have locked it
+        os.chmod(path, 0o700)
+    for name in os.listdir(path):
+        remove_tree(os.path.join(path, name))
+
+
+class _ShmInfo(ctypes.Structure):  # struct shm_info (SHM_INFO)
+    _fields_ = [("used_ids", ctypes.c_int)] + [(n, ctypes.c_ulong) for n in (
+        "shm_tot", "shm_rss", "shm_swp", "swap_attempts", "swap_successes")]
+
+
+class _MsgInfo(ctypes.Structure):  # struct msginfo (MSG_INFO: msgpool = queues in use)
+    _fields_ = [(n, ctypes.c_int) for n in (
+        "msgpool", "msgmap", "msgmax", "msgmnb", "msgmni", "msgssz", "msgtql")] + [
+        ("msgseg", ctypes.c_ushort)]
+
+
+class _SemInfo(ctypes.Structure):  # struct seminfo (SEM_INFO: semusz = sets in use)
+    _fields_ = [(n, ctypes.c_int) for n in (
+        "semmap", "semmni", "semmns", "semmnu", "semmsl", "semopm", "semume", "semusz",
+        "semvmx", "semaem")]
+
+
+SHM_INFO, MSG_INFO, SEM_INFO = 14, 12, 19
+IPCMNI = 32768  # ids below this: Linux's first generation, and gVisor's first 32768
+IPC_UNITS = {"shm": "pages", "msg": "queues", "sem": "sets"}
+MAX_SCAN = 1 << 20  # the most ids tried where the kernel does not list them
+
+
+def _ipc_info():
+    libc = ctypes.CDLL(None, use_errno=True)
+    shm, msg, sem = _ShmInfo(), _MsgInfo(), _SemInfo()
+    return (shm if libc.shmctl(0, SHM_INFO, ctypes.byref(shm)) >= 0 else None,
+            msg if libc.msgctl(0, MSG_INFO, ctypes.byref(msg)) >= 0 else None,
+            sem if libc.semctl(0, 0, SEM_INFO, ctypes.byref(sem)) >= 0 else None)
+
+
+def ipc_counts():
+    """What SysV IPC holds in this namespace, from the kernel's own counters (Linux and gVisor,
+    which has no /proc/sysvipc): shared-memory pages, message queues, semaphore sets; None
+    where the kernel will not say. (gVisor's shm_info.used_ids is the last id, not a count:
+    the pages are what both kernels count alike.)"""
+    shm, msg, sem = _ipc_info()
+    return {"shm": None if shm is None else shm.shm_tot,
+            "msg": None if msg is None else msg.msgpool,
+            "sem": None if sem is None else sem.semusz}
+
+
+def ipc_ids(kind):
+    """The ids of SysV objects of ``kind``: listed by /proc/sysvipc where the kernel has it;
+    else every id up to the last one gVisor handed out (at least IPCMNI of them)."""
+    try:
+        with open(f"/proc/sysvipc/{kind}") as f:
+            header, *rows = f.read().splitlines()
+    except (OSError, ValueError):
+        shm = _ipc_info()[0]
+        last = shm.used_ids if kind == "shm" and shm is not None else 0
+        return range(min(max(IPCMNI, last + 1), MAX_SCAN))
+    column = header.split().index({"shm": "shmid", "msg": "msqid", "sem": "semid"}[kind])
+    return [int(row.split()[column]) for row in rows if row.strip()]
+
+
+def remove_ipc():
+    """Remove every SysV IPC object (its creator may, whatever owner it was given). Return
+    codes are not trusted (gVisor's msgctl reports success for ids that do not exist):
+    ``Slate.problems`` counts what is left."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    remove = {"shm": lambda i: libc.shmctl(i, IPC_RMID, None),
+              "msg": lambda i: libc.msgctl(i, IPC_RMID, None),
+              "sem": lambda i: libc.semctl(i, 0, IPC_RMID)}
+    for kind, count in ipc_counts().items():
+        if count != 0:
+            for ident in ipc_ids(kind):
+                remove[kind](ident)
+
+
+def janitor(workdir, timeout_s=JANITOR_TIMEOUT_S):
+    """Empty every place the candidate could write (``workdir`` stays, empty), as the
+    candidate's uid; None when done, else why not. Run after ``sweep``: no candidate process
+    is left to fight it."""
+    pid = os.fork()
+    if pid == 0:  # the child: exits without returning to the caller's code
+        code = 1
+        try:
+            drop_privileges()
+            for path in (workdir, *SHARED_DIRS):
+                if path is not None:
+                    empty_dir(path)
+            remove_ipc()
+            code = 0
+        except BaseException:  # noqa: BLE001 - any failure means "not clean"
+            code = 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            return None if code == 0 else f"the clean-up failed (exit {code})"
+        if time.monotonic() > deadline:
+            _signal(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return f"the clean-up ran past {timeout_s:g} s"
+        time.sleep(0.0005)
+
+
+# --- proving the slate clean -------------------------------------------------------------------
+
+
+def used_bytes(path):
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def memory_in_use():
+    """Anonymous + shared memory of the container's cgroup (v2 or v1): what a leftover can
+    hold on to. Page cache is left out: the kernel reclaims it on demand."""
+    for path, keys in (("/sys/fs/cgroup/memory.stat", ("anon", "shmem")),
+                       ("/sys/fs/cgroup/memory/memory.stat", ("total_rss", "total_shmem"))):
+        try:
+            with open(path) as f:
+                values = dict(line.split() for line in f)
+        except (OSError, ValueError):
+            continue
+        return sum(int(values.get(k, 0)) for k in keys)
+    return None
+
+
+def limits_of(pid):
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+class Slate:
+    """What a fresh container looks like, taken at start; ``problems`` compares."""
+
+    def __init__(self, zygote=None):
+        self.fresh_used = {p: used_bytes(p) for p in (WORK_ROOT, *SHARED_DIRS)}
+        self.fresh_memory = memory_in_use()
+        self.harness_limits = limits_of(os.getpid())
+        self.watch(zygote)
+
+    def watch(self, zygote):
+        """A new fork server (a Zygote, or None): remember its limits as it starts."""
+        self.zygote_limits = None if zygote is None else limits_of(zygote.process.pid)
+
+    def problems(self, zygote):
+        """Why this container is not as it was fresh (empty when it is)."""
+        found = []
+        left = other_processes(exclude=() if zygote is None else (zygote.process.pid,))
+        if left:
+            found.append(f"{len(left)} processes left")
+        for path in (WORK_ROOT, *SHARED_DIRS):
+            try:
+                names = os.listdir(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                found.append(f"{path} unreadable: {exc}")
+                continue
+            if names:
+                found.append(f"{path} not empty: {sorted(names)[:5]}")
+            if used_bytes(path) != self.fresh_used[path]:
+                found.append(f"{path}: {used_bytes(path)} bytes used, "
+                             f"{self.fresh_used[path]} when fresh")
+        for kind, count in ipc_counts().items():
+            if count is None:
+                found.append(f"SysV {kind} objects cannot be counted")
+            elif count:
+                found.append(f"SysV {kind} left ({count} {IPC_UNITS[kind]})")
+        memory = memory_in_use()
+        if (memory is not None and self.fresh_memory is not None
+                and memory > self.fresh_memory + MEMORY_SLACK_BYTES):
+            found.append(f"{(memory - self.fresh_memory) >> 20} MB more memory in use than "
+                         "when fresh")
+        if limits_of(os.getpid()) != self.harness_limits:
+            found.append("the harness's limits changed")
+        if zygote is not None and not zygote.alive():
+            found.append("the fork server is gone")
+        elif zygote is not None and limits_of(zygote.process.pid) != self.zygote_limits:
+            found.append("the fork server's limits changed")
+        return found

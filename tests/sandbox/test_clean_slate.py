@@ -1,0 +1,466 @@
+"""Issue 10: one execution can never change another's verdict, or its own into null.
+
+The attacker's victim is the NEXT execution in the same container: the server here runs one
+item at a time (``POOL_SIZE=1``) and reuses the container released last first, so
+consecutive items share it (each program says where it ran). Each attack of the red-team
+report runs, then a probe lists every place a program can write and what it is allowed, and
+must print what a fresh container shows, in the same container (proven clean and kept, not
+merely replaced). Under runc and under gVisor.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import (
+    SandboxRuntime,
+    ServerProcess,
+    run_server,
+    wait_for_sandbox,
+)
+
+pytestmark = pytest.mark.usefixtures("docker_ready")
+
+BUDGET_S = 10  # the item budget of this server: small, so the fair-share test is short
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory,
+        sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
+    """One warm container, under runc and under gVisor."""
+    env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": "1",
+           "REWARD_SERVER_CACHE_SIZE": "0", "REWARD_SERVER_SANDBOX_ITEM_BUDGET_S": str(BUDGET_S),
+           "REWARD_SERVER_SANDBOX_ACQUIRE_TIMEOUT_S": "60"}
+    with run_server(tmp_path_factory.mktemp(f"clean-slate-{sandbox_runtime.name}"),
+                    env=env) as server:
+        wait_for_sandbox(server.url, timeout_s=180)
+        yield server
+
+
+def post(srv: ServerProcess, path: str, payload: dict[str, Any]) -> Any:
+    """JSON with ASCII escapes: a lone surrogate in a program travels as ``\\ud800``."""
+    with srv.client() as c:
+        return c.post(path, content=json.dumps(payload),
+                      headers={"content-type": "application/json"})
+
+
+def run(srv: ServerProcess, **item: Any) -> dict[str, Any]:
+    r = post(srv, "/v1/verify/code", {"items": [item]})
+    assert r.status_code == 200, r.text
+    return r.json()["results"][0]
+
+
+# Prefixed to each program: says which container ran it (its hostname is the container id),
+# on stderr, which the result carries.
+WHERE = ("import os as _os, sys as _sys\n"
+         "print('ran in', _os.uname().nodename, file=_sys.stderr, flush=True)\n")
+
+
+def where(result: dict[str, Any]) -> str:
+    """The container a result's program ran in (see WHERE)."""
+    found = re.search(r"ran in (\S+)", result["tests"][0]["stderr"])
+    assert found, result
+    return found.group(1)
+
+
+# Everything a program can observe of the state an earlier one could leave: every place it can
+# write, the free space there, SysV IPC, its limits, 300 MB of memory, who its parent is.
+PROBE = r"""
+import os, resource
+def listing(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError as exc:
+        return f"unreadable ({exc.errno})"
+here = os.path.basename(os.getcwd())
+work = listing("/work")
+print("work", [n for n in work if n != here] if isinstance(work, list) else work)
+print("cwd", sorted(set(os.listdir(".")) - {"main.py"}))
+print("shm", listing("/dev/shm"), "mqueue", listing("/dev/mqueue"))
+try:  # Linux lists them; gVisor only counts them (and so do we, for both)
+    for kind in ("shm", "msg", "sem"):
+        with open(f"/proc/sysvipc/{kind}") as f:
+            print("sysv", kind, f.read().splitlines()[1:])
+except FileNotFoundError:
+    import ctypes
+    libc = ctypes.CDLL(None)
+    shm, info = (ctypes.c_ulong * 8)(), (ctypes.c_int * 16)()
+    print("sysv shm pages", libc.shmctl(0, 14, shm) >= 0 and shm[1],  # shm_info.shm_tot
+          "msg", libc.msgctl(0, 12, info) >= 0 and info[0],  # msginfo.msgpool
+          "sem", libc.semctl(0, 0, 19, info) >= 0 and info[7])  # seminfo.semusz
+for path in ("/work", "/dev/shm"):
+    st = os.statvfs(path)
+    print("free MB", path, (st.f_bavail * st.f_frsize) >> 20)
+print("limits", [resource.getrlimit(getattr(resource, n)) for n in
+                 ("RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_CPU")])
+x = bytearray(300 << 20)
+for i in range(0, len(x), 4096):
+    x[i] = 1
+del x
+print("allocated 300 MB")
+print("uid", os.getuid(), "parent", os.stat(f"/proc/{os.getppid()}").st_uid,
+      "init", os.stat("/proc/1").st_uid)
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh(srv: ServerProcess) -> str:
+    """What the probe prints in a fresh container."""
+    return probe(srv)[0]
+
+
+def probe(srv: ServerProcess) -> tuple[str, str]:
+    """The probe's output (printed to stderr, which the result carries) and its container."""
+    wrapped = WHERE + "import sys\nsys.stdout = sys.stderr\n" + PROBE
+    result = run(srv, response=wrapped, tests=[{"output": "?"}], memory_mb=512)
+    assert result["tests"][0]["status"] == "wrong_answer", result
+    host = where(result)
+    text = result["tests"][0]["stderr"].split("\n", 1)[1]
+    assert "allocated 300 MB" in text, text
+    return text, host
+
+
+def test_programs_run_under_another_uid_than_the_supervisor(fresh: str) -> None:
+    assert "uid 10001 parent 0 init 0" in fresh, fresh
+
+
+def assert_next_execution_sees_a_fresh_container(srv: ServerProcess, fresh: str,
+                                                 attacked: str) -> None:
+    """The probe, run right after the attack, ran in the attacked container (idle containers
+    are reused last in, first out: it was proven clean and kept, not replaced) and saw what a
+    fresh container shows."""
+    text, host = probe(srv)
+    assert text == fresh
+    assert host == attacked, "the attacked container was replaced, not cleaned"
+
+
+# --- 1: an answers cache in /work ---------------------------------------------------------------
+
+CACHE_WRITER = """
+import hashlib, os, sys
+data = sys.stdin.read()
+a, b = map(int, data.split())
+print(a + b)
+key = hashlib.sha256(data.encode()).hexdigest()
+for d in ("/work/.answers", os.path.expanduser("~/.answers"), "/dev/shm/.answers",
+          "/tmp/.answers", os.path.join(os.getcwd(), "..", ".answers")):
+    try:
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, key), "w") as f:
+            f.write(str(a + b))
+    except OSError:
+        pass
+"""
+
+CACHE_READER = """
+import glob, hashlib, os, sys
+data = sys.stdin.read()
+key = hashlib.sha256(data.encode()).hexdigest()
+for pattern in ("/work/.answers/", "/work/*/.answers/", "/dev/shm/.answers/", "/tmp/.answers/"):
+    for path in glob.glob(pattern + key):
+        print(open(path).read())
+        sys.exit(0)
+print("no cache")
+"""
+
+SUMS = [{"input": f"{k} {k * 3}", "output": str(k * 4)} for k in (1, 7, 12)]
+
+
+def test_answers_cache_in_work_does_not_reach_the_next_program(srv: ServerProcess,
+                                                                fresh: str) -> None:
+    writer = run(srv, response=WHERE + CACHE_WRITER, tests=SUMS)
+    assert writer["score"] == 1.0, writer
+    reader = run(srv, response=WHERE + CACHE_READER, tests=SUMS)
+    assert where(reader) == where(writer)  # the same container: the attack's setting
+    assert reader["score"] == 0.0, reader  # 3/3 before issue 10: a forged verdict
+    assert_next_execution_sees_a_fresh_container(srv, fresh, where(writer))
+
+
+# --- 2: state left in every writable place ------------------------------------------------------
+
+LEAVE_STATE = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+done = []
+def attempt(name, fn):
+    try:
+        fn()
+        done.append(name)
+    except Exception:
+        pass
+def write(path, data="x"):
+    with open(path, "w") as f:
+        f.write(data)
+attempt("/work/.x", lambda: write("/work/.x"))
+attempt("cwd/.x", lambda: write(".x"))
+def locked_dir(root):
+    os.makedirs(os.path.join(root, "dir", "sub"), exist_ok=True)
+    write(os.path.join(root, "dir", "sub", "secret"))
+    os.chmod(os.path.join(root, "dir", "sub"), 0)
+    os.chmod(os.path.join(root, "dir"), 0)
+attempt("cwd/dir mode 000", lambda: locked_dir("."))
+attempt("/dev/shm/dir mode 000", lambda: locked_dir("/dev/shm"))
+attempt("/dev/shm/x", lambda: write("/dev/shm/x"))
+libc.mq_open.restype = ctypes.c_int
+def mqueue():
+    if libc.mq_open(b"/vrq", os.O_CREAT | os.O_RDWR, 0o666, None) < 0:
+        raise OSError(ctypes.get_errno(), "mq_open")
+attempt("/dev/mqueue/vrq", mqueue)
+def sysv():
+    shm = libc.shmget(0x5eed, 1 << 20, 0o1666)  # IPC_CREAT | 0666
+    msg = libc.msgget(0x5eed, 0o1666)
+    sem = libc.semget(0x5eed, 1, 0o1666)
+    if min(shm, msg, sem) < 0:
+        raise OSError(ctypes.get_errno(), "sysv")
+attempt("sysv shm, msg, sem", sysv)
+attempt("cwd mode 000", lambda: os.chmod(".", 0))
+print(done)
+"""
+
+
+def test_state_left_anywhere_is_gone_for_the_next_program(srv: ServerProcess, fresh: str) -> None:
+    result = run(srv, response=WHERE + LEAVE_STATE, tests=[{"output": "?"}])
+    assert result["tests"][0]["status"] == "wrong_answer", result
+    assert_next_execution_sees_a_fresh_container(srv, fresh, where(result))
+
+
+MQUEUE = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print("exists" if libc.mq_open(b"/vr-left", os.O_RDONLY) >= 0 else "absent")
+libc.mq_open(b"/vr-left", os.O_CREAT | os.O_RDWR, 0o600, None)
+"""
+
+
+def test_posix_message_queue_names_do_not_persist(srv: ServerProcess,
+                                                  request: pytest.FixtureRequest) -> None:
+    """A queue's name alone carries data (``/answer-<hash>-<digit>``). Under gVisor there is
+    no /dev/mqueue to list and remove them by, and mq_send/receive are ENOSYS: the names
+    persist until the seccomp profile denies mq_open there (reported with issue 10)."""
+    if srv.runtime == "runsc":
+        request.applymarker(pytest.mark.xfail(strict=True, reason="gVisor has no /dev/mqueue"))
+    first = run(srv, response=MQUEUE, tests=[{"output": "absent"}])
+    second = run(srv, response=MQUEUE, tests=[{"output": "absent"}])
+    assert first["score"] == second["score"] == 1.0, (first, second)
+
+
+def test_the_places_a_program_can_write_are_the_ones_cleaned(srv: ServerProcess) -> None:
+    """The clean-up empties the work dir, /dev/shm and /dev/mqueue: prove there is nothing
+    else a program can write (character devices such as /dev/null hold no state)."""
+    survey = r"""
+import os, stat
+found = []
+for root, dirs, files in os.walk("/", topdown=True):
+    dirs[:] = [d for d in dirs if os.path.join(root, d) not in ("/proc", "/sys")]
+    if os.access(root, os.W_OK):
+        found.append(root)
+        dirs[:] = []
+        continue
+    for name in files:
+        path = os.path.join(root, name)
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if stat.S_ISREG(mode) and os.access(path, os.W_OK):
+            found.append(path)
+print(sorted(p if p != os.getcwd() else "CWD" for p in found))
+"""
+    result = run(srv, response=survey,
+                 tests=[{"output": "['/dev/mqueue', '/dev/shm', 'CWD']"}], time_limit_s=20)
+    assert result["tests"][0]["status"] == "passed", result
+
+
+# --- 3, 4: the supervisor is out of reach -------------------------------------------------------
+
+REACH_SUPERVISOR = r"""
+import os, resource, signal
+for pid, limit, value in ((os.getppid(), resource.RLIMIT_FSIZE, (1 << 20, 1 << 20)),
+                          (1, resource.RLIMIT_FSIZE, (0, 0)),
+                          (1, resource.RLIMIT_NOFILE, (3, 3))):
+    try:
+        resource.prlimit(pid, limit, value)
+        print("prlimit", pid, "done")
+    except OSError:
+        print("prlimit blocked")
+for pid, sig in ((os.getppid(), signal.SIGKILL), (os.getppid(), signal.SIGSTOP),
+                 (1, signal.SIGINT), (1, signal.SIGTERM), (-1, signal.SIGKILL)):
+    try:
+        os.kill(pid, sig)
+        print("kill", pid, sig, "done")
+    except OSError:
+        print("kill blocked")
+"""
+
+
+@pytest.mark.parametrize("mode", ["stdio", "assert"])
+def test_the_supervisor_cannot_be_reached(srv: ServerProcess, fresh: str, mode: str) -> None:
+    if mode == "stdio":
+        # kill(-1) reports success when it signalled nothing (every process was EPERM)
+        expected = "\n".join(["prlimit blocked"] * 3 + ["kill blocked"] * 4
+                             + ["kill -1 9 done"])
+        result = run(srv, response=WHERE + REACH_SUPERVISOR, tests=[{"output": expected}])
+        assert result["tests"][0]["status"] == "passed", result
+    else:
+        program = WHERE + "def f():\n    return 1\n" + REACH_SUPERVISOR.replace("print(", "(")
+        result = run(srv, response=program, test_code="assert f() == 1", entry_point="f")
+        assert result["status"] == "ok" and result["score"] == 1.0, result
+    # every later Python stdin/stdout item in this container still runs normally
+    honest = run(srv, response="print(sum(map(int, input().split())))", tests=SUMS)
+    assert (honest["status"], honest["score"]) == ("ok", 1.0), honest
+    assert_next_execution_sees_a_fresh_container(srv, fresh, where(result))
+
+
+# --- 5: a malformed first frame -----------------------------------------------------------------
+
+WRONG_ADD = "def add(a, b):\n    return a - b\n"
+
+
+@pytest.mark.parametrize("frame", [
+    "struct.pack('>I', 1) + b'5'",  # the report's: a JSON number, not an object
+    "struct.pack('>I', 2) + b'[]'",
+    "struct.pack('>I', 13) + b'{\"ready\": 1}'",
+    "struct.pack('>I', 4) + b'\\xff\\xfe\\xfd\\xfc'",
+    "struct.pack('>I', 1 << 30)",  # then nothing
+    "struct.pack('>I', 22) + b'{\"load_error\": [1, 2]}'",
+])
+def test_malformed_first_frame_scores_zero_not_null(srv: ServerProcess, frame: str) -> None:
+    program = f"{WRONG_ADD}import os, struct\nos.write(4, {frame})\n"
+    result = run(srv, response=program, test_code="assert add(1, 2) == 3\nassert add(0, 0) == 0",
+                 entry_point="add")
+    assert result["score"] == 0.0 and result["status"] == "ok", result
+    assert result["total"] == 2
+
+
+def test_malformed_frame_in_a_batch_is_a_zero_not_a_503(srv: ServerProcess) -> None:
+    program = WRONG_ADD + "import os, struct\nos.write(4, struct.pack('>I', 1) + b'5')\n"
+    label = {"verifier": "code", "test_code": "assert add(1, 2) == 3", "entry_point": "add"}
+    r = post(srv, "/get_reward", {"query": ["Q: 2+2? \\boxed{4}", "Q: add " + program],
+                                  "prompts": ["Q: 2+2? ", "Q: add "],
+                                  "labels": ["4", json.dumps(label)]})
+    assert r.status_code == 200, r.text  # a 503 for the whole batch before issue 10
+    assert r.json()["rewards"] == [1.0, 0.0]
+
+
+def test_setup_that_calls_the_candidate_and_fails_scores_zero(srv: ServerProcess) -> None:
+    """Test code whose setup uses the candidate fails because of the candidate: 0, not null;
+    setup that fails before the candidate runs is the dataset's: null (bad_tests)."""
+    raises = "def add(a, b):\n    raise ValueError('no')\n"
+    test_code = "x = add(1, 2)\nassert x == 3"
+    result = run(srv, response=raises, test_code=test_code, entry_point="add")
+    assert (result["status"], result["score"]) == ("ok", 0.0), result
+    broken = run(srv, response="def add(a, b):\n    return a + b\n",
+                 test_code="import no_such_module\nassert add(1, 2) == 3", entry_point="add")
+    assert (broken["status"], broken["score"]) == ("bad_tests", None), broken
+
+
+# --- 6: text no response can encode -------------------------------------------------------------
+
+@pytest.mark.parametrize(("program", "extra", "shown"), [
+    ("def f(x):\n    raise ValueError('\\ud800')\n", {}, "ValueError: \\ud800"),
+    ("def f(x):\n    return '\\udfff'\n", {"test_code": "assert f(1) == 'a', f(1)"},
+     "AssertionError: \\udfff"),
+    ("import sys\ndef f(x):\n    sys.stderr.buffer.write(b'\\xed\\xa0\\x80\\xff')\n"
+     "    sys.stderr.flush()\n    raise KeyError(x)\n", {}, "\\xed\\xa0\\x80\\xff"),
+    ("import sys\nsys.stdout.buffer.write(b'\\xff\\xfe\\xed\\xa0\\x80')\n"
+     "sys.stderr.buffer.write(b'\\xed\\xa0\\x80\\xff')\nsys.stderr.flush()\n"
+     "raise ValueError('\\ud800')\n", {"tests": [{"output": "1"}]}, "\\xed\\xa0\\x80\\xff"),
+    ("print('\\ud800')\n", {"tests": [{"output": "1"}]}, "\\ud800"),
+    ("def f(x):\n    return 1  # \ud800: a lone surrogate in the source itself\n", {}, None),
+], ids=["exception", "return_value", "stderr_bytes", "stdio", "print", "source"])
+def test_candidate_text_never_fails_a_response(srv: ServerProcess, program: str,
+                                               extra: dict[str, Any], shown: str | None) -> None:
+    code: dict[str, Any] = {"verifier": "code", "response": program}
+    code |= extra if "tests" in extra else {"test_code": "assert f(1) == 2", "entry_point": "f",
+                                            **extra}
+    r = post(srv, "/v1/rewards", {"items": [
+        {"verifier": "math", "response": "\\boxed{4}", "answer": "4"}, code]})
+    assert r.status_code == 200, r.text  # a 500 for the whole batch before issue 10
+    assert r.json()["rewards"] == [1.0, 0.0], r.text
+    result = r.json()["results"][1]
+    if shown is not None:  # escaped, as text
+        assert shown in result["tests"][0]["stderr"], result
+
+
+# --- 7, 8: space and memory ---------------------------------------------------------------------
+
+FILL_DISK = r"""
+import os
+chunk = b"x" * (1 << 20)
+for directory in ("/work", ".", "/dev/shm"):
+    for i in range(1000):
+        try:
+            with open(os.path.join(directory, f".fill{i}"), "wb") as f:
+                for _ in range(15):
+                    f.write(chunk)
+        except OSError:
+            break
+print("filled")
+"""
+
+FILL_MEMORY = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+for i in range(8):  # 8 SysV segments of 100 MB, each touched so that it holds memory
+    ident = libc.shmget(0x1000 + i, 100 << 20, 0o1666)
+    address = libc.shmat(ident, None, 0) if ident >= 0 else None
+    if address in (None, ctypes.c_void_p(-1).value):
+        break
+    ctypes.memset(address, 1, 100 << 20)
+    libc.shmdt(ctypes.c_void_p(address))
+print("held", i + 1)
+"""
+
+CPP_SUM = ("#include <iostream>\nint main() { long a, b; std::cin >> a >> b; "
+           "std::cout << a + b << std::endl; }")
+
+
+def test_a_filled_disk_is_empty_for_the_next_program(srv: ServerProcess, fresh: str) -> None:
+    result = run(srv, response=WHERE + FILL_DISK, tests=[{"output": "filled"}],
+                 time_limit_s=BUDGET_S)
+    assert result["tests"][0]["status"] == "passed", result
+    cpp = run(srv, response=CPP_SUM, language="cpp", tests=SUMS)
+    assert (cpp["status"], cpp["score"]) == ("ok", 1.0), cpp  # compile_error before issue 10
+    assert_next_execution_sees_a_fresh_container(srv, fresh, where(result))
+
+
+def test_memory_held_in_sysv_segments_is_back_for_the_next_program(srv: ServerProcess,
+                                                                   fresh: str) -> None:
+    result = run(srv, response=WHERE + FILL_MEMORY, tests=[{"output": "held 8"}],
+                 time_limit_s=BUDGET_S)
+    assert result["tests"][0]["status"] == "passed", result
+    assert_next_execution_sees_a_fresh_container(srv, fresh, where(result))  # memory_limit
+
+
+# --- 9: fair share ------------------------------------------------------------------------------
+
+def test_an_honest_item_next_to_a_sleeping_one_is_scored(srv: ServerProcess) -> None:
+    sleeper = {"response": "import time\ntime.sleep(60)", "time_limit_s": 30,
+               "tests": [{"output": ""}] * 25}
+    honest = {"response": "print(sum(map(int, input().split())))", "tests": SUMS}
+    out: dict[str, Any] = {}
+
+    def post(name: str, item: dict[str, Any]) -> None:
+        started = time.monotonic()
+        out[name] = run(srv, **item)
+        out[name + "_s"] = time.monotonic() - started
+
+    first = threading.Thread(target=post, args=("sleeper", sleeper))
+    first.start()
+    time.sleep(0.5)  # the sleeper holds the only container
+    post("honest", honest)
+    first.join()
+    assert (out["honest"]["status"], out["honest"]["score"]) == ("ok", 1.0), out["honest"]
+    # the budget, not 25 x 30 s, bounds the wait; ACQUIRE_TIMEOUT_S is 60 here
+    assert out["honest_s"] < BUDGET_S + 20, out
+    statuses = [t["status"] for t in out["sleeper"]["tests"]]
+    assert statuses == ["timeout"] * 25 and out["sleeper"]["score"] == 0.0
+    assert "budget" in out["sleeper"]["tests"][-1]["stderr"]
