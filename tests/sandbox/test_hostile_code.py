@@ -11,7 +11,14 @@ import docker
 import httpx
 import pytest
 
-from tests.conftest import ServerProcess, run_server, sandbox_containers, wait_for_sandbox
+from tests.conftest import (
+    SandboxRuntime,
+    ServerProcess,
+    container_commands,
+    run_server,
+    sandbox_containers,
+    wait_for_sandbox,
+)
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -19,11 +26,14 @@ POOL = 2
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory, docker_ready: None) -> Iterator[ServerProcess]:
-    env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL),
+def srv(tmp_path_factory: pytest.TempPathFactory,
+        sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
+    """Under runc on the main engine, then under gVisor on the second (tests/conftest.py)."""
+    env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL),
            "REWARD_SERVER_SANDBOX_DEFAULT_TIME_LIMIT_S": "2", "REWARD_SERVER_CACHE_SIZE": "0"}
-    with run_server(tmp_path_factory.mktemp("hostile-code"), env=env) as server:
-        wait_for_sandbox(server.url)
+    with run_server(tmp_path_factory.mktemp(f"hostile-{sandbox_runtime.name}"),
+                    env=env) as server:
+        wait_for_sandbox(server.url, timeout_s=180)
         yield server
 
 
@@ -41,7 +51,8 @@ def assert_clean(srv: ServerProcess) -> None:
     assert httpx.get(srv.url + "/healthz", timeout=5).status_code == 200
     assert time.monotonic() - started < 1.0
     wait_for_sandbox(srv.url)
-    client = docker.from_env()
+    client = (docker.DockerClient(base_url=srv.docker_host) if srv.docker_host
+              else docker.from_env())
     deadline = time.monotonic() + 60
     try:
         while True:  # replaced containers are removed in the background: wait for the pool
@@ -55,19 +66,18 @@ def assert_clean(srv: ServerProcess) -> None:
 
 
 def _pool_problem(srv: ServerProcess, client: docker.DockerClient) -> str | None:
-    mine = sandbox_containers(srv.proc.pid)
+    mine = sandbox_containers(srv.proc.pid, srv.docker_host)
     if len(mine) != POOL or any(c["status"] != "running" for c in mine):
         return f"pool not back to {POOL} running containers: {mine}"
     for c in mine:
         try:
-            processes = client.containers.get(c["id"]).top()["Processes"]
+            commands = container_commands(client.containers.get(c["id"]), srv.runtime)
         except docker.errors.NotFound:
             return f"container {c['id']} went away"
-        commands = [" ".join(p[7:]) for p in processes]
         harness = [cmd for cmd in commands if cmd.endswith("/opt/harness/harness.py")]
         fork_server = [cmd for cmd in commands if "harness.zygote_main" in cmd]
         if len(harness) != 1 or len(fork_server) > 1 or len(commands) > 2:
-            return f"container {c['id']} runs more than its harness and fork server: {processes}"
+            return f"container {c['id']} runs more than its harness and fork server: {commands}"
     return None
 
 
@@ -165,11 +175,15 @@ print(open('ok.txt').read())
 
 
 def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess) -> None:
+    # gVisor (20221219) lets any uid read /proc/1/environ: the image's variables only (PATH,
+    # HOME, HOSTNAME); the server passes none. Its fds and memory stay closed.
+    environ = "READ" if srv.runtime == "runsc" else "blocked"
     expected = "\n".join(
         [f"blocked {p}" for p in ['/etc/evil', '/opt/harness/harness.py', '/usr/bin/python3',
                                   '/evil', '/tmp/evil', '/var/tmp/evil', '/home/evil',
                                   '/root/evil', '/proc/1/mem']]
-        + [f"blocked {p}" for p in ['/proc/1/environ', '/proc/1/fd/1', '/proc/1/mem',
+        + [f"{environ} /proc/1/environ"]
+        + [f"blocked {p}" for p in ['/proc/1/fd/1', '/proc/1/mem',
                                     '/etc/shadow', '/root/.bashrc', '/var/run/docker.sock',
                                     '/proc/kcore']]
         + ["work dir is writable"])
