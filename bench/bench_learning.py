@@ -239,10 +239,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=14, help="the demo's 14 by default")
     ap.add_argument("--eval-every", type=int, default=2)
     ap.add_argument("--eval-samples", type=int, default=64, help="the demo's 64 by default")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of each trainer (1: "
+                    "on a shared, oversubscribed machine two OpenMP threads ran a step ~10x "
+                    "slower than one)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if args.child:
+        import torch
+
+        torch.set_num_threads(args.threads)
         child(args.child, args.model, args.steps, args.eval_every, args.eval_samples)
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -253,8 +259,9 @@ def main() -> None:
         out = subprocess.run(
             [sys.executable, __file__, "--child", which, "--model", args.model,
              "--steps", str(args.steps), "--eval-every", str(args.eval_every),
-             "--eval-samples", str(args.eval_samples)],
-            stdout=subprocess.PIPE, text=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+             "--eval-samples", str(args.eval_samples), "--threads", str(args.threads)],
+            stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": str(args.threads)})
         line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
         if out.returncode != 0 or line is None:
             sys.exit(f"bench_learning: {which} failed (exit code {out.returncode})")

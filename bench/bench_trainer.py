@@ -6,6 +6,7 @@ process (peak RSS is per process), in the same run. Models: the tiny model built
 SmolLM2-135M-Instruct. The first step of each run is a warm-up and is not counted.
 
     python bench/bench_trainer.py [--models tiny,smollm2] [--steps 4]
+    python bench/bench_trainer.py --models smollm2 --lora 16    # + LoRA r=16 vs full, ours
     BENCH_GRADIENT_CHECKPOINTING=0 python bench/bench_trainer.py    # both without it
 Needs ``pip install trl`` (not a dependency of the project).
 """
@@ -52,7 +53,7 @@ def settings(model: str) -> dict:
     return {**common, "learning_rate": 2e-5, "temperature": 0.7}
 
 
-def run_ours(model_name: str, steps: int, out_dir: Path) -> list[float]:
+def run_ours(model_name: str, steps: int, out_dir: Path, lora_r: int = 0) -> list[float]:
     import torch
 
     from trainer.config import GRPOConfig
@@ -68,7 +69,7 @@ def run_ours(model_name: str, steps: int, out_dir: Path) -> list[float]:
                         max_completion_length=s["max_completion_length"],
                         learning_rate=s["learning_rate"], temperature=s["temperature"],
                         gradient_checkpointing=s["gradient_checkpointing"],
-                        loss_type="dapo", beta=0.0, progress_bar=False)
+                        loss_type="dapo", beta=0.0, progress_bar=False, lora_r=lora_r)
     seed_everything(0)
     model, tokenizer = load_model(model_name, torch.float32, 0)
     trainer = GRPOTrainer(model, tokenizer, load_rows("arithmetic"), config, None,
@@ -130,9 +131,12 @@ def run_trl(model_name: str, steps: int, out_dir: Path) -> list[float]:
     return times
 
 
-def child(which: str, model: str, steps: int, out_dir: Path) -> None:
+def child(which: str, model: str, steps: int, out_dir: Path, lora_r: int) -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    times = (run_ours if which == "ours" else run_trl)(model, steps, out_dir)
+    if which == "trl":
+        times = run_trl(model, steps, out_dir)
+    else:
+        times = run_ours(model, steps, out_dir, lora_r if which == "ours-lora" else 0)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps({"times": times, "peak_mb": peak_mb}))
 
@@ -141,17 +145,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="tiny,smollm2")
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--lora", type=int, default=0, metavar="R",
+                    help="also time our trainer with LoRA of rank R (against full fine-tuning)")
+    ap.add_argument("--no-trl", action="store_true", help="only our trainer (with --lora)")
     ap.add_argument("--child", nargs=2, metavar=("WHICH", "MODEL"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     tmp = ROOT / "bench" / "results" / "tmp"
     if args.child:
-        child(args.child[0], args.child[1], args.steps, tmp / f"{args.child[0]}-{args.child[1]}")
+        child(args.child[0], args.child[1], args.steps, tmp / f"{args.child[0]}-{args.child[1]}",
+              args.lora)
         return
     rows: dict[str, dict] = {}
     for model in args.models.split(","):
-        for which in ("trl", "ours"):
+        trainers = ("ours",) if args.no_trl else ("trl", "ours")
+        for which in trainers + (("ours-lora",) if args.lora else ()):
             out = subprocess.run(
-                [sys.executable, __file__, "--steps", str(args.steps), "--child", which, model],
+                [sys.executable, __file__, "--steps", str(args.steps), "--lora", str(args.lora),
+                 "--child", which, model],
                 capture_output=True, text=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
             line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
             if line is None:
@@ -165,10 +175,16 @@ def main() -> None:
     print(f"{'':18} {'s/step':>8} {'peak MB':>9} {'time vs TRL':>12} {'memory vs TRL':>14}")
     for key, row in rows.items():
         model = key.split("/")[0]
-        base = rows[f"{model}/trl"]
-        print(f"{key:18} {row['s_per_step']:8.2f} {row['peak_mb']:9.0f} "
-              f"{row['s_per_step'] / base['s_per_step']:12.2f} "
-              f"{row['peak_mb'] / base['peak_mb']:14.2f}")
+        base = rows.get(f"{model}/trl")
+        vs = (f"{row['s_per_step'] / base['s_per_step']:12.2f} "
+              f"{row['peak_mb'] / base['peak_mb']:14.2f}" if base else f"{'-':>12} {'-':>14}")
+        print(f"{key:18} {row['s_per_step']:8.2f} {row['peak_mb']:9.0f} {vs}")
+    for model in args.models.split(","):
+        if f"{model}/ours-lora" in rows:
+            lora, full = rows[f"{model}/ours-lora"], rows[f"{model}/ours"]
+            print(f"{model}: LoRA r={args.lora} vs full fine-tuning (ours): time "
+                  f"{lora['s_per_step'] / full['s_per_step']:.2f}x, peak RSS "
+                  f"{lora['peak_mb'] / full['peak_mb']:.2f}x")
     out = ROOT / "bench" / "results" / "bench_trainer.json"
     out.write_text(json.dumps(rows, indent=2))
     print(f"wrote {out.relative_to(ROOT)}")
