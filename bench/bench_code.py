@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import struct
 import subprocess
@@ -105,6 +106,8 @@ def main() -> None:
     ap.add_argument("--naive-n", type=int, default=20, help="executions per workload, naive")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--pool", type=int, default=4)
+    ap.add_argument("--gvisor-n", type=int, default=100,
+                    help="executions per workload under gVisor (runsc); 0 skips them")
     args = ap.parse_args()
     subprocess.run(["bash", str(ROOT / "sandbox" / "build_image.sh")], check=True)
 
@@ -134,6 +137,9 @@ def main() -> None:
                                             "p50": percentile(lat, 0.5),
                                             "p99": percentile(lat, 0.99)}
 
+    if args.gvisor_n:
+        rows.update(gvisor_rows(args, workloads, env, tmp))
+
     print(f"\nconcurrency {args.concurrency}, pool {args.pool}\n")
     print(f"{'':34} {'exec/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
     for name, row in rows.items():
@@ -142,9 +148,44 @@ def main() -> None:
     for name in workloads:
         ratio = rows[f"{name}, warm pool"]["exec_s"] / rows[f"{name}, docker run --rm"]["exec_s"]
         print(f"{name}: warm pool / docker run --rm = {ratio:.1f}x executions/s")
+        if f"{name}, gVisor warm pool" in rows:
+            cost = rows[f"{name}, warm pool"]["exec_s"] / rows[f"{name}, gVisor warm pool"]["exec_s"]
+            print(f"{name}: runc / gVisor warm pool = {cost:.1f}x executions/s")
     out = ROOT / "bench" / "results" / "bench_code.json"
     out.write_text(json.dumps(rows, indent=2))
     print(f"wrote {out.relative_to(ROOT)}")
+
+
+def gvisor_rows(args: argparse.Namespace, workloads: dict[str, Any], env: dict[str, str],
+                tmp: Path) -> dict[str, dict[str, float]]:
+    """The warm-pool rows under gVisor: a second engine with runsc registered (as the tests
+    do, tests/extra_engine.py), so the main engine's configuration is left alone."""
+    from tests.extra_engine import ExtraEngine
+
+    subprocess.run(["bash", str(ROOT / "sandbox" / "ensure_runsc.sh")], check=True)
+    engine = ExtraEngine(Path("/tmp") / f"vr-bench-engine-{os.getpid()}")
+    rows: dict[str, dict[str, float]] = {}
+    try:
+        engine.start()
+        engine.load_image()
+        gvisor_env = {**env, "REWARD_SERVER_SANDBOX_DOCKER_HOST": engine.host,
+                      "REWARD_SERVER_SANDBOX_RUNTIME": "runsc"}
+        with run_server(tmp / "gvisor", env=gvisor_env) as srv:
+            wait_for_sandbox(srv.url, timeout_s=300)
+            for name, (program, tests) in workloads.items():
+                fn = via_server(srv.url, program, tests)
+                timed_pool(fn, args.concurrency * 2, args.concurrency)  # warm-up
+                elapsed, lat = timed_pool(fn, args.gvisor_n, args.concurrency)
+                rows[f"{name}, gVisor warm pool"] = {
+                    "exec_s": args.gvisor_n / elapsed, "p50": percentile(lat, 0.5),
+                    "p99": percentile(lat, 0.99)}
+                _, lat1 = timed_pool(fn, min(args.gvisor_n, 50), 1)
+                rows[f"{name}, gVisor, 1 in flight"] = {
+                    "exec_s": 1 / statistics.fmean(lat1), "p50": percentile(lat1, 0.5),
+                    "p99": percentile(lat1, 0.99)}
+    finally:
+        engine.destroy()
+    return rows
 
 
 if __name__ == "__main__":
