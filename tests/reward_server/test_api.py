@@ -80,10 +80,10 @@ def test_openapi_and_docs(http: httpx.Client) -> None:
 
 def test_cache_coalesces_a_group(http: httpx.Client) -> None:
     before = http.get("/metrics").text
-    # a group of 16 completions with 2 distinct final answers, never seen before (not plain
-    # numbers: those take the fast path, which needs no cache)
+    # a group of 16 completions with 2 distinct final answers, never seen before (neither
+    # plain numbers nor the reference's own text: those take the fast path, no cache)
     items = [{"response": f"Reasoning {i}... \\boxed{{\\sqrt{{{7919 if i % 4 else 7907}}}}}",
-              "answer": "\\sqrt{7919}"} for i in range(16)]
+              "answer": "7919^{1/2}"} for i in range(16)]
     results = http.post("/v1/verify/math", json={"items": items}).json()["results"]
     assert sum(x["correct"] for x in results) == 12
     after = http.get("/metrics").text
