@@ -52,7 +52,8 @@ class Settings(BaseSettings):
 
     # Fair scheduling (issue 13): one slow batch never stalls everyone else's rewards.
     # 60 s answers a hostile batch well inside the client's 120 s timeout (so it is not
-    # retried, slow items and all); honest batches of 512 finish far sooner.
+    # retried, slow items and all). An honest batch whose worker items need longer (thousands
+    # on a few busy workers) gets nulls, never wrong rewards: raise it for such batches.
     request_budget_s: float = Field(
         60.0, ge=0, description="Seconds a request's items may wait for workers; items still "
         "waiting then come back 'timeout' (score null, not run). 0: no budget.",
