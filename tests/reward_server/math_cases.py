@@ -211,6 +211,7 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     ("The possible values are 2 and 3", "3", False),
     ("3, 4", "4", False),
     ("$3$ or $4$", "4", False),
+    ("The final answer is $3$ or $4$. I hope it is correct.", "3", False),
     # latex2sympy2_extended drops "\mathrm{e}}" as a unit; Euler's e must stay
     (B("1 + \\frac{1}{\\mathrm{e}}"), "1 - \\frac{1}{\\mathrm{e}}", False),
     (B("\\text{e}"), "e", True),

@@ -141,7 +141,7 @@ def _box_group(text: str, boxes: list[_Box], wide: bool = False) -> tuple[str, .
 
 
 _MINERVA = re.compile(r"final answer is\s*:?\s*", re.IGNORECASE)
-_DOLLAR_TOKENS = re.compile(r"\\.|\$\$?", re.S)
+_ANOTHER_SPAN = re.compile(r"\s*(?:,|;|\band\b|\bor\b)\s*(?:\$|\\\(|\\\[)")
 
 
 def _minerva(text: str) -> tuple[int, int, str] | None:
@@ -159,6 +159,8 @@ def _minerva(text: str) -> tuple[int, int, str] | None:
             while close > 0 and rest[close - 1] == "\\":  # "\$72" is a dollar sign
                 close = rest.find(closer, close + 1)
             if close > len(opener):
+                if _ANOTHER_SPAN.match(rest, close + len(closer)):
+                    return None  # "$3$ or $4$": a list, which math-verify's reading joins
                 span = rest[len(opener) : close].strip()
                 return last.end(), last.end() + close + len(closer), span
             return None
