@@ -10,6 +10,10 @@ worker would fight it. Over math-verify's verdict sit two thin layers it lacks:
   ``3.14159`` ≠ ``π`` there, and a tolerance cannot be set per item);
 - equations: two equations that are non-zero multiples of each other agree
   (``2x+4=0`` = ``x+2=0``; math-verify's solver path raises on single-variable equations).
+
+And guards where math-verify is lenient: an answer it read from prose that stands in a list
+("3 or 4") is several candidates against a one-answer reference; ``\\mathrm{e}`` stays
+Euler's number; a trailing percent sign is read around the ANTLR 4.9 grammar's bug.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""The fast path: answers that are plain numbers are compared here, in the server
-process, without SymPy or a pool worker; and the tolerance rule for decimals.
+"""The fast path, in the server process, without SymPy or a pool worker: answers that are
+plain numbers, or the same LaTeX text as the reference; and the tolerance rule for decimals.
 
-A number is an integer, a decimal, ``1,234`` thousands, ``a/b`` or ``\\frac{a}{b}``,
-scientific notation, optionally with a ``%`` sign, a ``\\$``, degrees or a trailing
-``\\text{unit}``. Anything else (``\\sqrt2``, ``1,5``, ``x=3``) goes to the worker.
+A number is an integer, a decimal, ``1,234`` thousands, ``1,22`` (one comma, not thousands:
+a decimal comma, as math-verify reads it), ``a/b`` or ``\\frac{a}{b}``, scientific notation,
+optionally with a ``%`` sign, a ``\\$``, degrees or a trailing ``\\text{unit}``. Anything
+else (``\\sqrt2``, ``2, 3``, ``x=3``) goes to the worker.
 
 Rules: integers and fractions are exact; when a decimal is written on either side the two
 agree within a relative ``tolerance`` (plus 1e-9 absolute, so ``0.0`` = ``0``);
