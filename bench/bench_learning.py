@@ -8,9 +8,11 @@ schedule, AdamW betas, clipping, loss type, β, reward scaling, gradient checkpo
 the same initial weights, with the same reward function (the last number of the completion
 equals the answer: what the server's math verifier does with ``extract: last_number``, called
 in-process for both so only the trainer differs). Each trainer runs in its own process, one
-after the other. Every ``--eval-every`` steps the clock stops and one shared function measures
-greedy accuracy on the same held-out questions; the x axis is training seconds, evaluation
-excluded.
+after the other, on one torch thread. Every ``--eval-every`` steps the clock stops and one
+shared function measures greedy accuracy on the same held-out questions. The x axis is
+training seconds, evaluation excluded, as the process's CPU time: single-threaded, that is the
+wall clock of an idle core, and unlike the wall clock it stays fair when the machine is shared
+(the wall clock is recorded too).
 
     python bench/bench_learning.py                      # the real comparison (~25 min, 2 cores)
     python bench/bench_learning.py --model tiny --steps 4 --eval-samples 8   # a quick try
@@ -80,29 +82,34 @@ def held_out_accuracy(model: Any, tokenizer: Any, rows: list[dict], max_new_toke
 
 
 class Clock:
-    """Training seconds: wall time since ``start`` minus the time spent evaluating."""
+    """Training seconds since ``start``, evaluation excluded: wall-clock, and the process's
+    CPU time. With one torch thread the CPU time is what the wall clock reads on an idle core,
+    and it stays fair when other work shares the machine (the wall clock then measures the
+    neighbours as much as the trainer)."""
 
     def __init__(self, model: Any, tokenizer: Any, rows: list[dict], max_new_tokens: int
                  ) -> None:
         self.model, self.tokenizer, self.rows, self.tokens = model, tokenizer, rows, max_new_tokens
-        self.t0 = 0.0
-        self.excluded = 0.0
+        self.started = False
+        self.t0 = self.c0 = 0.0
+        self.excluded = self.excluded_cpu = 0.0
         self.points: list[dict[str, float]] = []
 
     def start(self) -> None:
-        self.t0 = time.perf_counter()
-
-    def seconds(self) -> float:
-        return time.perf_counter() - self.t0 - self.excluded
+        self.started = True
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
 
     def evaluate(self, step: int) -> None:
-        seconds = self.seconds() if self.t0 else 0.0
-        t = time.perf_counter()
+        wall = time.perf_counter() - self.t0 - self.excluded if self.started else 0.0
+        cpu = time.process_time() - self.c0 - self.excluded_cpu if self.started else 0.0
+        t, c = time.perf_counter(), time.process_time()
         accuracy = held_out_accuracy(self.model, self.tokenizer, self.rows, self.tokens)
         self.excluded += time.perf_counter() - t
-        self.points.append({"step": step, "seconds": seconds, "accuracy": accuracy})
-        print(f"  step {step:3d}  {seconds:8.1f} s  held-out accuracy {accuracy:.3f}",
-              file=sys.stderr, flush=True)
+        self.excluded_cpu += time.process_time() - c
+        self.points.append({"step": step, "seconds": cpu, "wall_seconds": wall,
+                            "accuracy": accuracy})
+        print(f"  step {step:3d}  {cpu:8.1f} s CPU  {wall:8.1f} s wall  held-out accuracy "
+              f"{accuracy:.3f}", file=sys.stderr, flush=True)
 
 
 def run_ours(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
@@ -223,7 +230,7 @@ def plot(results: dict[str, dict], path: Path, title: str) -> None:
     for which, label in (("ours", "this trainer"), ("trl", "TRL 1.16 GRPOTrainer")):
         pts = results[which]["points"]
         ax.plot([p["seconds"] for p in pts], [p["accuracy"] for p in pts], "o-", label=label)
-    ax.set_xlabel("training wall-clock seconds (evaluation excluded)")
+    ax.set_xlabel("training seconds, one thread (process CPU time, evaluation excluded)")
     ax.set_ylabel("held-out accuracy (greedy)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
@@ -242,6 +249,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads of each trainer (1: "
                     "on a shared, oversubscribed machine two OpenMP threads ran a step ~10x "
                     "slower than one)")
+    ap.add_argument("--parallel", action="store_true", help="run both trainers at once (the "
+                    "CPU-time clock keeps it fair; the wall clock does not)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -253,19 +262,24 @@ def main() -> None:
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": str(args.threads)}
+    procs: dict[str, subprocess.Popen] = {}
+    outputs: dict[str, str] = {}
     for which in ("trl", "ours"):
         print(f"{which}: training {args.model} for {args.steps} steps", file=sys.stderr)
-        t0 = time.perf_counter()
-        out = subprocess.run(
+        procs[which] = subprocess.Popen(
             [sys.executable, __file__, "--child", which, "--model", args.model,
              "--steps", str(args.steps), "--eval-every", str(args.eval_every),
              "--eval-samples", str(args.eval_samples), "--threads", str(args.threads)],
-            stdout=subprocess.PIPE, text=True,
-            env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": str(args.threads)})
-        line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
-        if out.returncode != 0 or line is None:
-            sys.exit(f"bench_learning: {which} failed (exit code {out.returncode})")
-        results[which] = {**json.loads(line[7:]), "process_s": time.perf_counter() - t0}
+            stdout=subprocess.PIPE, text=True, env=env)
+        if not args.parallel:
+            outputs[which] = procs[which].communicate()[0]
+    for which, proc in procs.items():
+        stdout = outputs[which] if which in outputs else proc.communicate()[0]
+        line = next((x for x in stdout.splitlines() if x.startswith("RESULT ")), None)
+        if proc.returncode != 0 or line is None:
+            sys.exit(f"bench_learning: {which} failed (exit code {proc.returncode})")
+        results[which] = json.loads(line[7:])
 
     trl_final = results["trl"]["points"][-1]["accuracy"]
     t_trl, t_ours = time_to(results["trl"]["points"], trl_final), time_to(
@@ -277,15 +291,17 @@ def main() -> None:
                "goal_met": ratio is not None and ratio <= 0.7}
     print(f"\n{args.model}, {args.steps} steps, held-out greedy accuracy on "
           f"{args.eval_samples} questions every {args.eval_every} steps\n")
-    print(f"{'step':>4} | {'TRL s':>8} {'TRL acc':>8} | {'ours s':>8} {'ours acc':>8}")
+    print("seconds: process CPU time of training, one thread (wall-clock in brackets)")
+    print(f"{'step':>4} | {'TRL s':>16} {'TRL acc':>8} | {'ours s':>16} {'ours acc':>8}")
     for a, b in zip(results["trl"]["points"], results["ours"]["points"], strict=False):
-        print(f"{a['step']:4d} | {a['seconds']:8.1f} {a['accuracy']:8.3f} | "
-              f"{b['seconds']:8.1f} {b['accuracy']:8.3f}")
+        print(f"{a['step']:4d} | {a['seconds']:7.1f} ({a['wall_seconds']:6.1f}) "
+              f"{a['accuracy']:8.3f} | {b['seconds']:7.1f} ({b['wall_seconds']:6.1f}) "
+              f"{b['accuracy']:8.3f}")
     for which in ("trl", "ours"):
         last = results[which]["points"][-1]
-        print(f"{which}: {last['seconds']:.1f} s of training for {args.steps} steps "
-              f"({last['seconds'] / args.steps:.1f} s/step), peak RSS "
-              f"{results[which]['peak_mb']:.0f} MB")
+        print(f"{which}: {last['seconds']:.1f} s CPU ({last['wall_seconds']:.1f} s wall) of "
+              f"training for {args.steps} steps ({last['seconds'] / args.steps:.1f} s/step), "
+              f"peak RSS {results[which]['peak_mb']:.0f} MB")
     if not t_trl:
         print(f"TRL ended at its starting accuracy ({trl_final:.3f}): no time ratio")
     elif ratio is None:
