@@ -4,6 +4,7 @@ All cases go out in one batch (as a trainer sends them); each case is then its o
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -43,3 +44,17 @@ def test_case(results: list[dict[str, Any]], index: int) -> None:
     assert got["correct"] is correct, (item, got)
     assert got["score"] == (1.0 if correct else 0.0)
     assert got["status"] == status, (item, got)
+
+
+@pytest.mark.parametrize("path", ["/v1/verify/math", "/v1/rewards"])
+def test_lone_surrogate_does_not_fail_the_batch(http: httpx.Client, path: str) -> None:
+    """JSON may carry a lone surrogate; the answer echoed back must still encode."""
+    extra = {"verifier": "math"} if path == "/v1/rewards" else {}
+    items = [{"response": "\\boxed{3}", "answer": "3", **extra},
+             {"response": "\\boxed{\ud800}", "answer": "3", **extra}]
+    body = json.dumps({"items": items})  # ASCII: "\ud800" travels as an escape
+    response = http.post(path, content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [r["score"] for r in results] == [1.0, 0.0]
+    assert results[1]["extracted"] == "\\ud800"

@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from reward_server import metrics
 from reward_server.cache import ResultCache
 from reward_server.fair_queue import BudgetSpent
 from reward_server.process_pool import TaskResult, TimeoutPool
+from reward_server.text import printable
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
 from reward_server.verifiers.math.check import check, warm_up
 from reward_server.verifiers.math.extract import Answer, ExtractMode, extract_answer, extract_gold
@@ -61,6 +62,12 @@ class MathResult(ResultBase):
     status: MathStatus
     extracted: str | None = None
     detail: str | None = None
+
+    @field_validator("extracted", "detail")
+    @classmethod
+    def _printable(cls, text: str | None) -> str | None:
+        """Candidate text echoed back: a lone surrogate must not fail the whole batch."""
+        return None if text is None else printable(text)
 
 
 @dataclass(frozen=True)
