@@ -1009,14 +1009,17 @@ def execute(job, zygote, state):
                   if CANDIDATE_RAN else {"status": "harness_error", "detail": detail})
     finally:
         left_behind = slate.other_processes(exclude=spare)
-        slate.sweep(keep=spare)
-        problems = [why for why in [slate.janitor(workdir)] if why]
-        if workdir is not None:
-            try:
-                os.rmdir(workdir)
-            except OSError as exc:
-                problems.append(f"work dir not removed: {exc}")
-        problems += state.problems(zygote)
+        try:
+            slate.sweep(keep=spare)
+            problems = [why for why in [slate.janitor(workdir)] if why]
+            if workdir is not None:
+                try:
+                    os.rmdir(workdir)
+                except OSError as exc:
+                    problems.append(f"work dir not removed: {exc}")
+            problems += state.problems(zygote)
+        except Exception as exc:  # noqa: BLE001 - unproven is dirty; and we are PID 1
+            problems = [f"the clean-up failed: {type(exc).__name__}: {exc}"]
     result["left_behind"] = len(left_behind)
     result["dirty"] = bool(left_behind or problems)
     result["unclean"] = problems[:5]

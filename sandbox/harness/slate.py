@@ -6,7 +6,7 @@ every program it starts drops to ``CANDIDATE`` first, so no candidate process ca
 
 1. ``sweep`` (as root) freezes and kills every process but the harness and its fork server;
 2. ``janitor`` forks a child that becomes the candidate's uid and empties every place that uid
-   can write (the work dir, ``/dev/shm``, ``/dev/mqueue``) and removes its SysV IPC objects:
+   can write (the work dir and ``SHARED_DIRS``) and removes its SysV IPC objects:
    as the owner it can chmod a mode-000 directory back and remove it, and it can remove only
    what the candidate could have made;
 3. ``Slate.problems`` (as root) checks the result against the container's state when it was
@@ -18,13 +18,17 @@ every program it starts drops to ``CANDIDATE`` first, so no candidate process ca
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
+import select
 import signal
 import time
 
 CANDIDATE = (10001, 10001)  # uid, gid of every program; the harness is root
 WORK_ROOT = "/work"
-SHARED_DIRS = ("/dev/shm", "/dev/mqueue")  # world-writable places besides the work dir
+# World-writable places besides the work dir (gVisor mounts a tmpfs on /tmp, runc keeps it
+# read-only); tests/sandbox/test_clean_slate.py checks a program can write nowhere else.
+SHARED_DIRS = ("/dev/shm", "/dev/mqueue", "/tmp")
 IPC_RMID = 0
 MEMORY_SLACK_BYTES = 64 * 1024 * 1024  # harness heap growth we tolerate before replacing
 JANITOR_TIMEOUT_S = 10.0
@@ -112,13 +116,16 @@ def remove_tree(path):
 
 
 def empty_dir(path):
-    """Remove everything inside ``path`` (which stays)."""
+    """Remove everything inside ``path`` (which stays) that is ours: what the image holds
+    there is not, and stays."""
     if not os.path.isdir(path):
         return
     if os.stat(path).st_uid == os.geteuid():  # the work dir: the candidate may have locked it
         os.chmod(path, 0o700)
     for name in os.listdir(path):
-        remove_tree(os.path.join(path, name))
+        entry = os.path.join(path, name)
+        if os.lstat(entry).st_uid == os.geteuid():
+            remove_tree(entry)
 
 
 class _ShmInfo(ctypes.Structure):  # struct shm_info (SHM_INFO)
@@ -144,12 +151,17 @@ IPC_UNITS = {"shm": "pages", "msg": "queues", "sem": "sets"}
 MAX_SCAN = 1 << 20  # the most ids tried where the kernel does not list them
 
 
+@functools.cache
+def libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _ipc_info():
-    libc = ctypes.CDLL(None, use_errno=True)
+    c = libc()
     shm, msg, sem = _ShmInfo(), _MsgInfo(), _SemInfo()
-    return (shm if libc.shmctl(0, SHM_INFO, ctypes.byref(shm)) >= 0 else None,
-            msg if libc.msgctl(0, MSG_INFO, ctypes.byref(msg)) >= 0 else None,
-            sem if libc.semctl(0, 0, SEM_INFO, ctypes.byref(sem)) >= 0 else None)
+    return (shm if c.shmctl(0, SHM_INFO, ctypes.byref(shm)) >= 0 else None,
+            msg if c.msgctl(0, MSG_INFO, ctypes.byref(msg)) >= 0 else None,
+            sem if c.semctl(0, 0, SEM_INFO, ctypes.byref(sem)) >= 0 else None)
 
 
 def ipc_counts():
@@ -181,10 +193,10 @@ def remove_ipc():
     """Remove every SysV IPC object (its creator may, whatever owner it was given). Return
     codes are not trusted (gVisor's msgctl reports success for ids that do not exist):
     ``Slate.problems`` counts what is left."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    remove = {"shm": lambda i: libc.shmctl(i, IPC_RMID, None),
-              "msg": lambda i: libc.msgctl(i, IPC_RMID, None),
-              "sem": lambda i: libc.semctl(i, 0, IPC_RMID)}
+    c = libc()
+    remove = {"shm": lambda i: c.shmctl(i, IPC_RMID, None),
+              "msg": lambda i: c.msgctl(i, IPC_RMID, None),
+              "sem": lambda i: c.semctl(i, 0, IPC_RMID)}
     for kind, count in ipc_counts().items():
         if count != 0:
             for ident in ipc_ids(kind):
@@ -209,20 +221,40 @@ def janitor(workdir, timeout_s=JANITOR_TIMEOUT_S):
             code = 2
         finally:
             os._exit(code)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            code = os.waitstatus_to_exitcode(status)
-            return None if code == 0 else f"the clean-up failed (exit {code})"
-        if time.monotonic() > deadline:
-            _signal(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return f"the clean-up ran past {timeout_s:g} s"
-        time.sleep(0.0005)
+    if not _wait(pid, timeout_s):
+        _signal(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return f"the clean-up ran past {timeout_s:g} s"
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return None if code == 0 else f"the clean-up failed (exit {code})"
+
+
+def _wait(pid, timeout_s):
+    """Whether child ``pid`` exited within ``timeout_s`` (it is left to reap)."""
+    try:
+        exited = os.pidfd_open(pid)  # readable when the child exits: no polling
+    except OSError:  # gVisor has no pidfd_open
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+            time.sleep(0.0002)
+        return False
+    try:
+        return bool(select.select([exited], [], [], timeout_s)[0])
+    finally:
+        os.close(exited)
 
 
 # --- proving the slate clean -------------------------------------------------------------------
+
+
+def listing(path):
+    """The names in ``path`` (sorted; empty when there is no such directory)."""
+    try:
+        return sorted(os.listdir(path))
+    except FileNotFoundError:
+        return []
 
 
 def used_bytes(path):
@@ -260,6 +292,7 @@ class Slate:
 
     def __init__(self, zygote=None):
         self.fresh_used = {p: used_bytes(p) for p in (WORK_ROOT, *SHARED_DIRS)}
+        self.fresh_names = {p: listing(p) for p in (WORK_ROOT, *SHARED_DIRS)}
         self.fresh_memory = memory_in_use()
         self.harness_limits = limits_of(os.getpid())
         self.watch(zygote)
@@ -276,14 +309,12 @@ class Slate:
             found.append(f"{len(left)} processes left")
         for path in (WORK_ROOT, *SHARED_DIRS):
             try:
-                names = os.listdir(path)
-            except FileNotFoundError:
-                continue
+                names = listing(path)
             except OSError as exc:
                 found.append(f"{path} unreadable: {exc}")
                 continue
-            if names:
-                found.append(f"{path} not empty: {sorted(names)[:5]}")
+            if names != self.fresh_names[path]:
+                found.append(f"{path} holds {sorted(set(names) - set(self.fresh_names[path]))[:5]}")
             if used_bytes(path) != self.fresh_used[path]:
                 found.append(f"{path}: {used_bytes(path)} bytes used, "
                              f"{self.fresh_used[path]} when fresh")
