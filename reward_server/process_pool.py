@@ -1,11 +1,24 @@
 """A process pool whose tasks each run under a wall-clock timeout and a memory cap.
 
-CPU-bound checks (SymPy) cannot be interrupted from inside: ``signal.alarm`` only works on
-the main thread and a C loop ignores it. Pebble's pool kills the one worker whose task ran
-past its timeout and starts a replacement, leaving the other workers and their tasks alone.
-A worker that dies under a task (the OOM killer, an operator's kill) is replaced the same
-way, and the task is run once more: only a task that kills its worker twice is reported as
-``crashed``.
+CPU-bound checks (SymPy) cannot be interrupted from another thread, and a C loop ignores
+signals. So each task has two limits. The soft one (``SOFT_LIMIT`` of the timeout) is a
+``SIGALRM`` in the worker, whose tasks pebble runs on the main thread: Python code is
+stopped, the task comes back ``timeout`` and the worker stays warm (a replacement pays
+seconds of imports and warm-up). The hard one is pebble's: it kills the one worker whose
+task ran past the timeout (C code that never returns to the interpreter) and starts a
+replacement, leaving the other workers and their tasks alone.
+
+Who killed a worker decides what its task gets (a wrong reward is the worst defect):
+
+- killed by ``SIGKILL`` while running the task: from outside the worker (an operator, the
+  OOM killer acting on memory used elsewhere). The pool's own kills are timeouts, reported
+  as such, and the address-space cap turns a memory bomb into a ``MemoryError`` inside the
+  worker (outcome ``memory``), so the task could not have caused it. The task runs again,
+  up to ``MAX_OUTSIDE_LOSSES`` times; past that it is ``unavailable`` (unscorable, not 0).
+- died any other way (``SIGSEGV``, ``SIGABRT`` from a failed allocation in C, an exit):
+  the worker ended itself running this task. It runs once more (``retries_on_crash``), and
+  a task that ends its worker again is ``crashed``, which the verifier scores 0.
+- the pool lost the task (see below): not the task's doing, counted as an outside kill.
 
 Pebble does not survive every death: a worker killed between tasks can make it declare the
 whole pool broken, one killed after taking a task but before acknowledging it loses that
@@ -23,11 +36,11 @@ so copies of it are answered at once. ``SPARE_WORKERS`` processes more than the 
 slots are kept warm: a worker killed at its timeout takes seconds to be replaced (imports
 and warm-up), and the next task, often another request's, takes a spare meanwhile.
 """
-
 from __future__ import annotations
 
 import asyncio
 import resource
+import signal
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -42,9 +55,11 @@ from reward_server.cache import TimeoutMemory
 from reward_server.fair_queue import FairGate
 from reward_server.metrics import POOL_REBUILDS, TIMEOUTS_REMEMBERED, WORKER_CRASHES
 
-# "died" and "lost" are retried inside ``run`` and never returned.
-Outcome = Literal["ok", "timeout", "memory", "crashed", "died", "lost"]
-_MAX_LOSSES = 5
+# "died", "killed" and "lost" are retried inside ``run`` and never returned.
+Outcome = Literal["ok", "timeout", "memory", "crashed", "unavailable", "died", "killed",
+                  "lost"]
+MAX_OUTSIDE_LOSSES = 5  # kills from outside and pool losses one task may meet
+SOFT_LIMIT = 0.85  # of the timeout: the worker stops Python code itself, and stays warm
 QUEUED_PER_WORKER = 1  # more would queue tasks first come, first served inside pebble
 SPARE_WORKERS = 1
 _WORKER_START_S = 15.0
@@ -56,12 +71,45 @@ class TaskResult(NamedTuple):
     detail: str | None
 
 
-def _timed(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
-    """Runs in the worker: the task's value and the seconds it took there (the gate charges
-    a request for that, not for waiting on a worker being replaced)."""
+class _SoftTimeout(BaseException):
+    """Raised by the worker's alarm; a BaseException, so ``except Exception`` in SymPy or
+    math-verify does not swallow it."""
+
+
+class _Alarm:
+    """The soft limit: ``SIGALRM`` on the worker's main thread while a task runs."""
+
+    def __init__(self) -> None:
+        self.armed = self.fired = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.armed:
+            self.fired = True
+            raise _SoftTimeout
+
+
+def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
+           ) -> tuple[float, bool, Any]:
+    """Runs in the worker: the seconds the task took there (the gate charges a request for
+    that, not for waiting on a worker being replaced), whether it hit the soft limit, and
+    its value. Once the alarm fired the task is a timeout, whatever a handler in it made of
+    the exception."""
+    alarm = _Alarm()
+    previous = signal.signal(signal.SIGALRM, alarm)
     started = time.perf_counter()
-    value = fn(*args)
-    return time.perf_counter() - started, value
+    value = None
+    try:
+        alarm.armed = True
+        signal.setitimer(signal.ITIMER_REAL, soft_s)
+        value = fn(*args)
+        alarm.armed = False
+    except _SoftTimeout:
+        alarm.fired = True
+    finally:
+        alarm.armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return time.perf_counter() - started, alarm.fired, value
 
 
 def _init_worker(memory_mb: int, warm_up: Callable[[], None] | None) -> None:
@@ -127,15 +175,20 @@ class TimeoutPool:
 
     async def _run_retrying(self, fn: Callable[..., Any], args: tuple[Any, ...],
                             timeout: float, key: Hashable) -> TaskResult:
-        deaths = losses = 0
+        deaths = outside = 0
         while True:
             result = await self._run_once(fn, args, timeout, key)
-            if result.outcome == "died" and deaths < self.retries_on_crash:
-                deaths += 1  # perhaps the task's own doing: once more only
-            elif result.outcome == "lost" and losses < _MAX_LOSSES:
-                losses += 1  # the pool broke under it: not the task's doing
-            elif result.outcome in ("died", "lost"):
-                return result._replace(outcome="crashed")
+            if result.outcome == "died":  # the worker ended itself under this task
+                if deaths >= self.retries_on_crash:
+                    return result._replace(outcome="crashed", detail=(
+                        f"{result.detail}, {deaths + 1} times running this task"))
+                deaths += 1
+            elif result.outcome in ("killed", "lost"):  # not the task's doing
+                if outside >= MAX_OUTSIDE_LOSSES:
+                    return result._replace(outcome="unavailable", detail=(
+                        f"not scored: {result.detail}, {outside + 1} times running "
+                        "this task"))
+                outside += 1
             else:
                 return result
 
@@ -146,14 +199,16 @@ class TimeoutPool:
             if remembered is not None:
                 held.cost_s = 0.0
                 return remembered
-            pool, future = self._schedule(_timed, (fn, *args), timeout)
+            pool, future = self._schedule(_timed, (fn, timeout * SOFT_LIMIT, *args),
+                                          timeout)
             result = await self._await(pool, future, timeout)
+            if result.outcome == "ok":
+                held.cost_s, soft_timeout, value = result.value
+                result = result._replace(value=value) if not soft_timeout else TaskResult(
+                    "timeout", None, f"exceeded {timeout:g} s; stopped in its worker")
             if result.outcome in ("timeout", "memory"):
                 self._timeouts.put(key, result)
-            if result.outcome != "ok":
-                return result  # charged the time it held the slot
-            held.cost_s, value = result.value
-            return result._replace(value=value)
+            return result  # not ok: charged the time it held the slot
 
     async def _await(self, pool: ProcessPool, future: Future[Any], timeout: float
                      ) -> TaskResult:
@@ -176,7 +231,9 @@ class TimeoutPool:
             return TaskResult("lost", None, "the worker pool broke")
         except ProcessExpired as exc:
             WORKER_CRASHES.inc()
-            return TaskResult("died", None, f"worker died (exit code {exc.exitcode})")
+            if exc.exitcode == -signal.SIGKILL:
+                return TaskResult("killed", None, "its worker was killed (SIGKILL)")
+            return TaskResult("died", None, f"its worker died (exit code {exc.exitcode})")
         except Exception as exc:  # a bug in the task: report it on the item, keep the batch
             return TaskResult("crashed", None, f"{type(exc).__name__}: {exc}"[:200])
         except asyncio.CancelledError:

@@ -1,24 +1,58 @@
-"""TimeoutPool and ResultCache as units: a timed-out task kills only its worker, a memory hog
-hits the cap, identical keys in flight are computed once, a request behind a slow batch
+"""TimeoutPool and ResultCache as units: a slow task is stopped inside its warm worker, one
+deaf to signals kills only its worker, a memory hog hits the cap, a task killed from outside
+runs again (and is unscorable past the limit) while one that ends its own worker scores as
+crashed, identical keys in flight are computed once, a request behind a slow batch
 waits for one task and not the batch, a budget cuts what still waits, and a timeout is
 remembered for copies of the same task."""
 
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import os
+import signal
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 from reward_server.cache import ResultCache, TimeoutMemory
 from reward_server.fair_queue import BudgetSpent, request_scope
-from reward_server.process_pool import TimeoutPool
+from reward_server.process_pool import MAX_OUTSIDE_LOSSES, TimeoutPool
 
 
 def spin() -> None:
     while True:
         pass
+
+
+def deaf_spin() -> None:
+    """C code that never returns to the interpreter: the soft alarm cannot stop it."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    spin()
+
+
+def swallow_spin() -> str:
+    """A task whose own handler catches everything (as SymPy's do) and carries on."""
+    try:
+        spin()
+    except BaseException:
+        pass
+    return "wrong verdict"
+
+
+def abort() -> None:
+    faulthandler.disable()  # inherited from pytest: no traceback for an expected abort
+    os.abort()  # what C code does when an allocation fails under the cap
+
+
+def noted_sleep(path: str, delay: float) -> int:
+    """Writes its worker's pid where the test can find it, then works for ``delay``."""
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    time.sleep(delay)
+    return os.getpid()
 
 
 def hog() -> int:
@@ -37,9 +71,25 @@ def pool():
     p.close()
 
 
+def _workers() -> set[int]:
+    return {p.pid for p in psutil.Process().children()}
+
+
+async def test_soft_limit_stops_the_task_and_keeps_its_worker(pool: TimeoutPool) -> None:
+    await asyncio.gather(*(pool.run(pid_after, 0.1, timeout=5.0) for _ in range(3)))
+    before = _workers()
+    for slow in (spin, swallow_spin):
+        result = await pool.run(slow, timeout=1.0)
+        assert result.outcome == "timeout", result
+        assert "stopped in its worker" in (result.detail or "")
+    assert _workers() == before  # no worker was killed or replaced
+    after = await pool.run(pid_after, 0.0, timeout=5.0)
+    assert after.outcome == "ok" and after.value in before
+
+
 async def test_timeout_kills_only_that_task(pool: TimeoutPool) -> None:
     started = time.monotonic()
-    slow, fast = await asyncio.gather(pool.run(spin, timeout=1.0),
+    slow, fast = await asyncio.gather(pool.run(deaf_spin, timeout=1.0),
                                       pool.run(pid_after, 0.2, timeout=5.0))
     assert slow.outcome == "timeout" and "worker killed" in (slow.detail or "")
     assert fast.outcome == "ok" and isinstance(fast.value, int)
@@ -56,6 +106,43 @@ async def test_memory_cap(pool: TimeoutPool) -> None:
 async def test_exceptions_are_results(pool: TimeoutPool) -> None:
     result = await pool.run(int, "not a number", timeout=5.0)
     assert result.outcome == "crashed" and "ValueError" in (result.detail or "")
+
+
+async def test_a_task_that_ends_its_own_worker_twice_is_crashed(pool: TimeoutPool) -> None:
+    result = await pool.run(abort, timeout=10.0)
+    assert result.outcome == "crashed", result
+    assert "2 times" in (result.detail or "")
+    assert (await pool.run(pid_after, 0.0, timeout=10.0)).outcome == "ok"
+
+
+async def _kill_runs(pool: TimeoutPool, tmp_path: Path, kills: int) -> tuple[object, int]:
+    """Runs ``noted_sleep`` and SIGKILLs the worker of each of its first ``kills`` runs from
+    outside, as an operator or the OOM killer would."""
+    notes = tmp_path / "pids"
+    notes.touch()
+    task = asyncio.ensure_future(pool.run(noted_sleep, str(notes), 1.0, timeout=20.0))
+    killed: set[int] = set()
+    while not task.done():
+        await asyncio.sleep(0.05)
+        for pid in {int(x) for x in notes.read_text().split()} - killed:
+            if len(killed) < kills:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+    return task.result(), len(killed)
+
+
+async def test_a_task_killed_from_outside_runs_again(pool: TimeoutPool, tmp_path: Path
+                                                     ) -> None:
+    result, killed = await _kill_runs(pool, tmp_path, kills=3)
+    assert killed == 3
+    assert result.outcome == "ok", result  # three kills in a row are not the task's doing
+
+
+async def test_a_task_killed_from_outside_without_end_is_unavailable(
+        pool: TimeoutPool, tmp_path: Path) -> None:
+    result, killed = await _kill_runs(pool, tmp_path, kills=100)
+    assert killed == MAX_OUTSIDE_LOSSES + 1
+    assert result.outcome == "unavailable" and "SIGKILL" in (result.detail or ""), result
 
 
 async def test_a_request_behind_a_slow_batch_waits_for_one_task_not_the_batch(

@@ -52,12 +52,14 @@ class MathItem(ItemBase):
     )
 
 
-MathStatus = Literal["ok", "no_answer", "parse_error", "timeout"]
+# "unavailable": killed from outside its worker again and again (not the response's doing)
+MathStatus = Literal["ok", "no_answer", "parse_error", "timeout", "unavailable"]
 
 
 class MathResult(ResultBase):
     score: float | None = Field(
-        description="1 or 0; null only for an item its request's budget left unrun.")
+        description="1 or 0; null only for an item its request's budget left unrun, or one "
+        "the server could not run (status 'unavailable').")
     correct: bool
     status: MathStatus
     extracted: str | None = None
@@ -141,7 +143,8 @@ class MathVerifier(Verifier):
         its request's budget left unrun is unscorable (null), not a 0 it did not earn."""
         try:
             result, hit = await self._cache.get_or_compute(
-                job, lambda: self._compare(job), cacheable=lambda r: r.status != "timeout"
+                job, lambda: self._compare(job),
+                cacheable=lambda r: r.status not in ("timeout", "unavailable"),
             )
         except BudgetSpent as exc:
             return MathResult(score=None, correct=False, status="timeout",
@@ -160,7 +163,10 @@ class MathVerifier(Verifier):
             metrics.TIMEOUTS.labels(self.name).inc()
             return MathResult(score=0.0, correct=False, status="timeout",
                               extracted=extracted, detail=task.detail)
-        if task.outcome != "ok":
+        if task.outcome == "unavailable":  # the pool's loss, not the response's doing
+            return MathResult(score=None, correct=False, status="unavailable",
+                              extracted=extracted, detail=task.detail)
+        if task.outcome != "ok":  # memory, or a comparison that crashed its worker
             return MathResult(score=0.0, correct=False, status="parse_error",
                               extracted=extracted, detail=task.detail)
         return _result(task.value, extracted)
