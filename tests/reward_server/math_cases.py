@@ -61,6 +61,18 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     (B("40\\%"), "50\\%", False),
     (B("5\\%"), "50", False),
     (B("12.5\\%"), "0.125", True),
+    # tolerance is relative only: 0 is not every tiny value
+    (B("0"), "1.6\\times10^{-19}", False),
+    (B("0"), "0.0000000005", False),
+    (B("0.0"), "10^{-10}", False),
+    (B("1\\times10^{-30}"), "6.626\\times10^{-34}", False),
+    (B("0.0"), "0", True),
+    (B("6.626\\times10^{-34}"), "6.626\\times10^{-34}", True),
+    # and never applies to an integer reference
+    (B("123456800.0"), "123456789", False),
+    (B("1000000.5"), "1000000", False),
+    (B("1.0e6"), "1000001", False),
+    (B("1.0e6"), "1000000", True),
     # scientific notation
     (B("1.5 \\times 10^{3}"), "1500", True),
     (B("1.5\\cdot10^3"), "1500", True),
@@ -81,6 +93,14 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     (B("12 \\text{ cm}"), "12", True),
     (B("12\\text{cm}"), "12", True),
     (B("\\$5"), "5", True),
+    # a dollar sign in the reference is not a math delimiter
+    (B("18.90"), "\\$18.90", True),
+    (B("18.91"), "\\$18.90", False),
+    (B("1000"), "\\$1,000", True),
+    (B("18"), "\\text{\\$}18", True),
+    (B("5"), "\\$5 \\text{ per hour}", True),
+    (B("\\text{No answer}"), "\\text{No answer}", True),  # "answer" in a text reference
+    (B("3"), "\\text{No answer}", False),
     (B("\\$5.00"), "5", True),
     (B("5 \\text{ dollars}"), "5", True),
     (B("\\text{5 apples}"), "5", True),
@@ -228,6 +248,11 @@ EXTRACTION: list[tuple[str, str, bool]] = [
     ("\\boxed{\\{1,2\\}}", "\\{1,2\\}", True),
     ("We get \\boxed{8} since 2^3 = 8.", "8", True),
     ("\\boxed{9}", "\\boxed{9}", True),
+    # only outermost boxes count; an empty box echoed from the prompt is no answer
+    ("\\boxed{4 \\text{ or } \\boxed{3}}", "3", False),
+    ("\\boxed{\\boxed{5}}", "5", True),
+    ("I will put the final answer in \\boxed{}. ... The answer is 18.", "18", True),
+    ("I will put the final answer in \\boxed{}. ... The answer is 18.", "17", False),
     # GSM8K
     ("Natalia sold 48/2 = 24 clips in May.\n#### 72", "72", True),
     ("Natalia sold 48/2 = 24 clips in May.\n#### 72", "24", False),
@@ -271,5 +296,7 @@ TOLERANCE: list[tuple[str, str, float, bool]] = [
     (B("2.72"), "e", 1e-2, True),
     (B("2.72"), "e", 1e-4, False),
     (B("100"), "101", 0.05, False),  # integers are exact: tolerance is for decimals
-    (B("100.0"), "101", 0.05, True),
+    (B("100.0"), "100", 0.05, True),
+    (B("100.0"), "101", 0.05, False),  # nor when the answer is written as a decimal
+    (B("100.0"), "101.0", 0.05, True),
 ]

@@ -17,7 +17,10 @@ from reward_server.verifiers.math.extract import Answer, extract_answer, extract
         ("\\fbox{3} and later \\boxed{4}", "auto", Answer(("4",), wide=("3", "4"))),
         ("\\boxed{4} and later \\fbox{3}", "auto", Answer(("3",), wide=("4", "3"))),
         ("\\boxed{\\{1, 2\\}}", "auto", Answer(("\\{1, 2\\}",))),
-        ("\\boxed{\\boxed{5}}", "auto", Answer(("5",))),  # the innermost box is the last one
+        ("\\boxed{\\boxed{5}}", "auto", Answer(("5",))),  # the outer box, unboxed inside
+        ("\\boxed{4 \\text{ or } \\boxed{3}}", "auto", Answer(("4 \\text{ or } 3",))),
+        ("Put it in \\boxed{}. The answer is 18.", "auto",
+         Answer(("Put it in . The answer is 18.",), kind="text")),  # an echoed empty box
         ("$\\boxed 7$", "auto", Answer(("7",))),
         ("text\n#### 72", "auto", Answer(("72",))),
         # Minerva: the last of box and "final answer is $x$" wins
@@ -74,6 +77,10 @@ def test_several_answers_rule(response: str, items: tuple[str, ...],
         ("$x$ is $2$", Answer(("$x$ is $2$",), kind="text")),
         ("Final Answer: The final answer is $28 \\%$.", Answer(
             ("Final Answer: The final answer is $28 \\%$.",), kind="text")),
+        ("\\$18.90", Answer(("\\$18.90",))),  # an escaped dollar is no math delimiter
+        ("\\$5 \\text{ per hour}", Answer(("\\$5 \\text{ per hour}",))),
+        ("\\text{No answer}", Answer(("\\text{No answer}",))),  # a text answer, not prose
+        ("The answer is 5.", Answer(("The answer is 5.",), kind="text")),
     ],
 )
 def test_extract_gold(gold: str, expected: Answer) -> None:

@@ -60,6 +60,15 @@ def test_parse_number(text: str, expected: Number | None) -> None:
         ("50\\%", "50", 1e-6, True),
         ("0.28", "28", 1e-6, False),
         ("0", "0.0", 0.0, True),
+        ("0.0", "0", 1e-6, True),
+        ("1.6\\times10^{-19}", "0", 1e-6, False),  # relative only: 0 is no tiny value
+        ("0.0000000005", "0", 1e-6, False),
+        ("6.626\\times10^{-34}", "1\\times10^{-30}", 1e-6, False),
+        ("1000000", "1000000.5", 1e-6, False),  # no tolerance against an integer
+        ("123456789", "123456800.0", 1e-6, False),
+        ("1000000", "1.0e6", 1e-6, True),
+        ("101", "100.0", 0.05, False),
+        ("101.0", "100.0", 0.05, True),
     ],
 )
 def test_numbers_equal(gold: str, pred: str, tolerance: float, equal: bool) -> None:

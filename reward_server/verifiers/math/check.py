@@ -29,7 +29,7 @@ from latex2sympy2_extended.latex2sympy2 import convert_to_pct
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
 from reward_server.verifiers.math.extract import Answer
-from reward_server.verifiers.math.numbers import close, parse_number
+from reward_server.verifiers.math.numbers import parse_number
 from reward_server.verifiers.math.verdict import Verdict
 
 # the suite's own configuration: a box is read before any other LaTeX
@@ -170,6 +170,8 @@ def _within_tolerance(g: sympy.Basic, p: sympy.Basic, tolerance: float) -> bool 
         return None
     if not (g.has(sympy.Float) or p.has(sympy.Float)):
         return None  # exact on both sides: math-verify compares exactly
+    if isinstance(g, sympy.Integer):
+        tolerance = 0.0  # never a tolerance against an integer reference (3.0 = 3 still)
     gold_values = {_unpercent(g), g}
     pred_values = {_unpercent(p), p}
     return any(_close_complex(a, b, tolerance) for a in gold_values for b in pred_values)
@@ -190,9 +192,12 @@ def _unpercent(v: sympy.Basic) -> sympy.Basic:
 
 
 def _close_complex(a: sympy.Basic, b: sympy.Basic, tolerance: float) -> bool:
+    """Relative to the larger modulus, with no absolute allowance (0 ≠ 10^{-10})."""
     va, vb = sympy.N(a.doit(), _DIGITS), sympy.N(b.doit(), _DIGITS)
-    (ra, ia), (rb, ib) = va.as_real_imag(), vb.as_real_imag()
-    return all(close(_fraction(x), _fraction(y), tolerance) for x, y in ((ra, rb), (ia, ib)))
+    ra, ia, rb, ib = (_fraction(x) for x in (*va.as_real_imag(), *vb.as_real_imag()))
+    distance = (ra - rb) ** 2 + (ia - ib) ** 2
+    size = max(ra * ra + ia * ia, rb * rb + ib * ib)
+    return distance <= Fraction(str(tolerance)) ** 2 * size
 
 
 def _fraction(v: sympy.Basic) -> Fraction:

@@ -8,9 +8,9 @@ text, which the worker hands to math-verify's own extraction (its "answer …", 
 last-number rules) under the pool's timeout.
 
 Rules, first hit wins (the README states them too):
-1. the last ``\\boxed{}``/``\\fbox{}``, or the last "final answer is $x$", whichever ends
-   later; boxes separated only by commas, semicolons, "and", "or", spaces or math
-   delimiters are read together as one list of answers (the several-answers rule);
+1. the last outermost non-empty ``\\boxed{}``/``\\fbox{}``, or the last "final answer is
+   $x$", whichever ends later; boxes separated only by commas, semicolons, "and", "or",
+   spaces or math delimiters are read together as one list of answers (the several-answers rule);
 2. the last GSM8K ``#### x`` line;
 3. otherwise (``auto``, ``last_number``) the last ``_TAIL_CHARS`` characters of the text go to
    math-verify: "answer: x", "answer is x", the last ``$…$`` group, the last number.
@@ -78,9 +78,11 @@ class _Box:
 
 
 def _boxes_from_end(text: str) -> tuple[list[_Box], bool]:
-    """Up to ``_MAX_BOXES`` boxes, last first; and whether any box command was seen."""
+    """Up to ``_MAX_BOXES`` outermost non-empty boxes, last first; and whether a box was
+    cut off (unclosed). A box inside a box is part of the outer one's content, never an
+    answer of its own; an empty box (``\\boxed{}`` echoed from the prompt) is skipped."""
     found: list[_Box] = []
-    seen = False
+    cut_off = False
     end = len(text)
     for _ in range(_MAX_BOXES * 2):
         if len(found) >= _MAX_BOXES:
@@ -88,21 +90,44 @@ def _boxes_from_end(text: str) -> tuple[list[_Box], bool]:
         start, command = max((text.rfind(cmd, 0, end), cmd) for cmd in _BOX_COMMANDS)
         if start < 0:
             break
-        seen = True
         i = start + len(command)
         while i < len(text) and text[i] == " ":
             i += 1
         if i < len(text) and text[i] == "{":
             close = match_brace(text, i)
-            if close is not None and (not found or close < found[-1].start):
-                found.append(_Box(start, close + 1, text[i + 1 : close].strip()))
+            if close is None:
+                cut_off = True
+            else:
+                while found and found[-1].start < close:  # nested in this one
+                    found.pop()
+                content = _unbox(text[i + 1 : close]).strip()
+                if content:
+                    found.append(_Box(start, close + 1, content))
         elif command == "\\boxed" and i > start + len(command):
             # "\boxed 5": TeX takes the next token as the argument
             token = re.match(r"[^\s$]+", text[i : i + 200])
             if token:
                 found.append(_Box(start, i + token.end(), token.group(0)))
+        else:
+            cut_off = True
         end = start
-    return found, seen
+    return found, cut_off
+
+
+def _unbox(content: str) -> str:
+    """``content`` with the box commands inside it removed (their contents kept)."""
+    for _ in range(_MAX_BOXES):
+        start, command = max((content.rfind(cmd), cmd) for cmd in _BOX_COMMANDS)
+        if start < 0:
+            break
+        i = start + len(command)
+        while i < len(content) and content[i] == " ":
+            i += 1
+        close = match_brace(content, i) if content[i : i + 1] == "{" else None
+        if close is None:
+            break
+        content = content[:start] + content[i + 1 : close] + content[close + 1 :]
+    return content
 
 
 # Between two boxes of one list: only separators (math-verify's ", and or" plus spacing,
@@ -186,7 +211,7 @@ def _tail(text: str) -> str:
 
 def extract_answer(response: str, mode: ExtractMode = "auto") -> Answer | None:
     """The final answer of ``response``, or None when it states none."""
-    boxes, box_seen = _boxes_from_end(response)
+    boxes, cut_off = _boxes_from_end(response)
     minerva = _minerva(response) if mode != "boxed" else None
     if boxes and not (minerva and minerva[0] >= boxes[0].end):
         items = _box_group(response, boxes)
@@ -194,23 +219,33 @@ def extract_answer(response: str, mode: ExtractMode = "auto") -> Answer | None:
         return Answer(items, wide=wide if wide != items else None) if items else None
     if minerva is not None:
         return Answer((minerva[2],)) if minerva[2] else None
-    if mode == "boxed" or box_seen:
-        return None  # an empty or unclosed box: the answer was cut off
+    if mode == "boxed" or cut_off:
+        return None  # an unclosed box: the answer was cut off
     hashes = _last_hashes(response)
     if hashes is not None:
         return Answer((hashes,))
-    if not response.strip():
+    text = _tail(response)
+    if "\\boxed" in text or "\\fbox" in text:  # an echoed "\boxed{}" is no answer
+        text = _EMPTY_BOX.sub("", text)
+    if not text.strip():
         return None
-    return Answer((_tail(response).strip(),), kind="marked" if mode == "marked" else "text")
+    return Answer((text.strip(),), kind="marked" if mode == "marked" else "text")
+
+
+_EMPTY_BOX = re.compile(r"\\(?:boxed|fbox) *\{\s*\}")
 
 
 _ONE_SPAN = re.compile(r"\$\$?([^$]+)\$\$?")
+_MATH_DOLLAR = re.compile(r"(?<!\\)\$")  # "\$18.90" is a dollar sign, not a math span
+# "The answer is 5", "Answer: 5": a worked solution; not "\text{No answer}" (a text answer)
+_ANSWER_WORD = re.compile(r"answer\s*(?:is\b|:)", re.IGNORECASE)
 
 
 def extract_gold(answer: str) -> Answer:
     """The reference answer: bare LaTeX, or text a dataset stored (boxed, after ``####``,
     a whole worked solution). Bare references are LaTeX; anything with a box, a math
-    delimiter or "answer" in it is read by math-verify's extraction."""
+    delimiter (not an escaped ``\\$``) or "answer is"/"answer:" in it is read by
+    math-verify's extraction."""
     stripped = answer.strip()
     inline = _ONE_SPAN.fullmatch(stripped)
     if inline:  # "$\\frac{1}{2}$": one math span and nothing else is bare LaTeX
@@ -218,7 +253,7 @@ def extract_gold(answer: str) -> Answer:
     hashes = _last_hashes(stripped)
     if hashes is not None and "\\boxed" not in stripped:
         return Answer((hashes,))
-    marked = any(m in stripped for m in ("\\boxed", "\\fbox", "$", "\\(", "\\[")) or (
-        "answer" in stripped.lower()
+    marked = any(m in stripped for m in ("\\boxed", "\\fbox", "\\(", "\\[")) or (
+        _MATH_DOLLAR.search(stripped) is not None or _ANSWER_WORD.search(stripped) is not None
     )
     return Answer((stripped,), kind="text" if marked else "latex")

@@ -7,7 +7,9 @@ optionally with a ``%`` sign, a ``\\$``, degrees or a trailing ``\\text{unit}``.
 else (``\\sqrt2``, ``2, 3``, ``x=3``) goes to the worker.
 
 Rules: integers and fractions are exact; when a decimal is written on either side the two
-agree within a relative ``tolerance`` (plus 1e-9 absolute, so ``0.0`` = ``0``);
+agree within a relative ``tolerance`` (relative only: ``0`` matches only ``0``, never a tiny
+reference such as ``1.6\\times10^{-19}``), except against an integer reference, which a
+decimal must equal exactly (``3.0`` = ``3``, ``1000000.5`` ≠ ``1000000``);
 ``p%`` equals ``p`` and ``p/100``.
 """
 
@@ -40,7 +42,7 @@ _SCI = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:\\times|\\cdot|\*)10\^\{?([+-]?
 _E_NOTATION = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))[eE]([+-]?\d+)")
 # Decoration that never changes a number's value.
 _NOISE = re.compile(
-    r"\\[,;:! ]|\\?\$|\\(?:left|right)(?![a-zA-Z])|\^\{?\\circ\}?|°"
+    r"\\[,;:! ]|\\text\s*\{\s*\\?\$\s*\}|\\?\$|\\(?:left|right)(?![a-zA-Z])|\^\{?\\circ\}?|°"
     r"|\\(?:text|mbox|mathrm|textnormal)\s*\{\s*[a-zA-Z][a-zA-Z .]*\}\s*$"
 )
 _FRAC_VARIANT = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
@@ -102,13 +104,16 @@ def huge_exponent(raw: str) -> bool:
 
 
 def close(a: Fraction, b: Fraction, tolerance: float) -> bool:
-    """Relative tolerance; the absolute floor lets ``0.0`` match ``0`` and absorbs the last
-    printed digit of tiny values."""
-    return abs(a - b) <= Fraction(tolerance) * max(abs(a), abs(b)) + Fraction(1, 10**9)
+    """Relative tolerance only: an absolute allowance would let ``0`` match every tiny
+    reference (``6.626\\times10^{-34}``); ``0.0`` and ``0`` are equal without one."""
+    return abs(a - b) <= Fraction(str(tolerance)) * max(abs(a), abs(b))  # 1e-6 exactly
 
 
 def numbers_equal(gold: Number, pred: Number, tolerance: float) -> bool:
-    inexact = gold.inexact or pred.inexact
+    """Exact unless a decimal is written; never a tolerance against an integer reference
+    (writing ``1000000.5`` must not buy the tolerance against ``1000000``)."""
+    integer_gold = not gold.inexact and gold.value.denominator == 1
+    inexact = gold.inexact or (pred.inexact and not integer_gold)
     pairs = [(gold.value, pred.value)]
     if gold.percent != pred.percent:  # 50% answers 50 and 0.5
         pairs.append((gold.value / 100, pred.value) if gold.percent
