@@ -5,8 +5,8 @@ every program it starts drops to ``CANDIDATE`` first, so no candidate process ca
 ``prlimit`` or trace the harness or its fork server. After each execution:
 
 1. ``sweep`` (as root) freezes and kills every process but the harness and its fork server;
-2. ``janitor`` forks a child that becomes the candidate's uid and empties every place that uid
-   can write (the work dir and ``SHARED_DIRS``) and removes its SysV IPC objects:
+2. ``janitor`` takes the candidate's effective uid and empties every place that uid can write
+   (the work dir and ``SHARED_DIRS``) and removes its SysV IPC objects:
    as the owner it can chmod a mode-000 directory back and remove it, and it can remove only
    what the candidate could have made;
 3. ``Slate.problems`` (as root) checks the result against the container's state when it was
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
-import select
 import signal
 import time
 
@@ -99,8 +99,10 @@ def reap():
 # --- files and IPC, removed as the candidate's uid ---------------------------------------------
 
 
-def remove_tree(path):
+def remove_tree(path, deadline=math.inf):
     """Remove ``path`` whatever the modes the candidate left on it; never follows a link."""
+    if time.monotonic() > deadline:
+        raise TimeoutError
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -111,11 +113,11 @@ def remove_tree(path):
     if st.st_mode & 0o700 != 0o700:
         os.chmod(path, 0o700)
     for name in os.listdir(path):
-        remove_tree(os.path.join(path, name))
+        remove_tree(os.path.join(path, name), deadline)
     os.rmdir(path)
 
 
-def empty_dir(path):
+def empty_dir(path, deadline=math.inf):
     """Remove everything inside ``path`` (which stays) that is ours: what the image holds
     there is not, and stays."""
     if not os.path.isdir(path):
@@ -125,7 +127,7 @@ def empty_dir(path):
     for name in os.listdir(path):
         entry = os.path.join(path, name)
         if os.lstat(entry).st_uid == os.geteuid():
-            remove_tree(entry)
+            remove_tree(entry, deadline)
 
 
 class _ShmInfo(ctypes.Structure):  # struct shm_info (SHM_INFO)
@@ -204,46 +206,28 @@ def remove_ipc():
 
 
 def janitor(workdir, timeout_s=JANITOR_TIMEOUT_S):
-    """Empty every place the candidate could write (``workdir`` stays, empty), as the
-    candidate's uid; None when done, else why not. Run after ``sweep``: no candidate process
-    is left to fight it."""
-    pid = os.fork()
-    if pid == 0:  # the child: exits without returning to the caller's code
-        code = 1
-        try:
-            drop_privileges()
-            for path in (workdir, *SHARED_DIRS):
-                if path is not None:
-                    empty_dir(path)
-            remove_ipc()
-            code = 0
-        except BaseException:  # noqa: BLE001 - any failure means "not clean"
-            code = 2
-        finally:
-            os._exit(code)
-    if not _wait(pid, timeout_s):
-        _signal(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+    """Empty every place the candidate could write (``workdir`` stays, empty) and remove its
+    SysV objects, as the candidate's uid; None when done, else why not. Run after ``sweep``:
+    no candidate process is left to fight it. Done in this process under the candidate's
+    effective uid (a fork costs more than the clean-up): no process could signal, trace or
+    prlimit us meanwhile, since those checks look at our real and saved uid, still root."""
+    deadline = time.monotonic() + timeout_s
+    root = os.geteuid() == 0
+    try:
+        if root:
+            os.seteuid(CANDIDATE[0])
+        for path in (workdir, *SHARED_DIRS):
+            if path is not None:
+                empty_dir(path, deadline)
+        remove_ipc()
+        return None
+    except TimeoutError:
         return f"the clean-up ran past {timeout_s:g} s"
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    return None if code == 0 else f"the clean-up failed (exit {code})"
-
-
-def _wait(pid, timeout_s):
-    """Whether child ``pid`` exited within ``timeout_s`` (it is left to reap)."""
-    try:
-        exited = os.pidfd_open(pid)  # readable when the child exits: no polling
-    except OSError:  # gVisor has no pidfd_open
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return True
-            time.sleep(0.0002)
-        return False
-    try:
-        return bool(select.select([exited], [], [], timeout_s)[0])
+    except Exception as exc:  # noqa: BLE001 - RecursionError included: not proven clean
+        return f"the clean-up failed: {type(exc).__name__}: {exc}"
     finally:
-        os.close(exited)
+        if root:
+            os.seteuid(0)
 
 
 # --- proving the slate clean -------------------------------------------------------------------
@@ -258,7 +242,11 @@ def listing(path):
 
 
 def used_bytes(path):
+    """Bytes used on ``path``'s own file system; None where it has none (runc's /tmp lies on
+    the read-only root, whose use moves with the host's disk)."""
     try:
+        if os.stat(path).st_dev == os.stat("/").st_dev:
+            return None
         st = os.statvfs(path)
     except OSError:
         return None
