@@ -30,6 +30,12 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, veri
 
 from reward_server.verifiers.math import fast_parse
 from reward_server.verifiers.math.extract import Answer
+from reward_server.verifiers.math.guards import (
+    hedged_words,
+    letter_sequence,
+    offers_several,
+    relation_for_value,
+)
 from reward_server.verifiers.math.numbers import parse_number
 from reward_server.verifiers.math.verdict import Verdict
 
@@ -108,8 +114,9 @@ def check(pred: Answer, gold: Answer, tolerance: float) -> Verdict:
     correct = _layers(gold_values, pred_values, tolerance)
     if correct is None:
         correct = verify(gold_values, pred_values, timeout_seconds=None)
-    if correct and read and not several and offers_several(pred.items[0], read):
-        return Verdict(False, "ok", "several candidate answers offered for one", read)
+    why = _guarded(pred, gold, gold_values, read) if correct and not several else None
+    if why:
+        return Verdict(False, "ok", why, read)
     if correct:
         return Verdict(True, "ok", None, read)
     if not any(isinstance(v, sympy.Basic | sympy.MatrixBase) for v in pred_values):
@@ -118,26 +125,24 @@ def check(pred: Answer, gold: Answer, tolerance: float) -> Verdict:
     return Verdict(False, "ok", "not equivalent to the reference", read)
 
 
-_VALUE = r"(?:-?\d[\d.]*|\$[^$\n]{1,60}\$)"
-_JOIN = r"\s*(?:,\s|\bor\b|\band\b|\\lor|\\vee|\\text\s*\{\s*(?:or|and)\s*\})\s*"
-_NAMED = r"(?:[a-zA-Z]\s*=\s*)?"
-_BEFORE = re.compile(_VALUE + _JOIN + _NAMED + r"\$?$")
-_AFTER = re.compile(r"^\$?" + _JOIN + _NAMED + _VALUE)
-
-
-def offers_several(text: str, read: str) -> bool:
-    """Whether the answer math-verify read from prose stands in a list of candidates
-    ("3 or 4", "x = 3 or x = 4", "2 and 3", "3, 4"): a guard for a reference with one
-    answer, which math-verify would match against the first or last candidate."""
-    start = text.rfind(read)  # the last mention: where math-verify's rules read it
-    while start >= 0 and read:
-        end = start + len(read)
-        if (start > 0 and text[start - 1].isdigit()) or (end < len(text) and text[end].isdigit()):
-            start = text.rfind(read, 0, start)  # inside a longer number: look further back
-            continue
-        return bool(_BEFORE.search(text[max(0, start - 80) : start])
-                    or _AFTER.match(text[end : end + 80]))
-    return False
+def _guarded(pred: Answer, gold: Answer, gold_values: list[Any], read: str | None) -> str | None:
+    """Why math-verify's "yes" does not stand against a one-answer reference (``guards``),
+    or None: candidates in prose; words that hedge; a relation or chain read as its last
+    side; letters in another order."""
+    if read:
+        return "several candidate answers offered for one" if offers_several(
+            pred.items[0], read) else None
+    answer = pred.text
+    if hedged_words(answer, gold.text):
+        return "the answer hedges or qualifies itself in words"
+    if isinstance(_first_expr(gold_values), sympy.Expr):
+        why = relation_for_value(answer)
+        if why:
+            return why
+    mine, theirs = letter_sequence(answer), letter_sequence(gold.text)
+    if mine is not None and theirs is not None and mine.lower() != theirs.lower():
+        return "a different sequence of letters (their order matters)"
+    return None
 
 
 def _layers(gold: list[Any], pred: list[Any], tolerance: float) -> bool | None:

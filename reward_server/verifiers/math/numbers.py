@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from reward_server.verifiers.math.extract import Answer
+from reward_server.verifiers.math.guards import hedged_words
 from reward_server.verifiers.math.verdict import Verdict
 
 MAX_EXPONENT = 400  # 1e400 is a number; 1e99999999 is a memory attack on Fraction
@@ -61,6 +62,8 @@ def _clean(s: str) -> str:
 def parse_number(raw: str) -> Number | None:
     """``raw`` as a Number, or None when it is not a plain number."""
     if len(raw) > 200 or ", " in raw:  # "2, 3" is a list, not a decimal comma
+        return None
+    if hedged_words(raw, ""):  # "5 \\text{ thousand}", "5 \\text{ or six}": not a unit
         return None
     s = _clean(raw.strip())
     percent = s.endswith("%")

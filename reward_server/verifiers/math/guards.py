@@ -1,0 +1,132 @@
+"""Reward-hacking guards: answers math-verify reads as one value that state something else.
+
+math-verify keeps one side of what it parses: the last right-hand side of ``3 = 4``, the
+value after ``\\neq`` or ``>``, one number of "3 or maybe 4" in prose, a product of letters
+for ``ACB``. Against a reference with one value, each of those would score as correct. The
+functions here are pure text rules (no SymPy) that ``check`` runs before trusting a "yes".
+"""
+
+from __future__ import annotations
+
+import re
+
+_WORDS = r"(?:maybe|perhaps|possibly|even|else|rather)"
+_VALUE = r"(?:-?\d[\d.]*|\$[^$\n]{1,60}\$|\\\([^\n]{1,60}?\\\))"
+# what joins two candidates: "or", "and", "to", ";", ",", ± and logical or, "(or", ". Or"
+_JOIN = (
+    r"\s*[.(]?\s*(?:,\s|;|\bor\b|\band\b|\bto\b|\\pm|±|\\mp|\\lor|\\vee"
+    r"|\\text\s*\{\s*(?:or|and)\s*\})\s*(?:" + _WORDS + r"\s*)?"
+)
+_NAMED = r"(?:[a-zA-Z]\s*=\s*)?"
+_BEFORE = re.compile(_VALUE + _JOIN + _NAMED + r"\$?$", re.IGNORECASE)
+_AFTER = re.compile(r"^\$?" + _JOIN + _NAMED + _VALUE, re.IGNORECASE)
+_HEDGED = re.compile(_VALUE + r"\$?" + _JOIN + _NAMED + _VALUE, re.IGNORECASE)
+# "The answer is", "answer:": the sentence that states the answer, where math-verify reads it
+_ANCHOR = re.compile(r"answer\b[^\n.]{0,40}?(?:\bis\b|:)", re.IGNORECASE)
+# a sentence ends at ". " or a line break, unless the next one hedges ("3. Or 4.")
+_SENTENCE_END = re.compile(
+    r"(?:\.(?:\s|$)|\n)(?!\s*(?:or|maybe|perhaps|possibly|alternatively)\b)", re.IGNORECASE)
+
+
+def offers_several(text: str, read: str) -> bool:
+    """Whether the answer math-verify read from prose stands among other candidates
+    ("3 or 4", "x = 3 or x = 4", "3; 4", "3 (or 4)", "3 to 4", "3 \\pm 4"): a guard for a
+    reference with one answer, which math-verify would match against one of them.
+
+    With an "answer is"/"answer:" statement, only that sentence is looked at, so a check
+    that follows ("The answer is 12. Check: the divisors of 12 are 1, 2, 3, 4, 6, 12.") is
+    not a list. Otherwise the last mention of the value read, and its neighbours."""
+    if not read:
+        return False
+    anchor = None
+    for anchor in _ANCHOR.finditer(text):  # noqa: B007 - the last one
+        pass
+    if anchor is not None:
+        end = _SENTENCE_END.search(text, anchor.end())
+        sentence = text[anchor.end() : end.start() if end else len(text)]
+        if _mentions(sentence, read) >= 0:
+            return _HEDGED.search(sentence) is not None
+    start = _mentions(text, read)
+    if start < 0:
+        return False
+    end = start + len(read)
+    return bool(_BEFORE.search(text[max(0, start - 80) : start])
+                or _AFTER.match(text[end : end + 80]))
+
+
+def _mentions(text: str, read: str) -> int:
+    """Where ``read`` last stands on its own in ``text`` (not inside a longer number)."""
+    start = text.rfind(read)
+    while start >= 0:
+        end = start + len(read)
+        if (start > 0 and text[start - 1].isdigit()) or (end < len(text) and text[end].isdigit()):
+            start = text.rfind(read, 0, start)
+            continue
+        return start
+    return -1
+
+
+# A stated answer that hedges or disowns itself in words: "5 \text{ or six}",
+# "3 \text{ (wrong)}", "5 \text{ is not the answer}", "#### 3 (or 4)"; and number words that
+# multiply ("5 \text{ thousand}"), which a unit rule would drop.
+_WORD_HEDGE = re.compile(
+    r"(?<![\\\w])(?:or|maybe|perhaps|possibly|not|wrong|incorrect|either|nor|unless|except"
+    r"|thousands?|millions?|billions?|trillions?|hundreds?|dozens?|tens|half|quarter"
+    r"|times|twice|squared|cubed)\b",
+    re.IGNORECASE,
+)
+
+
+def hedged_words(answer: str, reference: str) -> bool:
+    """Whether a stated answer carries a hedge or multiplier word the reference lacks."""
+    said = {w.lower() for w in _WORD_HEDGE.findall(answer)}
+    return bool(said - {w.lower() for w in _WORD_HEDGE.findall(reference)})
+
+
+# Relations, negations, implications and other operators whose one side math-verify may keep.
+_RELATION = re.compile(
+    r"\\(?:neq?|not|neg|lnot|le|ge|leq|geq|leqslant|geqslant|lt|gt|approx|sim|simeq|cong"
+    r"|equiv|lor|vee|land|wedge|to|rightarrow|Rightarrow|leftarrow|Leftarrow|implies|iff"
+    r"|mapsto|longrightarrow|choose|cancel|sout|xcancel|bcancel|propto)(?![a-zA-Z])"
+    r"|[<>≠≤≥≈→]|!=|\\\\"
+)
+_SUBSCRIPT = re.compile(r"_\s*(?:\{[^{}]*\}|\\?[A-Za-z0-9])")
+_COMMAND = re.compile(r"\\[a-zA-Z]+\s*")
+_NAME = re.compile(r"[A-Za-z(),:'\s]+")
+
+
+def relation_for_value(answer: str) -> str | None:
+    """Why ``answer`` is not one value (reason), or None when it is. For a reference that is a
+    plain value: ``3 = 4``, ``x = 3 = 4``, ``2+2=5``, ``\\neq 3``, ``> 3``, ``3 \\lor 4``,
+    ``3 \\\\ 4``, ``3 \\to 4``, ``\\cancel{3} 4``. ``x = 3`` (one ``=`` after a name) is
+    an assignment and stays a value, as math-verify reads it."""
+    plain = answer
+    if "\\begin" in plain:  # matrices and arrays: "\\" is their row separator
+        plain = plain.replace("\\\\", " ")
+    if _RELATION.search(plain):
+        return "a relation or operator, not a value"
+    sides = plain.split("=")
+    if len(sides) > 2:
+        return "a chain of equations, not a value"
+    if len(sides) == 2:
+        name = _COMMAND.sub("", _SUBSCRIPT.sub("", sides[0])).replace("{", "").replace("}", "")
+        if not sides[0].strip() or not _NAME.fullmatch(name or "x"):
+            return "an equation between values, not a value"
+    return None
+
+
+_ORDERED_PREFIX = re.compile(r"\\(?:angle|measuredangle|triangle|overline|overarc|arc|widehat)\s*")
+_TEXT_COMMAND = re.compile(r"\\(?:text|mathrm|textrm|textbf|mathbf|textit|mathit)\s*")
+_LETTERS = re.compile(r"[A-Za-z]+")
+
+
+def letter_sequence(text: str) -> str | None:
+    """``ABC``, ``\\angle BAC``, ``silent``: names whose order matters (points, words), as
+    the letters in order; None for anything else. Two lower-case letters (``ab``) stay an
+    algebraic product, which math-verify compares."""
+    body = re.sub(r"[{}\s]", "", _TEXT_COMMAND.sub("", _ORDERED_PREFIX.sub("", text)))
+    if not _LETTERS.fullmatch(body) or len(body) < 2:
+        return None
+    if body.isupper() or len(body) >= 4 or _ORDERED_PREFIX.search(text):
+        return body
+    return None
