@@ -14,6 +14,7 @@ cheap items without waiting for a pool worker):
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ from reward_server.verifiers.math.check import check, warm_up
 from reward_server.verifiers.math.extract import Answer, ExtractMode, extract_answer, extract_gold
 from reward_server.verifiers.math.numbers import fast_check
 from reward_server.verifiers.math.verdict import Verdict
+
+# what an empty reference is made of: spaces, '#', '$', empty boxes
+_EMPTY_REFERENCE = re.compile(r"\s|#|\$|\\(?:boxed|fbox)\s*\{\s*\}")
 
 
 class MathItem(ItemBase):
@@ -50,6 +54,15 @@ class MathItem(ItemBase):
         None, ge=0, le=1,
         description="Relative tolerance for decimals; default from the server settings.",
     )
+
+    @field_validator("answer")
+    @classmethod
+    def _reference_states_something(cls, answer: str) -> str:
+        """An empty reference (``""``, ``"#### "``, ``"$$"``, ``"\\boxed{}"``) is the dataset's
+        fault: a 422 naming the field, not a 0 the completion would be given."""
+        if not _EMPTY_REFERENCE.sub("", answer):
+            raise ValueError("the reference answer is empty")
+        return answer
 
 
 # "unavailable": killed from outside its worker again and again (not the response's doing)
