@@ -7,8 +7,14 @@ from fractions import Fraction
 
 import pytest
 
-from reward_server.verifiers.math.check import check, has_several, offers_several, parse_gold
+from reward_server.verifiers.math.check import check, has_several, parse_gold
 from reward_server.verifiers.math.extract import Answer
+from reward_server.verifiers.math.guards import (
+    hedged_words,
+    letter_sequence,
+    offers_several,
+    relation_for_value,
+)
 from reward_server.verifiers.math.numbers import (
     Number,
     fast_check,
@@ -161,3 +167,51 @@ def test_several_and_offers() -> None:
     assert offers_several("it is 3 or 4", "3")
     assert not offers_several("3 and 4 make 7", "7")
     assert not offers_several("it is 12345", "2")
+
+
+@pytest.mark.parametrize(
+    ("text", "read", "several"),
+    [
+        ("The answer is 3 or maybe 4.", "3", True),
+        ("Answer: 3 OR 4", "3", True),
+        ("The answer is 3; 4", "3", True),
+        ("answer: 3 (or 4)", "3", True),
+        ("The answer is 3 to 4", "3", True),
+        ("The answer is 3 \\pm 4.", "3", True),
+        ("The answer is 3. Or 4.", "3", True),
+        ("It is 3. Or 4.", "4", True),
+        # a check after the stated answer is not a list of candidates
+        ("The answer is 12.\n\nCheck: the divisors of 12 are 1, 2, 3, 4, 6, 12.", "12", False),
+        ("The answer is 3.\n\nLet me verify: 1+2=3, 2+2=4.", "3", False),
+        ("So the answer is 5.\nDouble-check: 16 - 3 - 4 - 4 = 5, 5 eggs.", "5", False),
+        ("The answer is 12, since 3 * 4 = 12.", "12", False),
+    ],
+)
+def test_offers_several_reads_the_stated_sentence(text: str, read: str, several: bool) -> None:
+    assert offers_several(text, read) is several
+
+
+@pytest.mark.parametrize(
+    ("answer", "value"),
+    [
+        ("3 = 4", False), ("x = 3 = 4", False), ("2+2=5", False), ("\\neq 3", False),
+        ("\\not= 3", False), ("> 3", False), ("\\le 3", False), ("3 \\approx 4", False),
+        ("3 \\lor 4", False), ("3 \\\\ 4", False), ("3 \\to 4", False), ("3 \\choose 4", False),
+        ("\\cancel{3} 4", False), ("\\not 3", False),
+        ("x = 3", True), ("F_{n} = 5", True), ("(p, q) = (3, 2)", True), ("\\theta = 30", True),
+        ("\\left(1, 2\\right)", True), ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", True),
+    ],
+)
+def test_relation_for_value(answer: str, value: bool) -> None:
+    assert (relation_for_value(answer) is None) is value
+
+
+def test_hedged_words_and_letter_sequences() -> None:
+    assert hedged_words("5 \\text{ or six}", "5")
+    assert hedged_words("5 \\text{ thousand}", "5")
+    assert not hedged_words("3 \\times 10^{5}", "300000")  # \times is no word
+    assert not hedged_words("\\text{not possible}", "\\text{not possible}")
+    assert letter_sequence("\\angle BAC") == "BAC"
+    assert letter_sequence("silent") == "silent"
+    assert letter_sequence("ab") is None  # two lower-case letters: a product
+    assert letter_sequence("2x") is None
