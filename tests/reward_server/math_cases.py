@@ -104,6 +104,10 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     (B("\\$5.00"), "5", True),
     (B("5 \\text{ dollars}"), "5", True),
     (B("\\text{5 apples}"), "5", True),
+    (B("18 cookies"), "18", True),  # bare words after a number: a unit
+    ("#### 18 dollars", "18", True),
+    (B("18 cookies"), "19", False),
+    (B("5 or six"), "5", False),
     (B("6 \\text{ cm}"), "12", False),
     (B("90^\\circ"), "90", True),
     (B("90^{\\circ}"), "90", True),

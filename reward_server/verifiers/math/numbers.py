@@ -51,9 +51,16 @@ _FRAC_VARIANT = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 _WORDED = re.compile(r"\\(?:text|mbox|textnormal)\s*\{\s*([-+]?[\d.,/]+)\s+[a-zA-Z][a-zA-Z ]*\}")
 
 
+# "18 cookies", "#### 18 dollars": a number followed by bare words (3+ letters, no
+# function name: "2 \\sin" never gets here, "2 sin" must not become 2)
+_BARE_WORDS = re.compile(r"([-+]?[\d.,/]+)\s+([a-zA-Z]{3,}(?:\s+[a-zA-Z]{2,})*)\.?")
+_FUNCTION_NAMES = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "exp", "sqrt", "sinh",
+                   "cosh", "tanh", "arcsin", "arccos", "arctan", "mod", "deg", "rad"}
+
+
 def _clean(s: str) -> str:
-    worded = _WORDED.fullmatch(s)
-    if worded:
+    worded = _WORDED.fullmatch(s) or _BARE_WORDS.fullmatch(s)
+    if worded and not _FUNCTION_NAMES & set(worded.group(0).lower().split()):
         s = worded.group(1)
     s = _FRAC_VARIANT.sub(r"\\frac", _NOISE.sub("", s)).replace("{,}", ",")
     return s.replace(" ", "").rstrip(".")
