@@ -270,6 +270,7 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     (B("\\cancel{3} 4"), "4", False),
     (B("f(x) = 4"), "4", True),
     (B("\\theta = 30"), "30", True),
+    (B("x_1 + x_2 = 5"), "5", True),
     # trailing words that are not units
     (B("5 \\text{ is not the answer}"), "5", False),
     (B("5 \\text{ or six}"), "5", False),

@@ -198,7 +198,7 @@ def test_offers_several_reads_the_stated_sentence(text: str, read: str, several:
         ("\\not= 3", False), ("> 3", False), ("\\le 3", False), ("3 \\approx 4", False),
         ("3 \\lor 4", False), ("3 \\\\ 4", False), ("3 \\to 4", False), ("3 \\choose 4", False),
         ("\\cancel{3} 4", False), ("\\not 3", False),
-        ("x = 3", True), ("F_{n} = 5", True), ("(p, q) = (3, 2)", True), ("\\theta = 30", True),
+        ("x = 3", True), ("F_{n} = 5", True), ("(p, q) = (3, 2)", True), ("\\theta = 30", True), ("x_1 + x_2 = 5", True), ("|AB| = 3", True),
         ("\\left(1, 2\\right)", True), ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", True),
     ],
 )

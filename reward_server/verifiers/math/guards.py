@@ -92,14 +92,15 @@ _RELATION = re.compile(
 )
 _SUBSCRIPT = re.compile(r"_\s*(?:\{[^{}]*\}|\\?[A-Za-z0-9])")
 _COMMAND = re.compile(r"\\[a-zA-Z]+\s*")
-_NAME = re.compile(r"[A-Za-z(),:'\s]+")
+_NAME = re.compile(r"[A-Za-z(),:'|+\-*/^!\s]+")  # letters only: "x_1 + x_2", "|AB|", "f(x)"
 
 
 def relation_for_value(answer: str) -> str | None:
     """Why ``answer`` is not one value (reason), or None when it is. For a reference that is a
     plain value: ``3 = 4``, ``x = 3 = 4``, ``2+2=5``, ``\\neq 3``, ``> 3``, ``3 \\lor 4``,
-    ``3 \\\\ 4``, ``3 \\to 4``, ``\\cancel{3} 4``. ``x = 3`` (one ``=`` after a name) is
-    an assignment and stays a value, as math-verify reads it."""
+    ``3 \\\\ 4``, ``3 \\to 4``, ``\\cancel{3} 4``. ``x = 3`` (one ``=`` after a name: no
+    digit outside subscripts, as in ``x_1 + x_2 = 5``) is an assignment and stays a value, as
+    math-verify reads it."""
     plain = answer
     if "\\begin" in plain:  # matrices and arrays: "\\" is their row separator
         plain = plain.replace("\\\\", " ")
