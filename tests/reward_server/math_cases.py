@@ -202,6 +202,16 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     (B(_M("1&2\\\\4&3")), _M("1&2\\\\3&4"), False),
     (B(_M("1\\\\2")), _M("1&2"), False),
     (B(_M("0.5\\\\2")), _M("\\frac12\\\\2"), True),
+    # repeating decimals and Unicode math
+    (B("0.\\overline{3}"), "\\frac13", True),
+    (B("0.1\\bar{6}"), "\\frac{1}{6}", True),
+    (B("0.\\overline{3}"), "0.3", False),
+    (B("½"), "0.5", True),
+    (B("√2"), "\\sqrt{2}", True),
+    (B("√3"), "\\sqrt{2}", False),
+    (B("x²"), "x^2", True),
+    (B("∞"), "\\infty", True),
+    ("The answer is −3.", "-3", True),
     # infinity
     (B("\\infty"), "\\infty", True),
     (B("-\\infty"), "\\infty", False),

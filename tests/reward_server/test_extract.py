@@ -33,6 +33,7 @@ from reward_server.verifiers.math.extract import Answer, extract_answer, extract
         ("\\boxed{}", "auto", None),
         ("\\boxed{42", "auto", None),  # an unclosed box: the answer was cut off
         ("   ", "auto", None),
+        ("\\boxed{½ + √2 + x²}", "auto", Answer(("\\frac{1}{2} + \\sqrt{2} + x^{2}",))),
         # no marked answer: the text goes to math-verify's own extraction, in the worker
         ("I think it is 42", "auto", Answer(("I think it is 42",), kind="text")),
         ("I think it is 42", "marked", Answer(("I think it is 42",), kind="marked")),

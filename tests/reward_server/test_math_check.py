@@ -66,6 +66,9 @@ def test_parse_number(text: str, expected: Number | None) -> None:
         ("50\\%", "50", 1e-6, True),
         ("0.28", "28", 1e-6, False),
         ("0", "0.0", 0.0, True),
+        ("\\frac13", "0.\\overline{3}", 1e-6, True),  # a repeating decimal is exact
+        ("\\frac13", "0.\\overline{33}", 0.0, True),
+        ("0.34", "0.\\overline{3}", 1e-6, False),
         ("0.0", "0", 1e-6, True),
         ("1.6\\times10^{-19}", "0", 1e-6, False),  # relative only: 0 is no tiny value
         ("0.0000000005", "0", 1e-6, False),

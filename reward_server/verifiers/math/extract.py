@@ -209,8 +209,32 @@ def _tail(text: str) -> str:
     return tail[newline + 1 :] if 0 <= newline < _TAIL_CHARS // 2 else tail
 
 
+_UNICODE = {"½": "\\frac{1}{2}", "⅓": "\\frac{1}{3}", "⅔": "\\frac{2}{3}", "¼": "\\frac{1}{4}",
+            "¾": "\\frac{3}{4}", "∞": "\\infty", "π": "\\pi", "−": "-", "×": "\\times",
+            "·": "\\cdot", "²": "^{2}", "³": "^{3}", "≤": "\\le ", "≥": "\\ge ", "≠": "\\neq "}
+_UNICODE_RE = re.compile("|".join(_UNICODE))
+_ROOT = re.compile(r"√\s*(\d+|[a-zA-Z]|\([^()]*\))")
+
+
+def unicode_math(text: str) -> str:
+    """``½``, ``√2``, ``∞``, ``x²``, ``−3`` as LaTeX, which the parser reads (it reads none of
+    them). Only characters with one LaTeX spelling; ASCII text is returned as is."""
+    if text.isascii():
+        return text
+    text = _ROOT.sub(lambda m: "\\sqrt{" + m.group(1).strip("()") + "}", text)
+    return _UNICODE_RE.sub(lambda m: _UNICODE[m.group()], text)
+
+
 def extract_answer(response: str, mode: ExtractMode = "auto") -> Answer | None:
     """The final answer of ``response``, or None when it states none."""
+    answer = _extract(response, mode)
+    if answer is None or answer.text.isascii():
+        return answer
+    wide = tuple(unicode_math(i) for i in answer.wide) if answer.wide else None
+    return Answer(tuple(unicode_math(i) for i in answer.items), answer.kind, wide)
+
+
+def _extract(response: str, mode: ExtractMode) -> Answer | None:
     boxes, cut_off = _boxes_from_end(response)
     minerva = _minerva(response) if mode != "boxed" else None
     if boxes and not (minerva and minerva[0] >= boxes[0].end):
@@ -256,4 +280,4 @@ def extract_gold(answer: str) -> Answer:
     marked = any(m in stripped for m in ("\\boxed", "\\fbox", "\\(", "\\[")) or (
         _MATH_DOLLAR.search(stripped) is not None or _ANSWER_WORD.search(stripped) is not None
     )
-    return Answer((stripped,), kind="text" if marked else "latex")
+    return Answer((unicode_math(stripped),), kind="text" if marked else "latex")

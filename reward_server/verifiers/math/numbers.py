@@ -82,7 +82,21 @@ def parse_number(raw: str) -> Number | None:
     return Number(value.value, value.inexact, percent)
 
 
+# "0.\\overline{3}", "0.1\\bar{6}": a repeating decimal is an exact fraction
+_REPEATING = re.compile(r"([+-]?)(\d*)\.(\d*)\\(?:overline|bar)\{?(\d{1,50})\}?")
+
+
+def _repeating(m: re.Match[str]) -> Fraction:
+    sign, whole, fixed, period = m.groups()
+    value = Fraction(int(whole or "0")) + Fraction(int(fixed or "0"), 10 ** len(fixed))
+    value += Fraction(int(period), (10 ** len(period) - 1) * 10 ** len(fixed))
+    return -value if sign == "-" else value
+
+
 def _plain(s: str) -> Number | None:
+    m = _REPEATING.fullmatch(s)
+    if m:
+        return Number(_repeating(m))
     if _INT.fullmatch(s):
         return Number(Fraction(int(s)))
     if _DECIMAL.fullmatch(s):
