@@ -475,3 +475,17 @@ def test_an_honest_item_next_to_a_sleeping_one_is_scored(srv: ServerProcess) -> 
     statuses = [t["status"] for t in out["sleeper"]["tests"]]
     assert statuses == ["timeout"] * 25 and out["sleeper"]["score"] == 0.0
     assert "budget" in out["sleeper"]["tests"][-1]["stderr"]
+
+
+def test_all_or_nothing_stops_at_the_first_failure(srv: ServerProcess) -> None:
+    """The first failure decides an all-or-nothing item: the sleeping tests after it never
+    hold the container (they would take 3 x 2 s)."""
+    program = "import time\nn = int(input())\nif n:\n    time.sleep(2)\nprint(n)"
+    tests = [{"input": "0", "output": "1"}] + [{"input": "1", "output": "1"}] * 3
+    started = time.monotonic()
+    result = run(srv, response=program, tests=tests, all_or_nothing=True)
+    assert time.monotonic() - started < 5, result
+    assert [t["status"] for t in result["tests"]] == ["wrong_answer"] + ["skipped"] * 3
+    assert (result["score"], result["total"]) == (0.0, 4)
+    partial = run(srv, response=program, tests=tests)  # without it every test runs
+    assert [t["status"] for t in partial["tests"]] == ["wrong_answer"] + ["passed"] * 3
