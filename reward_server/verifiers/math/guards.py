@@ -131,3 +131,43 @@ def letter_sequence(text: str) -> str | None:
     if body.isupper() or len(body) >= 4 or _ORDERED_PREFIX.search(text):
         return body
     return None
+
+
+# Multiple choice. A reference that is one option letter: "C", "(C)", "\text{(C)}".
+_CHOICE_GOLD = re.compile(r"\s*(?:\\(?:text|textbf|mathrm|mathbf)\s*\{)?\s*\(?([A-E])\)?\s*\}?\s*")
+# A stated answer that opens with a parenthesised option ("\textbf{(C)}\ 12", "(C) 12") or
+# "C. 12" / "C: 12"; a bare "C + 1" is an expression, not an option.
+_CHOICE_STATED = re.compile(
+    r"\s*(?:\\(?:text|textbf|mathrm|mathbf)\s*\{)?\s*(?:\(([A-E])\)|([A-E])[.:](?:\s|\\ |$))")
+# Prose: "The answer is (C).", "**Answer: (C)**", "Answer: C", "The correct option is C."
+_CHOICE_PROSE = re.compile(
+    r"(?:answer|option|choice)(?:\s+is)?\s*:?\s*\**\s*\(?([A-E])\)?(?![A-Za-z0-9])",
+    re.IGNORECASE)
+
+
+def choice_verdict(answer: str, prose: bool, reference: str) -> bool | None:
+    """Against a reference that is one option letter: whether ``answer`` names it, or None
+    when this rule does not apply (the reference is no option letter, or the answer names
+    none in these forms)."""
+    gold = _CHOICE_GOLD.fullmatch(reference)
+    if gold is None:
+        return None
+    text = answer[-2000:] if prose else answer
+    found = None
+    if prose:
+        for found in _CHOICE_PROSE.finditer(text):  # noqa: B007 - the last one
+            pass
+        if found and not found.group(1).isupper():
+            found = None
+    else:
+        found = _CHOICE_STATED.match(text)
+    if found is None:
+        return None
+    rest = text[found.end() : found.end() + 200]
+    end = _SENTENCE_END.search(rest) if prose else None
+    if _OTHER_OPTION.search(rest[: end.start()] if end else rest):
+        return False  # "(A) or (C)", "(A), (B), (C)": several options for one
+    return next(letter for letter in found.groups() if letter) == gold.group(1)
+
+
+_OTHER_OPTION = re.compile(r"\([A-E]\)|(?<![A-Za-z\\])[A-E](?![A-Za-z])")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from reward_server.verifiers.math.extract import Answer
-from reward_server.verifiers.math.guards import hedged_words
+from reward_server.verifiers.math.guards import choice_verdict, hedged_words
 from reward_server.verifiers.math.verdict import Verdict
 
 MAX_EXPONENT = 400  # 1e400 is a number; 1e99999999 is a memory attack on Fraction
@@ -162,6 +162,9 @@ def fast_check(pred: Answer, gold: Answer, tolerance: float) -> Verdict | None:
     text; else None (the worker decides)."""
     if gold.kind != "latex" or len(pred.items) != 1:
         return None  # a response that is only a number is one, whatever its kind
+    choice = choice_verdict(pred.text, pred.kind != "latex", gold.text)
+    if choice is not None:  # "(C) 12", "The answer is (C)." against "C"
+        return Verdict(choice, "ok", None if choice else "another option than the reference")
     if pred.kind == "latex" and same_text(pred.text, gold.text):
         return Verdict(True, "ok", None)
     if huge_exponent(pred.text):
