@@ -233,6 +233,10 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     ("The answer is (B).", "C", False),
     ("The answer is (A) or (C).", "A", False),
     ("The answer is (A), (B), (C), (D), (E)", "C", False),
+    (B("A, B, D"), "\\text{A, B, D}", True),  # lists of options, in any order
+    (B("\\text{C, A}"), "\\text{A, C}", True),
+    (B("A, B"), "\\text{A, B, D}", False),
+    (B("A, B, C, D"), "\\text{A, B, D}", False),
     (B("\\text{Monday}"), "\\text{monday}", True),
     (B("\\text{Tuesday}"), "\\text{Monday}", False),
     (B("\\text{even}"), "\\text{odd}", False),

@@ -171,3 +171,20 @@ def choice_verdict(answer: str, prose: bool, reference: str) -> bool | None:
 
 
 _OTHER_OPTION = re.compile(r"\([A-E]\)|(?<![A-Za-z\\])[A-E](?![A-Za-z])")
+
+
+_LETTER_LIST = re.compile(r"[A-Z](?:\s*(?:,|\\,|and|\\text\{\s*(?:,|and)\s*\})\s*[A-Z])+")
+
+
+def option_set_verdict(answer: str, reference: str) -> bool | None:
+    """Against a reference that lists option letters (``\\text{A, B, D}``): whether the
+    answer lists the same ones in any order (``A, B, D``, ``\\text{D, A, B}``); None when
+    either side is no such list."""
+    letters = []
+    for text in (reference, answer):
+        body = _TEXT_COMMAND.sub("", text).replace("{", "").replace("}", "").strip()
+        if not _LETTER_LIST.fullmatch(body):
+            return None
+        letters.append(re.findall(r"(?<![A-Za-z])[A-Z](?![A-Za-z])", body))
+    gold, mine = letters
+    return sorted(set(gold)) == sorted(mine)  # a repeated letter is no second option

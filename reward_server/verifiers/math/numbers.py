@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from reward_server.verifiers.math.extract import Answer
-from reward_server.verifiers.math.guards import choice_verdict, hedged_words
+from reward_server.verifiers.math.guards import choice_verdict, hedged_words, option_set_verdict
 from reward_server.verifiers.math.verdict import Verdict
 
 MAX_EXPONENT = 400  # 1e400 is a number; 1e99999999 is a memory attack on Fraction
@@ -163,6 +163,8 @@ def fast_check(pred: Answer, gold: Answer, tolerance: float) -> Verdict | None:
     if gold.kind != "latex" or len(pred.items) != 1:
         return None  # a response that is only a number is one, whatever its kind
     choice = choice_verdict(pred.text, pred.kind != "latex", gold.text)
+    if choice is None and pred.kind == "latex":
+        choice = option_set_verdict(pred.text, gold.text)  # "A, B, D" = "\\text{D, A, B}"
     if choice is not None:  # "(C) 12", "The answer is (C)." against "C"
         return Verdict(choice, "ok", None if choice else "another option than the reference")
     if pred.kind == "latex" and same_text(pred.text, gold.text):
