@@ -10,9 +10,11 @@ import pytest
 from reward_server.verifiers.math.check import check, has_several, parse_gold
 from reward_server.verifiers.math.extract import Answer
 from reward_server.verifiers.math.guards import (
+    choice_verdict,
     hedged_words,
     letter_sequence,
     offers_several,
+    option_set_verdict,
     relation_for_value,
 )
 from reward_server.verifiers.math.numbers import (
@@ -218,3 +220,16 @@ def test_hedged_words_and_letter_sequences() -> None:
     assert letter_sequence("silent") == "silent"
     assert letter_sequence("ab") is None  # two lower-case letters: a product
     assert letter_sequence("2x") is None
+
+
+def test_choice_verdicts() -> None:
+    assert choice_verdict("\\textbf{(C)}\\ 12", False, "C") is True
+    assert choice_verdict("C. 12", False, "\\text{(C)}") is True
+    assert choice_verdict("C + 1", False, "C") is None  # an expression, not an option
+    assert choice_verdict("The answer is (B).", True, "C") is False
+    assert choice_verdict("The answer is (A) or (C).", True, "A") is False
+    assert choice_verdict("The answer is (C). Then B fails.", True, "C") is True
+    assert choice_verdict("\\textbf{(C)}\\ 12", False, "12") is None  # no option reference
+    assert option_set_verdict("\\text{D, A, B}", "\\text{A, B, D}") is True
+    assert option_set_verdict("A, B", "\\text{A, B, D}") is False
+    assert option_set_verdict("1, 2", "\\text{A, B}") is None
