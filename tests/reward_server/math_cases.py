@@ -272,6 +272,8 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     ("The answer is 3 \\pm 4.", "3", False),
     ("The answer is 3. Or 4.", "3", False),
     ("It is 3. Or 4.", "4", False),
+    ("The answer is 3, or 4", "4", False),
+    ("It is 3, or 4.", "4", False),
     ("#### 3 (or 4)", "4", False),
     # ... but a check after an honest answer is not a list
     ("The answer is 12.\n\nCheck: the divisors of 12 are 1, 2, 3, 4, 6, 12.", "12", True),

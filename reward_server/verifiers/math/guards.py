@@ -14,7 +14,7 @@ _WORDS = r"(?:maybe|perhaps|possibly|even|else|rather)"
 _VALUE = r"(?:-?\d[\d.]*|\$[^$\n]{1,60}\$|\\\([^\n]{1,60}?\\\))"
 # what joins two candidates: "or", "and", "to", ";", ",", ± and logical or, "(or", ". Or"
 _JOIN = (
-    r"\s*[.(]?\s*(?:,\s|;|\bor\b|\band\b|\bto\b|\\pm|±|\\mp|\\lor|\\vee"
+    r"\s*[.,;(]?\s*(?:,\s|;|\bor\b|\band\b|\bto\b|\\pm|±|\\mp|\\lor|\\vee"
     r"|\\text\s*\{\s*(?:or|and)\s*\})\s*(?:" + _WORDS + r"\s*)?"
 )
 _NAMED = r"(?:[a-zA-Z]\s*=\s*)?"
