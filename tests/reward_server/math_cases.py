@@ -311,6 +311,7 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     # letter sequences (points, words) are ordered
     (B("\\angle BAC"), "\\angle ABC", False),
     (B("\\angle ABC"), "\\angle ABC", True),
+    (B("\\angle CBA"), "\\angle ABC", True),  # the same angle, read backwards
     (B("ACB"), "ABC", False),
     (B("silent"), "listen", False),
     # latex2sympy2_extended drops "\mathrm{e}}" as a unit; Euler's e must stay

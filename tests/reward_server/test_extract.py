@@ -82,6 +82,7 @@ def test_several_answers_rule(response: str, items: tuple[str, ...],
         ("\\$5 \\text{ per hour}", Answer(("\\$5 \\text{ per hour}",))),
         ("\\text{No answer}", Answer(("\\text{No answer}",))),  # a text answer, not prose
         ("The answer is 5.", Answer(("The answer is 5.",), kind="text")),
+        ("5 is the answer", Answer(("5 is the answer",), kind="text")),
     ],
 )
 def test_extract_gold(gold: str, expected: Answer) -> None:

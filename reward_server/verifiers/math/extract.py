@@ -261,15 +261,15 @@ _EMPTY_BOX = re.compile(r"\\(?:boxed|fbox) *\{\s*\}")
 
 _ONE_SPAN = re.compile(r"\$\$?([^$]+)\$\$?")
 _MATH_DOLLAR = re.compile(r"(?<!\\)\$")  # "\$18.90" is a dollar sign, not a math span
-# "The answer is 5", "Answer: 5": a worked solution; not "\text{No answer}" (a text answer)
-_ANSWER_WORD = re.compile(r"answer\s*(?:is\b|:)", re.IGNORECASE)
+# "answer" in prose marks a worked solution; "\text{No answer}" alone is a text answer
+_TEXT_ONLY = re.compile(r"\\(?:text|textbf|mathrm)\s*\{[^{}$]*\}")
 
 
 def extract_gold(answer: str) -> Answer:
     """The reference answer: bare LaTeX, or text a dataset stored (boxed, after ``####``,
     a whole worked solution). Bare references are LaTeX; anything with a box, a math
-    delimiter (not an escaped ``\\$``) or "answer is"/"answer:" in it is read by
-    math-verify's extraction."""
+    delimiter (not an escaped ``\\$``) or "answer" in it (unless it is one ``\\text{}``) is
+    read by math-verify's extraction."""
     stripped = answer.strip()
     inline = _ONE_SPAN.fullmatch(stripped)
     if inline:  # "$\\frac{1}{2}$": one math span and nothing else is bare LaTeX
@@ -278,6 +278,7 @@ def extract_gold(answer: str) -> Answer:
     if hashes is not None and "\\boxed" not in stripped:
         return Answer((hashes,))
     marked = any(m in stripped for m in ("\\boxed", "\\fbox", "\\(", "\\[")) or (
-        _MATH_DOLLAR.search(stripped) is not None or _ANSWER_WORD.search(stripped) is not None
+        _MATH_DOLLAR.search(stripped) is not None
+        or ("answer" in stripped.lower() and not _TEXT_ONLY.fullmatch(stripped))
     )
     return Answer((unicode_math(stripped),), kind="text" if marked else "latex")

@@ -123,12 +123,15 @@ _LETTERS = re.compile(r"[A-Za-z]+")
 
 def letter_sequence(text: str) -> str | None:
     """``ABC``, ``\\angle BAC``, ``silent``: names whose order matters (points, words), as
-    the letters in order; None for anything else. Two lower-case letters (``ab``) stay an
+    the letters in order (an angle or segment as the lesser of both directions: ``\\angle
+    ABC`` = ``\\angle CBA``); None for anything else. Two lower-case letters (``ab``) stay an
     algebraic product, which math-verify compares."""
     body = re.sub(r"[{}\s]", "", _TEXT_COMMAND.sub("", _ORDERED_PREFIX.sub("", text)))
     if not _LETTERS.fullmatch(body) or len(body) < 2:
         return None
-    if body.isupper() or len(body) >= 4 or _ORDERED_PREFIX.search(text):
+    if _ORDERED_PREFIX.search(text):  # an angle or segment read backwards is itself
+        return min(body, body[::-1])
+    if body.isupper() or len(body) >= 4:
         return body
     return None
 
