@@ -105,6 +105,10 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     (B("5 \\text{ dollars}"), "5", True),
     (B("\\text{5 apples}"), "5", True),
     (B("18 cookies"), "18", True),  # bare words after a number: a unit
+    (B("\\text{1,000}"), "1000", True),
+    (B("\\text{1,000}"), "100", False),
+    (B("50\\text{\\%}"), "0.5", True),
+    (B("40\\text{\\%}"), "0.5", False),
     ("#### 18 dollars", "18", True),
     (B("18 cookies"), "19", False),
     (B("5 or six"), "5", False),

@@ -48,7 +48,9 @@ _NOISE = re.compile(
 )
 _FRAC_VARIANT = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 # "\text{5 apples}": a number followed by words, all inside one text command
-_WORDED = re.compile(r"\\(?:text|mbox|textnormal)\s*\{\s*([-+]?[\d.,/]+)\s+[a-zA-Z][a-zA-Z ]*\}")
+_WORDED = re.compile(
+    r"\\(?:text|mbox|textnormal)\s*\{\s*([-+]?[\d.,/]+)(?:\s+[a-zA-Z][a-zA-Z ]*)?\s*\}")
+_TEXT_PERCENT = re.compile(r"\\(?:text|mbox|textnormal)\s*\{\s*\\?%\s*\}\s*$")  # 50\text{\%}
 
 
 # "18 cookies", "#### 18 dollars": a number followed by bare words (3+ letters, no
@@ -62,6 +64,7 @@ def _clean(s: str) -> str:
     worded = _WORDED.fullmatch(s) or _BARE_WORDS.fullmatch(s)
     if worded and not _FUNCTION_NAMES & set(worded.group(0).lower().split()):
         s = worded.group(1)
+    s = _TEXT_PERCENT.sub("%", s)
     s = _FRAC_VARIANT.sub(r"\\frac", _NOISE.sub("", s)).replace("{,}", ",")
     return s.replace(" ", "").rstrip(".")
 
