@@ -11,6 +11,7 @@ import docker
 import httpx
 import pytest
 
+from reward_server.verifiers.code import SPARE_CONTAINERS
 from tests.conftest import (
     SandboxRuntime,
     ServerProcess,
@@ -67,8 +68,8 @@ def assert_clean(srv: ServerProcess) -> None:
 
 def _pool_problem(srv: ServerProcess, client: docker.DockerClient) -> str | None:
     mine = sandbox_containers(srv.proc.pid, srv.docker_host)
-    if len(mine) != POOL or any(c["status"] != "running" for c in mine):
-        return f"pool not back to {POOL} running containers: {mine}"
+    if len(mine) != POOL + SPARE_CONTAINERS or any(c["status"] != "running" for c in mine):
+        return f"pool not back to {POOL} + {SPARE_CONTAINERS} running containers: {mine}"
     for c in mine:
         try:
             commands = container_commands(client.containers.get(c["id"]), srv.runtime)
