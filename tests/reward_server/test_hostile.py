@@ -78,7 +78,7 @@ def test_workers_are_replaced_after_timeouts(fast_timeout: ServerProcess) -> Non
             items = [{"response": "\\boxed{5^{5^{5^5}}}", "answer": "3"}] * 2
             results = c.post("/v1/verify/math", json={"items": items}).json()["results"]
             assert [r["status"] for r in results] == ["timeout", "timeout"]
-            assert "worker killed" in results[0]["detail"]
+            assert "exceeded" in results[0]["detail"]  # stopped in its worker, or killed
         items = [{"response": f"\\boxed{{\\frac{{{i}}}{{2}}}}", "answer": str(i / 2)}
                  for i in range(20)]
         results = c.post("/v1/verify/math", json={"items": items}).json()["results"]
