@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from reward_server.verifiers.code import SPARE_CONTAINERS
 from tests.conftest import run_server, sandbox_containers, wait_for_sandbox
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
@@ -29,7 +30,7 @@ def test_shutdown_removes_own_containers(tmp_path: Path) -> None:
     with run_server(tmp_path) as srv:
         wait_for_sandbox(srv.url)
         pid = srv.proc.pid
-        assert len(sandbox_containers(pid)) == 2
+        assert len(sandbox_containers(pid)) == 2 + SPARE_CONTAINERS  # POOL_SIZE=2, the spare
     assert sandbox_containers(pid) == []
 
 
@@ -51,7 +52,7 @@ def test_sigkill_mid_batch_then_restart_leaves_no_stray_container(tmp_path: Path
         os.killpg(first.proc.pid, signal.SIGKILL)
         first.proc.wait()
         sender.join()
-        assert len(sandbox_containers(dead_pid)) == 2  # left behind by the crash
+        assert len(sandbox_containers(dead_pid)) == 2 + SPARE_CONTAINERS  # left by the crash
 
     with run_server(tmp_path / "second") as second:
         _wait_until(lambda: sandbox_containers(dead_pid) == [])
