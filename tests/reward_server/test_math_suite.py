@@ -21,11 +21,14 @@ BAR = 0.97
 # inline math ($…$, \(…\)) does not span lines in the suite's latex-only group, but our
 # default reading falls back to the last bare number, as math-verify's default parse does.
 # And 1 - 1/\mathrm{e} is not 1 + 1/\mathrm{e}: the suite expects "equal" there, from a
-# latex2sympy2_extended rule that deletes "\mathrm{e}}" as a unit.
+# latex2sympy2_extended rule that deletes "\mathrm{e}}" as a unit. And two equations whose
+# sides differ (1/2 = 10/9; x = 1/3 ≈ 1.3) are no value for the relation guard (audit 6, 7).
 KNOWN: set[tuple[str, str]] = {
     ("$9$", "Answer $ \n 9 \n $"),
     ("$9$", "Answer \\( \n 9 \n \\)"),
     ("$1 - \\frac{1}{\\mathrm{e}}$", "$1 + \\frac{1}{\\mathrm{e}}$"),
+    ("$10/9$", "Answer $ \\frac{1}{2} \\$ = \\frac{10}{9} $"),
+    ("$1/3$", "$x=1/3\\approx1.3$"),
 }
 
 

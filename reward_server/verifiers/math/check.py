@@ -35,6 +35,7 @@ from reward_server.verifiers.math.guards import (
     letter_sequence,
     offers_several,
     relation_for_value,
+    stated_equation,
 )
 from reward_server.verifiers.math.numbers import parse_number
 from reward_server.verifiers.math.verdict import Verdict
@@ -129,20 +130,41 @@ def _guarded(pred: Answer, gold: Answer, gold_values: list[Any], read: str | Non
     """Why math-verify's "yes" does not stand against a one-answer reference (``guards``),
     or None: candidates in prose; words that hedge; a relation or chain read as its last
     side; letters in another order."""
-    if read:
-        return "several candidate answers offered for one" if offers_several(
-            pred.items[0], read) else None
+    value = isinstance(_first_expr(gold_values), sympy.Expr)
+    if read:  # math-verify's match: "3 \\to 4" read as 3 is a relation, not a value
+        if offers_several(pred.items[0], read):
+            return "several candidate answers offered for one"
+        equation = stated_equation(pred.items[0], read) if value else None
+        if equation and not _true_chain(equation):
+            return "an equation between values, not a value"
+        why = relation_for_value(read) if value else None
+        return None if why and _true_chain(read) else why
     answer = pred.text
     if hedged_words(answer, gold.text):
         return "the answer hedges or qualifies itself in words"
-    if isinstance(_first_expr(gold_values), sympy.Expr):
+    if value:
         why = relation_for_value(answer)
-        if why:
+        if why and not _true_chain(answer):
             return why
     mine, theirs = letter_sequence(answer), letter_sequence(gold.text)
     if mine is not None and theirs is not None and mine.lower() != theirs.lower():
         return "a different sequence of letters (their order matters)"
     return None
+
+
+def _true_chain(text: str) -> bool:
+    """``16 - 3 - 4 = 9``: a computation whose sides are all numbers, and equal; its value is
+    the last side (``2 + 2 = 5`` and ``3 = 4`` are false, so they are no value)."""
+    sides = text.split("=")
+    if not 2 <= len(sides) <= 4 or "\\\\" in text or any(c in text for c in "<>|&"):
+        return False
+    values = []
+    for side in sides:
+        parsed = _first_expr(_parse("\\boxed{" + side + "}", _CONFIG))
+        if not (isinstance(parsed, sympy.Expr) and _is_constant(parsed)):
+            return False
+        values.append(parsed)
+    return all(sympy.simplify(v - values[-1]) == 0 for v in values[:-1])
 
 
 def _layers(gold: list[Any], pred: list[Any], tolerance: float) -> bool | None:

@@ -13,9 +13,10 @@ import re
 _WORDS = r"(?:maybe|perhaps|possibly|even|else|rather)"
 _VALUE = r"(?:-?\d[\d.]*|\$[^$\n]{1,60}\$|\\\([^\n]{1,60}?\\\))"
 # what joins two candidates: "or", "and", "to", ";", ",", ± and logical or, "(or", ". Or"
+_SPACE = r"(?:\s|\\[,;:! ]|\\q?quad\b)*"
 _JOIN = (
-    r"\s*[.,;(]?\s*(?:,\s|;|\bor\b|\band\b|\bto\b|\\pm|±|\\mp|\\lor|\\vee"
-    r"|\\text\s*\{\s*(?:or|and)\s*\})\s*(?:" + _WORDS + r"\s*)?"
+    _SPACE + r"[.,;(]?" + _SPACE + r"(?:,\s|;|\bor\b|\band\b|\bto\b|\\pm|±|\\mp|\\lor|\\vee"
+    r"|\\text\s*\{\s*\(?\s*(?:or|and)\b[^{}]{0,10}\})" + _SPACE + r"(?:" + _WORDS + r"\s*)?"
 )
 _NAMED = r"(?:[a-zA-Z]\s*=\s*)?"
 _BEFORE = re.compile(_VALUE + _JOIN + _NAMED + r"\$?$", re.IGNORECASE)
@@ -24,6 +25,8 @@ _HEDGED = re.compile(_VALUE + r"\$?" + _JOIN + _NAMED + _VALUE, re.IGNORECASE)
 # "The answer is", "answer:": the sentence that states the answer, where math-verify reads it
 _ANCHOR = re.compile(r"answer\b[^\n.]{0,40}?(?:\bis\b|:)", re.IGNORECASE)
 # a sentence ends at ". " or a line break, unless the next one hedges ("3. Or 4.")
+_COMMAND = re.compile(r"\\[a-zA-Z]+\s*")
+_MORE_MATH = re.compile(r"[^A-Za-z\d]*\d")
 _SENTENCE_END = re.compile(
     r"(?:\.(?:\s|$)|\n)(?!\s*(?:or|maybe|perhaps|possibly|alternatively)\b)", re.IGNORECASE)
 
@@ -44,14 +47,38 @@ def offers_several(text: str, read: str) -> bool:
     if anchor is not None:
         end = _SENTENCE_END.search(text, anchor.end())
         sentence = text[anchor.end() : end.start() if end else len(text)]
-        if _mentions(sentence, read) >= 0:
-            return _HEDGED.search(sentence) is not None
+        at = _mentions(sentence, read)
+        if at >= 0:  # more math after the value read ("3 = 4", "3 \\cdot 4"): not what it says
+            rest = _COMMAND.sub(" ", sentence[at + len(read) :])
+            return _HEDGED.search(sentence) is not None or _MORE_MATH.match(rest) is not None
     start = _mentions(text, read)
     if start < 0:
         return False
     end = start + len(read)
     return bool(_BEFORE.search(text[max(0, start - 80) : start])
                 or _AFTER.match(text[end : end + 80]))
+
+
+def stated_equation(text: str, read: str) -> str | None:
+    """``3 = 4`` when the "answer is" sentence says that and math-verify read only ``4``:
+    the equation to check (``2 + 2 = 4`` is a computation; ``3 = 4`` is no value)."""
+    anchor = None
+    for anchor in _ANCHOR.finditer(text):  # noqa: B007 - the last one
+        pass
+    if anchor is None or not read:
+        return None
+    end = _SENTENCE_END.search(text, anchor.end())
+    sentence = text[anchor.end() : end.start() if end else len(text)]
+    at = _mentions(sentence, read)
+    if at < 0:
+        return None
+    before = sentence[:at].strip().strip("$")
+    if not _EQUATED.search(before):
+        return None
+    return (before + read).strip()
+
+
+_EQUATED = re.compile(r"\d[^A-Za-z=]*=\s*$")
 
 
 def _mentions(text: str, read: str) -> int:
@@ -85,13 +112,14 @@ def hedged_words(answer: str, reference: str) -> bool:
 
 # Relations, negations, implications and other operators whose one side math-verify may keep.
 _RELATION = re.compile(
-    r"\\(?:neq?|not|neg|lnot|le|ge|leq|geq|leqslant|geqslant|lt|gt|approx|sim|simeq|cong"
+    r"\\(?:neq?|not|neg|lnot|le|ge|leq|geq|leqslant|geqslant|lt|gt|sim|simeq|cong"
     r"|equiv|lor|vee|land|wedge|to|rightarrow|Rightarrow|leftarrow|Leftarrow|implies|iff"
-    r"|mapsto|longrightarrow|choose|cancel|sout|xcancel|bcancel|propto)(?![a-zA-Z])"
-    r"|[<>≠≤≥≈→]|!=|\\\\"
+    r"|mapsto|longrightarrow|choose|cancel|sout|xcancel|bcancel|propto|mid|nmid|setminus"
+    r"|oplus|otimes|in|notin|ni|cup|cap|colon|atop|gets|pmod|bmod|parallel|perp)(?![a-zA-Z])"
+    r"|[<>≠≤≥→?&]|!=|(?<!\\)[!~]\s*\d|\\[%#]\s*\d|\\\\"
 )
+_APPROX = re.compile(r"\\approx(?![a-zA-Z])|≈")
 _SUBSCRIPT = re.compile(r"_\s*(?:\{[^{}]*\}|\\?[A-Za-z0-9])")
-_COMMAND = re.compile(r"\\[a-zA-Z]+\s*")
 _NAME = re.compile(r"[A-Za-z(),:'|+\-*/^!\s]+")  # letters only: "x_1 + x_2", "|AB|", "f(x)"
 
 
@@ -102,11 +130,11 @@ def relation_for_value(answer: str) -> str | None:
     digit outside subscripts, as in ``x_1 + x_2 = 5``) is an assignment and stays a value, as
     math-verify reads it."""
     plain = answer
-    if "\\begin" in plain:  # matrices and arrays: "\\" is their row separator
-        plain = plain.replace("\\\\", " ")
-    if _RELATION.search(plain):
-        return "a relation or operator, not a value"
-    sides = plain.split("=")
+    if "\\begin" in plain:  # matrices and arrays: "\\" and "&" separate their cells
+        plain = plain.replace("\\\\", " ").replace("&", " ")
+    if _RELATION.search(plain) or (plain.count("|") - plain.count("\\|")) % 2:
+        return "a relation or operator, not a value"  # one "|" (3 | 4); |x| has two
+    sides = _APPROX.sub("=", plain).split("=")  # "x \\approx 11" names a value as "=" does
     if len(sides) > 2:
         return "a chain of equations, not a value"
     if len(sides) == 2:
