@@ -16,6 +16,7 @@ from reward_server.verifiers.math.guards import (
     offers_several,
     option_set_verdict,
     relation_for_value,
+    stated_equation,
 )
 from reward_server.verifiers.math.numbers import (
     Number,
@@ -203,6 +204,9 @@ def test_offers_several_reads_the_stated_sentence(text: str, read: str, several:
         ("\\not= 3", False), ("> 3", False), ("\\le 3", False), ("3 \\approx 4", False),
         ("3 \\lor 4", False), ("3 \\\\ 4", False), ("3 \\to 4", False), ("3 \\choose 4", False),
         ("\\cancel{3} 4", False), ("\\not 3", False),
+        ("3 \\cup 4", False), ("3 | 4", False), ("3 \\in 4", False), ("3 & 4", False),
+        ("3!4", False), ("x \\approx 11", True), ("|-4|", True), ("11,\\! 111", True),
+        ("5!", True),
         ("x = 3", True), ("F_{n} = 5", True), ("(p, q) = (3, 2)", True), ("\\theta = 30", True), ("x_1 + x_2 = 5", True), ("|AB| = 3", True),
         ("\\left(1, 2\\right)", True), ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", True),
     ],
@@ -233,3 +237,10 @@ def test_choice_verdicts() -> None:
     assert option_set_verdict("\\text{D, A, B}", "\\text{A, B, D}") is True
     assert option_set_verdict("A, B", "\\text{A, B, D}") is False
     assert option_set_verdict("1, 2", "\\text{A, B}") is None
+
+
+def test_stated_equation() -> None:
+    assert stated_equation("The answer is 3 = 4.", "4") == "3 =4"
+    assert stated_equation("The answer is x = 4.", "4") is None  # an assignment
+    assert stated_equation("The answer is 4.", "4") is None
+    assert stated_equation("I got 3 = 4", "4") is None  # no answer statement
