@@ -196,6 +196,10 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     (B("(4, \\infty) \\cup (-\\infty, 3)"), "(-\\infty,3)\\cup(4,\\infty)", True),
     (B("(-\\infty, 3] \\cup (4, \\infty)"), "(-\\infty,3)\\cup(4,\\infty)", False),
     (B("x \\in [0, 1]"), "[0, 1]", True),
+    (B("x > 2"), "(2, \\infty)", True),  # an inequality in one symbol is its interval
+    (B("x \\ge 2"), "(2, \\infty)", False),
+    (B("1 \\le x \\le 3"), "[1, 3]", True),
+    (B("1 < x \\le 3"), "[1, 3]", False),
     (B("2, 3"), "3, 2", True),
     (B("2, 3"), "2, 4", False),
     (B("2, 3"), "\\{2, 3\\}", True),

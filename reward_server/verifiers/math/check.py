@@ -175,9 +175,24 @@ def _layers(gold: list[Any], pred: list[Any], tolerance: float) -> bool | None:
     try:
         if isinstance(g, sympy.Eq) and isinstance(p, sympy.Eq) and _multiples(g, p):
             return True
+        if isinstance(g, sympy.Set) and _bounds_one_symbol(p):
+            return bool(p.as_set() == g)  # "x > 2" = (2, \infty), "1 \le x \le 3" = [1, 3]
         return _within_tolerance(g, p, tolerance)
     except Exception:  # SymPy raises many types on exotic input: let math-verify decide
         return None
+
+
+def _bounds_one_symbol(p: Any) -> bool:
+    """``x > 2``, ``1 \\le x \\le 3``: inequalities between one plain symbol and numbers
+    (``0 < f(x) < 1`` is math-verify's to compare)."""
+    relations = p.args if isinstance(p, sympy.And) else (p,)
+    if not all(isinstance(r, sympy.Rel) and not isinstance(r, sympy.Eq | sympy.Ne)
+               for r in relations):
+        return False
+    sides = [side for r in relations for side in (r.lhs, r.rhs)]
+    symbols = {side for side in sides if isinstance(side, sympy.Symbol)}
+    return len(symbols) == 1 and all(
+        isinstance(side, sympy.Symbol) or (side.is_number and side.is_real) for side in sides)
 
 
 def _first_expr(values: list[Any]) -> Any:
