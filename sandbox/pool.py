@@ -314,7 +314,7 @@ class ContainerPool:
             read_only=True,
             cap_drop=["ALL"],
             cap_add=HARNESS_CAPS,
-            security_opt=list(security_opt(c.seccomp_profile)),
+            security_opt=list(security_opt(c.seccomp_profile, c.runtime or "")),
             runtime=c.runtime or None,
             pids_limit=c.pids_limit,
             mem_limit=f"{c.memory_mb}m",

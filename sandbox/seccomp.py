@@ -1,6 +1,7 @@
 """The seccomp profile every sandbox container is created with: ``sandbox/seccomp.json``
-(what it blocks and where it comes from: ``sandbox/seccomp_generate.py``), or an operator's
-own, or the engine's built-in default."""
+(what it blocks and where it comes from: ``sandbox/seccomp_generate.py``; under gVisor its
+variant ``sandbox/seccomp-gvisor.json``), or an operator's own, or the engine's built-in
+default."""
 
 from __future__ import annotations
 
@@ -9,17 +10,21 @@ from functools import lru_cache
 from pathlib import Path
 
 PROFILE = Path(__file__).resolve().parent / "seccomp.json"
+PROFILE_GVISOR = PROFILE.with_name("seccomp-gvisor.json")
+GVISOR_RUNTIME = "runsc"  # the runtime name gVisor's docs register it under
 ENGINE_DEFAULT = "engine-default"  # the engine's built-in profile, whatever its version
 
 
 @lru_cache
-def security_opt(profile: str = "") -> tuple[str, ...]:
-    """Docker ``SecurityOpt`` for ``profile``: "" is ours, ``ENGINE_DEFAULT`` the engine's,
-    anything else a path to a profile JSON. The API takes the profile's text, not a path,
-    so a remote engine gets the same profile."""
+def security_opt(profile: str = "", runtime: str = "") -> tuple[str, ...]:
+    """Docker ``SecurityOpt`` for ``profile``: "" is ours (for ``runtime`` "runsc" its
+    gVisor variant, which runsc applies only when registered with ``--oci-seccomp``),
+    ``ENGINE_DEFAULT`` the engine's, anything else a path to a profile JSON. The API takes
+    the profile's text, not a path, so a remote engine gets the same profile."""
     if profile == ENGINE_DEFAULT:
         return ("no-new-privileges",)
-    path = Path(profile) if profile else PROFILE
+    ours = PROFILE_GVISOR if runtime == GVISOR_RUNTIME else PROFILE
+    path = Path(profile) if profile else ours
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:

@@ -17,9 +17,10 @@ IMAGE = "verifiable-rewards-sandbox:latest"
 BRIDGE = "vr-test-br0"
 RUNSC = "runsc"
 # gVisor's own loopback-only network (the sandbox has none; runsc will not build its network
-# from Docker's "none" namespace here). Not --oci-seccomp: this runsc (20221219) ignores a
-# rule's errnoRet, so clone3 fails with EPERM instead of ENOSYS and glibc cannot make threads.
-RUNSC_ARGS = ["--network=none"]
+# from Docker's "none" namespace here), and the container's seccomp profile applied inside
+# gVisor (sandbox/seccomp-gvisor.json: denies POSIX message queues, whose names gVisor keeps
+# between executions).
+RUNSC_ARGS = ["--network=none", "--oci-seccomp"]
 
 
 class ExtraEngine:

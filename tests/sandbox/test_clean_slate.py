@@ -246,13 +246,10 @@ libc.mq_open(b"/vr-left", os.O_CREAT | os.O_RDWR, 0o600, None)
 """
 
 
-def test_posix_message_queue_names_do_not_persist(srv: ServerProcess,
-                                                  request: pytest.FixtureRequest) -> None:
-    """A queue's name alone carries data (``/answer-<hash>-<digit>``). Under gVisor there is
-    no /dev/mqueue to list and remove them by, and mq_send/receive are ENOSYS: the names
-    persist until the seccomp profile denies mq_open there (reported with issue 10)."""
-    if srv.runtime == "runsc":
-        request.applymarker(pytest.mark.xfail(strict=True, reason="gVisor has no /dev/mqueue"))
+def test_posix_message_queue_names_do_not_persist(srv: ServerProcess) -> None:
+    """A queue's name alone carries data (``/answer-<hash>-<digit>``). runc: the harness
+    empties /dev/mqueue. gVisor has no /dev/mqueue to list and remove them by, so there
+    sandbox/seccomp-gvisor.json denies mq_open (runsc registered with --oci-seccomp)."""
     first = run(srv, response=MQUEUE, tests=[{"output": "absent"}])
     second = run(srv, response=MQUEUE, tests=[{"output": "absent"}])
     assert first["score"] == second["score"] == 1.0, (first, second)

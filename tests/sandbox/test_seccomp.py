@@ -12,8 +12,15 @@ from typing import Any
 import httpx
 import pytest
 
-from sandbox.seccomp import ENGINE_DEFAULT, PROFILE, security_opt
-from sandbox.seccomp_generate import SOCKET_FAMILIES, generate, socket_rules
+from sandbox.seccomp import ENGINE_DEFAULT, PROFILE, PROFILE_GVISOR, security_opt
+from sandbox.seccomp_generate import (
+    MQUEUE_SYSCALLS,
+    SOCKET_FAMILIES,
+    allowlist,
+    for_gvisor,
+    generate,
+    socket_rules,
+)
 from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
 
 BLOCKED_NAMES = {"io_uring_setup", "io_uring_enter", "io_uring_register", "socketcall",
@@ -91,10 +98,26 @@ def test_generate_applies_upstream_changes_to_a_20_10_profile() -> None:
     assert profile["archMap"][0]["subArchitectures"] == []
 
 
+def test_gvisor_variant_allows_clone3_and_denies_message_queues() -> None:
+    """runsc ignores errnoRet: no rule may rely on it, and clone3 must reach gVisor (ENOSYS
+    there) so glibc falls back to clone; mq_* fall to the default action (EPERM)."""
+    ours, gvisor = json.loads(PROFILE.read_text()), json.loads(PROFILE_GVISOR.read_text())
+    assert gvisor == for_gvisor(ours)
+    allowed = set(allowlist(gvisor)["names"])
+    assert "clone3" in allowed and not allowed & set(MQUEUE_SYSCALLS)
+    assert not [r for r in gvisor["syscalls"] if "errnoRet" in r]
+    assert set(allowlist(ours)["names"]) - allowed == set(MQUEUE_SYSCALLS)
+    assert gvisor["syscalls"][1:] == [r for r in ours["syscalls"][1:]
+                                      if r["names"] != ["clone3"]]
+
+
 def test_security_opt_choices(tmp_path) -> None:
     ours = security_opt("")
     assert ours[0] == "no-new-privileges" and ours[1].startswith("seccomp={")
     assert json.loads(ours[1].removeprefix("seccomp=")) == json.loads(PROFILE.read_text())
+    gvisor = json.loads(security_opt("", "runsc")[1].removeprefix("seccomp="))
+    assert gvisor == json.loads(PROFILE_GVISOR.read_text())
+    assert security_opt("", "runc") == ours
     assert security_opt(ENGINE_DEFAULT) == ("no-new-privileges",)
     (tmp_path / "bad.json").write_text("[1]")
     for path in (tmp_path / "missing.json", tmp_path / "bad.json"):
@@ -126,6 +149,7 @@ got = {
     "add_key": call(248, 0, 0, 0, 0, 0), "userfaultfd": call(323, 0), "bpf": call(321, 0, 0, 0),
     "perf_event_open": call(298, 0, 0, -1, -1, 0), "unshare user ns": call(272, 0x10000000),
     "mount": call(165, 0, 0, 0, 0, 0), "personality READ_IMPLIES_EXEC": call(135, 0x0400000),
+    "mq_open": call(240, 0, 0, 0, 0),
     "socket AF_UNIX": sock(1, 1), "socket AF_INET": sock(2, 2), "socket AF_INET6": sock(10, 1),
     "socket AF_NETLINK": sock(16, 3), "socketpair": 0 if socket.socketpair() else 1,
 }
@@ -189,21 +213,16 @@ int main() {
 """
 
 
-# Served by gVisor's own kernel (its io_uring and user namespaces are Go code in the Sentry;
-# the host kernel's are never reached): under runsc these may succeed.
-GVISOR_OWN = ("io_uring_setup", "io_uring_enter", "io_uring_register", "unshare user ns")
-
-
 def expected(runtime: str) -> dict[str, int | str | None]:
-    """Under runc the profile answers EPERM. gVisor is a kernel of its own: the profile is not
-    applied inside it (tests/extra_engine.py says why), and a blocked call need only fail
-    there, in gVisor's own words (EAFNOSUPPORT for AF_VSOCK, EACCES for keyctl, ...)."""
+    """The profile answers EPERM under runc, and under runsc too, where it is applied inside
+    gVisor (sandbox/seccomp-gvisor.json, runsc's --oci-seccomp: tests/extra_engine.py).
+    mq_open (NULL name: EFAULT where allowed) is denied under gVisor only, which keeps queue
+    names between executions; under runc the harness empties /dev/mqueue."""
     names = ("io_uring_setup", "io_uring_enter", "io_uring_register", "socket AF_VSOCK",
              "socket AF_ALG", "socket AF_TIPC", "keyctl", "add_key", "userfaultfd", "bpf",
              "perf_event_open", "unshare user ns", "mount", "personality READ_IMPLIES_EXEC")
-    if runtime == "runc":
-        return {**dict.fromkeys(names, errno.EPERM), **dict.fromkeys(ALLOWED, 0)}
-    return {**dict.fromkeys(names, "fails"), **dict.fromkeys(GVISOR_OWN, None),
+    mq_open = errno.EFAULT if runtime == "runc" else errno.EPERM
+    return {**dict.fromkeys(names, errno.EPERM), "mq_open": mq_open,
             **dict.fromkeys(ALLOWED, 0)}
 
 
@@ -239,9 +258,8 @@ def test_blocked_syscalls_fail_and_ordinary_ones_work(srv: ServerProcess,
 
 def test_socketcall_and_io_uring_from_cpp(srv: ServerProcess,
                                           sandbox_runtime: SandboxRuntime) -> None:
-    want = errno.EPERM if sandbox_runtime.name == "runc" else 0  # 0: any failure
     result = run(srv, response=PROBE_CPP, language="cpp", tests=[
-        {"input": f"ring {want}", "output": "ok"},
+        {"input": f"ring {errno.EPERM}", "output": "ok"},
         {"input": "socketcall", "output": "blocked"}])
     ring, socketcall = result["tests"]
     assert ring["status"] == "passed", result
