@@ -1,10 +1,10 @@
 """Writes ``sandbox/seccomp.json``, the sandbox's own seccomp profile, and its gVisor variant
 ``sandbox/seccomp-gvisor.json`` (``for_gvisor``): upstream Docker's current default profile,
-rebuilt from the 20.10 profile that Debian ships, plus two deviations of ours (fewer socket families; no 32-bit syscalls). Why our own: the engine's
-built-in default depends on its version, and Debian bookworm's Docker 20.10 still allows
-io_uring and AF_VSOCK sockets (issue 10, attack 10); a profile passed with ``security_opt``
-is the same on every engine (20.10 or later: it uses ``minKernel``, ``errnoRet`` and
-``defaultErrnoRet``).
+rebuilt from the 20.10 profile that Debian ships, plus two deviations of ours (fewer socket
+families; no 32-bit syscalls). Why our own: the engine's built-in default depends on its
+version, and Debian bookworm's Docker 20.10 still allows io_uring and AF_VSOCK sockets
+(issue 10, attack 10); a profile passed with ``security_opt`` is the same on every engine
+(20.10 or later: it uses ``minKernel``, ``errnoRet`` and ``defaultErrnoRet``).
 
 Provenance. The base is ``profiles/seccomp/default.json`` of Debian's
 ``golang-github-docker-docker-dev`` 20.10.24 (Apache-2.0, The Moby Authors). ``EDITS``
