@@ -113,7 +113,8 @@ def test_copies_of_one_hostile_completion_pay_once(server: ServerProcess) -> Non
                        timeout=300).json()["results"]
     elapsed = time.monotonic() - started
     assert [r["status"] for r in first] == ["timeout"] * 16
-    assert sum("remembered" in r["detail"] for r in first) >= 14  # at most one per worker ran
+    # one request's copies are one job (the verifier shares it), so it ran once
+    assert all("exceeded" in r["detail"] for r in first)
     assert elapsed < TIMEOUT_S + RESTART_S, elapsed  # not 16 x 2 s / 2 workers
     started = time.monotonic()
     again = httpx.post(server.url + "/v1/verify/math", json={"items": [item] * 4},

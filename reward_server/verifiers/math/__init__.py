@@ -121,12 +121,24 @@ class MathVerifier(Verifier):
             self._pool = None
 
     async def verify(self, items: Sequence[MathItem]) -> list[MathResult]:  # type: ignore[override]
-        return list(await asyncio.gather(*(self._verify_one(item) for item in items)))
+        """Each item's result. A group of G completions repeats answers (the same right
+        answer, the same wrong ones, verbatim copies): a job that occurs several times in
+        one request runs once, whether or not the result cache is on. The comparison is a
+        pure function of the job, so each copy gets the verdict it would get alone."""
+        shared: dict[PoolJob, asyncio.Future[MathResult]] = {}
+        return list(await asyncio.gather(*(self._verify_one(item, shared) for item in items)))
 
-    async def _verify_one(self, item: MathItem) -> MathResult:
+    async def _verify_one(self, item: MathItem,
+                          shared: dict[PoolJob, asyncio.Future[MathResult]]) -> MathResult:
         started = time.perf_counter()
         triaged = self.triage(item)
-        result = triaged if isinstance(triaged, MathResult) else await self.run_job(triaged)
+        if isinstance(triaged, MathResult):
+            result = triaged
+        else:
+            job = shared.get(triaged)
+            if job is None:
+                job = shared[triaged] = asyncio.ensure_future(self.run_job(triaged))
+            result = await job
         metrics.ITEMS.labels(self.name, result.status).inc()
         metrics.ITEM_LATENCY.labels(self.name).observe(time.perf_counter() - started)
         return result
