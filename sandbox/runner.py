@@ -12,17 +12,21 @@ from typing import Any
 from sandbox.channel import ChannelClosed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
-from sandbox.languages import LANGUAGES
+from sandbox.harness.statuses import (
+    EXECUTION_STATUSES,
+    HARNESS_ERROR,
+    REPLACES_CONTAINER,
+    RUNTIME_ERROR,
+    TEST_STATUSES,
+    TIMEOUT,
+    ExecutionStatus,
+    TestStatus,
+)
+from sandbox.languages import resolve
 from sandbox.pool import EnginePool, PooledContainer
 
 log = logging.getLogger("sandbox.runner")
 
-# What the harness may answer; anything else is a malformed verdict.
-EXECUTION_STATUSES = {"ok", "syntax_error", "compile_error", "bad_tests", "harness_error"}
-TEST_STATUSES = {"passed", "wrong_answer", "timeout", "runtime_error", "memory_limit",
-                 "output_limit", "skipped"}
-# A test status that says the container may be in a bad state: replace it.
-TROUBLE = {"timeout", "memory_limit", "output_limit"}
 # Slack on top of the harness's own limits before we stop waiting from outside: its sweep
 # and clean-up (bounded by the harness's JANITOR_TIMEOUT_S) come after the budget.
 OUTSIDE_SLACK_S = 15.0
@@ -60,14 +64,14 @@ class Execution:
 
 @dataclass
 class TestResult:
-    status: str  # one of TEST_STATUSES
+    status: TestStatus
     time_ms: float
     stderr: str = ""
 
 
 @dataclass
 class ExecutionResult:
-    status: str  # ok | syntax_error | compile_error | bad_tests
+    status: ExecutionStatus
     tests: list[TestResult] = field(default_factory=list)
     detail: str | None = None
 
@@ -100,11 +104,12 @@ class Sandbox:
 
     def _job(self, ex: Execution) -> tuple[dict, int, float]:
         c = self.config
-        spec = LANGUAGES[ex.language]
+        spec = resolve(ex.language)
+        assert spec is not None  # execute() checked it
         time_limit = min(ex.time_limit_s or c.default_time_limit_s, c.max_time_limit_s)
         memory = min(ex.memory_mb or c.default_memory_mb, c.max_memory_mb)
         job = {
-            "language": spec.as_job(), "source": ex.source, "time_limit_s": time_limit,
+            "language": spec.as_job(memory), "source": ex.source, "time_limit_s": time_limit,
             "memory_mb": memory, "output_limit_bytes": c.output_limit_bytes,
             "stderr_tail_bytes": c.stderr_tail_bytes,
             "compile_time_limit_s": c.compile_time_limit_s,
@@ -126,7 +131,7 @@ class Sandbox:
 
     async def execute(self, ex: Execution) -> ExecutionResult:
         """Run ``ex``; raises SandboxUnavailable when no container can be had."""
-        if ex.language not in LANGUAGES:
+        if resolve(ex.language) is None:
             raise ValueError(f"unknown language {ex.language!r}")
         job, count, budget = self._job(ex)
         failure = "Docker engines went away"
@@ -141,7 +146,7 @@ class Sandbox:
             except ChannelTimeout:
                 self.pool.release(pooled, healthy=False)
                 return ExecutionResult("ok", [
-                    TestResult("timeout", budget * 1000,
+                    TestResult(TIMEOUT, budget * 1000,
                                f"the execution ran past its wall-clock budget of {budget:.1f} s")
                     for _ in range(count)])
             except BaseException:
@@ -161,7 +166,7 @@ class Sandbox:
         log.warning("sandbox container %s died: %s", pooled.id, exc)
         self.pool.release(pooled, healthy=False)
         return ExecutionResult("ok", [
-            TestResult("runtime_error", 0.0, "the sandbox container died during the run")
+            TestResult(RUNTIME_ERROR, 0.0, "the sandbox container died during the run")
             for _ in range(count)])
 
     def _result(self, pooled: PooledContainer, reply: Any, count: int) -> ExecutionResult | None:
@@ -172,16 +177,16 @@ class Sandbox:
             log.warning("sandbox container %s sent a malformed verdict", pooled.id)
             self.pool.release(pooled, healthy=False)
             return ExecutionResult("ok", [
-                TestResult("runtime_error", 0.0, "the sandbox returned a malformed verdict")
+                TestResult(RUNTIME_ERROR, 0.0, "the sandbox returned a malformed verdict")
                 for _ in range(count)])
         if reply.get("unclean"):
             log.info("sandbox container %s not clean after a run: %s", pooled.id,
                      "; ".join(map(_text, reply["unclean"])))
-        healthy = (not reply.get("dirty") and result.status != "harness_error"
+        healthy = (not reply.get("dirty") and result.status != HARNESS_ERROR
                    and not reply.get("candidate_failed")
-                   and not any(t.status in TROUBLE for t in result.tests))
+                   and not any(t.status in REPLACES_CONTAINER for t in result.tests))
         self.pool.release(pooled, healthy)
-        if result.status == "harness_error":
+        if result.status == HARNESS_ERROR:
             log.warning("sandbox harness failed in %s: %s", pooled.id, result.detail)
             return None
         return result

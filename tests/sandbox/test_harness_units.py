@@ -1,22 +1,19 @@
-"""The harness's pure parts, on the host (no container): text escaping, which test setup runs
-before the candidate, the clean-up of trees a candidate locked, and the runner's check of a
-verdict's shape (issue 10)."""
+"""The harness's pure parts, on the host (no container): the wire codec and frames, output
+comparison, text escaping, which test setup runs before the candidate, the clean-up of trees a
+candidate locked, the statuses table, and the runner's check of a verdict's shape (issue 10)."""
 
 from __future__ import annotations
 
 import ast
+import json
 import os
-import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from sandbox.runner import parse_reply
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "sandbox" / "harness"))
-import harness  # noqa: E402
-import slate  # noqa: E402
+from sandbox.harness import asserts, compare, protocol, slate, statuses
+from sandbox.runner import count_assertion_tests, parse_reply
 
 
 @pytest.mark.parametrize(("value", "expected"), [
@@ -26,12 +23,12 @@ import slate  # noqa: E402
     ("é ✓", "é ✓"),
 ])
 def test_printable_escapes_lone_surrogates_only(value: object, expected: object) -> None:
-    assert harness.printable(value) == expected
-    harness.json.dumps(harness.printable(value), ensure_ascii=False).encode("utf-8")
+    assert protocol.printable(value) == expected
+    json.dumps(protocol.printable(value), ensure_ascii=False).encode("utf-8")
 
 
 def test_tail_escapes_invalid_utf8() -> None:
-    assert harness.tail(b"ok \xff\xed\xa0\x80 \xc3\xa9", 100) == "ok \\xff\\xed\\xa0\\x80 é"
+    assert protocol.tail(b"ok \xff\xed\xa0\x80 \xc3\xa9", 100) == "ok \\xff\\xed\\xa0\\x80 é"
 
 
 @pytest.mark.parametrize(("source", "uses"), [
@@ -47,7 +44,7 @@ def test_tail_escapes_invalid_utf8() -> None:
 ])
 def test_mentions_finds_setup_that_would_run_the_candidate(source: str, uses: bool) -> None:
     (node,) = ast.parse(source).body
-    assert harness.mentions(node, {"candidate", "add"}) is uses
+    assert asserts.mentions(node, {"candidate", "add"}) is uses
 
 
 def test_remove_tree_unlocks_what_a_candidate_locked(tmp_path: Path) -> None:
@@ -94,3 +91,72 @@ def test_parse_reply_escapes_text() -> None:
         {"status": "runtime_error", "time_ms": 1, "stderr": "x\udfff"}]})
     assert result is not None
     assert result.detail == "\\ud800" and result.tests[0].stderr == "x\\udfff"
+
+
+@pytest.mark.parametrize("value", [
+    None, True, 0, -(10**40), 1.5, float("inf"), "é\ud800", b"\x00\xff", 1 + 2j,
+    [1, (2, 3)], {"a": {1, 2}}, {(1, 2): [None]}, frozenset({1}),
+])
+def test_codec_round_trips_plain_data(value: object) -> None:
+    decoded = protocol.decode(json.loads(json.dumps(protocol.encode(value))))
+    assert decoded == value
+    assert type(decoded) is (set if type(value) is frozenset else type(value))
+
+
+@pytest.mark.parametrize("value", [object(), [1, print], type("Int", (int,), {})(3)])
+def test_codec_refuses_anything_but_plain_data(value: object) -> None:
+    with pytest.raises(TypeError):
+        protocol.encode(value)
+
+
+@pytest.mark.parametrize("node", [[1], {"i": "1", "f": "2"}, {"x": 1}, {"l": [{"q": 1}]}])
+def test_decode_refuses_malformed_values(node: object) -> None:
+    with pytest.raises(ValueError):
+        protocol.decode(node)
+
+
+def test_frames_travel_a_pipe_and_time_out() -> None:
+    r, w = os.pipe()
+    try:
+        protocol.send_frame(w, {"x": [1, "é"]})
+        assert protocol.recv_frame(r) == {"x": [1, "é"]}
+        with pytest.raises(TimeoutError):
+            protocol.recv_frame(r, deadline=time.monotonic() + 0.05)
+        os.write(w, (100).to_bytes(4, "big"))
+        with pytest.raises(ValueError):
+            protocol.recv_frame(r, max_bytes=10)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.parametrize(("expected", "actual", "tolerance", "match"), [
+    ("1\n2\n", "1\n2", None, True),
+    ("1 2", "1 2   \n\n\n", None, True),
+    ("1\r\n2", "1\n2", None, True),
+    ("1 2", "1  2", None, False),  # inside a line, spacing counts without a tolerance
+    ("1\n2", "1\n\n2", None, False),
+    ("0.3333", "0.33334", 1e-4, True),
+    ("0.3333 x", "0.3333 y", 1e-4, False),
+    ("1 2", "1 2 3", 1e-4, False),
+])
+def test_outputs_match_line_by_line(expected: str, actual: str, tolerance: float | None,
+                                    match: bool) -> None:
+    assert compare.outputs_match(expected, actual, tolerance) is match
+
+
+@pytest.mark.parametrize(("code", "setup", "tests"), [
+    ("import math\nassert f(1) == 2\nassert f(2) == 3", 1, 2),
+    ("def check(candidate):\n    assert candidate(1)\nX = 1", 2, 1),
+])
+def test_split_tests_counts_asserts_or_one_check(code: str, setup: int, tests: int) -> None:
+    found_setup, found_tests = asserts.split_tests(code)
+    assert (len(found_setup), len(found_tests)) == (setup, tests)
+    assert count_assertion_tests(code) == tests  # the runner's count agrees with the harness
+
+
+def test_statuses_names_match_the_literals() -> None:
+    named = {v for k, v in vars(statuses).items() if k.isupper() and isinstance(v, str)}
+    assert named == statuses.TEST_STATUSES | statuses.CODE_STATUSES | statuses.EXECUTION_STATUSES
+    assert statuses.UNSCORABLE <= statuses.CODE_STATUSES
+    assert statuses.REPLACES_CONTAINER | statuses.UNCACHEABLE_TEST <= statuses.TEST_STATUSES

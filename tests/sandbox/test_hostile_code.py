@@ -75,8 +75,8 @@ def _pool_problem(srv: ServerProcess, client: docker.DockerClient) -> str | None
             commands = container_commands(client.containers.get(c["id"]), srv.runtime)
         except docker.errors.NotFound:
             return f"container {c['id']} went away"
-        harness = [cmd for cmd in commands if cmd.endswith("/opt/harness/harness.py")]
-        fork_server = [cmd for cmd in commands if "harness.zygote_main" in cmd]
+        harness = [cmd for cmd in commands if cmd.endswith("/opt/harness/__main__.py")]
+        fork_server = [cmd for cmd in commands if "zygote_main" in cmd]
         if len(harness) != 1 or len(fork_server) > 1 or len(commands) > 2:
             return f"container {c['id']} runs more than its harness and fork server: {commands}"
     return None
@@ -153,7 +153,7 @@ def test_no_network_outside_or_to_the_host(srv: ServerProcess) -> None:
 
 FILESYSTEM_PROBE = """
 import os
-for path in ['/etc/evil', '/opt/harness/harness.py', '/usr/bin/python3', '/evil', '/tmp/evil',
+for path in ['/etc/evil', '/opt/harness/__main__.py', '/usr/bin/python3', '/evil', '/tmp/evil',
              '/var/tmp/evil', '/home/evil', '/root/evil', '/proc/1/mem']:
     try:
         with open(path, 'ab') as f:
@@ -180,7 +180,7 @@ def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess) -> Non
     # HOME, HOSTNAME); the server passes none. Its fds and memory stay closed.
     environ = "READ" if srv.runtime == "runsc" else "blocked"
     expected = "\n".join(
-        [f"blocked {p}" for p in ['/etc/evil', '/opt/harness/harness.py', '/usr/bin/python3',
+        [f"blocked {p}" for p in ['/etc/evil', '/opt/harness/__main__.py', '/usr/bin/python3',
                                   '/evil', '/tmp/evil', '/var/tmp/evil', '/home/evil',
                                   '/root/evil', '/proc/1/mem']]
         + [f"{environ} /proc/1/environ"]

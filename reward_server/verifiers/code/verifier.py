@@ -1,0 +1,155 @@
+"""The ``code`` verifier: run the completion's program against the item's tests in the Docker
+sandbox (``sandbox/``), score the counts, cache what the program decided.
+
+If the engine or the image is missing, the server still starts; code items then come back
+``sandbox_unavailable`` with a null score and the command to run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from reward_server import metrics
+from reward_server.cache import ResultCache, TimeoutMemory
+from reward_server.fair_queue import BudgetSpent, FairGate
+from reward_server.verifiers.base import Verifier
+from reward_server.verifiers.code.extract import extract_code
+from reward_server.verifiers.code.schemas import CodeItem, CodeResult, CodeTestResult
+from reward_server.verifiers.code.settings import SandboxSettings
+from sandbox import Execution, ExecutionResult, Sandbox, SandboxUnavailable, TestCase
+from sandbox.harness.statuses import (
+    BAD_TESTS,
+    NO_CODE,
+    PASSED,
+    SANDBOX_UNAVAILABLE,
+    TIMEOUT,
+    UNCACHEABLE_ITEM,
+    UNCACHEABLE_TEST,
+    UNSCORABLE,
+)
+
+SPARE_CONTAINERS = 1  # per engine, beyond pool_size (see CodeVerifier.start)
+
+
+class CodeVerifier(Verifier):
+    name = "code"
+    item_model = CodeItem
+    result_model = CodeResult
+    description = "Runs the program against test cases in a Docker sandbox."
+
+    async def start(self) -> None:
+        config = SandboxSettings().config()
+        # One warm container per engine more than items run at once: a container that a
+        # timed-out program spoiled takes seconds to replace, and the next item (often
+        # another request's) takes the spare meanwhile. Whose turn it is: the gate.
+        self.sandbox = Sandbox(replace(config, pool_size=config.pool_size + SPARE_CONTAINERS))
+        await self.sandbox.start()
+        self._cache: ResultCache[CodeResult] = ResultCache(self.settings.cache_size)
+        self._gate = FairGate(config.pool_size * len(self.sandbox.pool.pools), self.name)
+        self._timeouts: TimeoutMemory[CodeResult] = TimeoutMemory(
+            self.settings.timeout_memory_s)
+
+    async def stop(self) -> None:
+        await self.sandbox.stop()
+
+    async def verify(self, items: Sequence[CodeItem]) -> list[CodeResult]:  # type: ignore[override]
+        return list(await asyncio.gather(*(self._verify_one(i) for i in items)))
+
+    async def _verify_one(self, item: CodeItem) -> CodeResult:
+        started = time.perf_counter()
+        source = extract_code(item.response)
+        total = len(item.tests) if item.tests is not None else None
+        if not source.strip():
+            result = CodeResult(score=0.0, passed=0, total=total or 0, status=NO_CODE,
+                                detail="the response contains no code")
+        else:
+            execution = Execution(
+                language=item.language, source=source,
+                tests=tuple(TestCase(t.input, t.output, item.tolerance)
+                            for t in item.tests or ()),
+                test_code=item.test_code, entry_point=item.entry_point,
+                time_limit_s=item.time_limit_s, memory_mb=item.memory_mb,
+                stop_on_failure=item.all_or_nothing,
+            )
+            key = hashlib.sha256(json.dumps(
+                [execution.language, source, [t.__dict__ for t in execution.tests],
+                 execution.test_code, execution.entry_point, execution.time_limit_s,
+                 execution.memory_mb, execution.stop_on_failure],
+                ensure_ascii=True).encode()).hexdigest()
+            result = _score(await self._cached_run(key, execution), item.all_or_nothing)
+        if any(t.status == TIMEOUT for t in result.tests):
+            metrics.TIMEOUTS.labels(self.name).inc()
+        metrics.ITEMS.labels(self.name, result.status).inc()
+        metrics.ITEM_LATENCY.labels(self.name).observe(time.perf_counter() - started)
+        return result
+
+    async def _cached_run(self, key: str, execution: Execution) -> CodeResult:
+        """The cache, or a container when the gate gives this request its turn. An item
+        its request's budget left unrun is unscorable: it did not cause that."""
+        try:
+            run, hit = await self._cache.get_or_compute(
+                key, lambda: self._run(key, execution), cacheable=_cacheable)
+        except BudgetSpent as exc:
+            return CodeResult(score=None, passed=0, total=execution.test_count,
+                              status=TIMEOUT, detail=str(exc))
+        (metrics.CACHE_HITS if hit else metrics.CACHE_MISSES).labels(self.name).inc()
+        return run
+
+    def _remembered(self, key: str) -> CodeResult | None:
+        """The same program and tests timed out a moment ago: so will this copy."""
+        found = self._timeouts.get(key)
+        if found is None:
+            return None
+        run, age_s = found
+        metrics.TIMEOUTS_REMEMBERED.labels(self.name).inc()
+        return run.model_copy(update={"detail": f"{run.detail or 'timed out'} (the same item, "
+                                      f"{age_s:.0f} s ago; remembered, not run again)"})
+
+    async def _run(self, key: str, execution: Execution) -> CodeResult:
+        if (remembered := self._remembered(key)) is not None:
+            return remembered
+        async with self._gate.slot():
+            if (remembered := self._remembered(key)) is not None:  # a copy, while we waited
+                return remembered
+            try:
+                run = await self.sandbox.execute(execution)
+            except SandboxUnavailable as exc:
+                return CodeResult(score=None, passed=0, total=execution.test_count,
+                                  status=SANDBOX_UNAVAILABLE, detail=str(exc))
+        result = _as_result(run, execution.test_count)
+        if any(t.status == TIMEOUT for t in result.tests):
+            self._timeouts.put(key, result)
+        return result
+
+
+def _as_result(run: ExecutionResult, expected: int) -> CodeResult:
+    """A program that did not compile fails every test it was given."""
+    tests = [CodeTestResult(status=t.status, time_ms=t.time_ms, stderr=t.stderr)
+             for t in run.tests]
+    passed = sum(t.status == PASSED for t in tests)
+    total = max(len(tests), expected) if run.status != BAD_TESTS else len(tests)
+    return CodeResult(score=0.0, passed=passed, total=total, status=run.status,
+                      detail=run.detail, tests=tests)
+
+
+def _score(result: CodeResult, all_or_nothing: bool) -> CodeResult:
+    """Score from the counts; a dataset's broken tests, an outage or an item its request's
+    budget left unrun are unscorable (null)."""
+    if result.status in UNSCORABLE:
+        return result.model_copy(update={"score": None})
+    if result.total == 0:
+        return result.model_copy(update={"score": 0.0})
+    fraction = result.passed / result.total
+    score = float(result.passed == result.total) if all_or_nothing else fraction
+    return result.model_copy(update={"score": score})
+
+
+def _cacheable(result: CodeResult) -> bool:
+    """What the program decided is kept; what the machine or the moment decided is not."""
+    return result.status not in UNCACHEABLE_ITEM and not any(
+        t.status in UNCACHEABLE_TEST for t in result.tests)

@@ -1,0 +1,28 @@
+"""The harness: the sandbox container's main process (PID 1), started once per container.
+
+It reads length-prefixed JSON jobs on stdin, runs the untrusted program of each against its
+tests under per-process limits, and answers each with one JSON verdict on stdout. Standard
+library only, so it runs on any image with python3 (>= 3.9). Modules, in the order a job
+meets them: ``serve`` (the loop), ``jobs`` (one execution and its clean-up), ``stdio`` and
+``asserts`` (the two kinds of job), ``zygote`` (the Python fork server), ``processes`` (one
+process under limits), ``compare`` (outputs), ``protocol`` (frames, the plain-data codec),
+``verdicts`` (tests not run), ``statuses`` (every status, shared with the host), ``slate``
+(the clean slate between executions).
+
+Why the candidate cannot forge the verdict:
+- The verdict travels on this process's stdout, the container's attach stream. The untrusted
+  program runs in child processes that inherit none of this process's descriptors, and this
+  process is made non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``), so a child cannot open
+  ``/proc/<pid>/fd/1``, read its memory or ptrace it.
+- Assertion tests (``test_code``) run here, never in the candidate's process (``asserts``).
+- Every program runs under another uid than this process and its fork server (which run as
+  root with four capabilities), so it cannot signal, ``prlimit`` or trace them; after each
+  execution ``slate`` kills what is left, empties every place the candidate could write and
+  checks the container is as it was fresh (issue 10), or reports it dirty.
+"""
+
+import os
+
+# The directory that holds this package (/opt in the image): the child interpreters (fork
+# server, candidate server) import the package from there.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,0 +1,70 @@
+"""One execution: a fresh work dir, the job of its mode, then the clean slate: every process
+of the candidate's killed, every place it could write emptied, and the container checked
+against its fresh state (issue 10)."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+
+from . import slate
+from .asserts import run_asserts
+from .processes import candidate_ran, new_execution
+from .statuses import HARNESS_ERROR, OK
+from .stdio import run_stdio
+
+
+def prepare_workdir(job):
+    """A fresh work dir: made by root with the source in it, then handed to the candidate's uid
+    (root cannot enter it afterwards, and does not need to)."""
+    workdir = tempfile.mkdtemp(dir=slate.WORK_ROOT)
+    source = os.path.join(workdir, "solution.py" if job["mode"] == "assert"
+                          else job["language"]["source"])
+    with open(source, "w", encoding="utf-8", errors="surrogatepass") as f:
+        f.write(job["source"])  # a lone surrogate stays invalid UTF-8: the compiler's to judge
+    if slate.isolated():
+        os.chown(source, *slate.CANDIDATE)
+        os.chown(workdir, *slate.CANDIDATE)
+    return workdir
+
+
+def execute(job, zygote, state):
+    """One execution in a fresh work dir; afterwards the container is swept and checked
+    against its fresh state (``state``), and reported dirty unless it matches."""
+    new_execution()
+    spare = (zygote.process.pid,) if zygote is not None else ()
+    job = {**job, "deadline": time.monotonic() + (job.get("budget_s") or math.inf)}
+    workdir = None
+    try:
+        workdir = prepare_workdir(job)
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
+               "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+        if job["mode"] == "stdio":
+            result = run_stdio(job, workdir, env, zygote)
+        else:
+            result = run_asserts(job, workdir, env)
+    except Exception as exc:  # noqa: BLE001 - report, never die: we are PID 1
+        detail = f"{type(exc).__name__}: {exc}"[:500]
+        # once a program of the candidate's ran, a failure is its doing: failed tests (0)
+        result = ({"status": OK, "tests": [], "candidate_failed": True,
+                   "detail": f"the run failed after the program started: {detail}"}
+                  if candidate_ran() else {"status": HARNESS_ERROR, "detail": detail})
+    finally:
+        left_behind = slate.other_processes(exclude=spare)
+        try:
+            slate.sweep(keep=spare)
+            problems = [why for why in [slate.janitor(workdir)] if why]
+            if workdir is not None:
+                try:
+                    os.rmdir(workdir)
+                except OSError as exc:
+                    problems.append(f"work dir not removed: {exc}")
+            problems += state.problems(zygote)
+        except Exception as exc:  # noqa: BLE001 - unproven is dirty; and we are PID 1
+            problems = [f"the clean-up failed: {type(exc).__name__}: {exc}"]
+    result["left_behind"] = len(left_behind)
+    result["dirty"] = bool(left_behind or problems)
+    result["unclean"] = problems[:5]
+    return result

@@ -1,0 +1,81 @@
+"""A stdin/stdout job: compile once, then run the program on each test's input and compare
+its output with the expected one. Python programs run as forks of the warm zygote when it is
+up, else as a fresh interpreter per test."""
+
+from __future__ import annotations
+
+import time
+
+from .compare import outputs_match
+from .processes import kill_group, run_process
+from .protocol import tail
+from .statuses import COMPILE_ERROR, OK, PASSED, RUNTIME_ERROR, SYNTAX_ERROR, TIMEOUT, WRONG_ANSWER
+from .verdicts import over_budget, skipped, time_left
+from .zygote import run_forked
+
+
+def compile_program(job, workdir, env):
+    language = job["language"]
+    if not language.get("compile"):
+        return None
+    limit = min(job["compile_time_limit_s"], job["deadline"] - time.monotonic())
+    result = run_process(
+        language["compile"], b"", limit, job["compile_memory_mb"],
+        job["output_limit_bytes"], job["stderr_tail_bytes"], workdir, env, language,
+    )
+    if result["status"] is None:
+        return None
+    reason = f"the compiler ran past its time limit ({limit:.1f} s)" if (
+        result["status"] == TIMEOUT) else tail(result["stderr"], job["stderr_tail_bytes"])
+    return {"status": COMPILE_ERROR, "detail": reason}
+
+
+def run_stdio(job, workdir, env, zygote=None):
+    failure = compile_program(job, workdir, env)
+    if failure:
+        return failure
+    use_zygote = job["language"].get("forkserver") and zygote is not None and zygote.alive()
+    if use_zygote:
+        try:
+            error = zygote.load(job["source"], job["language"]["source"], workdir, env,
+                                time.monotonic() + job["time_limit_s"])
+        except (TimeoutError, OSError, EOFError, ValueError):
+            use_zygote, error = False, None  # fall back to a fresh interpreter per test
+            kill_group(zygote.process)  # and replace it after this execution
+        if error is not None:
+            return {"status": SYNTAX_ERROR, "detail": error[-job["stderr_tail_bytes"]:]}
+    results = []
+    for index, test in enumerate(job["tests"]):
+        limit = time_left(job)
+        if limit <= 0:
+            return {"status": OK, "tests": results + over_budget(job, len(job["tests"]) - index)}
+        stdin_data = test["input"].encode("utf-8", "surrogatepass")
+        if use_zygote and not zygote.alive():
+            use_zygote = False  # a test's program killed it: run the rest the slow way
+        if use_zygote:
+            run = run_forked(zygote, job, stdin_data, limit)
+        else:
+            run = run_process(
+                job["language"]["run"], stdin_data, limit, job["memory_mb"],
+                job["output_limit_bytes"], job["stderr_tail_bytes"], workdir, env,
+                job["language"],
+            )
+        status = run["status"]
+        if not results and status == RUNTIME_ERROR and is_syntax_error(job, run):
+            return {"status": SYNTAX_ERROR,
+                    "detail": tail(run["stderr"], job["stderr_tail_bytes"])}
+        if status is None:
+            actual = run["stdout"].decode("utf-8", "replace")
+            status = PASSED if outputs_match(test["output"], actual,
+                                               test.get("tolerance")) else WRONG_ANSWER
+        results.append({"status": status, "time_ms": run["time_ms"],
+                        "stderr": tail(run["stderr"], job["stderr_tail_bytes"])})
+        if status != PASSED and job.get("stop_on_failure"):
+            return {"status": OK, "tests": results + skipped(len(job["tests"]) - index - 1)}
+    return {"status": OK, "tests": results}
+
+
+def is_syntax_error(job, run):
+    last_lines = run["stderr"].decode("utf-8", "replace").strip().splitlines()[-1:]
+    markers = job.get("syntax_error_markers") or []
+    return any(line.startswith(m) for line in last_lines for m in markers)

@@ -1,0 +1,23 @@
+"""The item's wall-clock budget, and the results of the tests an execution did not run."""
+
+from __future__ import annotations
+
+import time
+
+from .statuses import SKIPPED, TIMEOUT
+
+
+def time_left(job):
+    """This test's time limit: the per-test limit, or what is left of the item's budget."""
+    return min(job["time_limit_s"], job["deadline"] - time.monotonic())
+
+
+def over_budget(job, count):
+    message = f"not run: the item's wall-clock budget of {job['budget_s']:g} s was spent"
+    return [{"status": TIMEOUT, "time_ms": 0.0, "stderr": message} for _ in range(count)]
+
+
+def skipped(count):
+    """Tests after the first failure of an all-or-nothing item: the score is 0 already."""
+    message = "not run: an earlier test failed and the item is all-or-nothing"
+    return [{"status": SKIPPED, "time_ms": 0.0, "stderr": message} for _ in range(count)]

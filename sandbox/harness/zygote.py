@@ -1,0 +1,268 @@
+"""The Python fork server ("zygote"). Starting an interpreter costs ~25 ms per test; forking a
+warm one costs ~1 ms.
+
+The zygote is a fresh interpreter started between executions, before any job is known; it
+holds no test data, only the program it is given. For each test it forks a child that takes
+the test's pipes as stdin/stdout/stderr, drops to the candidate's uid, lowers its limits and
+runs the program as ``__main__``. The zygote reports the child's pid and, later, its wait
+status. It keeps root (its children drop it), so no candidate can reach it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from . import PACKAGE_PARENT, slate
+from .processes import (
+    apply_limits,
+    candidate_started,
+    kill_group,
+    make_undumpable,
+    oom_kills,
+    supervise,
+)
+from .statuses import RUNTIME_ERROR
+
+ZYGOTE_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from harness import zygote; "
+               "zygote.zygote_main(int(sys.argv[2]))")
+ZYGOTE_MEMORY_MB = 1024
+
+
+def zygote_main(control_fd):
+    """Runs in the zygote: control messages on ``control_fd`` (a Unix socket)."""
+    import io
+    import socket
+    import traceback
+
+    make_undumpable()  # its children inherit this: none can be traced by another
+    control = socket.socket(fileno=control_fd)
+    code, cwd = None, slate.WORK_ROOT
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 1 << 16, 3)
+        except OSError:
+            return
+        if not message:
+            return
+        request = json.loads(message)
+        if request["op"] == "load":  # the source comes as a descriptor: we never enter the
+            cwd = request["cwd"]     # work dir, which is the candidate's
+            os.environ.update(request["env"])
+            try:
+                with os.fdopen(fds[0], "rb") as f:
+                    code = compile(f.read(), request["name"], "exec")
+                reply = {"op": "loaded"}
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
+                reply = {"op": "loaded", "error": traceback.format_exc(limit=0)}
+            control.sendall(json.dumps(reply).encode())
+            continue
+        pid = os.fork()
+        if pid == 0:  # the child: becomes the program
+            try:
+                os.setsid()
+                for target, fd in enumerate(fds):
+                    os.dup2(fd, target)
+                os.closerange(3, 65536)
+                slate.drop_privileges()
+                os.chdir(cwd)
+                apply_limits(request["memory_mb"], request["cpu_s"])
+                sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r")),
+                                             encoding="utf-8")
+                sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w")),
+                                              encoding="utf-8")
+                sys.stderr = io.TextIOWrapper(io.FileIO(2, "w"), encoding="utf-8",
+                                              write_through=True)
+                sys.argv = [request["argv0"]]
+                status = run_as_main(code, request["argv0"])
+            except BaseException:  # noqa: BLE001
+                status = 1
+            os._exit(status)
+        for fd in fds:
+            os.close(fd)
+        control.sendall(json.dumps({"op": "started", "pid": pid}).encode())
+        _, wait_status = os.waitpid(pid, 0)
+        control.sendall(json.dumps({"op": "exited", "pid": pid, "status": wait_status}).encode())
+
+
+def run_as_main(code, filename):
+    """Exit status of running ``code`` the way ``python3 file`` would."""
+    import traceback
+
+    namespace = {"__name__": "__main__", "__file__": filename, "__builtins__": __builtins__}
+    status = 0
+    try:
+        exec(code, namespace)
+    except SystemExit as exc:
+        if exc.code is None:
+            status = 0
+        elif isinstance(exc.code, int):
+            status = exc.code & 0xFF
+        else:
+            sys.stderr.write(f"{exc.code}\n")
+            status = 1
+    except BaseException:  # noqa: BLE001 - an uncaught exception, printed like Python does
+        traceback.print_exc()
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            status = status or 1
+    return status
+
+
+def zygote_limits():
+    """The fork server's preexec_fn: its own session and memory cap; it keeps root (its
+    children drop it), so no candidate can reach it."""
+    os.setsid()
+    apply_limits(ZYGOTE_MEMORY_MB, None)
+
+
+class Zygote:
+    """The harness's handle on a fork server."""
+
+    def __init__(self):
+        import socket
+
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        os.set_inheritable(theirs.fileno(), True)
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-c", ZYGOTE_BOOT, PACKAGE_PARENT, str(theirs.fileno())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=slate.WORK_ROOT,
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+                 "PYTHONDONTWRITEBYTECODE": "1"},
+            preexec_fn=zygote_limits, pass_fds=(theirs.fileno(),),
+        )
+        theirs.close()
+
+    def alive(self):
+        """Running and not stopped (a program may have sent it SIGSTOP)."""
+        if self.process.poll() is not None:
+            return False
+        try:
+            with open(f"/proc/{self.process.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t", "Z")
+        except OSError:
+            return False
+
+    def _recv(self, op, deadline, pid=None):
+        """The next message ``op`` (for ``pid``); older messages, such as the exit of a
+        program the sweep killed, are skipped."""
+        while True:
+            self.control.settimeout(max(0.001, deadline - time.monotonic()))
+            data = self.control.recv(1 << 20)
+            if not data:
+                raise EOFError
+            message = json.loads(data)
+            if message.get("op") == op and (pid is None or message.get("pid") == pid):
+                return message
+
+    def load(self, source, name, cwd, env, deadline):
+        """None when the program compiled; else the error text."""
+        import socket
+
+        fd = os.memfd_create("source")
+        try:
+            data = memoryview(source.encode("utf-8", "surrogatepass"))
+            while data:
+                data = data[os.write(fd, data):]
+            os.lseek(fd, 0, os.SEEK_SET)
+            socket.send_fds(self.control, [json.dumps({
+                "op": "load", "name": name, "cwd": cwd, "env": env}).encode()], [fd])
+        finally:
+            os.close(fd)
+        return self._recv("loaded", deadline).get("error")
+
+    def start(self, memory_mb, cpu_s, argv0):
+        import socket
+
+        fds = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr
+        theirs = [fds[0][0], fds[1][1], fds[2][1]]
+        socket.send_fds(self.control, [json.dumps({
+            "op": "run", "memory_mb": memory_mb, "cpu_s": cpu_s, "argv0": argv0}).encode()],
+            theirs)
+        for fd in theirs:
+            os.close(fd)
+        pid = self._recv("started", time.monotonic() + 10)["pid"]
+        return ForkedProcess(self, pid, fds[0][1], fds[1][0], fds[2][0])
+
+    def close(self):
+        kill_group(self.process)
+        self.process.wait()
+        self.control.close()
+
+
+class ForkedProcess:
+    """A zygote's child, with the part of Popen's interface that ``supervise`` uses."""
+
+    def __init__(self, zygote, pid, stdin_fd, stdout_fd, stderr_fd):
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+        self.stdin = os.fdopen(stdin_fd, "wb", buffering=0)
+        self.stdout = os.fdopen(stdout_fd, "rb", buffering=0)
+        self.stderr = os.fdopen(stderr_fd, "rb", buffering=0)
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                reply = self.zygote._recv("exited", time.monotonic(), self.pid)
+            except TimeoutError:
+                return None
+            except (OSError, EOFError, ValueError):
+                return self._poll_orphan()  # the program killed the zygote
+            self.returncode = os.waitstatus_to_exitcode(reply["status"])
+        return self.returncode
+
+    def _poll_orphan(self):
+        """With the zygote gone, its child is re-parented to us (PID 1): wait for it here."""
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            if not os.path.exists(f"/proc/{self.pid}"):
+                self.returncode = -signal.SIGKILL  # gone, and its status with it
+            return self.returncode
+        if pid:
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = time.monotonic() + (60 if timeout is None else timeout)
+        while self.poll() is None:
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired("program", timeout)
+            time.sleep(0.001)
+        return self.returncode
+
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run_forked(zygote, job, stdin_data, time_limit_s):
+    oom_before = oom_kills()
+    started = time.monotonic()
+    candidate_started()
+    try:
+        process = zygote.start(job["memory_mb"], math.ceil(time_limit_s) + 1,
+                               job["language"]["source"])
+    except (OSError, EOFError, ValueError, KeyError) as exc:
+        return {"status": RUNTIME_ERROR, "code": None, "stdout": b"",
+                "stderr": f"cannot start: {exc}".encode(), "time_ms": 0.0}
+    return supervise(process, stdin_data, started, time_limit_s,
+                     job["output_limit_bytes"], job["stderr_tail_bytes"], oom_before)
+
+
+def spawn_zygote():
+    try:
+        return Zygote()
+    except OSError:
+        return None
