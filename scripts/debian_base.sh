@@ -7,7 +7,7 @@
 set -euo pipefail
 TAG=$1
 PACKAGES=$2
-log=/tmp/vr-debootstrap.log
+log=/tmp/vr-debootstrap-$(echo "$TAG" | tr -c "A-Za-z0-9.\n-" _).log
 
 if docker image inspect "$TAG" >/dev/null 2>&1; then
   exit 0

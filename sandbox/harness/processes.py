@@ -17,6 +17,7 @@ from .statuses import MEMORY_LIMIT, OUTPUT_LIMIT, RUNTIME_ERROR, TIMEOUT
 
 # RLIMIT_FSIZE: a program cannot fill the work dir's tmpfs with one file
 FILE_SIZE_LIMIT = 16 * 1024 * 1024
+STDERR_HEAD_BYTES = 2048
 
 
 def limit_child(memory_mb, cpu_s, cwd=None, memory_rlimit="as"):
@@ -109,6 +110,7 @@ def supervise(process, stdin_data, started, time_limit_s, output_limit, stderr_t
     ``process`` is a Popen or a ForkedProcess (same interface)."""
     deadline = started + time_limit_s
     out, err = bytearray(), bytearray()
+    err_head = bytearray()  # the start too: V8 and Go print why they died, then a stack dump
     err_total = 0
     status = None
     sel = selectors.DefaultSelector()
@@ -156,6 +158,7 @@ def supervise(process, stdin_data, started, time_limit_s, output_limit, stderr_t
                     break
             else:
                 err += chunk
+                err_head += chunk[:max(0, STDERR_HEAD_BYTES - len(err_head))]
                 err_total += len(chunk)
                 if err_total > output_limit:
                     status = OUTPUT_LIMIT
@@ -179,7 +182,7 @@ def supervise(process, stdin_data, started, time_limit_s, output_limit, stderr_t
             stream.close()
     code = process.returncode
     if status is None:
-        status = classify_exit(code, bytes(err), oom_before, memory_markers)
+        status = classify_exit(code, bytes(err), oom_before, memory_markers, bytes(err_head))
     return {"status": status, "code": code, "stdout": bytes(out[:output_limit]),
             "stderr": bytes(err), "time_ms": round(elapsed_ms, 3)}
 
@@ -220,7 +223,7 @@ def apply_limits(memory_mb, cpu_s, memory_rlimit="as"):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def classify_exit(code, stderr, oom_before, memory_markers=()):
+def classify_exit(code, stderr, oom_before, memory_markers=(), stderr_head=b""):
     """None when the process exited normally with 0; else why it did not."""
     oom_after = oom_kills()
     if oom_before is not None and oom_after is not None and oom_after > oom_before:
@@ -231,10 +234,10 @@ def classify_exit(code, stderr, oom_before, memory_markers=()):
         return TIMEOUT
     if code == -signal.SIGXFSZ:
         return OUTPUT_LIMIT
-    tail = stderr[-2000:]
+    seen = stderr_head + b"\n" + stderr[-2000:]
     markers = (b"MemoryError", b"std::bad_alloc", b"Cannot allocate memory",
                *(m.encode() for m in memory_markers))
-    if any(m in tail for m in markers):
+    if any(m in seen for m in markers):
         return MEMORY_LIMIT
     return RUNTIME_ERROR
 
