@@ -89,6 +89,16 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     (B("1,000"), "100", False),
     (B("1,234.5"), "1234.5", True),
     (B("1,000,000"), "10^6", True),
+    # spaces: thousands groups are one number; other numbers side by side are several
+    (B("12 345"), "12345", True),
+    (B("1\\,000\\,000"), "10^6", True),
+    (B("7 7 7"), "777", False),
+    (B("7 7 7"), "21", False),  # math-verify reads it as 7 + 7 + 7
+    (B("7 7 7"), "7", False),
+    (B("3 \\quad 4"), "34", False),
+    ("The answer is 7 7 7.", "7", False),
+    (B("2 1/2"), "\\frac{5}{2}", True),  # a mixed number
+    (B("2 1/2"), "\\frac{21}{2}", False),
     # units, currency and text
     (B("12 \\text{ cm}"), "12", True),
     (B("12\\text{cm}"), "12", True),

@@ -16,6 +16,7 @@ from reward_server.verifiers.math.guards import (
     offers_several,
     option_set_verdict,
     relation_for_value,
+    side_by_side,
     stated_equation,
 )
 from reward_server.verifiers.math.numbers import (
@@ -52,6 +53,12 @@ def L(*items: str) -> Answer:
         ("\\sqrt2", None),
         ("1e99999", None),  # an exponent that would eat memory is not a number here
         ("\\rightarrow 5", None),  # \right is removed only as a whole command
+        ("12 345", Number(Fraction(12345))),  # thousands groups
+        ("7 7 7", None),  # several numbers, not 777
+        ("0.5 5", None),
+        ("2 1/2", Number(Fraction(5, 2))),  # a mixed number, not 21/2
+        ("-2\\,1/2", Number(Fraction(-5, 2))),
+        ("2 3/2", None),
     ],
 )
 def test_parse_number(text: str, expected: Number | None) -> None:
@@ -244,3 +251,35 @@ def test_stated_equation() -> None:
     assert stated_equation("The answer is x = 4.", "4") is None  # an assignment
     assert stated_equation("The answer is 4.", "4") is None
     assert stated_equation("I got 3 = 4", "4") is None  # no answer statement
+
+
+@pytest.mark.parametrize(
+    ("text", "several"),
+    [
+        ("7 7 7", True), ("3 4 5", True), ("12 3456", True), ("0.5 5", True),
+        ("2 \\quad 3", True), ("2\\;3", True), ("7~7", True), ("1 2 x", True),
+        ("12 345", False), ("1\\,000", False), ("1 000 000.5", False),
+        ("2 1/2", False), ("\\log_2 8", False), ("x^2 3", False), ("3 x + 4", False),
+        ("\\begin{pmatrix}1 \\\\ 2\\end{pmatrix}", False), ("\\frac{1}{2} 3", False),
+    ],
+)
+def test_side_by_side(text: str, several: bool) -> None:
+    assert side_by_side(text) is several
+
+
+def test_numbers_side_by_side_are_no_value() -> None:
+    for gold in ("777", "21", "7"):  # 777 by their digits, 21 as math-verify parses them
+        verdict = fast_check(L("7 7 7"), L(gold), 1e-6)
+        assert verdict is not None and not verdict.correct, gold
+        assert not check(L("7 7 7"), L(gold), 1e-6).correct, gold
+    assert not same_text("7 7 7", "777")
+    assert same_text("7 7 7", "7 7 7")
+    prose = Answer(("The answer is 7 7 7.",), kind="text")
+    assert not check(prose, L("7"), 1e-6).correct  # math-verify reads the last 7
+    assert offers_several("The answer is 7 7 7.", "7")
+    assert not offers_several("The answer is 12.", "12")
+
+
+def test_thousands_groups_reach_math_verify_joined() -> None:
+    assert check(L("1\\,000\\,000"), L("10^6"), 1e-6).correct  # its parser: 1*0*0
+    assert check(Answer(("The answer is 12 345.",), kind="text"), L("12345"), 1e-6).correct

@@ -32,12 +32,14 @@ from reward_server.verifiers.math import fast_parse
 from reward_server.verifiers.math.extract import Answer
 from reward_server.verifiers.math.guards import (
     hedged_words,
+    join_groups,
     letter_sequence,
     offers_several,
     relation_for_value,
+    side_by_side,
     stated_equation,
 )
-from reward_server.verifiers.math.numbers import parse_number
+from reward_server.verifiers.math.numbers import SIDE_BY_SIDE, parse_number
 from reward_server.verifiers.math.verdict import Verdict
 
 # the suite's own configuration: a box is read before any other LaTeX
@@ -79,7 +81,7 @@ _PERCENT = re.compile(r"\s*(?:\\?%|\\text\{\s*%\s*\}|percentage|percent|pct)\s*$
 
 
 def _parse(text: str, config: tuple[Any, ...]) -> list[Any]:
-    return parse(_ROMAN_E.sub("e", text), list(config), parsing_timeout=None)
+    return parse(_ROMAN_E.sub("e", join_groups(text)), list(config), parsing_timeout=None)
 
 
 def has_several(values: list[Any]) -> bool:
@@ -142,6 +144,8 @@ def _guarded(pred: Answer, gold: Answer, gold_values: list[Any], read: str | Non
     answer = pred.text
     if hedged_words(answer, gold.text):
         return "the answer hedges or qualifies itself in words"
+    if side_by_side(answer) and not side_by_side(gold.text):
+        return SIDE_BY_SIDE  # math-verify reads "7 7 7" as 21
     if value:
         why = relation_for_value(answer)
         if why and not _true_chain(answer):

@@ -50,13 +50,14 @@ def offers_several(text: str, read: str) -> bool:
         at = _mentions(sentence, read)
         if at >= 0:  # more math after the value read ("3 = 4", "3 \\cdot 4"): not what it says
             rest = _COMMAND.sub(" ", sentence[at + len(read) :])
-            return _HEDGED.search(sentence) is not None or _MORE_MATH.match(rest) is not None
+            return (_HEDGED.search(sentence) is not None or _MORE_MATH.match(rest) is not None
+                    or part_of_run(sentence, at, at + len(read)))
     start = _mentions(text, read)
     if start < 0:
         return False
     end = start + len(read)
     return bool(_BEFORE.search(text[max(0, start - 80) : start])
-                or _AFTER.match(text[end : end + 80]))
+                or _AFTER.match(text[end : end + 80]) or part_of_run(text, start, end))
 
 
 def stated_equation(text: str, read: str) -> str | None:
@@ -91,6 +92,44 @@ def _mentions(text: str, read: str) -> int:
             continue
         return start
     return -1
+
+
+# Numbers side by side, with only spacing between them: "7 7 7", "3 4 5", "12 34". TeX
+# drops the spaces in math mode, yet no one writes 777 that way; math-verify's LaTeX parser
+# reads "7 7 7" as 21 and "12 345" as 357, and a plain reading as 777. A thousands
+# grouping ("12 345", "1\\,000 000": three digits in each group after the first) is one
+# number; any other run is several numbers, so no one value.
+_GAP = r"(?:[ \t~]|\\[,;:! ]|\\q?quad(?![a-zA-Z]))+"
+_NUMERAL = r"\d+(?:\.\d+)?"
+# (not "2 1/2", a mixed number, which ``numbers`` reads as 5/2, nor "\\log_2 8")
+_DIGIT_RUN = re.compile(r"(?<![\d._^])" + _NUMERAL + r"(?:" + _GAP + _NUMERAL + r")+(?![\d/])")
+_GROUPED = re.compile(r"\d{1,3}(?:" + _GAP + r"\d{3})+(?:\.\d+)?")
+
+
+def side_by_side(text: str) -> bool:
+    """Whether ``text`` sets numbers side by side with only spacing between them, other
+    than as thousands groups (``7 7 7``, ``2 \\quad 3``; not ``12 345`` or ``1\\,000``)."""
+    return any(not _GROUPED.fullmatch(run.group()) or "quad" in run.group()
+               for run in _DIGIT_RUN.finditer(text))
+
+
+def join_groups(text: str) -> str:
+    """``text`` with each thousands grouping written without its spacing (``1\\,000\\,000``
+    as ``1000000``, which math-verify's parser would read as 1*0*0)."""
+    if not any(c in text for c in " \t~\\"):
+        return text
+    return _DIGIT_RUN.sub(lambda m: re.sub(_GAP, "", m.group())
+                          if _GROUPED.fullmatch(m.group()) and "quad" not in m.group()
+                          else m.group(), text)
+
+
+def part_of_run(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` (a number math-verify read from prose) is one of several
+    numbers set side by side there, or one group of a spaced number: either way not what
+    the text states (``The answer is 7 7 7`` read as 7, ``12 345`` read as 345)."""
+    return any(run.start() <= start and end <= run.end() and (run.start(), run.end()) !=
+               (start, end) for run in _DIGIT_RUN.finditer(text, max(0, start - 200),
+                                                          min(len(text), end + 200)))
 
 
 # A stated answer that hedges or disowns itself in words: "5 \text{ or six}",

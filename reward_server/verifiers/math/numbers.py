@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from reward_server.verifiers.math.extract import Answer
-from reward_server.verifiers.math.guards import choice_verdict, hedged_words, option_set_verdict
+from reward_server.verifiers.math.guards import (
+    choice_verdict,
+    hedged_words,
+    option_set_verdict,
+    side_by_side,
+)
 from reward_server.verifiers.math.verdict import Verdict
 
 MAX_EXPONENT = 400  # 1e400 is a number; 1e99999999 is a memory attack on Fraction
@@ -40,6 +45,7 @@ _DECIMAL_COMMA = re.compile(r"[+-]?\d+,\d+")  # "1,22", "0,111": not thousands, 
 _SLASH = re.compile(r"([+-]?\d+)/([+-]?\d+)")
 _FRAC = re.compile(r"([+-]?)\\frac(?:\{([+-]?\d+)\}|(\d))(?:\{(\d+)\}|(\d))")
 _SCI = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:\\times|\\cdot|\*)10\^\{?([+-]?\d+)\}?")
+_MIXED = re.compile(r"([+-]?)(\d+)(?:\s|\\[,;:! ]|~)+(\d+)/(\d+)")
 _E_NOTATION = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))[eE]([+-]?\d+)")
 # Decoration that never changes a number's value.
 _NOISE = re.compile(
@@ -72,6 +78,15 @@ def _clean(s: str) -> str:
 def parse_number(raw: str) -> Number | None:
     """``raw`` as a Number, or None when it is not a plain number."""
     if len(raw) > 200 or ", " in raw:  # "2, 3" is a list, not a decimal comma
+        return None
+    if side_by_side(raw):  # "7 7 7" is three numbers, not 777 ("12 345" is one)
+        return None
+    mixed = _MIXED.fullmatch(raw.strip())
+    if mixed:  # "2 1/2" is 5/2 (math-verify reads 3/2; without spaces it would be 21/2)
+        sign, whole, num, den = mixed.groups()
+        if int(num) < int(den):
+            value = int(whole) + Fraction(int(num), int(den))
+            return Number(-value if sign == "-" else value)
         return None
     if hedged_words(raw, ""):  # "5 \\text{ thousand}", "5 \\text{ or six}": not a unit
         return None
@@ -154,10 +169,17 @@ _FRAC_NAME = re.compile(r"\\[dt]frac(?![a-zA-Z])")
 
 def same_text(a: str, b: str) -> bool:
     """The same LaTeX up to spacing, ``\\left``/``\\right`` and ``\\dfrac``: the same
-    value, whatever it is, so no parser is needed to say so."""
+    value, whatever it is, so no parser is needed to say so. Spacing between two numbers
+    is no layout (``7 7 7`` is not ``777``)."""
+    if side_by_side(a) or side_by_side(b):
+        return a.strip() == b.strip()
+
     def canon(s: str) -> str:
         return _FRAC_NAME.sub(r"\\frac", _LAYOUT.sub("", s)).rstrip(".")
     return canon(a) == canon(b) != ""
+
+
+SIDE_BY_SIDE = "numbers side by side ('7 7 7'): several values, not one"
 
 
 def fast_check(pred: Answer, gold: Answer, tolerance: float) -> Verdict | None:
@@ -170,6 +192,8 @@ def fast_check(pred: Answer, gold: Answer, tolerance: float) -> Verdict | None:
         choice = option_set_verdict(pred.text, gold.text)  # "A, B, D" = "\\text{D, A, B}"
     if choice is not None:  # "(C) 12", "The answer is (C)." against "C"
         return Verdict(choice, "ok", None if choice else "another option than the reference")
+    if pred.kind == "latex" and side_by_side(pred.text) and not side_by_side(gold.text):
+        return Verdict(False, "ok", SIDE_BY_SIDE)
     if pred.kind == "latex" and same_text(pred.text, gold.text):
         return Verdict(True, "ok", None)
     if huge_exponent(pred.text):
