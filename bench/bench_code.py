@@ -4,9 +4,12 @@ doing the same work), in the same run on the same machine.
 
 Workloads: (a) a trivial program with one test; (b) a 10-test stdin/stdout problem. Each
 execution is a distinct program (a comment varies), and the server's result cache is off,
-so every execution runs. Prints a table and writes bench/results/bench_code.json.
+so every execution runs. Then a row per language of sandbox/languages.py: the same 10-test
+problem in that language, compiled and run (a distinct source each time, so each compiles).
+Prints a table and writes bench/results/bench_code.json.
 
     python bench/bench_code.py [--n 200] [--naive-n 20] [--concurrency 4] [--pool 4]
+                               [--language-n 24]
 """
 
 from __future__ import annotations
@@ -70,6 +73,35 @@ def via_server(url: str, program: str, tests: list[dict]) -> Any:
     return call
 
 
+def language_call(url: str, language: str) -> Any:
+    """The 10-test problem in ``language``; a distinct comment makes each source new."""
+    from tests.sandbox.test_languages import SUM_PROGRAMS
+
+    comment = "#" if language == "python" else "//"
+    client = httpx.Client(base_url=url, timeout=300)
+
+    def call(i: int) -> None:
+        source = f"{SUM_PROGRAMS[language]}\n{comment} {i} {time.time_ns()}\n"
+        r = client.post("/v1/verify/code", json={"items": [
+            {"response": source, "language": language, "tests": SUM_TESTS}]})
+        result = r.json()["results"][0]
+        assert result["score"] == 1.0, result
+
+    return call
+
+
+def language_rows(url: str, n: int, concurrency: int) -> dict[str, dict[str, float]]:
+    """Per language: compile + 10 tests, executions/s and p50 at ``concurrency`` in flight."""
+    rows = {}
+    for language in LANGUAGES:
+        fn = language_call(url, language)
+        timed_pool(fn, concurrency, concurrency)  # warm-up
+        elapsed, lat = timed_pool(fn, n, concurrency)
+        rows[f"{language}: compile + 10 tests"] = {
+            "exec_s": n / elapsed, "p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99)}
+    return rows
+
+
 def naive_docker_run(program: str, tests: list[dict], config: SandboxConfig) -> Any:
     """One container per execution: docker run --rm with the pool's limits, the harness
     reading one job on stdin and exiting."""
@@ -106,6 +138,8 @@ def main() -> None:
     ap.add_argument("--naive-n", type=int, default=20, help="executions per workload, naive")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--pool", type=int, default=4)
+    ap.add_argument("--language-n", type=int, default=24,
+                    help="executions per language row (compile + 10 tests); 0 skips them")
     ap.add_argument("--gvisor-n", type=int, default=100,
                     help="executions per workload under gVisor (runsc); 0 skips them")
     args = ap.parse_args()
@@ -128,6 +162,8 @@ def main() -> None:
             rows[f"{name}, warm pool, 1 in flight"] = {
                 "exec_s": 1 / statistics.fmean(lat1), "p50": percentile(lat1, 0.5),
                 "p99": percentile(lat1, 0.99)}
+        if args.language_n:
+            rows.update(language_rows(srv.url, args.language_n, args.concurrency))
     config = SandboxConfig()
     for name, (program, tests) in workloads.items():
         fn = naive_docker_run(program, tests, config)

@@ -325,7 +325,10 @@ class ContainerPool:
                             "uid=0,gid=0,mode=0755",  # each execution's dir is the candidate's
                    # gVisor mounts a writable /tmp of its own unless the container has one:
                    # read-only, as under runc, so it is no channel between executions
-                   "/tmp": "ro,nosuid,nodev,noexec,size=64k"},
+                   "/tmp": "ro,nosuid,nodev,noexec,size=64k",
+                   # datasets' checkers, compiled once and kept across executions; root's,
+                   # each checker's directory its own uid's: no candidate can write here
+                   "/checkers": "rw,exec,nosuid,nodev,size=64m,uid=0,gid=0,mode=0755"},
             ulimits=[Ulimit(name="nofile", soft=c.nofile, hard=c.nofile),
                      Ulimit(name="core", soft=0, hard=0)],
             labels={LABEL: "1", OWNER_LABEL: self.owner},

@@ -20,13 +20,13 @@ FILE_SIZE_LIMIT = 16 * 1024 * 1024
 STDERR_HEAD_BYTES = 2048
 
 
-def limit_child(memory_mb, cpu_s, cwd=None, memory_rlimit="as"):
+def limit_child(memory_mb, cpu_s, cwd=None, memory_rlimit="as", who=slate.CANDIDATE):
     """A preexec_fn: a session of its own (so its group can be killed), the candidate's uid,
     its work dir (entered after the uid change: root may not enter it) and the limits."""
 
     def apply():
         os.setsid()
-        slate.drop_privileges()
+        slate.drop_privileges(who)
         if cwd is not None:
             os.chdir(cwd)
         apply_limits(memory_mb, cpu_s, memory_rlimit)
@@ -81,21 +81,23 @@ def oom_kills():
 
 
 def run_process(argv, stdin_data, time_limit_s, memory_mb, output_limit, stderr_tail, cwd, env,
-                language=None):
+                language=None, who=slate.CANDIDATE):
     """Run ``argv``; returns a dict with status (None = exited), exit code, output, timing.
-    ``language`` (its row of sandbox/languages.py) says how ``memory_mb`` is enforced."""
+    ``language`` (its row of sandbox/languages.py) says how ``memory_mb`` is enforced;
+    ``who``: the uid and gid it runs as (the candidate's, or the dataset checker's)."""
     language = language or {}
     memory_rlimit = language.get("memory_rlimit", "as")
     if memory_mb and memory_rlimit == "data":
         memory_mb += language.get("memory_overhead_mb", 0)
     oom_before = oom_kills()
     started = time.monotonic()
-    candidate_started()
+    if who == slate.CANDIDATE:
+        candidate_started()
     try:
         process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=env, preexec_fn=limit_child(memory_mb, math.ceil(time_limit_s) + 1, cwd,
-                                                memory_rlimit),
+                                                memory_rlimit, who),
         )
     except OSError as exc:
         return {"status": RUNTIME_ERROR, "code": None, "stdout": b"",

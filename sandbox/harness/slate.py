@@ -25,6 +25,9 @@ import signal
 import time
 
 CANDIDATE = (10001, 10001)  # uid, gid of every program; the harness is root
+# A dataset's checker runs under a uid of its own: no process the candidate left behind can
+# trace, signal or overwrite it (sandbox/harness/checker.py)
+CHECKER = (10002, 10002)
 WORK_ROOT = "/work"
 # World-writable places besides the work dir (gVisor mounts a tmpfs on /tmp, runc keeps it
 # read-only); tests/sandbox/test_clean_slate.py checks a program can write nowhere else.
@@ -39,12 +42,12 @@ def isolated():
     return os.geteuid() == 0
 
 
-def drop_privileges():
+def drop_privileges(who=CANDIDATE):
     """In a child, before it runs anything of the candidate's: the candidate's uid and gid, no
     supplementary groups. Leaving root clears every capability."""
     if os.geteuid() != 0:
         return
-    uid, gid = CANDIDATE
+    uid, gid = who
     os.setgroups([])
     os.setgid(gid)
     os.setuid(uid)

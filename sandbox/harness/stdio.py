@@ -1,15 +1,26 @@
 """A stdin/stdout job: compile once, then run the program on each test's input and compare
-its output with the expected one. Python programs run as forks of the warm zygote when it is
-up, else as a fresh interpreter per test."""
+its output with the expected one (or let the dataset's checker judge it: ``checker.py``).
+Python programs run as forks of the warm zygote when it is up, else as a fresh interpreter
+per test."""
 
 from __future__ import annotations
 
 import time
 
+from .checker import Checker, CheckerBroken, OutOfTime
 from .compare import outputs_match
 from .processes import kill_group, run_process
 from .protocol import tail
-from .statuses import COMPILE_ERROR, OK, PASSED, RUNTIME_ERROR, SYNTAX_ERROR, TIMEOUT, WRONG_ANSWER
+from .statuses import (
+    BAD_TESTS,
+    COMPILE_ERROR,
+    OK,
+    PASSED,
+    RUNTIME_ERROR,
+    SYNTAX_ERROR,
+    TIMEOUT,
+    WRONG_ANSWER,
+)
 from .verdicts import over_budget, skipped, time_left
 from .zygote import run_forked
 
@@ -31,6 +42,21 @@ def compile_program(job, workdir, env):
 
 
 def run_stdio(job, workdir, env, zygote=None):
+    """The dataset's checker, if any, compiles first: broken, it is the dataset's fault
+    (bad_tests), found before the candidate runs."""
+    checker = Checker(job["checker"], job) if job.get("checker") else None
+    try:
+        if checker is not None:
+            checker.build()
+        return run_tests(job, workdir, env, zygote, checker)
+    except CheckerBroken as exc:
+        return {"status": BAD_TESTS, "detail": str(exc)[-job["stderr_tail_bytes"]:]}
+    finally:
+        if checker is not None:
+            checker.close()
+
+
+def run_tests(job, workdir, env, zygote, checker):
     failure = compile_program(job, workdir, env)
     if failure:
         return failure
@@ -64,12 +90,21 @@ def run_stdio(job, workdir, env, zygote=None):
         if not results and status == RUNTIME_ERROR and is_syntax_error(job, run):
             return {"status": SYNTAX_ERROR,
                     "detail": tail(run["stderr"], job["stderr_tail_bytes"])}
-        if status is None:
+        stderr = tail(run["stderr"], job["stderr_tail_bytes"])
+        if status is None and checker is not None:
+            try:
+                status, message = checker.judge(test["input"], run["stdout"], test["output"])
+            except OutOfTime:
+                return {"status": OK,
+                        "tests": results + over_budget(job, len(job["tests"]) - index)}
+            if message:
+                stderr = "\n".join(filter(None, [stderr, "checker: " + message]))[
+                    -job["stderr_tail_bytes"]:]
+        elif status is None:
             actual = run["stdout"].decode("utf-8", "replace")
             status = PASSED if outputs_match(test["output"], actual,
                                                test.get("tolerance")) else WRONG_ANSWER
-        results.append({"status": status, "time_ms": run["time_ms"],
-                        "stderr": tail(run["stderr"], job["stderr_tail_bytes"])})
+        results.append({"status": status, "time_ms": run["time_ms"], "stderr": stderr})
         if status != PASSED and job.get("stop_on_failure"):
             return {"status": OK, "tests": results + skipped(len(job["tests"]) - index - 1)}
     return {"status": OK, "tests": results}

@@ -1,0 +1,152 @@
+"""A dataset's checker, for stdin/stdout problems with several correct outputs (CodeContests,
+Codeforces): a trusted program called testlib-style as ``checker <input> <output> <answer>``,
+exit 0 to accept. Compiled before the candidate's program is, and kept: the next item with
+the same checker in this container reuses it (``CACHE_ROOT``, a tmpfs of its own that the
+clean slate leaves alone and no candidate can write; the last ``CACHE_SIZE`` are kept).
+
+It runs under a uid of its own (``slate.CHECKER``), in a directory of its own, so nothing the
+candidate left running can trace, signal or replace it; the three files it reads are root's,
+readable by its group only, and removed after each check. A checker that does not compile,
+crashes, reports a failure of its own (testlib's exit 3) or runs past its time limit is the
+dataset's fault: the item is ``bad_tests`` (null), never a 0 or a 1 for the candidate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections import OrderedDict
+
+from . import slate
+from .processes import run_process
+from .protocol import tail
+from .statuses import PASSED, TIMEOUT, WRONG_ANSWER
+
+CHECK_TIME_LIMIT_S = 10.0
+# testlib's exit codes that reject the output: 1 wrong answer, 2 presentation error, 4 extra
+# output ("dirt"), 7 partial points, 8 unexpected end of file. 3 ("fail") means the checker
+# found the jury's own data wrong; anything else is a crash.
+REJECTS = frozenset({1, 2, 4, 7, 8})
+CACHE_ROOT = "/checkers"  # mounted by the pool (sandbox/pool.py); without it, no cache
+CACHE_SIZE = 8
+_cache = OrderedDict()  # checker key -> its directory under CACHE_ROOT, compiled
+
+
+class CheckerBroken(Exception):
+    """The dataset's checker failed: the item is bad_tests, with this reason."""
+
+
+class OutOfTime(Exception):
+    """The item's budget ran out while the checker ran: the candidate's tests are timeouts."""
+
+
+class Checker:
+    def __init__(self, spec, job):
+        self.language, self.source = spec["language"], spec["source"]
+        self.job = job
+        self.dir = None
+        self.env = None
+
+    def build(self):
+        """Write and compile the checker, or find it compiled; raises CheckerBroken."""
+        key = hashlib.sha256(json.dumps([self.language, self.source], sort_keys=True)
+                             .encode("utf-8", "surrogatepass")).hexdigest()
+        cacheable = slate.isolated() and os.path.ismount(CACHE_ROOT)
+        if cacheable and os.path.isdir(_cache.get(key, "")):
+            _cache.move_to_end(key)
+            self.dir = _cache[key]
+            self.env = self._env()
+            return
+        self.dir = tempfile.mkdtemp(dir=CACHE_ROOT if cacheable else slate.WORK_ROOT)
+        path = os.path.join(self.dir, self.language["source"])
+        with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
+            f.write(self.source)
+        if slate.isolated():
+            os.chown(path, *slate.CHECKER)
+            os.chown(self.dir, *slate.CHECKER)
+        self.env = self._env()
+        if self.language.get("compile"):
+            self._compile()
+        if cacheable:
+            _cache[key] = self.dir
+            while len(_cache) > CACHE_SIZE:
+                remove(_cache.popitem(last=False)[1])
+
+    def _env(self):
+        return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.dir, "TMPDIR": self.dir,
+                "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def _compile(self):
+        job = self.job
+        limit = min(job["compile_time_limit_s"], job["deadline"] - time.monotonic())
+        result = run_process(self.language["compile"], b"", limit, job["compile_memory_mb"],
+                             job["output_limit_bytes"], job["stderr_tail_bytes"], self.dir,
+                             self.env, self.language, who=slate.CHECKER)
+        if result["status"] is not None:
+            why = "ran past its time limit" if result["status"] == TIMEOUT else "failed"
+            raise CheckerBroken(f"the checker does not compile: the compiler {why}: "
+                                + tail(result["stderr"], job["stderr_tail_bytes"]))
+
+    def judge(self, test_input, output, answer):
+        """(status, message) for the candidate's ``output``: passed or wrong_answer. Raises
+        CheckerBroken, or OutOfTime when the item's budget cut the check short."""
+        job = self.job
+        limit = min(CHECK_TIME_LIMIT_S, job["deadline"] - time.monotonic())
+        files = tempfile.mkdtemp(dir=slate.WORK_ROOT)
+        try:
+            paths = []
+            for name, data in (("input", test_input.encode("utf-8", "surrogatepass")),
+                               ("output", output),
+                               ("answer", answer.encode("utf-8", "surrogatepass"))):
+                paths.append(os.path.join(files, name))
+                with open(paths[-1], "wb") as f:
+                    f.write(data)
+                if slate.isolated():
+                    os.chown(paths[-1], 0, slate.CHECKER[1])
+                    os.chmod(paths[-1], 0o640)
+            if slate.isolated():
+                os.chown(files, 0, slate.CHECKER[1])
+                os.chmod(files, 0o750)
+            result = run_process([*self.language["run"], *paths], b"", limit,
+                                 job["compile_memory_mb"], job["output_limit_bytes"],
+                                 job["stderr_tail_bytes"], self.dir, self.env, self.language,
+                                 who=slate.CHECKER)
+        finally:
+            for name in os.listdir(files):
+                os.unlink(os.path.join(files, name))
+            os.rmdir(files)
+        message = tail(result["stderr"] or result["stdout"], job["stderr_tail_bytes"]).strip()
+        if result["status"] is None:
+            return PASSED, message
+        if result["status"] == TIMEOUT:
+            if limit < CHECK_TIME_LIMIT_S:
+                raise OutOfTime
+            raise CheckerBroken(f"the checker ran past {CHECK_TIME_LIMIT_S:g} s")
+        if result["code"] in REJECTS:
+            return WRONG_ANSWER, message
+        raise CheckerBroken(f"the checker failed ({result['status']}, exit code "
+                            f"{result['code']}): {message}")
+
+    def close(self):
+        """Remove its directory, unless the cache keeps it (a checker that did not compile
+        is not kept)."""
+        if self.dir is not None and self.dir not in _cache.values():
+            remove(self.dir)
+        self.dir = None
+
+
+def remove(path):
+    """Remove a checker's directory: emptied as its uid (root may not enter it), then
+    removed by root, whose directory holds it."""
+    root = slate.isolated()
+    try:
+        if root:
+            os.seteuid(slate.CHECKER[0])
+        slate.empty_dir(path, time.monotonic() + slate.JANITOR_TIMEOUT_S)
+    finally:
+        if root:
+            os.seteuid(0)
+    os.rmdir(path)

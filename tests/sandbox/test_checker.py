@@ -1,0 +1,173 @@
+"""A dataset's checker (``checker``: testlib-style ``checker <input> <output> <answer>``, exit
+0 accepts) through the real server and Docker engine, on a real-shaped row with several
+correct outputs: Codeforces 1352A "Sum of Round Numbers" (in CodeContests as
+``1352_A. Sum of Round Numbers``), whose public test's answer lists the round numbers in
+one order of many. A checker that fails to compile, crashes or hangs: bad_tests (null)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ServerProcess, run_server, wait_for_sandbox
+
+# The row as CodeContests has it (public_tests: input and output lists), and the problem:
+# represent each n as a sum of the fewest round numbers (one non-zero digit), in any order.
+ROW = {
+    "name": "1352_A. Sum of Round Numbers",
+    "public_tests": {
+        "input": ["5\n5009\n7\n9876\n10000\n10\n"],
+        "output": ["2\n5000 9\n1\n7 \n4\n800 70 6 9000 \n1\n10000 \n1\n10 \n"],
+    },
+}
+TESTS = [{"input": i, "output": o}
+         for i, o in zip(ROW["public_tests"]["input"], ROW["public_tests"]["output"],
+                         strict=True)] + [
+    {"input": "3\n1\n99999\n10101\n", "output": "1\n1\n5\n9 90 900 9000 90000\n3\n1 100 10000\n"},
+]
+
+# The checker a judge would write: the count must be the answer's (the minimum), each term
+# round and positive, the terms summing to n.
+CHECKER = r"""
+#include <cstdio>
+#include <cstdlib>
+static bool round_number(long long x) {
+  if (x <= 0) return false;
+  while (x % 10 == 0) x /= 10;
+  return x < 10;
+}
+int main(int argc, char **argv) {
+  if (argc != 4) return 3;
+  FILE *in = fopen(argv[1], "r"), *out = fopen(argv[2], "r"), *ans = fopen(argv[3], "r");
+  if (!in || !out || !ans) return 3;
+  int t;
+  if (fscanf(in, "%d", &t) != 1) return 3;
+  for (int c = 1; c <= t; c++) {
+    long long n, k, best, sum = 0, x;
+    if (fscanf(in, "%lld", &n) != 1 || fscanf(ans, "%lld", &best) != 1) return 3;
+    for (long long i = 0; i < best; i++) fscanf(ans, "%lld", &x);
+    if (fscanf(out, "%lld", &k) != 1) { fprintf(stderr, "case %d: no count\n", c); return 2; }
+    if (k != best) { fprintf(stderr, "case %d: %lld terms, %lld suffice\n", c, k, best); return 1; }
+    for (long long i = 0; i < k; i++) {
+      if (fscanf(out, "%lld", &x) != 1) { fprintf(stderr, "case %d: too few\n", c); return 2; }
+      if (!round_number(x)) { fprintf(stderr, "case %d: %lld is not round\n", c, x); return 1; }
+      sum += x;
+    }
+    if (sum != n) { fprintf(stderr, "case %d: sum %lld, not %lld\n", c, sum, n); return 1; }
+  }
+  if (fscanf(out, "%lld", &t) == 1) { fprintf(stderr, "extra output\n"); return 4; }
+  fprintf(stderr, "ok %d cases\n", t);
+  return 0;
+}
+"""
+
+# Correct, with the terms from the highest digit down (the answer lists another order)
+RIGHT = """t = int(input())
+for _ in range(t):
+    n = input().strip()
+    parts = [d + "0" * (len(n) - i - 1) for i, d in enumerate(n) if d != "0"]
+    print(len(parts))
+    print(*parts)
+"""
+# Wrong: n itself, one term, round or not
+WRONG = "t = int(input())\nfor _ in range(t):\n    print(1)\n    print(input())\n"
+# The same checker in Python: any language of the table can judge
+PY_CHECKER = """import sys
+inp, out, ans = (open(p).read().split() for p in sys.argv[1:4])
+t, pos, apos = int(inp[0]), 0, 0
+for c in range(t):
+    n, best = int(inp[1 + c]), int(ans[apos])
+    apos += 1 + best
+    k = int(out[pos])
+    terms = [int(x) for x in out[pos + 1:pos + 1 + k]]
+    pos += 1 + k
+    if k != best or sum(terms) != n or any(x <= 0 or str(x).rstrip("0") not in
+                                           "123456789" for x in terms):
+        sys.exit(1)
+sys.exit(4 if pos != len(out) else 0)
+"""
+
+
+@pytest.fixture(scope="module")
+def srv(docker_ready: None,
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "2", "REWARD_SERVER_CACHE_SIZE": "0"}
+    with run_server(tmp_path_factory.mktemp("checker"), env=env) as server:
+        wait_for_sandbox(server.url, timeout_s=180)
+        yield server
+
+
+def verify(srv: ServerProcess, *items: dict[str, Any]) -> list[dict[str, Any]]:
+    with httpx.Client(base_url=srv.url, timeout=300) as c:
+        r = c.post("/v1/verify/code", json={"items": list(items)})
+    assert r.status_code == 200, r.text
+    return r.json()["results"]
+
+
+def test_a_checker_accepts_another_correct_output(srv: ServerProcess) -> None:
+    checker = {"language": "cpp", "source": CHECKER}
+    compared, judged, wrong, in_python = verify(
+        srv,
+        {"response": RIGHT, "tests": TESTS},  # line by line: the order differs from the answer
+        {"response": RIGHT, "tests": TESTS, "checker": checker},
+        {"response": WRONG, "tests": TESTS, "checker": checker},
+        {"response": RIGHT, "tests": TESTS, "checker": {"language": "py", "source": PY_CHECKER}},
+    )
+    assert [t["status"] for t in compared["tests"]] == ["wrong_answer", "wrong_answer"]
+    assert (judged["status"], judged["score"]) == ("ok", 1.0), judged
+    assert "checker: ok 5 cases" in judged["tests"][0]["stderr"]
+    assert (wrong["status"], wrong["score"]) == ("ok", 0.0), wrong
+    assert [t["status"] for t in wrong["tests"]] == ["wrong_answer", "wrong_answer"]
+    assert "case 1: 1 terms, 2 suffice" in wrong["tests"][0]["stderr"]
+    assert (in_python["status"], in_python["score"]) == ("ok", 1.0), in_python
+
+
+def test_a_broken_checker_makes_the_item_unscorable(srv: ServerProcess) -> None:
+    results = verify(
+        srv,
+        {"response": RIGHT, "tests": TESTS,
+         "checker": {"language": "cpp", "source": "int main( {"}},
+        {"response": RIGHT, "tests": TESTS,
+         "checker": {"language": "c", "source": "#include <stdlib.h>\nint main(void) "
+                                                 "{ abort(); }"}},
+        {"response": RIGHT, "tests": TESTS,
+         "checker": {"language": "c", "source": "int main(void) { return 3; }"}},
+        {"response": RIGHT, "tests": TESTS,
+         "checker": {"language": "python", "source": "while True:\n    pass"}},
+        {"response": WRONG, "tests": TESTS,
+         "checker": {"language": "python", "source": "import os\nos.kill(os.getpid(), 9)"}},
+    )
+    fragments = ["does not compile", "failed", "exit code 3", "ran past", "failed"]
+    for result, fragment in zip(results, fragments, strict=True):
+        assert (result["status"], result["score"]) == ("bad_tests", None), result
+        assert fragment in result["detail"], result["detail"]
+
+
+def test_a_checker_is_compiled_once_per_container(srv: ServerProcess) -> None:
+    """A checker that counts its runs in its own directory: items after the first in a
+    container find the directory (and what was compiled there) as the last item left it."""
+    counting = ("import os, sys\nn = int(open('runs').read()) if os.path.exists('runs') else 0\n"
+                "open('runs', 'w').write(str(n + 1))\nprint('runs', n, file=sys.stderr)")
+    seen = []
+    for i in range(5):  # one at a time, over the pool's 3 containers: one gets two
+        (result,) = verify(srv, {"response": RIGHT + f"# {i}\n", "tests": TESTS[:1],
+                                 "checker": {"language": "python", "source": counting}})
+        assert result["score"] == 1.0, result
+        seen.append(int(result["tests"][0]["stderr"].rsplit("runs ", 1)[1]))
+    assert max(seen) >= 1, seen
+
+
+def test_bad_checker_items(srv: ServerProcess) -> None:
+    with httpx.Client(base_url=srv.url, timeout=60) as c:
+        for checker, fragment in [({"language": "cobol", "source": "x"}, "unknown language"),
+                                  ({"language": "cpp"}, "checker.source")]:
+            r = c.post("/v1/verify/code", json={"items": [
+                {"response": RIGHT, "tests": TESTS, "checker": checker}]})
+            assert r.status_code == 422 and fragment in r.text, r.text
+        r = c.post("/v1/verify/code", json={"items": [
+            {"response": "def f(x): return x", "fn_name": "f",
+             "tests": [{"input": "[1]", "output": "1"}], "checker": {"source": CHECKER}}]})
+        assert r.status_code == 422 and "'checker' goes with" in r.text, r.text
