@@ -12,6 +12,7 @@ from typing import Any
 from sandbox.channel import ChannelClosed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
+from sandbox.harness.checker import CHECK_TIME_LIMIT_S
 from sandbox.harness.statuses import (
     EXECUTION_STATUSES,
     HARNESS_ERROR,
@@ -41,22 +42,37 @@ class TestCase:
 
 
 @dataclass(frozen=True)
+class Call:
+    """A call-based test: ``entry_point(*args)`` must return ``expected`` (JSON values)."""
+
+    args: tuple[Any, ...]
+    expected: Any
+
+
+@dataclass(frozen=True)
 class Execution:
-    """A program and its tests: stdin/stdout ``tests``, or Python ``test_code`` that calls
-    ``entry_point`` (bare asserts, or a ``check(candidate)`` function)."""
+    """A program and its tests: stdin/stdout ``tests``; Python ``test_code`` (bare asserts
+    that use the solution's names, or a ``check(candidate)`` function for ``entry_point``);
+    or call-based ``calls`` of ``entry_point``. ``test_setup``: trusted code run in the test
+    process before the test code."""
 
     language: str
     source: str
     tests: tuple[TestCase, ...] = ()
     test_code: str | None = None
     entry_point: str | None = None
+    test_setup: str | None = None
+    calls: tuple[Call, ...] | None = None
     time_limit_s: float | None = None
     memory_mb: int | None = None
+    checker: tuple[str, str] | None = None  # (language, source): judges stdin/stdout outputs
     stop_on_failure: bool = False  # all-or-nothing: the first failure decides, skip the rest
 
     @cached_property
     def test_count(self) -> int:
         """How many tests the harness will report (parsed once per execution)."""
+        if self.calls is not None:
+            return len(self.calls)
         if self.test_code is not None:
             return count_assertion_tests(self.test_code)
         return len(self.tests)
@@ -119,14 +135,27 @@ class Sandbox:
             "budget_s": c.item_budget_s, "stop_on_failure": ex.stop_on_failure,
         }
         count = ex.test_count
-        if ex.test_code is not None:
-            job.update(mode="assert", test_code=ex.test_code, entry_point=ex.entry_point)
+        if ex.calls is not None:
+            job.update(mode="assert", test_setup=ex.test_setup, entry_point=ex.entry_point,
+                       calls=[{"args": list(c.args), "expected": c.expected} for c in ex.calls])
+        elif ex.test_code is not None:
+            job.update(mode="assert", test_code=ex.test_code, entry_point=ex.entry_point,
+                       test_setup=ex.test_setup)
         else:
             job.update(mode="stdio", tests=[
                 {"input": t.input, "output": t.output, "tolerance": t.tolerance}
                 for t in ex.tests])
+            if ex.checker is not None:
+                checker_spec = resolve(ex.checker[0])
+                if checker_spec is None:
+                    raise ValueError(f"unknown checker language {ex.checker[0]!r}")
+                job["checker"] = {"language": checker_spec.as_job(c.compile_memory_mb),
+                                  "source": ex.checker[1]}
         inside = min(c.item_budget_s, count * (time_limit + PER_TEST_SLACK_S)
-                     + (c.compile_time_limit_s if spec.compile else 0.0))
+                     + (c.compile_time_limit_s if spec.compile else 0.0)
+                     # the checker's compile and one check per test
+                     + (c.compile_time_limit_s + count * CHECK_TIME_LIMIT_S
+                        if ex.checker is not None else 0.0))
         return job, count, inside + OUTSIDE_SLACK_S
 
     async def execute(self, ex: Execution) -> ExecutionResult:
@@ -213,5 +242,5 @@ def _text(value: Any) -> str:
     return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-__all__ = ["Execution", "ExecutionResult", "Sandbox", "SandboxUnavailable", "TestCase",
+__all__ = ["Call", "Execution", "ExecutionResult", "Sandbox", "SandboxUnavailable", "TestCase",
            "TestResult"]

@@ -1,26 +1,30 @@
-"""An assertion job (HumanEval, MBPP): the dataset's test code runs in this trusted process;
-the candidate's module runs in a separate "candidate server" process, and ``candidate(...)``
-in the test code is a proxy that calls into it.
+"""An assertion job (HumanEval, MBPP, call-based APPS/TACO): the dataset's test code runs in
+this trusted process; the candidate's module runs in its own process (``candidate``), and the
+names the test code takes from it are proxies.
 
-The proxy sends the arguments and gets the return value back as tagged JSON that decodes only
-to plain data (``protocol.encode``). So redefining ``check``, monkeypatching builtins,
-``sys.exit(0)`` before the tests, printing "all tests passed", or returning an object whose
-``__eq__`` is always True cannot make an assertion pass: the assertion is evaluated here, on
-plain values, and a candidate that exits makes every later call fail.
+Order: ``test_setup`` (trusted code from the dataset) runs first, then the statements of
+``test_code`` that do not reach the candidate; a failure there is the dataset's (``bad_tests``,
+a null reward). Then the candidate loads, and from there on every failure is a failed test
+(issue 10).
 """
 
 from __future__ import annotations
 
 import ast
 import os
-import struct
-import subprocess
-import sys
 import time
 
-from . import PACKAGE_PARENT
-from .processes import candidate_started, kill_group, limit_child, oom_kills
-from .protocol import decode, encode, recv_frame, send_frame
+from .candidate import (
+    Candidate,
+    CandidateCrashed,
+    CandidateNotLoaded,
+    CandidateTimeout,
+    install,
+    valid_hello,
+)
+from .compare import call_output_matches
+from .processes import kill_group, oom_kills
+from .protocol import recv_frame
 from .statuses import (
     BAD_TESTS,
     MEMORY_LIMIT,
@@ -33,83 +37,32 @@ from .statuses import (
 )
 from .verdicts import over_budget, skipped, time_left
 
-
-def serve_candidate(entry_point):
-    """Child process: load the solution, then answer proxy calls on fds 3 (in) and 4 (out).
-
-    stdin is /dev/null and stdout goes to stderr, so the solution's prints cannot reach the
-    protocol by accident."""
-    source = open("solution.py", encoding="utf-8").read()
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
-    try:
-        exec(compile(source, "solution.py", "exec"), namespace)
-    except BaseException as exc:  # noqa: BLE001 - report any failure, SystemExit included
-        send_frame(4, {"load_error": f"{type(exc).__name__}: {exc}"[:500]})
-        return
-    function = namespace.get(entry_point)
-    if not callable(function):
-        send_frame(4, {"load_error": f"the solution defines no function {entry_point!r}"})
-        return
-    send_frame(4, {"ready": True})
-    while True:
-        try:
-            request = recv_frame(3)
-        except EOFError:
-            return
-        try:
-            args = decode(request["args"])
-            kwargs = decode(request["kwargs"])
-            result = function(*args, **kwargs)
-            reply = {"value": encode(result)}
-        except BaseException as exc:  # noqa: BLE001
-            reply = {"error": f"{type(exc).__name__}: {exc}"[:500]}
-        send_frame(4, reply)
+CHECK = "check"  # the step that calls the test code's check(candidate) (HumanEval)
 
 
-class CandidateCrashed(Exception):
-    pass
+class BadTests(Exception):
+    """The dataset's tests cannot run, before any program of the candidate's did."""
 
 
-class CandidateTimeout(Exception):
-    pass
+class Call:
+    """One call-based test (APPS, TACO, PrimeIntellect, LiveCodeBench functional): the entry
+    point called with ``args``, its return value compared with ``expected`` as those
+    datasets' harnesses compare (``compare.call_output_matches``)."""
+
+    def __init__(self, args, expected):
+        self.args, self.expected = args, expected
 
 
-class CandidateNotLoaded(BaseException):
-    """The test code called the candidate before it was loaded (see ``run_asserts``)."""
-
-
-class CandidateProxy:
-    """Stands for the solution's function inside the test code, in this trusted process."""
-
-    def __init__(self):
-        self.process = self.to_child = self.from_child = self.deadline = None
-
-    def __call__(self, *args, **kwargs):
-        if self.process is None:
-            raise CandidateNotLoaded
-        try:
-            send_frame(self.to_child, {"args": encode(args), "kwargs": encode(kwargs)})
-            reply = recv_frame(self.from_child, self.deadline)
-        except TimeoutError:
-            raise CandidateTimeout("the solution ran past the time limit") from None
-        except (EOFError, OSError, ValueError, struct.error, RecursionError, MemoryError):
-            raise CandidateCrashed("the solution's process ended or broke the protocol") from None
-        if not isinstance(reply, dict) or len(reply) != 1 or not ({"error", "value"} & set(reply)):
-            raise CandidateCrashed("the solution's process broke the protocol")
-        if "error" in reply:
-            raise RuntimeError(f"the solution raised {str(reply['error'])[:500]}")
-        try:
-            return decode(reply["value"])
-        except (ValueError, TypeError, OverflowError, RecursionError, AttributeError):
-            raise CandidateCrashed("the solution returned a value that is not plain data") from None
+def is_test(step):
+    return step == CHECK or isinstance(step, (ast.Assert, Call))
 
 
 def split_tests(test_code):
     """(setup statements, tests): each top-level ``assert`` is one test; a ``check`` function
     makes the whole suite one test, called with the candidate."""
     tree = ast.parse(test_code, "test_code")
-    if any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body):
-        return tree.body, ["check"]
+    if any(isinstance(n, ast.FunctionDef) and n.name == CHECK for n in tree.body):
+        return tree.body, [CHECK]
     setup = [n for n in tree.body if not isinstance(n, ast.Assert)]
     asserts = [n for n in tree.body if isinstance(n, ast.Assert)]
     return setup, asserts
@@ -129,48 +82,91 @@ def mentions(node, names):
     return False
 
 
-def run_asserts(job, workdir, env):
-    """The dataset's setup that does not use the candidate runs first: a failure there is the
-    dataset's (``bad_tests``, null). Then the candidate loads, and from there on every failure
-    is a failed test (issue 10)."""
+def parse(job):
+    """The trusted setup (statements) and the job's steps in order: statements of the test
+    code, and tests (an ``assert``, ``CHECK`` or a ``Call``). Raises BadTests."""
     try:
-        setup, tests = split_tests(job["test_code"])
+        setup = ast.parse(job.get("test_setup") or "", "test_setup").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        return {"status": BAD_TESTS, "detail": f"test_code does not parse: {exc}"}
+        raise BadTests(f"test_setup does not parse: {exc}") from None
+    if job.get("calls") is not None:
+        if not job.get("entry_point") or not all(
+                isinstance(c, dict) and isinstance(c.get("args"), list) for c in job["calls"]):
+            raise BadTests("call tests need an entry point and a list of arguments each")
+        return setup, [Call(c["args"], c.get("expected")) for c in job["calls"]]
+    try:
+        code_setup, tests = split_tests(job["test_code"])
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise BadTests(f"test_code does not parse: {exc}") from None
     if not tests:
-        return {"status": BAD_TESTS, "detail": "test_code has no assert and no check()"}
-    proxy = CandidateProxy()
-    namespace = {"__name__": "__test__", "candidate": proxy, job["entry_point"]: proxy}
-    statements = list(setup) if tests == ["check"] else job_statements(setup, tests)
-    names = {"candidate", job["entry_point"]}
-    while statements and not isinstance(statements[0], ast.Assert) and not mentions(
-            statements[0], names):
-        try:
-            exec(as_module(statements[0]), namespace)
-        except CandidateNotLoaded:
-            break  # it reached the candidate through a helper: run it once the candidate is up
-        except Exception as exc:  # noqa: BLE001 - the dataset's test code is broken
-            return {"status": BAD_TESTS,
-                    "detail": f"test setup failed: {type(exc).__name__}: {exc}"}
-        statements.pop(0)
+        raise BadTests("test_code has no assert and no check()")
+    if tests == [CHECK]:
+        if not job.get("entry_point"):
+            raise BadTests("check(candidate) needs an entry_point")
+        return setup, [*code_setup, CHECK]
+    return setup, job_statements(code_setup, tests)
 
-    to_child_r, to_child_w = os.pipe()
-    from_child_r, from_child_w = os.pipe()
+
+def run_before_candidate(setup, steps, namespace, names):
+    """Run ``test_setup`` whole, then the leading statements of the test code that do not
+    reach the candidate; return the steps left. Raises BadTests."""
+    for node in setup:
+        try:
+            exec(as_module(node, "test_setup"), namespace)
+        except CandidateNotLoaded:
+            raise BadTests("test_setup calls the solution; it runs before it loads") from None
+        except Exception as exc:  # noqa: BLE001 - the dataset's setup is broken
+            raise BadTests(f"test_setup failed: {type(exc).__name__}: {exc}") from None
+    steps = list(steps)
+    while steps and not is_test(steps[0]) and not mentions(steps[0], names):
+        try:
+            exec(as_module(steps[0]), namespace)
+        except (CandidateNotLoaded, NameError):
+            break  # it needs the candidate's names: run it once the candidate is up
+        except Exception as exc:  # noqa: BLE001 - the dataset's test code is broken
+            raise BadTests(f"test setup failed: {type(exc).__name__}: {exc}") from None
+        steps.pop(0)
+    return steps
+
+
+def test_call(step, namespace, candidate, entry):
+    """What running the test ``step`` means."""
+    if step == CHECK:
+        return lambda: namespace["check"](candidate.function(entry))
+    if isinstance(step, Call):
+        function = candidate.function(entry)
+
+        def call():
+            output = function(*step.args)
+            if not call_output_matches(output, step.expected):
+                raise AssertionError(f"returned {short(output)}, expected "
+                                     f"{short(step.expected)}")
+        return call
+    module = as_module(step)
+    return lambda: exec(module, namespace)
+
+
+def short(value, limit=200):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def run_asserts(job, workdir, env):
+    entry = job.get("entry_point")
+    candidate = Candidate()
+    namespace = {"__name__": "__test__"}
+    try:
+        setup, steps = parse(job)
+        count = sum(map(is_test, steps))
+        if entry:  # after test_setup too: a prompt's stub never stands for the solution
+            namespace["candidate"] = namespace[entry] = candidate.function(entry)
+        steps = run_before_candidate(setup, steps, namespace, {"candidate", entry})
+        if entry:
+            namespace["candidate"] = namespace[entry] = candidate.function(entry)
+    except BadTests as exc:
+        return {"status": BAD_TESTS, "detail": str(exc)}
+
     stderr_fd = os.memfd_create("stderr")
-    code = ("import os, sys; os.dup2({r}, 3); os.dup2({w}, 4); "
-            "os.dup2(os.open(os.devnull, os.O_RDONLY), 0); os.dup2(2, 1); "
-            "sys.path.insert(0, {p!r}); from harness.asserts import serve_candidate; "
-            "serve_candidate({e!r})"
-            ).format(r=to_child_r, w=from_child_w, p=PACKAGE_PARENT, e=job["entry_point"])
-    candidate_started()
-    process = subprocess.Popen(
-        [sys.executable, "-I", "-c", code], stdin=subprocess.DEVNULL, stdout=stderr_fd,
-        stderr=stderr_fd, env=env, preexec_fn=limit_child(job["memory_mb"], None, workdir),
-        pass_fds=(to_child_r, from_child_w),
-    )
-    os.close(to_child_r)
-    os.close(from_child_w)
-    proxy.process, proxy.to_child, proxy.from_child = process, to_child_w, from_child_r
 
     def stderr_tail():
         size = os.fstat(stderr_fd).st_size
@@ -180,60 +176,56 @@ def run_asserts(job, workdir, env):
 
     def fail_all(status, message):
         return {"status": OK, "tests": [{"status": status, "time_ms": 0.0, "stderr": message}
-                                          for _ in tests]}
+                                        for _ in range(count)]}
 
     try:
+        candidate.start(job, workdir, env, stderr_fd)
         try:
-            hello = recv_frame(from_child_r, time.monotonic() + time_left(job))
+            hello = recv_frame(candidate.from_child, time.monotonic() + time_left(job))
         except TimeoutError:
             return fail_all(TIMEOUT, "the solution did not finish loading in time")
         except Exception:  # noqa: BLE001 - EOF, or a frame that is not JSON
             hello = {"load_error": "the solution exited while loading"}
-        if hello != {"ready": True} and not (
-                isinstance(hello, dict) and set(hello) == {"load_error"}
-                and isinstance(hello["load_error"], str)):
+        if not valid_hello(hello):
             return fail_all(RUNTIME_ERROR, "the solution's process broke the protocol")
         if "load_error" in hello:
             detail = hello["load_error"] + "\n" + stderr_tail()
             status = SYNTAX_ERROR if hello["load_error"].startswith("SyntaxError") else OK
             return {"status": status, "detail": detail.strip()[-job["stderr_tail_bytes"]:],
                     "tests": [{"status": RUNTIME_ERROR, "time_ms": 0.0,
-                               "stderr": detail[-job["stderr_tail_bytes"]:]} for _ in tests]}
+                               "stderr": detail[-job["stderr_tail_bytes"]:]}
+                              for _ in range(count)]}
+        install(namespace, candidate, hello)
         results = []
-        if tests == ["check"]:
-            statements.append("check")
-        for node in statements:
+        for step in steps:
             if time_left(job) <= 0:
-                return {"status": OK,
-                        "tests": results + over_budget(job, len(tests) - len(results))}
-            if node == "check" or isinstance(node, ast.Assert):
-                module = None if node == "check" else as_module(node)
-                call = ((lambda: namespace["check"](proxy)) if module is None
-                        else (lambda: exec(module, namespace)))  # noqa: B023 - called at once
-                results.append(run_one(call, proxy, job, stderr_tail))
+                return {"status": OK, "tests": results + over_budget(job, count - len(results))}
+            if is_test(step):
+                results.append(run_one(test_call(step, namespace, candidate, entry), candidate,
+                                       job, stderr_tail))
                 if results[-1]["status"] != PASSED and job.get("stop_on_failure"):
-                    return {"status": OK,
-                            "tests": results + skipped(len(tests) - len(results))}
+                    return {"status": OK, "tests": results + skipped(count - len(results))}
                 continue
-            proxy.deadline = time.monotonic() + time_left(job)
+            candidate.deadline = time.monotonic() + time_left(job)
             try:
-                exec(as_module(node), namespace)
+                exec(as_module(step), namespace)
             except Exception as exc:  # noqa: BLE001 - after the candidate ran: its doing
                 message = f"the test code failed after the solution loaded: " \
                           f"{type(exc).__name__}: {exc}"
                 return {"status": OK, "tests": results + [
                     {"status": RUNTIME_ERROR, "time_ms": 0.0, "stderr": message[-2000:]}
-                    for _ in range(len(tests) - len(results))]}
+                    for _ in range(count - len(results))]}
         return {"status": OK, "tests": results}
     finally:
-        for fd in (to_child_w, from_child_r, stderr_fd):
-            os.close(fd)
-        kill_group(process)
-        process.wait()
+        candidate.close()
+        os.close(stderr_fd)
+        if candidate.process is not None:
+            kill_group(candidate.process)
+            candidate.process.wait()
 
 
-def as_module(node):
-    return compile(ast.Module(body=[node], type_ignores=[]), "test_code", "exec")
+def as_module(node, filename="test_code"):
+    return compile(ast.Module(body=[node], type_ignores=[]), filename, "exec")
 
 
 def job_statements(setup, tests):
@@ -241,9 +233,10 @@ def job_statements(setup, tests):
     return sorted(setup + tests, key=lambda n: (n.lineno, n.col_offset))
 
 
-def run_one(call, proxy, job, stderr_tail):
+def run_one(call, candidate, job, stderr_tail):
+    """One test: ``call`` raises AssertionError when it fails."""
     started = time.monotonic()
-    proxy.deadline = started + time_left(job)
+    candidate.deadline = started + time_left(job)
     oom_before = oom_kills()
     status, message = PASSED, ""
     try:
@@ -263,7 +256,7 @@ def run_one(call, proxy, job, stderr_tail):
         ):
             status = MEMORY_LIMIT
     if status == TIMEOUT:
-        kill_group(proxy.process)  # a stuck call leaves the solution unusable
+        kill_group(candidate.process)  # a stuck call leaves the solution unusable
     elapsed = (time.monotonic() - started) * 1000
     text = (message + "\n" + stderr_tail()).strip()
     return {"status": status, "time_ms": round(elapsed, 3),

@@ -38,3 +38,21 @@ def outputs_match(expected, actual, tolerance):
     if tolerance is None:
         return want == got
     return all(tokens_match(w, g, tolerance) for w, g in zip(want, got))
+
+
+def call_output_matches(output, expected):
+    """A call-based test's verdict, as APPS's ``testing_util.run_test`` (and TACO's and
+    PrimeIntellect's copies of it) decides: a returned tuple is a list; the value equals the
+    expected one, or the expected one's only wrapper (``outputs`` are often ``[value]``), or,
+    for a list of tuples, that wrapper as a list of lists. Stricter in one way only: both
+    sides are plain data, so no object's own ``__eq__`` takes part."""
+    if isinstance(output, tuple):
+        output = list(output)
+    if output == expected:
+        return True
+    if isinstance(expected, list) and expected:
+        if output == expected[0]:
+            return True
+        if isinstance(output, list) and output and isinstance(output[0], tuple):
+            return [list(x) for x in output] == expected[0]
+    return False

@@ -160,3 +160,41 @@ def test_statuses_names_match_the_literals() -> None:
     assert named == statuses.TEST_STATUSES | statuses.CODE_STATUSES | statuses.EXECUTION_STATUSES
     assert statuses.UNSCORABLE <= statuses.CODE_STATUSES
     assert statuses.REPLACES_CONTAINER | statuses.UNCACHEABLE_TEST <= statuses.TEST_STATUSES
+
+
+@pytest.mark.parametrize(("output", "expected", "match"), [
+    ((1, 2), [1, 2], True),
+    ([(1, 2), (3, 4)], [[[1, 2], [3, 4]]], True),
+    (5, [5], True),
+    (5, 5, True),
+    ([], [], True),
+    ([], [[]], True),
+    ("5", 5, False),
+    ([(1, 2)], [[1, 2]], False),  # APPS too: only the wrapper is compared as lists of lists
+    (None, [], False),
+    (1, "1", False),
+])
+def test_call_output_matches_as_apps_does(output: object, expected: object, match: bool) -> None:
+    assert compare.call_output_matches(output, expected) is match
+
+
+def test_candidate_names_never_shadow_builtins_or_the_tests_own() -> None:
+    """``install``: the tests' own names and the builtins stay; an allowed module's function
+    is the trusted process's own copy; anything else is a proxy."""
+    from sandbox.harness.candidate import Candidate, CandidateFunction, install, valid_hello
+
+    hello = {"ready": True, "modules": {"m": "math", "os": "os"}, "names": [
+        ["len", "solution", "len"], ["check", "solution", "check"], ["helper", "solution", "helper"],
+        ["sqrt", "math", "sqrt"], ["fake", "math", "no_such"]]}
+    assert valid_hello(hello)
+    namespace: dict[str, object] = {"check": "the test's"}
+    install(namespace, Candidate(), hello)
+    import math
+
+    assert namespace["check"] == "the test's" and "len" not in namespace
+    assert namespace["m"] is math and "os" not in namespace
+    assert namespace["sqrt"] is math.sqrt
+    assert isinstance(namespace["helper"], CandidateFunction)
+    assert isinstance(namespace["fake"], CandidateFunction)
+    assert not valid_hello({"ready": True})
+    assert not valid_hello({"ready": True, "names": [[1, None, None]], "modules": {}})

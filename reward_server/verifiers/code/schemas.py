@@ -2,17 +2,41 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from reward_server.verifiers.base import ItemBase, ResultBase
-from sandbox import LANGUAGES
+from reward_server.verifiers.code.formats import check_form
 from sandbox.harness.statuses import CodeStatus, TestStatus
 from sandbox.languages import known_names, resolve
 
 
 class StdioTest(BaseModel):
-    input: str = ""
-    output: str
+    """A stdin/stdout case (text), or with ``fn_name`` a call: ``input`` the JSON list of
+    arguments and ``output`` the JSON return value (as text, or as the values themselves)."""
+
+    input: str | list[Any] = ""
+    output: Any
+
+
+def canonical_language(value: str) -> str:
+    """An alias (c++, js, golang, ...) becomes the language's name; an unknown one names the
+    known ones."""
+    spec = resolve(value)
+    if spec is None:
+        raise ValueError(f"unknown language {value!r}; known: {known_names()}")
+    return spec.name
+
+
+class CheckerSpec(BaseModel):
+    """A testlib-style checker: run as ``checker <input> <output> <answer>``, exit 0 accepts
+    (1, 2, 4, 7, 8 reject); anything else, or failing to compile, makes the item bad_tests."""
+
+    language: str = Field("cpp", description="The checker's language (testlib's is C++).")
+    source: str = Field(description="The checker's source.")
+
+    _language = field_validator("language")(canonical_language)
 
 
 class CodeItem(ItemBase):
@@ -22,7 +46,27 @@ class CodeItem(ItemBase):
         None, description="stdin/stdout cases; output compared line by line.")
     test_code: str | None = Field(
         None, description="Python asserts, or a check(candidate) function (HumanEval).")
-    entry_point: str | None = Field(None, description="The function test_code calls.")
+    entry_point: str | None = Field(
+        None, description="The function test_code calls (as 'candidate' too); required with "
+        "a check(candidate) function. A method of class Solution also counts.")
+    test_setup: str | None = Field(
+        None, description="Trusted Python run in the test process before the test code "
+        "(MBPP's test_setup_code; HumanEval prompt helpers the dataset trusts over the "
+        "solution's copy). It cannot call the solution; if it fails: bad_tests.")
+    test_list: list[str] | None = Field(
+        None, description="MBPP: assert statements, one test each; they call the solution's "
+        "functions by name.")
+    test_setup_code: str | None = Field(None, description="MBPP's name for test_setup.")
+    challenge_test_list: list[str] | None = Field(
+        None, description="MBPP: more asserts, run after test_list.")
+    fn_name: str | None = Field(
+        None, description="Call-based tests (APPS, TACO, PrimeIntellect, LeetCode): 'tests' "
+        "call this function (or Solution().fn_name) with the JSON list 'input' and compare "
+        "the return value with the JSON 'output' as APPS does (a tuple is a list; [value] "
+        "wraps value).")
+    checker: CheckerSpec | None = Field(
+        None, description="stdin/stdout problems with several correct outputs: a trusted "
+        "program that judges each output instead of the line-by-line comparison.")
     tolerance: float | None = Field(
         None, ge=0, description="Numeric tolerance for stdin/stdout tokens (abs and rel).")
     time_limit_s: float | None = Field(
@@ -31,28 +75,14 @@ class CodeItem(ItemBase):
     all_or_nothing: bool = Field(False, description="Score 1 only if every test passes; the "
                                  "run stops at the first failure (later tests: skipped).")
 
-    @field_validator("language")
-    @classmethod
-    def _known_language(cls, value: str) -> str:
-        """An alias (c++, js, golang, ...) becomes the language's name."""
-        spec = resolve(value)
-        if spec is None:
-            raise ValueError(f"unknown language {value!r}; known: {known_names()}")
-        return spec.name
+    _language = field_validator("language")(canonical_language)
 
     @model_validator(mode="after")
     def _one_form(self) -> CodeItem:
-        if (self.tests is None) == (self.test_code is None):
-            raise ValueError("give either 'tests' (stdin/stdout) or 'test_code' with "
-                             "'entry_point' (assertions), not both or neither")
-        if self.tests is not None and not self.tests:
-            raise ValueError("'tests' is empty")
-        if self.test_code is not None:
-            if not LANGUAGES[self.language].supports_assertions:
-                raise ValueError(f"test_code is supported for python only, not "
-                                 f"{self.language!r}")
-            if not self.entry_point or not self.entry_point.isidentifier():
-                raise ValueError("'entry_point' (a function name) is required with test_code")
+        check_form(self)
+        if self.checker is not None and (self.tests is None or self.fn_name is not None):
+            raise ValueError("'checker' goes with stdin/stdout 'tests' (CodeContests, "
+                             "Codeforces), not with function or assertion tests")
         return self
 
 

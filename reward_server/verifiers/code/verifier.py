@@ -8,6 +8,7 @@ If the engine or the image is missing, the server still starts; code items then 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import time
@@ -19,9 +20,10 @@ from reward_server.cache import ResultCache, TimeoutMemory
 from reward_server.fair_queue import BudgetSpent, FairGate
 from reward_server.verifiers.base import Verifier
 from reward_server.verifiers.code.extract import extract_code
+from reward_server.verifiers.code.formats import execution_of
 from reward_server.verifiers.code.schemas import CodeItem, CodeResult, CodeTestResult
 from reward_server.verifiers.code.settings import SandboxSettings
-from sandbox import Execution, ExecutionResult, Sandbox, SandboxUnavailable, TestCase
+from sandbox import Execution, ExecutionResult, Sandbox, SandboxUnavailable
 from sandbox.harness.statuses import (
     BAD_TESTS,
     NO_CODE,
@@ -63,24 +65,15 @@ class CodeVerifier(Verifier):
     async def _verify_one(self, item: CodeItem) -> CodeResult:
         started = time.perf_counter()
         source = extract_code(item.response)
-        total = len(item.tests) if item.tests is not None else None
+        execution = execution_of(item, source)
         if not source.strip():
-            result = CodeResult(score=0.0, passed=0, total=total or 0, status=NO_CODE,
+            result = CodeResult(score=0.0, passed=0, total=execution.test_count, status=NO_CODE,
                                 detail="the response contains no code")
         else:
-            execution = Execution(
-                language=item.language, source=source,
-                tests=tuple(TestCase(t.input, t.output, item.tolerance)
-                            for t in item.tests or ()),
-                test_code=item.test_code, entry_point=item.entry_point,
-                time_limit_s=item.time_limit_s, memory_mb=item.memory_mb,
-                stop_on_failure=item.all_or_nothing,
-            )
+            # every field of the execution, so a new one can never make two items share a key
             key = hashlib.sha256(json.dumps(
-                [execution.language, source, [t.__dict__ for t in execution.tests],
-                 execution.test_code, execution.entry_point, execution.time_limit_s,
-                 execution.memory_mb, execution.stop_on_failure],
-                ensure_ascii=True).encode()).hexdigest()
+                dataclasses.asdict(execution), ensure_ascii=True, sort_keys=True,
+                default=repr).encode()).hexdigest()
             result = _score(await self._cached_run(key, execution), item.all_or_nothing)
         if any(t.status == TIMEOUT for t in result.tests):
             metrics.TIMEOUTS.labels(self.name).inc()

@@ -1,0 +1,115 @@
+"""The datasets' own item shapes, checked and turned into one sandbox ``Execution``.
+
+- stdin/stdout ``tests`` (CodeContests, Codeforces, APPS standard-input problems);
+- ``test_code`` + ``entry_point`` (HumanEval: a ``check(candidate)`` function; or bare
+  asserts that call the solution's functions by name), with optional ``test_setup``;
+- MBPP: ``test_list`` (+ ``challenge_test_list``) asserts and ``test_setup_code``;
+- call-based ``fn_name`` + ``tests`` with JSON ``input`` (the argument list) and ``output``
+  (APPS, TACO, PrimeIntellect; ``class Solution`` methods for LeetCode / LiveCodeBench).
+
+A bad item is a ``ValueError`` that names the field (HTTP 422).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from typing import TYPE_CHECKING, Any
+
+from sandbox import LANGUAGES
+from sandbox.runner import Call, Execution, TestCase
+
+if TYPE_CHECKING:
+    from reward_server.verifiers.code.schemas import CodeItem
+
+
+def check_form(item: CodeItem) -> None:
+    """Exactly one form of tests, and the fields that form needs; raises ValueError."""
+    forms = [name for name in ("tests", "test_code", "test_list")
+             if getattr(item, name) is not None]
+    if len(forms) != 1:
+        raise ValueError("give one of 'tests' (stdin/stdout, or calls with 'fn_name'), "
+                         "'test_code' (assertions) or 'test_list' (MBPP); got "
+                         f"{', '.join(forms) or 'none'}")
+    if item.test_setup is not None and item.test_setup_code is not None:
+        raise ValueError("give 'test_setup' or 'test_setup_code' (MBPP's name), not both")
+    if item.challenge_test_list is not None and item.test_list is None:
+        raise ValueError("'challenge_test_list' goes with 'test_list'")
+    for name in ("entry_point", "fn_name"):
+        value = getattr(item, name)
+        if value is not None and not value.isidentifier():
+            raise ValueError(f"'{name}' must be a Python identifier, not {value!r}")
+    assertions = item.tests is None or item.fn_name is not None
+    if assertions and not LANGUAGES[item.language].supports_assertions:
+        raise ValueError(f"{forms[0] if item.fn_name is None else 'fn_name'} is supported "
+                         f"for python only, not {item.language!r}")
+    if not assertions and setup_of(item) is not None:
+        raise ValueError("'test_setup' goes with test_code, test_list or fn_name tests")
+    if item.tests is not None:
+        if not item.tests:
+            raise ValueError("'tests' is empty")
+        if item.fn_name is None:
+            for i, test in enumerate(item.tests):
+                if not isinstance(test.input, str) or not isinstance(test.output, str):
+                    raise ValueError(f"tests[{i}]: 'input' and 'output' are text for stdin/"
+                                     "stdout tests (JSON values need 'fn_name')")
+        else:
+            if item.entry_point not in (None, item.fn_name):
+                raise ValueError("give 'fn_name' or 'entry_point', not two different names")
+            calls_of(item)
+    if item.test_list is not None and not item.test_list + (item.challenge_test_list or []):
+        raise ValueError("'test_list' is empty")
+    if item.test_code is not None and item.entry_point is None and defines_check(
+            item.test_code):
+        raise ValueError("'entry_point' (a function name) is required with a "
+                         "check(candidate) test_code")
+
+
+def defines_check(test_code: str) -> bool:
+    try:
+        tree = ast.parse(test_code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False  # the harness reports it as bad_tests
+    return any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body)
+
+
+def setup_of(item: CodeItem) -> str | None:
+    return item.test_setup if item.test_setup is not None else item.test_setup_code
+
+
+def json_value(value: Any, where: str) -> Any:
+    """A JSON value given as text (the datasets' columns) or as the value itself."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise ValueError(f"{where} is not JSON: {exc}") from None
+
+
+def calls_of(item: CodeItem) -> tuple[Call, ...]:
+    calls = []
+    for i, test in enumerate(item.tests or ()):
+        args = json_value(test.input, f"tests[{i}].input")
+        if not isinstance(args, list):
+            raise ValueError(f"tests[{i}].input must be the JSON list of arguments "
+                             f"(one argument [x] is '[x]'), not {type(args).__name__}")
+        calls.append(Call(tuple(args), json_value(test.output, f"tests[{i}].output")))
+    return tuple(calls)
+
+
+def execution_of(item: CodeItem, source: str) -> Execution:
+    """The sandbox execution for ``item`` with the program ``source``."""
+    common = {"language": item.language, "source": source, "time_limit_s": item.time_limit_s,
+              "memory_mb": item.memory_mb, "stop_on_failure": item.all_or_nothing,
+              "test_setup": setup_of(item)}
+    if item.fn_name is not None:
+        return Execution(**common, entry_point=item.fn_name, calls=calls_of(item))
+    if item.test_list is not None:
+        asserts = [a.strip() for a in [*item.test_list, *(item.challenge_test_list or [])]]
+        return Execution(**common, test_code="\n".join(asserts), entry_point=item.entry_point)
+    if item.test_code is not None:
+        return Execution(**common, test_code=item.test_code, entry_point=item.entry_point)
+    checker = (item.checker.language, item.checker.source) if item.checker else None
+    return Execution(**common, tests=tuple(TestCase(str(t.input), str(t.output), item.tolerance)
+                                           for t in item.tests or ()), checker=checker)

