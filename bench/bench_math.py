@@ -8,12 +8,15 @@ is settled by the label:
   styles, where a group repeats answers (the same right answer in several forms, the same
   wrong answers, verbatim duplicate completions).
 
-On each, in this order: math-verify in-process (one core), the server with the cache off
-(all cores), and for the batch the server with the cache on (cold, then warm). Each tool
-first gets one warm-up pass. Items/s are also given per core used. Prints tables and
-writes bench/results/bench_math.json.
+On each: math-verify in-process (one core) and the server with the cache off (all cores),
+in alternating rounds (a shared machine's load changes; each ratio compares passes run
+side by side, and the spread is printed), then for the batch the server with the cache on
+(cold, then warm). Each tool first gets warm-up passes. Items/s are also given per core
+used, and CPU milliseconds per item (the server's process and its workers; the client is
+not counted), which the load does not change much. Prints tables and writes
+bench/results/bench_math.json.
 
-    python bench/bench_math.py [--groups 32] [--group-size 16] [--concurrency 4]
+    python bench/bench_math.py [--groups 32] [--group-size 16] [--concurrency 4] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import asyncio
 import json
 import os
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -186,52 +191,109 @@ def suite_items() -> tuple[list[dict], list[bool]]:
     return [{"response": c.pred, "answer": c.gold} for c in cases], [c.expected for c in cases]
 
 
+def _cpu_s(*processes: psutil.Process) -> float:
+    """User + system CPU seconds of ``processes`` and all their children, now."""
+    total = 0.0
+    for proc in processes:
+        for p in (proc, *proc.children(recursive=True)):
+            try:
+                times = p.cpu_times()
+            except psutil.Error:  # a worker replaced meanwhile
+                continue
+            total += times.user + times.system
+    return total
+
+
 def measure(name: str, items: list[dict], truth: list[bool], warm_items: list[dict],
             args: argparse.Namespace, cache_passes: bool) -> dict[str, Any]:
-    """math-verify in-process, then the server (cache off; then on, cold and warm)."""
+    """math-verify in-process and the server with the cache off, measured in alternation
+    (``--rounds`` pairs, so a change in the machine's load falls on both sides of a ratio),
+    then the server with the cache on (cold, then warm) against their median."""
     cores = os.cpu_count() or 1
     run_math_verify(warm_items, args.timeout)
-    mv, mv_elapsed = run_math_verify(items, args.timeout)
-    rows: dict[str, dict[str, Any]] = {"math-verify (in-process, 1 core)": {
-        "items_s": len(items) / mv_elapsed, "cores": 1, "p50": None, "p99": None}}
     tmp = ROOT / "bench" / "results" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
+    me = psutil.Process()
+    rounds: list[dict[str, float]] = []
     ours_cold: list[dict] = []
+    mv: list[bool | None] = []
+    latencies: list[float] = []
+    rows: dict[str, dict[str, Any]] = {}
     settings = [("0", ["cache off"])]
     if cache_passes:
         settings.append(("100000", ["cache on, cold", "cache on, warm"]))
     for cache, passes in settings:
         env = {"REWARD_SERVER_CACHE_SIZE": cache,
                "REWARD_SERVER_MATH_TIMEOUT_S": str(args.timeout),
-               "REWARD_SERVER_MATH_WORKERS": str(cores)}
+               "REWARD_SERVER_MATH_WORKERS": str(cores),
+               # each round computes its items: no timeout remembered from an earlier one
+               "REWARD_SERVER_TIMEOUT_MEMORY_S": "0"}
         with run_server(tmp, env=env) as srv:
+            server = psutil.Process(srv.proc.pid)
             # Each worker process builds its own ANTLR tables and sees about 1/cores of a
             # pass; math-verify in-process sees every item in its one warm-up pass. So the
             # server gets enough passes that each worker has met most shapes too.
             for _ in range(args.server_warm_passes):
                 asyncio.run(run_server_pass(srv.url, warm_items, args.group_size,
                                             args.concurrency))
+            if cache == "0":
+                for _ in range(args.rounds):
+                    load = os.getloadavg()[0]
+                    cpu0 = me.cpu_times()
+                    mv, mv_s = run_math_verify(items, args.timeout)
+                    cpu1 = me.cpu_times()
+                    server_cpu = _cpu_s(server)
+                    ours_cold, srv_s, lat = asyncio.run(run_server_pass(
+                        srv.url, items, args.group_size, args.concurrency))
+                    latencies += lat
+                    rounds.append({
+                        "load": load, "mv_items_s": len(items) / mv_s,
+                        "server_items_s": len(items) / srv_s, "ratio": mv_s / srv_s,
+                        "mv_cpu_ms": 1000 * (cpu1.user + cpu1.system - cpu0.user - cpu0.system)
+                        / len(items),
+                        "server_cpu_ms": 1000 * (_cpu_s(server) - server_cpu) / len(items),
+                        "timeouts": sum(r["status"] == "timeout" for r in ours_cold)})
+                continue
             for label in passes:
-                results, elapsed, lat = asyncio.run(
+                _, elapsed, lat = asyncio.run(
                     run_server_pass(srv.url, items, args.group_size, args.concurrency))
                 rows[f"server, {label} ({cores} cores)"] = {
                     "items_s": len(items) / elapsed, "cores": cores,
                     "p50": pct(lat, 0.5), "p99": pct(lat, 0.99)}
-                if label == "cache off":
-                    ours_cold = results
 
-    base = rows["math-verify (in-process, 1 core)"]["items_s"]
-    print(f"\n{name}: {len(items)} items")
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in rounds)
+
+    base = median("mv_items_s")
+    rows = {"math-verify (in-process, 1 core)": {
+                "items_s": base, "cores": 1, "p50": None, "p99": None,
+                "cpu_ms_per_item": median("mv_cpu_ms")},
+            f"server, cache off ({cores} cores)": {
+                "items_s": median("server_items_s"), "cores": cores,
+                "p50": pct(latencies, 0.5), "p99": pct(latencies, 0.99),
+                "cpu_ms_per_item": median("server_cpu_ms")},
+            **rows}
+    print(f"\n{name}: {len(items)} items; math-verify and the server (cache off) measured "
+          f"in {len(rounds)} alternating rounds (medians)")
     print(f"{'':34} {'items/s':>9} {'x mv':>6} {'per core':>9} {'x mv/core':>10} "
-          f"{'p50 ms/req':>11} {'p99 ms/req':>11}")
+          f"{'p50 ms/req':>11} {'p99 ms/req':>11} {'cpu ms/item':>12}")
     for label, row in rows.items():
         row["x_math_verify"] = row["items_s"] / base
         row["x_math_verify_per_core"] = row["items_s"] / row["cores"] / base
         p50 = f"{row['p50'] * 1000:11.1f}" if row["p50"] is not None else f"{'-':>11}"
         p99 = f"{row['p99'] * 1000:11.1f}" if row["p99"] is not None else f"{'-':>11}"
+        cpu = row.get("cpu_ms_per_item")
+        cpu_text = f"{cpu:12.2f}" if cpu is not None else f"{'-':>12}"
         print(f"{label:34} {row['items_s']:9.1f} {row['x_math_verify']:6.2f} "
               f"{row['items_s'] / row['cores']:9.1f} {row['x_math_verify_per_core']:10.2f} "
-              f"{p50} {p99}")
+              f"{p50} {p99} {cpu_text}")
+    ratios = [r["ratio"] for r in rounds]
+    print("cache off / math-verify, by round: " + ", ".join(
+        f"{r['ratio']:.2f} (load {r['load']:.1f}, {r['timeouts']} timeouts)" for r in rounds)
+        + f"; median {statistics.median(ratios):.2f}, min {min(ratios):.2f}, "
+        f"max {max(ratios):.2f}")
+    print("CPU per item (server: its process and workers, the client not counted): "
+          f"math-verify {median('mv_cpu_ms'):.2f} ms, server {median('server_cpu_ms'):.2f} ms")
 
     ours = [r["correct"] for r in ours_cold]
     compared = [(i, o, m) for i, (o, m) in enumerate(zip(ours, mv, strict=True)) if m is not None]
@@ -250,8 +312,8 @@ def measure(name: str, items: list[dict], truth: list[bool], warm_items: list[di
             print(f"  disagree: answer {items[i]['answer'][-40:]!r} response ends "
                   f"{items[i]['response'][-40:]!r}: ours={o} math-verify={m} "
                   f"truth={truth[i]} -> {right} right")
-    return {"rows": rows, "agreement": agree / len(compared), "items": len(items),
-            "right_ours": right_ours, "right_math_verify": right_mv}
+    return {"rows": rows, "rounds": rounds, "agreement": agree / len(compared),
+            "items": len(items), "right_ours": right_ours, "right_math_verify": right_mv}
 
 
 def main() -> None:
@@ -261,6 +323,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--timeout", type=int, default=5, help="per-item timeout, both tools")
     ap.add_argument("--server-warm-passes", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating math-verify / server (cache off) passes")
     ap.add_argument("--skip-table", action="store_true")
     args = ap.parse_args()
     print(f"{os.cpu_count()} cores")
