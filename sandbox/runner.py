@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from sandbox.builds import Build, Builds, build_key, valid_build
 from sandbox.channel import ChannelClosed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness.checker import CHECK_TIME_LIMIT_S
 from sandbox.harness.statuses import (
+    COMPILE_ERROR,
     EXECUTION_STATUSES,
     HARNESS_ERROR,
     REPLACES_CONTAINER,
@@ -107,6 +109,7 @@ class Sandbox:
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig()
         self.pool = EnginePool(self.config)
+        self.builds = Builds()  # identical sources compile once (sandbox/builds.py)
 
     async def start(self) -> None:
         await self.pool.start()
@@ -159,10 +162,33 @@ class Sandbox:
         return job, count, inside + OUTSIDE_SLACK_S
 
     async def execute(self, ex: Execution) -> ExecutionResult:
-        """Run ``ex``; raises SandboxUnavailable when no container can be had."""
+        """Run ``ex``; raises SandboxUnavailable when no container can be had. A compiled
+        language's source that another execution built (or is building) is not compiled
+        again: its build is unpacked instead (sandbox/builds.py)."""
         if resolve(ex.language) is None:
             raise ValueError(f"unknown language {ex.language!r}")
         job, count, budget = self._job(ex)
+        key = build_key(job)
+        if key is None:
+            return (await self._run_job(job, count, budget))[0]
+        build, leader = await self.builds.claim(key)
+        if build is not None and "compile_error" in build:
+            return ExecutionResult(COMPILE_ERROR, [], build["compile_error"])
+        if build is not None:
+            job = {**job, "artifacts": build["files"]}
+        elif leader:
+            job = {**job, "want_artifacts": True}
+        made = None
+        try:
+            result, made = await self._run_job(job, count, budget)
+        finally:
+            if leader:
+                self.builds.publish(key, made)
+        return result
+
+    async def _run_job(self, job: dict, count: int,
+                       budget: float) -> tuple[ExecutionResult, Build | None]:
+        """The verdict, and the build the harness sent back when asked for it."""
         failure = "Docker engines went away"
         for _ in range(len(self.pool.pools) + 1):
             pooled = await self.pool.acquire()
@@ -170,20 +196,20 @@ class Sandbox:
                 reply = await self.pool.request(pooled, job, budget)
             except ChannelClosed as exc:
                 if not await self.pool.container_lost(pooled):
-                    return self._died(pooled, exc, count)
+                    return self._died(pooled, exc, count), None
                 continue  # its engine went away: run on another engine, if one is left
             except ChannelTimeout:
                 self.pool.release(pooled, healthy=False)
                 return ExecutionResult("ok", [
                     TestResult(TIMEOUT, budget * 1000,
                                f"the execution ran past its wall-clock budget of {budget:.1f} s")
-                    for _ in range(count)])
+                    for _ in range(count)]), None
             except BaseException:
                 self.pool.release(pooled, healthy=False)
                 raise
             result = self._result(pooled, reply, count)
             if result is not None:
-                return result
+                return result, valid_build(reply.get("build")) if isinstance(reply, dict) else None
             # the harness failed before any program ran: not the candidate's doing. The
             # container is replaced; try another before calling the item unscorable.
             failure = f"sandbox harness failed: {_text(reply.get('detail'))}"

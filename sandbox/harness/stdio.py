@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from . import artifacts
 from .checker import Checker, CheckerBroken, OutOfTime
 from .compare import outputs_match
 from .processes import kill_group, run_process
@@ -26,8 +27,14 @@ from .zygote import run_forked
 
 
 def compile_program(job, workdir, env):
+    """None when the program is ready to run. With ``artifacts`` (another item's build of
+    the same source) nothing compiles; with ``want_artifacts`` the build, or the compile
+    error, goes back in ``job["build"]`` for the server to share (sandbox/builds.py)."""
     language = job["language"]
     if not language.get("compile"):
+        return None
+    if job.get("artifacts") is not None:
+        artifacts.unpack(job["artifacts"], workdir)
         return None
     limit = min(job["compile_time_limit_s"], job["deadline"] - time.monotonic())
     result = run_process(
@@ -35,9 +42,14 @@ def compile_program(job, workdir, env):
         job["output_limit_bytes"], job["stderr_tail_bytes"], workdir, env, language,
     )
     if result["status"] is None:
+        if job.get("want_artifacts"):
+            files = artifacts.pack(workdir, language["source"])
+            job["build"] = None if files is None else {"files": files}
         return None
     reason = f"the compiler ran past its time limit ({limit:.1f} s)" if (
         result["status"] == TIMEOUT) else tail(result["stderr"], job["stderr_tail_bytes"])
+    if job.get("want_artifacts") and result["status"] == RUNTIME_ERROR:
+        job["build"] = {"compile_error": reason}  # the compiler said no: it would again
     return {"status": COMPILE_ERROR, "detail": reason}
 
 
@@ -48,7 +60,10 @@ def run_stdio(job, workdir, env, zygote=None):
     try:
         if checker is not None:
             checker.build()
-        return run_tests(job, workdir, env, zygote, checker)
+        result = run_tests(job, workdir, env, zygote, checker)
+        if job.get("build") is not None:
+            result["build"] = job["build"]
+        return result
     except CheckerBroken as exc:
         return {"status": BAD_TESTS, "detail": str(exc)[-job["stderr_tail_bytes"]:]}
     finally:

@@ -288,3 +288,29 @@ def test_hostile_programs(srv: ServerProcess, language: str) -> None:
         assert status in HOSTILE_STATUS[kind], (kind, result)
         assert result["score"] == (1.0 if kind == "network" else 0.0), (kind, result)
     assert_clean(srv)
+
+
+# rustc reads the kernel's random UUID into the binary when it compiles: a build prints its own
+RUST_BUILD_ID = ('const BUILD: &str = include_str!("/proc/sys/kernel/random/uuid");\n'
+                 + SUM_PROGRAMS["rust"].replace("fn main() {", "fn main() {\n"
+                                                "    eprint!(\"build {}\", BUILD);", 1))
+
+
+def test_identical_sources_compile_once_across_a_batch(srv: ServerProcess) -> None:
+    import random
+
+    nonce = random.getrandbits(64)
+    same = f"{RUST_BUILD_ID}\n// {nonce}\n"
+    other = f"{RUST_BUILD_ID}\n// {nonce + 1}\n"
+    results = verify(srv, *[{"response": same, "language": "rust", "tests": [SUM_TESTS[i % 3]]}
+                            for i in range(4)],
+                     {"response": other, "language": "rust", "tests": SUM_TESTS[:1]})
+    assert [r["score"] for r in results] == [1.0] * 5, results
+    builds = [r["tests"][0]["stderr"].split("build ")[1].strip() for r in results]
+    assert len(set(builds[:4])) == 1 and builds[4] != builds[0], builds
+    # a compile error is shared too: the copies come back with the same message
+    broken, fragment = BROKEN["c"]
+    errors = verify(srv, *[{"response": f"{broken}\n// {nonce}", "language": "c",
+                            "tests": SUM_TESTS} for _ in range(3)])
+    assert all(e["status"] == "compile_error" and fragment in e["detail"] and e["total"] == 3
+               and e["score"] == 0.0 for e in errors), errors
