@@ -22,7 +22,7 @@ from .candidate import (
     install,
     valid_hello,
 )
-from .compare import call_output_matches
+from .compare import call_output_matches, int_keys
 from .processes import kill_group, oom_kills
 from .protocol import recv_frame
 from .statuses import (
@@ -51,6 +51,12 @@ class Call:
 
     def __init__(self, args, expected):
         self.args, self.expected = args, expected
+
+
+def call_arguments(args):
+    """A lone dict argument gets back the integer keys JSON turned into strings, as APPS's
+    harness does."""
+    return [int_keys(args[0])] if len(args) == 1 else args
 
 
 def is_test(step):
@@ -93,7 +99,7 @@ def parse(job):
         if not job.get("entry_point") or not all(
                 isinstance(c, dict) and isinstance(c.get("args"), list) for c in job["calls"]):
             raise BadTests("call tests need an entry point and a list of arguments each")
-        return setup, [Call(c["args"], c.get("expected")) for c in job["calls"]]
+        return setup, [Call(call_arguments(c["args"]), c.get("expected")) for c in job["calls"]]
     try:
         code_setup, tests = split_tests(job["test_code"])
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:

@@ -38,7 +38,21 @@ TRUSTED_MODULES = frozenset({
     "string", "textwrap", "typing", "unicodedata",
 })
 BUILTIN_NAMES = frozenset(dir(builtins))
-MAX_NAMES = 1000
+# What the call-based datasets' harness puts before a solution (verl's prime_code copy of
+# APPS's testing_util, which PrimeIntellect's rows are scored with): LeetCode-style solutions
+# use List, Counter, inf, ... without importing them.
+CALL_PREAMBLE = (
+    "from string import *\nfrom re import *\nfrom datetime import *\n"
+    "from collections import *\nfrom heapq import *\nfrom bisect import *\n"
+    "from copy import *\nfrom math import *\nfrom random import *\n"
+    "from statistics import *\nfrom itertools import *\nfrom functools import *\n"
+    "from operator import *\nfrom io import *\nfrom sys import *\nfrom json import *\n"
+    "from builtins import *\nfrom typing import *\nimport string\nimport re\n"
+    "import datetime\nimport collections\nimport heapq\nimport bisect\nimport copy\n"
+    "import math\nimport random\nimport statistics\nimport itertools\nimport functools\n"
+    "import operator\nimport io\nimport sys\nimport json\nsys.setrecursionlimit(6*10**5)\n"
+)
+MAX_NAMES = 4000
 
 
 class CandidateCrashed(Exception):
@@ -85,14 +99,17 @@ def exported(namespace):
     return names, modules
 
 
-def serve_candidate(entry_point):
+def serve_candidate(entry_point, preamble=False):
     """Child process: load the solution, then answer proxy calls on fds 3 (in) and 4 (out).
 
     stdin is /dev/null and stdout goes to stderr, so the solution's prints cannot reach the
-    protocol by accident."""
+    protocol by accident. ``preamble``: run ``CALL_PREAMBLE`` first, in the same namespace
+    (the solution's line numbers stay its own)."""
     source = open("solution.py", encoding="utf-8").read()
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
     try:
+        if preamble:
+            exec(compile(CALL_PREAMBLE, "preamble", "exec"), namespace)
         exec(compile(source, "solution.py", "exec"), namespace)
         entry = resolve(namespace, entry_point) if entry_point else None
         names, modules = exported(namespace)
@@ -160,8 +177,9 @@ class Candidate:
         code = ("import os, sys; os.dup2({r}, 3); os.dup2({w}, 4); "
                 "os.dup2(os.open(os.devnull, os.O_RDONLY), 0); os.dup2(2, 1); "
                 "sys.path.insert(0, {p!r}); from harness.candidate import serve_candidate; "
-                "serve_candidate({e!r})"
-                ).format(r=to_child_r, w=from_child_w, p=PACKAGE_PARENT, e=job.get("entry_point"))
+                "serve_candidate({e!r}, {c!r})"
+                ).format(r=to_child_r, w=from_child_w, p=PACKAGE_PARENT, e=job.get("entry_point"),
+                         c=job.get("calls") is not None)
         candidate_started()
         try:
             self.process = subprocess.Popen(

@@ -191,7 +191,8 @@ def test_apps_call_based_row(code_http: httpx.Client) -> None:
     ("True", "1", True),  # Python's ==, as APPS compares
     ("'5'", "5", False),
     ("[(1, 2)]", "[[1, 2]]", False),  # APPS too: only the wrapper is compared as lists
-    ("{1: 2}", '{"1": 2}', False),  # JSON keys are strings
+    ("{1: 2}", '{"1": 2}', True),  # JSON's string keys back to integers, as APPS does
+    ("{'1': 2}", '{"1": 2}', False),
     ("None", "null", True),
 ])
 def test_call_based_comparison_matches_apps(code_http: httpx.Client, returned: str,
@@ -204,19 +205,27 @@ def test_call_based_comparison_matches_apps(code_http: httpx.Client, returned: s
 
 def test_leetcode_class_solution_row(code_http: httpx.Client) -> None:
     """LeetCode / LiveCodeBench functional problems: a method of class Solution; each input is
-    the JSON list of the method's arguments."""
-    solution = ("```python\nfrom typing import List\n\nclass Solution:\n    def twoSum(self, nums: List[int], target: int)"
+    the JSON list of the method's arguments, or (``call_input: lines``, LiveCodeBench's and
+    PrimeIntellect's rows) one JSON value per line. ``List`` comes from the datasets' own
+    preamble (APPS's harness as verl's prime_code has it)."""
+    solution = ("```python\nclass Solution:\n    def twoSum(self, nums: List[int], target: int)"
                 " -> List[int]:\n        seen = {}\n        for i, x in enumerate(nums):\n"
                 "            if target - x in seen:\n                return [seen[target - x], i]"
                 "\n            seen[x] = i\n```")
     tests = [{"input": "[[2,7,11,15], 9]", "output": "[0, 1]"},
              {"input": "[[3,2,4], 6]", "output": "[1, 2]"},
              {"input": "[[3,3], 6]", "output": "[0, 1]"}]
-    good, missing = verify(
+    # LiveCodeBench's test cases for this problem, as its rows have them
+    lcb = [{"input": "[2,7,11,15]\n9", "output": "[0,1]", "testtype": "functional"},
+           {"input": "[3,2,4]\n6", "output": "[1,2]", "testtype": "functional"}]
+    good, lines, missing = verify(
         code_http,
         {"response": solution, "fn_name": "twoSum", "tests": tests},
+        {"response": solution, "fn_name": "twoSum", "call_input": "lines",
+         "tests": [{"input": t["input"], "output": t["output"]} for t in lcb]},
         {"response": "class Solution:\n    def other(self):\n        pass", "fn_name": "twoSum",
          "tests": tests},
     )
     assert (good["score"], good["total"]) == (1.0, 3), good
+    assert (lines["score"], lines["total"]) == (1.0, 2), lines
     assert missing["score"] == 0.0 and "no function 'twoSum'" in missing["detail"], missing

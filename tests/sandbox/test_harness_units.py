@@ -173,6 +173,10 @@ def test_statuses_names_match_the_literals() -> None:
     ([(1, 2)], [[1, 2]], False),  # APPS too: only the wrapper is compared as lists of lists
     (None, [], False),
     (1, "1", False),
+    ({1: 2}, {"1": 2}, True),  # JSON's string keys back to integers, as APPS does
+    ({1: 2}, [{"1": 2}], True),
+    ({"1": 2}, {"1": 2}, False),
+    ({"a": 1}, {"a": 1}, True),
 ])
 def test_call_output_matches_as_apps_does(output: object, expected: object, match: bool) -> None:
     assert compare.call_output_matches(output, expected) is match

@@ -33,6 +33,8 @@ def check_form(item: CodeItem) -> None:
                          f"{', '.join(forms) or 'none'}")
     if item.test_setup is not None and item.test_setup_code is not None:
         raise ValueError("give 'test_setup' or 'test_setup_code' (MBPP's name), not both")
+    if item.call_input != "list" and item.fn_name is None:
+        raise ValueError("'call_input' goes with 'fn_name'")
     if item.challenge_test_list is not None and item.test_list is None:
         raise ValueError("'challenge_test_list' goes with 'test_list'")
     for name in ("entry_point", "fn_name"):
@@ -90,7 +92,12 @@ def json_value(value: Any, where: str) -> Any:
 def calls_of(item: CodeItem) -> tuple[Call, ...]:
     calls = []
     for i, test in enumerate(item.tests or ()):
-        args = json_value(test.input, f"tests[{i}].input")
+        if item.call_input == "lines" and isinstance(test.input, str):
+            lines = test.input.rstrip("\n").split("\n")
+            args = [json_value(line, f"tests[{i}].input line {k + 1}")
+                    for k, line in enumerate(lines)]
+        else:
+            args = json_value(test.input, f"tests[{i}].input")
         if not isinstance(args, list):
             raise ValueError(f"tests[{i}].input must be the JSON list of arguments "
                              f"(one argument [x] is '[x]'), not {type(args).__name__}")

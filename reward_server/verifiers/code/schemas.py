@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -64,6 +64,10 @@ class CodeItem(ItemBase):
         "call this function (or Solution().fn_name) with the JSON list 'input' and compare "
         "the return value with the JSON 'output' as APPS does (a tuple is a list; [value] "
         "wraps value).")
+    call_input: Literal["list", "lines"] = Field(
+        "list", description="With fn_name: each 'input' is the JSON list of arguments "
+        "(APPS, TACO), or 'lines': one JSON value per line, one per argument (PrimeIntellect "
+        "as verl's prime_code reads it, LiveCodeBench).")
     checker: CheckerSpec | None = Field(
         None, description="stdin/stdout problems with several correct outputs: a trusted "
         "program that judges each output instead of the line-by-line comparison.")
