@@ -23,6 +23,16 @@ class SandboxConfig:
     work_tmpfs_mb: int = 128
     # Isolation layers beyond namespaces/cgroups/caps (README: "Isolation, layer by layer")
     runtime: str | None = None  # OCI runtime the engine knows, e.g. "runsc" (gVisor); None: runc
+    # Under gVisor the container's pids limit counts gVisor's own host threads, not the
+    # program's processes: its kernel's and gofer's threads (~40), and on the ptrace platform
+    # a stub process per address space with a thread for each kernel thread that ran it
+    # (~12-20 per process a program starts, kept for reuse). 128 allowed ~10 processes and ran
+    # out over executions; at the limit gVisor's kernel panics and the container dies under
+    # the next program (README: "Known limits of the gVisor option").
+    gvisor_pids_limit: int = 4096
+    # After each execution a gVisor container with fewer free pids than this is replaced:
+    # every execution starts with at least this many (measured from outside: docker stats).
+    gvisor_pids_headroom: int = 2048
     seccomp_profile: str = ""  # "": sandbox/seccomp.json; "engine-default"; or a JSON path
     # Per-execution limits; items may ask for less, never more
     default_time_limit_s: float = 5.0

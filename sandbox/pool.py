@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import docker
-from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.errors import DockerException, ImageNotFound, InvalidVersion, NotFound
 from docker.types import Ulimit
 
 from sandbox.channel import Channel, ChannelClosed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
-from sandbox.seccomp import security_opt
+from sandbox.seccomp import GVISOR_RUNTIME, security_opt
 
 log = logging.getLogger("sandbox.pool")
 
@@ -103,6 +103,8 @@ class ContainerPool:
         self.config = config
         self.docker_host = docker_host
         self.owner = owner_id()
+        self.gvisor = (config.runtime or "") == GVISOR_RUNTIME
+        self._one_shot_stats = True  # the engine takes stats' one-shot (API 1.41, Docker 20.10)
         self._threads = ThreadPoolExecutor(max_workers=config.pool_size + 4,
                                            thread_name_prefix="sandbox")
         self._client: docker.DockerClient | None = None
@@ -201,11 +203,47 @@ class ContainerPool:
 
     def release(self, pooled: PooledContainer, healthy: bool) -> None:
         pooled.uses += 1
-        if (healthy and pooled.uses < self.config.max_uses and not self._closing
+        if not (healthy and pooled.uses < self.config.max_uses and not self._closing
                 and pooled in self._mine):
+            self._discard(pooled)
+        elif self.gvisor:  # back to idle once its headroom is proven, in the background
+            self._spawn(self._reuse_if_headroom(pooled))
+        else:
+            self._idle.put_nowait(pooled)
+
+    async def _reuse_if_headroom(self, pooled: PooledContainer) -> None:
+        """gVisor: reuse ``pooled`` only while it has ``gvisor_pids_headroom`` free pids.
+        gVisor's host threads pile up with use (config.py says why) and the harness inside
+        cannot see them, so they are read from outside; unreadable counts as no headroom."""
+        free = await self.free_pids(pooled)
+        if free is not None and free >= self.config.gvisor_pids_headroom and (
+                not self._closing and pooled in self._mine):
             self._idle.put_nowait(pooled)
             return
+        log.info("replacing gVisor container %s: %s free pids, %d needed", pooled.id,
+                 "unknown" if free is None else free, self.config.gvisor_pids_headroom)
         self._discard(pooled)
+
+    async def free_pids(self, pooled: PooledContainer) -> int | None:
+        """The container's pids limit less its pids in use, as the engine's cgroup counts them
+        (under gVisor: gVisor's own host threads and stub processes); None if unreadable."""
+        client = self._client
+        if client is None:
+            return None
+        try:
+            if self._one_shot_stats:
+                try:
+                    stats = await self._call(client.api.stats, pooled.container.id,
+                                             stream=False, one_shot=True)
+                except InvalidVersion:
+                    self._one_shot_stats = False
+            if not self._one_shot_stats:  # an engine before 20.10: a sampled read, ~1-2 s
+                stats = await self._call(client.api.stats, pooled.container.id, stream=False)
+            pids = stats["pids_stats"]
+            return int(pids.get("limit") or self.config.gvisor_pids_limit) - int(pids["current"])
+        except (DockerException, OSError, KeyError, TypeError, ValueError) as exc:
+            log.warning("could not read the pids of sandbox container %s: %s", pooled.id, exc)
+            return None
 
     def _discard(self, pooled: PooledContainer) -> None:
         if pooled not in self._mine:
@@ -214,7 +252,11 @@ class ContainerPool:
         pooled.channel.close()
         self._live -= 1
         self._wake.set()
-        task = asyncio.create_task(self._remove(pooled.container))
+        self._spawn(self._remove(pooled.container))
+
+    def _spawn(self, work: Any) -> None:
+        """Run ``work`` (a coroutine) in the background; ``close`` waits for it."""
+        task = asyncio.create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -316,7 +358,7 @@ class ContainerPool:
             cap_add=HARNESS_CAPS,
             security_opt=list(security_opt(c.seccomp_profile, c.runtime or "")),
             runtime=c.runtime or None,
-            pids_limit=c.pids_limit,
+            pids_limit=c.gvisor_pids_limit if self.gvisor else c.pids_limit,
             mem_limit=f"{c.memory_mb}m",
             memswap_limit=f"{c.memory_mb}m",
             nano_cpus=int(c.cpus * 1e9),
