@@ -138,6 +138,8 @@ class MathVerifier(Verifier):
             job = shared.get(triaged)
             if job is None:
                 job = shared[triaged] = asyncio.ensure_future(self.run_job(triaged))
+            else:  # not computed afresh: a hit, as a copy coalesced in the cache is
+                metrics.CACHE_HITS.labels(self.name).inc()
             result = await job
         metrics.ITEMS.labels(self.name, result.status).inc()
         metrics.ITEM_LATENCY.labels(self.name).observe(time.perf_counter() - started)
