@@ -97,6 +97,12 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     (B("7 7 7"), "7", False),
     (B("3 \\quad 4"), "34", False),
     ("The answer is 7 7 7.", "7", False),
+    # arithmetic on numbers left undone states no value: the demo's model learned to
+    # restate its question and math-verify paid it the sum
+    ("To convert 9 + 50 to a number with only digits, you", "59", False),
+    ("To calculate 31 + 17, you simply add them together:", "48", False),
+    (B("9+50"), "59", False),
+    ("So 31 + 17 = 48", "48", True),
     (B("2 1/2"), "\\frac{5}{2}", True),  # a mixed number
     (B("2 1/2"), "\\frac{21}{2}", False),
     # units, currency and text

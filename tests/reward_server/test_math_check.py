@@ -18,6 +18,7 @@ from reward_server.verifiers.math.guards import (
     relation_for_value,
     side_by_side,
     stated_equation,
+    undone_arithmetic,
 )
 from reward_server.verifiers.math.numbers import (
     Number,
@@ -283,3 +284,40 @@ def test_numbers_side_by_side_are_no_value() -> None:
 def test_thousands_groups_reach_math_verify_joined() -> None:
     assert check(L("1\\,000\\,000"), L("10^6"), 1e-6).correct  # its parser: 1*0*0
     assert check(Answer(("The answer is 12 345.",), kind="text"), L("12345"), 1e-6).correct
+
+
+@pytest.mark.parametrize(
+    ("text", "undone"),
+    [
+        ("9 + 50", True), ("31 + 17", True), ("(9+1)", True), ("2 \\times 3", True),
+        ("x = 9 + 50", True), ("1/2 + 1/3", True), ("$12 \\cdot 4$", True), ("-3 - 4", True),
+        ("59", False), ("-5", False), ("3/4", False), ("2 + \\sqrt{3}", False),
+        ("x + 1", False), ("16 - 3 - 4 = 9", False), ("10^{6}", False), ("2e + 1", False),
+    ],
+)
+def test_undone_arithmetic(text: str, undone: bool) -> None:
+    assert undone_arithmetic(text) is undone
+
+
+# What the demo's SmolLM2 wrote after 14 steps of training on math-verify's reading (greedy,
+# held-out): the question restated, scored 1.0 because math-verify evaluates "9 + 50".
+DEMO_HACKS = [
+    ("To convert 9 + 50 to a number with only digits, you", "59"),
+    ("To calculate 31 + 17, you simply add them together:", "48"),
+    ("To convert 51 + 57 to a number with only the number", "108"),
+]
+
+
+@pytest.mark.parametrize(("text", "gold"), DEMO_HACKS)
+def test_a_restated_question_is_no_answer(text: str, gold: str) -> None:
+    verdict = check(Answer((text,), kind="text"), L(gold), 1e-6)
+    assert not verdict.correct, verdict
+    assert verdict.status == "ok"  # a wrong answer the completion chose: it scores 0
+
+
+def test_undone_arithmetic_in_a_box_or_a_span() -> None:
+    assert not check(L("9+50"), L("59"), 1e-6).correct
+    assert not check(Answer(("so $x = 9 + 50$",), kind="text"), L("59"), 1e-6).correct
+    assert check(L("9+50"), L("9+50"), 1e-6).correct  # a reference that is the sum itself
+    assert check(Answer(("31 + 17 = 48",), kind="text"), L("48"), 1e-6).correct
+    assert check(L("3/4"), L("0.75"), 1e-6).correct

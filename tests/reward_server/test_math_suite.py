@@ -23,12 +23,16 @@ BAR = 0.97
 # And 1 - 1/\mathrm{e} is not 1 + 1/\mathrm{e}: the suite expects "equal" there, from a
 # latex2sympy2_extended rule that deletes "\mathrm{e}}" as a unit. And two equations whose
 # sides differ (1/2 = 10/9; x = 1/3 ≈ 1.3) are no value for the relation guard (audit 6, 7).
+# And arithmetic on numbers left undone, "(9+1)" for 10, states no value: the demo's model
+# learned to restate its question ("To convert 9 + 50 to a number, ...") and math-verify
+# paid it the sum (the undone-arithmetic guard).
 KNOWN: set[tuple[str, str]] = {
     ("$9$", "Answer $ \n 9 \n $"),
     ("$9$", "Answer \\( \n 9 \n \\)"),
     ("$1 - \\frac{1}{\\mathrm{e}}$", "$1 + \\frac{1}{\\mathrm{e}}$"),
     ("$10/9$", "Answer $ \\frac{1}{2} \\$ = \\frac{10}{9} $"),
     ("$1/3$", "$x=1/3\\approx1.3$"),
+    ("$10$", "Answer \\( (9+1) \\)"),
 }
 
 

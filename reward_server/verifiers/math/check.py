@@ -38,9 +38,12 @@ from reward_server.verifiers.math.guards import (
     relation_for_value,
     side_by_side,
     stated_equation,
+    undone_arithmetic,
 )
 from reward_server.verifiers.math.numbers import SIDE_BY_SIDE, parse_number
 from reward_server.verifiers.math.verdict import Verdict
+
+UNDONE = "arithmetic on numbers left undone: an answer states the value, not the sum"
 
 # the suite's own configuration: a box is read before any other LaTeX
 _CONFIG = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
@@ -133,6 +136,8 @@ def _guarded(pred: Answer, gold: Answer, gold_values: list[Any], read: str | Non
     or None: candidates in prose; words that hedge; a relation or chain read as its last
     side; letters in another order."""
     value = isinstance(_first_expr(gold_values), sympy.Expr)
+    if value and undone_arithmetic(read or pred.text) and not undone_arithmetic(gold.text):
+        return UNDONE
     if read:  # math-verify's match: "3 \\to 4" read as 3 is a relation, not a value
         if offers_several(pred.items[0], read):
             return "several candidate answers offered for one"

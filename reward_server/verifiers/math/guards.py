@@ -258,3 +258,19 @@ def option_set_verdict(answer: str, reference: str) -> bool | None:
         letters.append(re.findall(r"(?<![A-Za-z])[A-Z](?![A-Za-z])", body))
     gold, mine = letters
     return sorted(set(gold)) == sorted(mine)  # a repeated letter is no second option
+
+
+# "9 + 50", "3 \times 4", "1/2 + 1/3": literal numbers joined by arithmetic operators, the
+# computation written out and not done. A lone fraction ("3/4") is a value.
+_LITERAL = r"\(?\s*-?\d+(?:\.\d+)?(?:\s*/\s*\d+)?\s*\)?"
+_OPERATOR = r"\s*(?:[-+*×·÷]|\\times|\\cdot|\\div)(?![a-zA-Z])\s*"
+_UNDONE = re.compile(r"(?:[a-zA-Z]\s*=\s*)?" + _LITERAL + r"(?:" + _OPERATOR + _LITERAL + r")+")
+_DELIMITERS = re.compile(r"\\[()\[\]]|\$|\\[,;:! ]")
+
+
+def undone_arithmetic(answer: str) -> bool:
+    """Whether ``answer`` is arithmetic on literal numbers left undone (``9 + 50``), which
+    math-verify evaluates and scores as its value. A model that restates the question
+    ("To convert 9 + 50 to a number, ...") is then paid for the sum it never computed; the
+    demo's SmolLM2 learned exactly that in 14 steps. A stated answer is its value."""
+    return _UNDONE.fullmatch(_DELIMITERS.sub("", answer).strip()) is not None
