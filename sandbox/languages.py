@@ -4,10 +4,10 @@ here (plus its compiler or interpreter in the image) and one row in the parametr
 
 Every language runs under the same protections (uid 10001, read-only root, the work dir as
 ``HOME``, seccomp, the pids and memory limits of the container). What differs is how the
-item's ``memory_mb`` reaches the program: C, C++, Rust and Python get an address-space cap
-(``RLIMIT_AS``); the JVM, Go and V8 reserve gigabytes of address space they never touch, so
-they get a cap on writable memory (``RLIMIT_DATA``) instead, with the runtime's own heap
-limit set to ``memory_mb`` and ``memory_overhead_mb`` more for the runtime itself."""
+item's ``memory_mb`` reaches the program: C, C++ and Python get an address-space cap
+(``RLIMIT_AS``); the JVM, Go, V8 and rustc reserve address space they never touch, so they
+get a cap on writable memory (``RLIMIT_DATA``) instead, with the runtime's own heap limit set
+to ``memory_mb`` and ``memory_overhead_mb`` more for the runtime itself."""
 
 from __future__ import annotations
 
@@ -100,6 +100,10 @@ LANGUAGES: dict[str, LanguageSpec] = {
             # no symbols: 0.3 MB instead of 11.6 MB to share (sandbox/builds.py)
             compile=("rustc", "--edition", "2021", "-O", "-C", "strip=symbols", "-o", "main",
                      "main.rs"),
+            # rustc's codegen threads each reserve a 64 MB malloc arena: under an address-space
+            # cap a busy compile's thread failed to start (an internal compiler error, a
+            # correct program's compile_error); reservations do not count as writable memory
+            memory_rlimit="data",
             memory_markers=("memory allocation of",),
         ),
     )
