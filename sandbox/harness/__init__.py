@@ -4,8 +4,10 @@ It reads length-prefixed JSON jobs on stdin, runs the untrusted program of each 
 tests under per-process limits, and answers each with one JSON verdict on stdout. Standard
 library only, so it runs on any image with python3 (>= 3.9). Modules, in the order a job
 meets them: ``serve`` (the loop), ``jobs`` (one execution and its clean-up), ``stdio`` and
-``asserts`` (the two kinds of job), ``zygote`` (the Python fork server), ``processes`` (one
-process under limits), ``compare`` (outputs), ``protocol`` (frames, the plain-data codec),
+``asserts`` (the two kinds of job; ``candidate`` and ``candidate_server``, the two ends of
+the assertion proxy; ``checker``, a dataset's output checker), ``zygote`` (the Python fork
+server), ``processes`` (one process under limits), ``compare`` (outputs, return values),
+``protocol`` (frames, the plain-data codec),
 ``verdicts`` (tests not run), ``statuses`` (every status, shared with the host), ``slate``
 (the clean slate between executions).
 

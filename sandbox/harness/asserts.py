@@ -157,7 +157,7 @@ def short(value, limit=200):
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def run_asserts(job, workdir, env):
+def run_asserts(job, workdir, env, zygote=None):
     entry = job.get("entry_point")
     candidate = Candidate()
     namespace = {"__name__": "__test__"}
@@ -185,7 +185,7 @@ def run_asserts(job, workdir, env):
                                         for _ in range(count)]}
 
     try:
-        candidate.start(job, workdir, env, stderr_fd)
+        candidate.start(job, workdir, env, stderr_fd, zygote)
         try:
             hello = recv_frame(candidate.from_child, time.monotonic() + time_left(job))
         except TimeoutError:

@@ -44,7 +44,7 @@ def execute(job, zygote, state):
         if job["mode"] == "stdio":
             result = run_stdio(job, workdir, env, zygote)
         else:
-            result = run_asserts(job, workdir, env)
+            result = run_asserts(job, workdir, env, zygote)
     except Exception as exc:  # noqa: BLE001 - report, never die: we are PID 1
         detail = f"{type(exc).__name__}: {exc}"[:500]
         # once a program of the candidate's ran, a failure is its doing: failed tests (0)

@@ -40,12 +40,14 @@ def zygote_main(control_fd):
     import socket
     import traceback
 
+    from . import candidate_server  # imported once here: a forked candidate server starts warm
+
     make_undumpable()  # its children inherit this: none can be traced by another
     control = socket.socket(fileno=control_fd)
     code, cwd = None, slate.WORK_ROOT
     while True:
         try:
-            message, fds, _, _ = socket.recv_fds(control, 1 << 16, 3)
+            message, fds, _, _ = socket.recv_fds(control, 1 << 16, 5)
         except OSError:
             return
         if not message:
@@ -68,8 +70,18 @@ def zygote_main(control_fd):
                 os.setsid()
                 for target, fd in enumerate(fds):
                     os.dup2(fd, target)
-                os.closerange(3, 65536)
+                os.closerange(len(fds), 65536)
                 slate.drop_privileges()
+                if request["op"] == "serve":  # an assertion job's candidate server
+                    os.chdir(request["cwd"])
+                    os.environ.update(request["env"])
+                    apply_limits(request["memory_mb"], None)
+                    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w"), encoding="utf-8",
+                                                  write_through=True)
+                    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w"), encoding="utf-8",
+                                                  write_through=True)
+                    candidate_server.serve_candidate(request["entry_point"], request["preamble"])
+                    os._exit(0)
                 os.chdir(cwd)
                 apply_limits(request["memory_mb"], request["cpu_s"])
                 sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r")),
@@ -194,6 +206,17 @@ class Zygote:
         pid = self._recv("started", time.monotonic() + 10)["pid"]
         return ForkedProcess(self, pid, fds[0][1], fds[1][0], fds[2][0])
 
+    def serve(self, fds, memory_mb, cwd, env, entry_point, preamble):
+        """Fork a candidate server (``candidate_server.serve_candidate``) with ``fds`` as its
+        descriptors 0-4; as the candidate's uid, in ``cwd``."""
+        import socket
+
+        socket.send_fds(self.control, [json.dumps({
+            "op": "serve", "memory_mb": memory_mb, "cwd": cwd, "env": env,
+            "entry_point": entry_point, "preamble": preamble}).encode()], fds)
+        pid = self._recv("started", time.monotonic() + 10)["pid"]
+        return ForkedProcess(self, pid)
+
     def close(self):
         kill_group(self.process)
         self.process.wait()
@@ -203,11 +226,11 @@ class Zygote:
 class ForkedProcess:
     """A zygote's child, with the part of Popen's interface that ``supervise`` uses."""
 
-    def __init__(self, zygote, pid, stdin_fd, stdout_fd, stderr_fd):
+    def __init__(self, zygote, pid, stdin_fd=None, stdout_fd=None, stderr_fd=None):
         self.zygote, self.pid, self.returncode = zygote, pid, None
-        self.stdin = os.fdopen(stdin_fd, "wb", buffering=0)
-        self.stdout = os.fdopen(stdout_fd, "rb", buffering=0)
-        self.stderr = os.fdopen(stderr_fd, "rb", buffering=0)
+        self.stdin = None if stdin_fd is None else os.fdopen(stdin_fd, "wb", buffering=0)
+        self.stdout = None if stdout_fd is None else os.fdopen(stdout_fd, "rb", buffering=0)
+        self.stderr = None if stderr_fd is None else os.fdopen(stderr_fd, "rb", buffering=0)
 
     def poll(self):
         if self.returncode is None:

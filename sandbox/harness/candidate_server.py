@@ -1,0 +1,96 @@
+"""The candidate server: the solution's module, loaded in a process of its own (the
+candidate's uid, its work dir), answering the trusted test process's calls (``candidate``).
+
+It imports as little as it can (``protocol`` only): it starts once per assertion job, and
+every module it imports is start-up time (``subprocess`` alone cost 80-300 ms on a loaded
+machine).
+"""
+
+from __future__ import annotations
+
+import types
+
+from .protocol import decode, encode, recv_frame, send_frame
+
+# What the call-based datasets' harness puts before a solution (verl's prime_code copy of
+# APPS's testing_util, which PrimeIntellect's rows are scored with): LeetCode-style solutions
+# use List, Counter, inf, ... without importing them.
+CALL_PREAMBLE = (
+    "from string import *\nfrom re import *\nfrom datetime import *\n"
+    "from collections import *\nfrom heapq import *\nfrom bisect import *\n"
+    "from copy import *\nfrom math import *\nfrom random import *\n"
+    "from statistics import *\nfrom itertools import *\nfrom functools import *\n"
+    "from operator import *\nfrom io import *\nfrom sys import *\nfrom json import *\n"
+    "from builtins import *\nfrom typing import *\nimport string\nimport re\n"
+    "import datetime\nimport collections\nimport heapq\nimport bisect\nimport copy\n"
+    "import math\nimport random\nimport statistics\nimport itertools\nimport functools\n"
+    "import operator\nimport io\nimport sys\nimport json\nsys.setrecursionlimit(6*10**5)\n"
+)
+MAX_NAMES = 4000
+
+
+def resolve(namespace, name):
+    """The callable ``name`` of the solution: a top-level function, or a method of ``class
+    Solution`` (LeetCode, LiveCodeBench, APPS: ``Solution().name``); None if neither."""
+    value = namespace.get(name)
+    if callable(value):
+        return value
+    solution = namespace.get("Solution")
+    if isinstance(solution, type) and callable(getattr(solution, name, None)):
+        return getattr(solution(), name)
+    return None
+
+
+def exported(namespace):
+    """The module's top-level names the test code may use: callables (with where they come
+    from, when a module defined them) and imported modules."""
+    names, modules = [], {}
+    for name, value in list(namespace.items())[:MAX_NAMES]:
+        if name.startswith("__") or not isinstance(name, str):
+            continue
+        if isinstance(value, types.ModuleType):
+            modules[name] = str(getattr(value, "__name__", ""))
+        elif callable(value):
+            origin = getattr(value, "__module__", None)
+            qualname = getattr(value, "__qualname__", None)
+            names.append([name, origin if isinstance(origin, str) else None,
+                          qualname if isinstance(qualname, str) else None])
+    return names, modules
+
+
+def serve_candidate(entry_point, preamble=False):
+    """Child process: load the solution, then answer proxy calls on fds 3 (in) and 4 (out).
+
+    stdin is /dev/null and stdout goes to stderr, so the solution's prints cannot reach the
+    protocol by accident. ``preamble``: run ``CALL_PREAMBLE`` first, in the same namespace
+    (the solution's line numbers stay its own)."""
+    source = open("solution.py", encoding="utf-8").read()
+    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    try:
+        if preamble:
+            exec(compile(CALL_PREAMBLE, "preamble", "exec"), namespace)
+        exec(compile(source, "solution.py", "exec"), namespace)
+        entry = resolve(namespace, entry_point) if entry_point else None
+        names, modules = exported(namespace)
+    except BaseException as exc:  # noqa: BLE001 - report any failure, SystemExit included
+        send_frame(4, {"load_error": f"{type(exc).__name__}: {exc}"[:500]})
+        return
+    if entry_point and entry is None:
+        send_frame(4, {"load_error": f"the solution defines no function {entry_point!r}"})
+        return
+    send_frame(4, {"ready": True, "names": names, "modules": modules})
+    while True:
+        try:
+            request = recv_frame(3)
+        except EOFError:
+            return
+        try:
+            name = request["name"]
+            function = entry if name == entry_point else resolve(namespace, name)
+            if function is None:
+                raise NameError(f"name {name!r} is not defined")
+            result = function(*decode(request["args"]), **decode(request["kwargs"]))
+            reply = {"value": encode(result)}
+        except BaseException as exc:  # noqa: BLE001
+            reply = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        send_frame(4, reply)
