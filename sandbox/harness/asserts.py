@@ -11,6 +11,7 @@ a null reward). Then the candidate loads, and from there on every failure is a f
 from __future__ import annotations
 
 import ast
+import builtins
 import os
 import time
 
@@ -160,7 +161,7 @@ def short(value, limit=200):
 def run_asserts(job, workdir, env, zygote=None):
     entry = job.get("entry_point")
     candidate = Candidate()
-    namespace = {"__name__": "__test__"}
+    namespace = {"__name__": "__test__", "__builtins__": builtins}
     try:
         setup, steps = parse(job)
         count = sum(map(is_test, steps))

@@ -150,8 +150,10 @@ def valid_hello(hello):
         return isinstance(hello["load_error"], str)
     return (set(hello) == {"ready", "names", "modules"} and hello["ready"] is True
             and isinstance(hello["names"], list) and isinstance(hello["modules"], dict)
-            and all(isinstance(n, list) and len(n) == 3 and isinstance(n[0], str)
+            and all(isinstance(n, list) and len(n) == 3
+                    and all(isinstance(x, str) or (i and x is None) for i, x in enumerate(n))
                     for n in hello["names"])
+            and all(isinstance(k, str) for k in hello["modules"])
             and all(isinstance(v, str) for v in hello["modules"].values()))
 
 
@@ -172,8 +174,9 @@ def trusted_copy(module_name, qualname):
 def install(namespace, candidate, hello):
     """Bind the candidate's top-level names in the test namespace, except those it already
     has (the tests' own, ``test_setup``'s) and the builtins' names."""
-    def free(name):
-        return name.isidentifier() and name not in namespace and name not in BUILTIN_NAMES
+    def free(name):  # a forged hello may name anything: no dunder (__builtins__), no builtin
+        return (name.isidentifier() and not name.startswith("__") and name not in namespace
+                and name not in BUILTIN_NAMES)
 
     for alias, module_name in hello["modules"].items():
         if free(alias) and module_name in TRUSTED_MODULES:

@@ -201,4 +201,11 @@ def test_candidate_names_never_shadow_builtins_or_the_tests_own() -> None:
     assert isinstance(namespace["helper"], CandidateFunction)
     assert isinstance(namespace["fake"], CandidateFunction)
     assert not valid_hello({"ready": True})
+    assert not valid_hello({"ready": True, "names": [["f", [1], None]], "modules": {}})
+    forged = {"ready": True, "modules": {"__builtins__": "math"},
+              "names": [["__builtins__", None, None], ["__import__", None, None]]}
+    assert valid_hello(forged)
+    namespace = {}
+    install(namespace, Candidate(), forged)
+    assert namespace == {}
     assert not valid_hello({"ready": True, "names": [[1, None, None]], "modules": {}})
