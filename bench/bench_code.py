@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import struct
 import subprocess
@@ -254,14 +253,10 @@ def gvisor_rows(args: argparse.Namespace, workloads: dict[str, Any], env: dict[s
                 tmp: Path) -> dict[str, dict[str, float]]:
     """The warm-pool rows under gVisor: a second engine with runsc registered (as the tests
     do, tests/extra_engine.py), so the main engine's configuration is left alone."""
-    from tests.extra_engine import ExtraEngine
+    from tests.extra_engine import runsc_engine
 
-    subprocess.run(["bash", str(ROOT / "sandbox" / "ensure_runsc.sh")], check=True)
-    engine = ExtraEngine(Path("/tmp") / f"vr-bench-engine-{os.getpid()}")
     rows: dict[str, dict[str, float]] = {}
-    try:
-        engine.start()
-        engine.load_image()
+    with runsc_engine() as engine:
         gvisor_env = {**env, "REWARD_SERVER_SANDBOX_DOCKER_HOST": engine.host,
                       "REWARD_SERVER_SANDBOX_RUNTIME": "runsc"}
         with run_server(tmp / "gvisor", env=gvisor_env) as srv:
@@ -277,8 +272,6 @@ def gvisor_rows(args: argparse.Namespace, workloads: dict[str, Any], env: dict[s
                 rows[f"{name}, gVisor, 1 in flight"] = {
                     "exec_s": 1 / statistics.fmean(lat1), "p50": percentile(lat1, 0.5),
                     "p99": percentile(lat1, 0.99)}
-    finally:
-        engine.destroy()
     return rows
 
 

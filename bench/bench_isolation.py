@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -22,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sandbox.seccomp import PROFILE  # noqa: E402
-from tests.extra_engine import IMAGE, ExtraEngine  # noqa: E402
+from tests.extra_engine import IMAGE, runsc_engine  # noqa: E402
 
 PROBE = """
 import json, os, subprocess, time
@@ -62,18 +61,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="containers per configuration")
     args = ap.parse_args()
     subprocess.run(["bash", str(ROOT / "sandbox" / "build_image.sh")], check=True)
-    subprocess.run(["bash", str(ROOT / "sandbox" / "ensure_runsc.sh")], check=True)
-    engine = ExtraEngine(Path("/tmp") / f"vr-bench-engine-{os.getpid()}")
     rows: dict[str, dict[str, float]] = {}
-    try:
-        engine.start()
-        engine.load_image()
+    with runsc_engine() as engine:
         for name, (extra, where) in CONFIGS.items():
             host = engine.host if where == "gvisor" else None
             runs = [probe(host, extra) for _ in range(args.repeat)]
             rows[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    finally:
-        engine.destroy()
     print(f"\nmedian of {args.repeat} containers each\n")
     print(f"{'':32} {'syscall ns':>11} {'fork+exec ms':>13} {'compute ms':>11}")
     for name, row in rows.items():

@@ -7,12 +7,16 @@ so the sandbox tests also run under gVisor without touching the main engine."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "verifiable-rewards-sandbox:latest"
 BRIDGE = "vr-test-br0"
 RUNSC = "runsc"
@@ -30,6 +34,7 @@ class ExtraEngine:
         self.host = f"unix://{self.socket}"
         self.proc: subprocess.Popen | None = None
         self.runsc = shutil.which("runsc")  # registered as RUNSC when installed
+        self._made_bridge = False  # removed on destroy only if this engine made it
 
     def docker(self, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["docker", "-H", self.host, *args], capture_output=True,
@@ -39,6 +44,7 @@ class ExtraEngine:
         self.root.mkdir(parents=True, exist_ok=True)
         # its own bridge: with --bridge none, dockerd deletes docker0, the main engine's
         if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode:
+            self._made_bridge = True
             for cmd in (["ip", "link", "add", BRIDGE, "type", "bridge"],
                         ["ip", "addr", "add", "172.31.250.1/24", "dev", BRIDGE],
                         ["ip", "link", "set", BRIDGE, "up"]):
@@ -93,4 +99,20 @@ class ExtraEngine:
                 self.docker("rm", "-f", *ids)
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
-        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+        if self._made_bridge:  # another engine of this machine may still use it
+            subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+
+
+@contextmanager
+def runsc_engine(root: Path | None = None) -> Iterator[ExtraEngine]:
+    """A second engine with gVisor's runsc installed (sandbox/ensure_runsc.sh) and registered,
+    and the sandbox image: the benchmarks' gVisor rows run there, the main engine's
+    configuration left alone. Destroyed on exit."""
+    subprocess.run(["bash", str(ROOT / "sandbox" / "ensure_runsc.sh")], check=True)
+    engine = ExtraEngine(root or Path("/tmp") / f"vr-bench-engine-{os.getpid()}")
+    try:
+        engine.start()
+        engine.load_image()
+        yield engine
+    finally:
+        engine.destroy()
