@@ -229,3 +229,21 @@ def test_leetcode_class_solution_row(code_http: httpx.Client) -> None:
     assert (good["score"], good["total"]) == (1.0, 3), good
     assert (lines["score"], lines["total"]) == (1.0, 2), lines
     assert missing["score"] == 0.0 and "no function 'twoSum'" in missing["detail"], missing
+
+
+def test_helpers_that_exit_or_a_forged_first_frame_gain_nothing(code_http: httpx.Client) -> None:
+    """A helper that ends the solution's process fails its test and every later one; a
+    solution that writes its own first frame (naming ``len`` and ``f``) and exits gets no
+    builtin replaced and no test passed."""
+    forged = ("import json, os, struct\n"
+              "hello = json.dumps({'ready': True, 'modules': {}, 'names': "
+              "[['len', None, None], ['f', None, None]]}).encode()\n"
+              "os.write(4, struct.pack('>I', len(hello)) + hello)\nos._exit(0)\n")
+    exits, forging = verify(
+        code_http,
+        {"response": "import os\n\ndef helper():\n    os._exit(0)\n\ndef f():\n    return 1\n",
+         "test_list": ["assert helper() is None", "assert f() == 1"]},
+        {"response": forged, "test_list": ["assert len([1]) == 1", "assert f() == 1"]},
+    )
+    assert [t["status"] for t in exits["tests"]] == ["runtime_error", "runtime_error"], exits
+    assert [t["status"] for t in forging["tests"]] == ["passed", "runtime_error"], forging
