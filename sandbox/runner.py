@@ -65,6 +65,9 @@ class Execution:
     entry_point: str | None = None
     test_setup: str | None = None
     calls: tuple[Call, ...] | None = None
+    # how a call's return value is compared: "apps" (APPS/TACO's rules, for their wrapped
+    # outputs) or "exact" (LiveCodeBench's: a tuple is a list, then ==)
+    call_compare: str = "apps"
     time_limit_s: float | None = None
     memory_mb: int | None = None
     checker: tuple[str, str] | None = None  # (language, source): judges stdin/stdout outputs
@@ -140,7 +143,8 @@ class Sandbox:
         count = ex.test_count
         if ex.calls is not None:
             job.update(mode="assert", test_setup=ex.test_setup, entry_point=ex.entry_point,
-                       calls=[{"args": list(c.args), "expected": c.expected} for c in ex.calls])
+                       calls=[{"args": list(c.args), "expected": c.expected} for c in ex.calls],
+                       call_compare=ex.call_compare)
         elif ex.test_code is not None:
             job.update(mode="assert", test_code=ex.test_code, entry_point=ex.entry_point,
                        test_setup=ex.test_setup)

@@ -50,8 +50,8 @@ class Call:
     point called with ``args``, its return value compared with ``expected`` as those
     datasets' harnesses compare (``compare.call_output_matches``)."""
 
-    def __init__(self, args, expected):
-        self.args, self.expected = args, expected
+    def __init__(self, args, expected, exact=False):
+        self.args, self.expected, self.exact = args, expected, exact
 
 
 def call_arguments(args):
@@ -100,7 +100,9 @@ def parse(job):
         if not job.get("entry_point") or not all(
                 isinstance(c, dict) and isinstance(c.get("args"), list) for c in job["calls"]):
             raise BadTests("call tests need an entry point and a list of arguments each")
-        return setup, [Call(call_arguments(c["args"]), c.get("expected")) for c in job["calls"]]
+        exact = job.get("call_compare") == "exact"
+        return setup, [Call(call_arguments(c["args"]), c.get("expected"), exact)
+                       for c in job["calls"]]
     try:
         code_setup, tests = split_tests(job["test_code"])
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
@@ -145,7 +147,7 @@ def test_call(step, namespace, candidate, entry):
 
         def call():
             output = function(*step.args)
-            if not call_output_matches(output, step.expected):
+            if not call_output_matches(output, step.expected, step.exact):
                 raise AssertionError(f"returned {short(output)}, expected "
                                      f"{short(step.expected)}")
         return call

@@ -51,13 +51,16 @@ def int_keys(value):
         return value
 
 
-def call_output_matches(output, expected):
-    """A call-based test's verdict, as APPS's ``testing_util.run_test`` (and TACO's and verl's
-    ``prime_code`` copies of it) decides: a returned tuple is a list; the value equals the
-    expected one, or the expected one's only wrapper (``outputs`` are often ``[value]``), or,
-    for a list of tuples, that wrapper as a list of lists; an expected dict's integer keys may
-    be JSON strings. Stricter in one way only: both sides are plain data, so no object's own
-    ``__eq__`` takes part."""
+def call_output_matches(output, expected, exact=False):
+    """A call-based test's verdict. ``exact`` (LiveCodeBench's ``grade_call_based``): a
+    returned tuple is a list, then the value equals the expected one. Otherwise as APPS's
+    ``testing_util.run_test`` decides (TACO's and verl's ``prime_code`` are copies of it): a
+    returned tuple is a list; the value equals the expected one, or the expected one's only
+    wrapper (``outputs`` are often ``[value]``), or, for a list of tuples, that wrapper as a
+    list of lists; an expected dict's integer keys may be JSON strings. Stricter in one way
+    only: both sides are plain data, so no object's own ``__eq__`` takes part."""
+    if exact:
+        return (list(output) if isinstance(output, tuple) else output) == expected
     expected = int_keys(expected)
     if isinstance(expected, list) and expected and isinstance(expected[0], dict):
         expected = [int_keys(expected[0]), *expected[1:]]

@@ -35,6 +35,7 @@ def test_mbpp_row_becomes_asserts_with_its_setup() -> None:
 def test_call_based_rows_become_calls(fields: dict[str, Any], calls: tuple[Call, ...]) -> None:
     ex = execution_of(item(fn_name="f", **fields), "src")
     assert (ex.calls, ex.entry_point, ex.test_code, ex.tests) == (calls, "f", None, ())
+    assert ex.call_compare == ("exact" if fields.get("call_input") == "lines" else "apps")
     assert ex.test_count == len(calls)
 
 

@@ -228,6 +228,12 @@ def test_leetcode_class_solution_row(code_http: httpx.Client) -> None:
     )
     assert (good["score"], good["total"]) == (1.0, 3), good
     assert (lines["score"], lines["total"]) == (1.0, 2), lines
+    # LiveCodeBench compares exactly: a 0 is not [0, 1] (APPS's wrapper rule would pass it)
+    (zero,) = verify(code_http, {
+        "response": "class Solution:\n    def twoSum(self, nums, target):\n        return 0",
+        "fn_name": "twoSum", "call_input": "lines",
+        "tests": [{"input": t["input"], "output": t["output"]} for t in lcb]})
+    assert zero["score"] == 0.0, zero
     assert missing["score"] == 0.0 and "no function 'twoSum'" in missing["detail"], missing
 
 

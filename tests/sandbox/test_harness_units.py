@@ -182,6 +182,18 @@ def test_call_output_matches_as_apps_does(output: object, expected: object, matc
     assert compare.call_output_matches(output, expected) is match
 
 
+@pytest.mark.parametrize(("output", "expected", "match"), [
+    ((0, 1), [0, 1], True),
+    (0, [0, 1], False),  # APPS's rule would take [0, 1] for a wrapper and pass 0
+    (5, [5], False),
+    ([[1, 2]], [[1, 2]], True),
+    ({1: 2}, {"1": 2}, False),
+])
+def test_call_output_matches_exactly_as_livecodebench_does(output: object, expected: object,
+                                                          match: bool) -> None:
+    assert compare.call_output_matches(output, expected, exact=True) is match
+
+
 def test_candidate_names_never_shadow_builtins_or_the_tests_own() -> None:
     """``install``: the tests' own names and the builtins stay; an allowed module's function
     is the trusted process's own copy; anything else is a proxy."""

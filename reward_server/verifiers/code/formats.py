@@ -111,7 +111,11 @@ def execution_of(item: CodeItem, source: str) -> Execution:
               "memory_mb": item.memory_mb, "stop_on_failure": item.all_or_nothing,
               "test_setup": setup_of(item)}
     if item.fn_name is not None:
-        return Execution(**common, entry_point=item.fn_name, calls=calls_of(item))
+        # one value per line (LiveCodeBench, PrimeIntellect): outputs are not wrapped in a
+        # list, so APPS's "or the wrapper's first element" would pass a wrong 0 for [0, 1]
+        compare = "exact" if item.call_input == "lines" else "apps"
+        return Execution(**common, entry_point=item.fn_name, calls=calls_of(item),
+                         call_compare=compare)
     if item.test_list is not None:
         asserts = [a.strip() for a in [*item.test_list, *(item.challenge_test_list or [])]]
         return Execution(**common, test_code="\n".join(asserts), entry_point=item.entry_point)

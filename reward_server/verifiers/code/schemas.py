@@ -67,7 +67,8 @@ class CodeItem(ItemBase):
     call_input: Literal["list", "lines"] = Field(
         "list", description="With fn_name: each 'input' is the JSON list of arguments "
         "(APPS, TACO), or 'lines': one JSON value per line, one per argument (PrimeIntellect "
-        "as verl's prime_code reads it, LiveCodeBench).")
+        "as verl's prime_code reads it, LiveCodeBench); 'lines' outputs are compared as "
+        "LiveCodeBench does (a tuple is a list, then ==), not with APPS's wrapper rule.")
     checker: CheckerSpec | None = Field(
         None, description="stdin/stdout problems with several correct outputs: a trusted "
         "program that judges each output instead of the line-by-line comparison.")
