@@ -201,28 +201,28 @@ class ContainerPool:
 
     # --- borrowing ----------------------------------------------------------------------------
 
-    def release(self, pooled: PooledContainer, healthy: bool) -> None:
-        pooled.uses += 1
-        if not (healthy and pooled.uses < self.config.max_uses and not self._closing
+    def release(self, pooled: PooledContainer, healthy: bool, used: bool = True) -> None:
+        pooled.uses += used
+        if (healthy and pooled.uses < self.config.max_uses and not self._closing
                 and pooled in self._mine):
-            self._discard(pooled)
-        elif self.gvisor:  # back to idle once its headroom is proven, in the background
-            self._spawn(self._reuse_if_headroom(pooled))
-        else:
-            self._idle.put_nowait(pooled)
-
-    async def _reuse_if_headroom(self, pooled: PooledContainer) -> None:
-        """gVisor: reuse ``pooled`` only while it has ``gvisor_pids_headroom`` free pids.
-        gVisor's host threads pile up with use (config.py says why) and the harness inside
-        cannot see them, so they are read from outside; unreadable counts as no headroom."""
-        free = await self.free_pids(pooled)
-        if free is not None and free >= self.config.gvisor_pids_headroom and (
-                not self._closing and pooled in self._mine):
             self._idle.put_nowait(pooled)
             return
+        self._discard(pooled)
+
+    async def fit_for_reuse(self, pooled: PooledContainer) -> bool:
+        """Under gVisor, whether a used container still has ``gvisor_pids_headroom`` free
+        pids; if not it is replaced. gVisor's host threads pile up with use (config.py says
+        why) and the harness inside cannot see them, so they are read from outside, as the
+        container is taken; unreadable counts as no headroom. Always True under runc."""
+        if not self.gvisor or pooled.uses == 0:
+            return True
+        free = await self.free_pids(pooled)
+        if free is not None and free >= self.config.gvisor_pids_headroom:
+            return True
         log.info("replacing gVisor container %s: %s free pids, %d needed", pooled.id,
                  "unknown" if free is None else free, self.config.gvisor_pids_headroom)
         self._discard(pooled)
+        return False
 
     async def free_pids(self, pooled: PooledContainer) -> int | None:
         """The container's pids limit less its pids in use, as the engine's cgroup counts them
@@ -442,6 +442,19 @@ class EnginePool:
         return "; ".join(f"{p.docker_host}: {r}" for p, r in zip(self.pools, reasons, strict=True))
 
     async def acquire(self) -> PooledContainer:
+        """A container proven fit for the next execution (``ContainerPool.fit_for_reuse``)."""
+        deadline = time.monotonic() + self.config.acquire_timeout_s
+        while True:
+            pooled = await self._take(deadline)
+            try:
+                fit = await pooled.pool.fit_for_reuse(pooled)
+            except BaseException:  # cancelled while checking: it goes back, still unchecked
+                pooled.pool.release(pooled, healthy=True, used=False)
+                raise
+            if fit:
+                return pooled
+
+    async def _take(self, deadline: float) -> PooledContainer:
         try:
             return self._idle.get_nowait()
         except asyncio.QueueEmpty:
@@ -449,7 +462,7 @@ class EnginePool:
         if self.unavailable_reason is not None and self.live == 0:
             raise SandboxUnavailable(self.unavailable_reason)
         try:
-            return await asyncio.wait_for(self._idle.get(), self.config.acquire_timeout_s)
+            return await asyncio.wait_for(self._idle.get(), max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             reason = self.unavailable_reason or "all containers stayed busy"
             raise SandboxUnavailable(

@@ -7,16 +7,19 @@ import random
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -177,12 +180,45 @@ _LIST_PROCESSES = ("import os\nfor p in os.listdir('/proc'):\n"
                    "        print(open(f'/proc/{p}/cmdline').read().replace(chr(0), ' ').strip())")
 
 
+EXEC_TIMEOUT_S = 30.0
+
+
+def bounded(fn: Callable[[], T], timeout_s: float) -> T:
+    """``fn()``, or TimeoutError after ``timeout_s``: a Docker call that never returns (a
+    ``docker exec`` into a dying container once hung a whole CI run) cannot stall the suite.
+    It runs on a daemon thread, which a hung call leaves behind without blocking the exit."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer from the Docker engine within {timeout_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def container_commands(container, runtime: str) -> list[str]:
-    """The command lines of the processes in a sandbox container (a docker SDK Container)."""
-    if runtime == "runc":
-        return [" ".join(p[7:]) for p in container.top()["Processes"]]
-    out = container.exec_run(["python3", "-c", _LIST_PROCESSES])
-    assert out.exit_code == 0, out.output
+    """The command lines of the processes in a sandbox container (a docker SDK Container);
+    RuntimeError when the engine does not list them within EXEC_TIMEOUT_S."""
+    try:
+        if runtime == "runc":
+            top = bounded(container.top, EXEC_TIMEOUT_S)
+            return [" ".join(p[7:]) for p in top["Processes"]]
+        out = bounded(lambda: container.exec_run(["python3", "-c", _LIST_PROCESSES]),
+                      EXEC_TIMEOUT_S)
+    except TimeoutError as exc:
+        raise RuntimeError(f"container {container.short_id}: {exc}") from None
+    if out.exit_code != 0:
+        raise RuntimeError(f"container {container.short_id}: listing its processes exited "
+                           f"{out.exit_code}: {out.output[-300:]!r}")
     return out.output.decode().splitlines()
 
 
@@ -216,19 +252,3 @@ def sandbox_runtime(request: pytest.FixtureRequest) -> SandboxRuntime:
             pytest.fail(message)
         pytest.skip(message)
     return SandboxRuntime("runsc", engine.host)
-
-
-# gVisor runs of these modules are unreliable on this 2-core machine: after a test that fills
-# memory or disk, a later `docker exec` or C++ compile in the same container is killed (exit
-# 137), comes back as a 0 for a correct program, or never returns (an exec that hung CI). That
-# is a real defect of the runsc option, not of the tests; issue 10 stays open for it and these
-# runs are skipped, with this reason, until it is fixed. The seccomp tests under gVisor run.
-GVISOR_UNSTABLE_MODULES = ("test_clean_slate.py", "test_code_verifier.py", "test_hostile_code.py")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark = pytest.mark.skip(reason="gVisor (runsc) under memory pressure: a later exec or "
-                            "compile in the container is killed or hangs (issue 10, open)")
-    for item in items:
-        if "[runsc" in item.nodeid and item.path.name in GVISOR_UNSTABLE_MODULES:
-            item.add_marker(mark)

@@ -448,6 +448,26 @@ def test_memory_held_in_sysv_segments_is_back_for_the_next_program(srv: ServerPr
     assert_next_execution_sees_a_fresh_container(srv, fresh, where(result))  # memory_limit
 
 
+# Twelve processes at once, as a program may start them (a pool of workers, a pipeline)
+SPAWNER = """
+import subprocess
+workers = [subprocess.Popen(["sleep", "0.5"]) for _ in range(12)]
+print(sum(w.wait() for w in workers))
+"""
+
+
+def test_processes_of_earlier_programs_do_not_wear_the_container_out(srv: ServerProcess) -> None:
+    """Under gVisor the container's pids limit counts gVisor's own host threads, which grow
+    with every process a program starts (README): at runc's 128 this program killed its
+    container (a correct program scored 0), and a few executions later any program did. Each
+    round must pass, in one container or in a replacement, never as a wrong verdict."""
+    for _ in range(4):
+        result = run(srv, response=SPAWNER, tests=[{"output": "0"}], time_limit_s=BUDGET_S)
+        assert result["tests"][0]["status"] == "passed", result
+        cpp = run(srv, response=CPP_SUM, language="cpp", tests=SUMS)
+        assert (cpp["status"], cpp["score"]) == ("ok", 1.0), cpp
+
+
 # --- 9: fair share ------------------------------------------------------------------------------
 
 def test_an_honest_item_next_to_a_sleeping_one_is_scored(srv: ServerProcess) -> None:

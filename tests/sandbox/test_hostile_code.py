@@ -75,6 +75,8 @@ def _pool_problem(srv: ServerProcess, client: docker.DockerClient) -> str | None
             commands = container_commands(client.containers.get(c["id"]), srv.runtime)
         except docker.errors.NotFound:
             return f"container {c['id']} went away"
+        except RuntimeError as exc:  # its listing failed or did not return (bounded)
+            return str(exc)
         harness = [cmd for cmd in commands if cmd.endswith("/opt/harness/__main__.py")]
         fork_server = [cmd for cmd in commands if "zygote_main" in cmd]
         if len(harness) != 1 or len(fork_server) > 1 or len(commands) > 2:
