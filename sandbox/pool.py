@@ -3,9 +3,11 @@
 An execution borrows a container, talks to its harness over the attach stream, and gives it
 back. A container is replaced after ``max_uses`` executions or at any sign of trouble (a
 limit hit, a process left behind, a broken channel), by a background task that keeps the
-pool full. Every container carries two labels: one that marks it ours, and the owner (host,
-pid and process start time) so that the next server on this host can remove what a crashed
-predecessor left behind. On shutdown the pool removes its own.
+pool full. Under gVisor a used container is also replaced, as it is taken, when gVisor's own
+host threads have used up its pids headroom (``fit_for_reuse``; config.py says why). Every
+container carries two labels: one that marks it ours, and the owner (host, pid and process
+start time) so that the next server on this host can remove what a crashed predecessor left
+behind. On shutdown the pool removes its own.
 
 One ``ContainerPool`` serves one Docker engine. ``EnginePool`` puts several engines (a list
 of DOCKER_HOSTs) behind one acquire/release: their containers share one idle queue, so an
