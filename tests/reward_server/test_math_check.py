@@ -291,6 +291,7 @@ def test_thousands_groups_reach_math_verify_joined() -> None:
     [
         ("9 + 50", True), ("31 + 17", True), ("(9+1)", True), ("2 \\times 3", True),
         ("x = 9 + 50", True), ("1/2 + 1/3", True), ("$12 \\cdot 4$", True), ("-3 - 4", True),
+        ("9 + 50.", True), ("{9}+{50}", True), ("+9+50", True), ("9 \\, + \\, 50", True),
         ("59", False), ("-5", False), ("3/4", False), ("2 + \\sqrt{3}", False),
         ("x + 1", False), ("16 - 3 - 4 = 9", False), ("10^{6}", False), ("2e + 1", False),
     ],

@@ -262,10 +262,10 @@ def option_set_verdict(answer: str, reference: str) -> bool | None:
 
 # "9 + 50", "3 \times 4", "1/2 + 1/3": literal numbers joined by arithmetic operators, the
 # computation written out and not done. A lone fraction ("3/4") is a value.
-_LITERAL = r"\(?\s*-?\d+(?:\.\d+)?(?:\s*/\s*\d+)?\s*\)?"
+_LITERAL = r"\(?\s*[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:\s*/\s*\d+)?\s*\)?"
 _OPERATOR = r"\s*(?:[-+*×·÷]|\\times|\\cdot|\\div)(?![a-zA-Z])\s*"
 _UNDONE = re.compile(r"(?:[a-zA-Z]\s*=\s*)?" + _LITERAL + r"(?:" + _OPERATOR + _LITERAL + r")+")
-_DELIMITERS = re.compile(r"\\[()\[\]]|\$|\\[,;:! ]")
+_DELIMITERS = re.compile(r"\\[()\[\]]|\$|\\[,;:! ]|[{}]")
 
 
 def undone_arithmetic(answer: str) -> bool:
