@@ -70,6 +70,7 @@ class Checker:
         self.env = self._env()
         if self.language.get("compile"):
             self._compile()
+            drop_caches(self.dir)
         if cacheable:
             _cache[key] = self.dir
             while len(_cache) > CACHE_SIZE:
@@ -136,6 +137,24 @@ class Checker:
         if self.dir is not None and self.dir not in _cache.values():
             remove(self.dir)
         self.dir = None
+
+
+def drop_caches(path):
+    """Remove the compiler's caches from a checker's directory (Go's build cache in its
+    HOME): a kept checker holds its program only, since the clean slate counts the memory
+    of every tmpfs, this one's too."""
+    root = slate.isolated()
+    try:
+        if root:
+            os.seteuid(slate.CHECKER[0])
+        for name in os.listdir(path):
+            cache = os.path.join(path, name)
+            if name.startswith(".") and os.path.isdir(cache) and not os.path.islink(cache):
+                slate.empty_dir(cache, time.monotonic() + slate.JANITOR_TIMEOUT_S)
+                os.rmdir(cache)
+    finally:
+        if root:
+            os.seteuid(0)
 
 
 def remove(path):

@@ -90,6 +90,26 @@ for c in range(t):
 sys.exit(4 if pos != len(out) else 0)
 """
 
+# A Go checker (its build cache is dropped before the checker is kept) that accepts when the
+# output has as many numbers as the answer
+GO_ACCEPT = """package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+func main() {
+	out, _ := os.ReadFile(os.Args[2])
+	ans, _ := os.ReadFile(os.Args[3])
+	if len(strings.Fields(string(out))) != len(strings.Fields(string(ans))) {
+		fmt.Fprintln(os.Stderr, "count differs")
+		os.Exit(1)
+	}
+}
+"""
+
 
 @pytest.fixture(scope="module")
 def srv(docker_ready: None,
@@ -109,12 +129,13 @@ def verify(srv: ServerProcess, *items: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_a_checker_accepts_another_correct_output(srv: ServerProcess) -> None:
     checker = {"language": "cpp", "source": CHECKER}
-    compared, judged, wrong, in_python = verify(
+    compared, judged, wrong, in_python, in_go = verify(
         srv,
         {"response": RIGHT, "tests": TESTS},  # line by line: the order differs from the answer
         {"response": RIGHT, "tests": TESTS, "checker": checker},
         {"response": WRONG, "tests": TESTS, "checker": checker},
         {"response": RIGHT, "tests": TESTS, "checker": {"language": "py", "source": PY_CHECKER}},
+        {"response": RIGHT, "tests": TESTS, "checker": {"language": "go", "source": GO_ACCEPT}},
     )
     assert [t["status"] for t in compared["tests"]] == ["wrong_answer", "wrong_answer"]
     assert (judged["status"], judged["score"]) == ("ok", 1.0), judged
@@ -123,6 +144,7 @@ def test_a_checker_accepts_another_correct_output(srv: ServerProcess) -> None:
     assert [t["status"] for t in wrong["tests"]] == ["wrong_answer", "wrong_answer"]
     assert "case 1: 1 terms, 2 suffice" in wrong["tests"][0]["stderr"]
     assert (in_python["status"], in_python["score"]) == ("ok", 1.0), in_python
+    assert (in_go["status"], in_go["score"]) == ("ok", 1.0), in_go
 
 
 def test_a_broken_checker_makes_the_item_unscorable(srv: ServerProcess) -> None:
