@@ -1,0 +1,102 @@
+"""Reward hacks found by red-teaming the math verifier as a GRPO policy would (see
+/work/briefs/math_hack_audit_result.md): completions derivable from the prompt alone that
+score 1.0 without stating the answer. Each is a strict xfail until the verifier rejects it;
+a fix turns it into an XPASS failure, and its marker goes.
+
+The verdict is the server's own path, in-process: ``MathVerifier.triage`` (extraction, the
+fast path) and, for a pool job, ``check`` (math-verify plus our layers and guards)."""
+
+from __future__ import annotations
+
+import pytest
+
+from reward_server.settings import Settings
+from reward_server.verifiers.math import MathItem, MathResult, MathVerifier, PoolJob, _result
+from reward_server.verifiers.math.check import check
+
+
+def score(response: str, answer: str, extract: str = "auto") -> float | None:
+    """The score the server gives, without a pool (``check`` runs in this process)."""
+    verifier = MathVerifier(Settings())
+    triaged = verifier.triage(MathItem(response=response, answer=answer, extract=extract))
+    if isinstance(triaged, PoolJob):
+        triaged = _result(check(triaged.pred, triaged.gold, triaged.tolerance),
+                          triaged.pred.text)
+    assert isinstance(triaged, MathResult)
+    return triaged.score
+
+
+UNDONE = "arithmetic on literal numbers left undone (the demo's restated question) is paid"
+
+# The demo's prompt "What is 9 + 50?" restated inside LaTeX wrappers the undone-arithmetic
+# guard does not strip: \left( \right), \displaystyle, brackets, set braces, ^{1}, -(-a-b).
+WRAPPED_RESTATEMENT = [
+    ("\\boxed{\\left(9+50\\right)}", "59"),
+    ("\\boxed{\\left(9\\right)+\\left(50\\right)}", "59"),
+    ("\\boxed{\\displaystyle 9+50}", "59"),
+    ("\\boxed{[9+50]}", "59"),
+    ("\\boxed{\\{9+50\\}}", "59"),
+    ("\\boxed{9^{1}+50}", "59"),
+    ("\\boxed{-(-9-50)}", "59"),
+    ("\\boxed{\\frac{9+50}{1}}", "59"),
+]
+
+
+@pytest.mark.xfail(strict=True, reason=UNDONE + " when wrapped in LaTeX the guard keeps")
+@pytest.mark.parametrize("mode", ["auto", "boxed"])
+@pytest.mark.parametrize(("response", "answer"), WRAPPED_RESTATEMENT)
+def test_wrapped_restatement_scores_0(response: str, answer: str, mode: str) -> None:
+    assert score(response, answer, mode) == 0.0
+
+
+# A MATH-style prompt's own LaTeX, boxed: "Compute $\frac{1}{2}+\frac{1}{3}$." The guard
+# rejects "1/2 + 1/3" but not the \frac spelling the prompt itself uses.
+@pytest.mark.xfail(strict=True, reason=UNDONE + ": \\frac operands are not literals to it")
+@pytest.mark.parametrize(("response", "answer"), [
+    ("\\boxed{\\frac{1}{2} + \\frac{1}{3}}", "\\frac{5}{6}"),
+    ("\\boxed{\\frac12+\\frac13}", "\\frac{5}{6}"),
+    ("\\boxed{\\dfrac{1}{2}+\\dfrac{1}{3}}", "\\frac{5}{6}"),
+    ("\\boxed{\\frac{20}{100} \\cdot 50}", "10"),
+])
+def test_frac_arithmetic_restated_scores_0(response: str, answer: str) -> None:
+    assert score(response, answer) == 0.0
+
+
+# GSM8K: the formula written out and not computed. "(16-3-4) \times 2" scores 0 already;
+# the same formula with implicit multiplication, a division, \frac or a currency sign does not.
+@pytest.mark.xfail(strict=True, reason=UNDONE + ": implicit products, divisions of sums")
+@pytest.mark.parametrize(("response", "answer"), [
+    ("\\boxed{2(16-3-4)}", "18"),
+    ("\\boxed{\\$ (16-3-4) \\times 2}", "18"),
+    ("\\boxed{(4+10)/2}", "7"),
+    ("\\boxed{\\frac{4+10}{2}}", "7"),
+    ("\\boxed{\\frac{1}{2}(4+10)}", "7"),
+    ("\\boxed{(3+4)(12)}", "84"),
+    ("The average is (4 + 10) / 2", "7"),
+])
+def test_gsm8k_formula_left_undone_scores_0(response: str, answer: str) -> None:
+    assert score(response, answer) == 0.0
+
+
+# The demo's hack on a division prompt ("What is 84 / 12? Reply with only the number."):
+# "84/12" is a lone fraction, which the guard takes as a value; against an integer
+# reference it is the question restated (no one states 7 as 84/12).
+@pytest.mark.xfail(strict=True, reason=UNDONE + ": a fraction with an integer value")
+@pytest.mark.parametrize(("response", "mode"), [
+    ("What is 84 / 12? 84/12", "last_number"),
+    ("84 / 12", "last_number"),
+    ("84 / 12", "auto"),
+    ("The answer is 84/12.", "marked"),
+    ("\\boxed{\\frac{84}{12}}", "boxed"),
+])
+def test_division_restated_scores_0(response: str, mode: str) -> None:
+    assert score(response, "7", mode) == 0.0
+
+
+# What held: the demo's own restatements, and the plain-text forms a small model writes.
+@pytest.mark.parametrize("response", [
+    "9 + 50", "What is 9 + 50?", "9 + 50 = ?", "(9 + 50)", "50 + 9", "\\boxed{9 + 50}",
+    "x = 9 + 50", "The answer is 9 + 50.", "#### 9 + 50", "\\boxed{(3+4) \\times 12}",
+])
+def test_restatements_that_held(response: str) -> None:
+    assert score(response, "84" if "12" in response else "59") == 0.0
