@@ -93,6 +93,29 @@ def test_division_restated_scores_0(response: str, mode: str) -> None:
     assert score(response, "7", mode) == 0.0
 
 
+# A MATH "Compute"/"Evaluate" prompt's expression boxed verbatim: constant arithmetic with
+# powers, roots, factorials and fractions, which the guard does not see as undone (37 of 50
+# such prompts were paid; see the audit). Not scientific notation: "2 \\times 10^{3}" is a value.
+@pytest.mark.xfail(strict=True, reason=UNDONE + ": powers, roots, factorials, \\frac products")
+@pytest.mark.parametrize(("response", "answer"), [
+    ("\\boxed{(2+3)^2}", "25"),
+    ("\\boxed{3^4 - 5 \\cdot 8}", "41"),
+    ("\\boxed{\\sqrt{49} + \\sqrt{81}}", "16"),
+    ("\\boxed{\\frac{10!}{8!}}", "90"),
+    ("\\boxed{\\left(\\frac{1}{2}\\right)^{3}}", "\\frac{1}{8}"),
+    ("\\boxed{\\frac{3}{4} \\cdot \\frac{8}{9}}", "\\frac{2}{3}"),
+])
+def test_compute_prompt_restated_scores_0(response: str, answer: str) -> None:
+    assert score(response, answer) == 0.0
+
+
+# "0.5%" is 0.005: paid against 0.5 by the rule "p% equals p" (math-verify says no). A
+# policy that appends a percent sign is paid under either convention of the dataset.
+@pytest.mark.xfail(strict=True, reason="a percent sign is paid as p and as p/100")
+def test_percent_of_a_fraction_is_not_the_fraction() -> None:
+    assert score("\\boxed{0.5\\%}", "0.5") == 0.0
+
+
 # What held: the demo's own restatements, and the plain-text forms a small model writes.
 @pytest.mark.parametrize("response", [
     "9 + 50", "What is 9 + 50?", "9 + 50 = ?", "(9 + 50)", "50 + 9", "\\boxed{9 + 50}",
