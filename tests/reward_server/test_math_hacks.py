@@ -116,6 +116,22 @@ def test_percent_of_a_fraction_is_not_the_fraction() -> None:
     assert score("\\boxed{0.5\\%}", "0.5") == 0.0
 
 
+# "Solve for x: x + 9 = 14" against a reference written as an equation ("x = 5"): the
+# prompt's own equation, boxed, is paid (math-verify compares x + 9 - 14 with x - 5), and so
+# is arithmetic left undone, which the guard checks only against a plain value.
+@pytest.mark.xfail(strict=True, reason="the prompt's unsolved equation is paid as its solution")
+@pytest.mark.parametrize(("response", "answer"), [
+    ("\\boxed{x + 9 = 14}", "x = 5"),
+    ("\\boxed{7 + x = 12}", "x=5"),
+    ("\\boxed{x + 3 = 2x - 2}", "x = 5"),
+    ("The equation is $x + 9 = 14$.", "x = 5"),
+    ("\\boxed{x = 14 - 9}", "x = 5"),
+    ("\\boxed{14 - 9}", "x = 5"),
+])
+def test_equation_restated_scores_0(response: str, answer: str) -> None:
+    assert score(response, answer) == 0.0
+
+
 # What held: the demo's own restatements, and the plain-text forms a small model writes.
 @pytest.mark.parametrize("response", [
     "9 + 50", "What is 9 + 50?", "9 + 50 = ?", "(9 + 50)", "50 + 9", "\\boxed{9 + 50}",
