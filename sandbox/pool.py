@@ -3,8 +3,8 @@
 An execution borrows a container, talks to its harness over the attach stream, and gives it
 back. A container is replaced after ``max_uses`` executions or at any sign of trouble (a
 limit hit, a process left behind, a broken channel), by a background task that keeps the
-pool full. Under gVisor a used container is also replaced, as it is taken, when gVisor's own
-host threads have used up its pids headroom (``fit_for_reuse``; config.py says why). Every
+pool full. Under gVisor a container is also replaced when gVisor's own host threads have
+used up its pids headroom (``_check_headroom``, after each execution; config.py says why). Every
 container carries two labels: one that marks it ours, and the owner (host, pid and process
 start time) so that the next server on this host can remove what a crashed predecessor left
 behind. On shutdown the pool removes its own.
@@ -90,6 +90,8 @@ class PooledContainer:
     channel: Channel
     pool: ContainerPool
     uses: int = 0
+    retire: bool = False  # replace instead of reusing (gVisor: its pids headroom is gone)
+    checking: bool = False  # a headroom check is in flight
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -109,6 +111,10 @@ class ContainerPool:
         self._one_shot_stats = True  # the engine takes stats' one-shot (API 1.41, Docker 20.10)
         self._threads = ThreadPoolExecutor(max_workers=config.pool_size + 4,
                                            thread_name_prefix="sandbox")
+        # stats calls wait for the engine's next sample (~1 s): threads of their own, one per
+        # container at most, so they never hold up a request
+        self._stats_threads = ThreadPoolExecutor(max_workers=config.pool_size,
+                                                 thread_name_prefix="sandbox-stats")
         self._client: docker.DockerClient | None = None
         self._idle: asyncio.Queue[PooledContainer] = idle if idle is not None else asyncio.Queue()
         self._mine: set[PooledContainer] = set()  # live containers of this engine, idle or busy
@@ -124,6 +130,10 @@ class ContainerPool:
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._threads, lambda: fn(*args, **kwargs))
+
+    async def _stats(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._stats_threads, lambda: fn(*args, **kwargs))
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -200,30 +210,43 @@ class ContainerPool:
             except DockerException as exc:
                 log.warning("could not remove sandbox containers: %s", exc)
         self._threads.shutdown(wait=False, cancel_futures=True)
+        self._stats_threads.shutdown(wait=False, cancel_futures=True)
 
     # --- borrowing ----------------------------------------------------------------------------
 
-    def release(self, pooled: PooledContainer, healthy: bool, used: bool = True) -> None:
-        pooled.uses += used
-        if (healthy and pooled.uses < self.config.max_uses and not self._closing
-                and pooled in self._mine):
+    def release(self, pooled: PooledContainer, healthy: bool) -> None:
+        pooled.uses += 1
+        if (healthy and not pooled.retire and pooled.uses < self.config.max_uses
+                and not self._closing and pooled in self._mine):
             self._idle.put_nowait(pooled)
+            if self.gvisor and not pooled.checking:
+                pooled.checking = True
+                self._spawn(self._check_headroom(pooled))
             return
         self._discard(pooled)
 
-    async def fit_for_reuse(self, pooled: PooledContainer) -> bool:
-        """Under gVisor, whether a used container still has ``gvisor_pids_headroom`` free
-        pids; if not it is replaced. gVisor's host threads pile up with use (config.py says
-        why) and the harness inside cannot see them, so they are read from outside, as the
-        container is taken; unreadable counts as no headroom. Always True under runc."""
-        if not self.gvisor or pooled.uses == 0:
+    async def _check_headroom(self, pooled: PooledContainer) -> None:
+        """Under gVisor, after an execution: mark ``pooled`` for replacement when it has fewer
+        than ``gvisor_pids_headroom`` free pids. gVisor's host threads pile up with use
+        (config.py says why) and the harness inside cannot see them, so they are read from
+        outside; an unreadable count is no headroom. The engine answers with its next sample
+        (up to ~1 s), so this runs beside the next execution, not before it: a container that
+        dies meanwhile is the runner's to re-run (runner.py)."""
+        try:
+            free = await self.free_pids(pooled)
+        finally:
+            pooled.checking = False
+        if free is None or free < self.config.gvisor_pids_headroom:
+            log.info("replacing gVisor container %s: %s free pids, %d needed", pooled.id,
+                     "unknown" if free is None else free, self.config.gvisor_pids_headroom)
+            pooled.retire = True
+
+    def fit_for_reuse(self, pooled: PooledContainer) -> bool:
+        """False (and the container replaced) when it was marked for replacement while idle."""
+        if not pooled.retire:
             return True
-        free = await self.free_pids(pooled)
-        if free is not None and free >= self.config.gvisor_pids_headroom:
-            return True
-        log.info("replacing gVisor container %s: %s free pids, %d needed", pooled.id,
-                 "unknown" if free is None else free, self.config.gvisor_pids_headroom)
-        self._discard(pooled)
+        if pooled in self._mine:
+            self._discard(pooled)
         return False
 
     async def free_pids(self, pooled: PooledContainer) -> int | None:
@@ -235,12 +258,12 @@ class ContainerPool:
         try:
             if self._one_shot_stats:
                 try:
-                    stats = await self._call(client.api.stats, pooled.container.id,
-                                             stream=False, one_shot=True)
+                    stats = await self._stats(client.api.stats, pooled.container.id,
+                                              stream=False, one_shot=True)
                 except InvalidVersion:
                     self._one_shot_stats = False
             if not self._one_shot_stats:  # an engine before 20.10: a sampled read, ~1-2 s
-                stats = await self._call(client.api.stats, pooled.container.id, stream=False)
+                stats = await self._stats(client.api.stats, pooled.container.id, stream=False)
             pids = stats["pids_stats"]
             return int(pids.get("limit") or self.config.gvisor_pids_limit) - int(pids["current"])
         except (DockerException, OSError, KeyError, TypeError, ValueError) as exc:
@@ -444,16 +467,11 @@ class EnginePool:
         return "; ".join(f"{p.docker_host}: {r}" for p, r in zip(self.pools, reasons, strict=True))
 
     async def acquire(self) -> PooledContainer:
-        """A container proven fit for the next execution (``ContainerPool.fit_for_reuse``)."""
+        """An idle container not marked for replacement (``ContainerPool.fit_for_reuse``)."""
         deadline = time.monotonic() + self.config.acquire_timeout_s
         while True:
             pooled = await self._take(deadline)
-            try:
-                fit = await pooled.pool.fit_for_reuse(pooled)
-            except BaseException:  # cancelled while checking: it goes back, still unchecked
-                pooled.pool.release(pooled, healthy=True, used=False)
-                raise
-            if fit:
+            if pooled.pool.fit_for_reuse(pooled):
                 return pooled
 
     async def _take(self, deadline: float) -> PooledContainer:

@@ -33,6 +33,8 @@ log = logging.getLogger("sandbox.runner")
 # Slack on top of the harness's own limits before we stop waiting from outside: its sweep
 # and clean-up (bounded by the harness's JANITOR_TIMEOUT_S) come after the budget.
 OUTSIDE_SLACK_S = 15.0
+# Under gVisor, how many times an item whose used container died runs again (runner._run_job)
+GVISOR_RERUNS = 1
 PER_TEST_SLACK_S = 0.5
 
 
@@ -194,14 +196,24 @@ class Sandbox:
                        budget: float) -> tuple[ExecutionResult, Build | None]:
         """The verdict, and the build the harness sent back when asked for it."""
         failure = "Docker engines went away"
-        for _ in range(len(self.pool.pools) + 1):
+        reruns = GVISOR_RERUNS
+        for _ in range(len(self.pool.pools) + 1 + GVISOR_RERUNS):
             pooled = await self.pool.acquire()
             try:
                 reply = await self.pool.request(pooled, job, budget)
             except ChannelClosed as exc:
-                if not await self.pool.container_lost(pooled):
-                    return self._died(pooled, exc, count), None
-                continue  # its engine went away: run on another engine, if one is left
+                if await self.pool.container_lost(pooled):
+                    continue  # its engine went away: run on another engine, if one is left
+                if pooled.pool.gvisor and pooled.uses > 0 and reruns > 0:
+                    # gVisor: a used container can die of what ran before it (its pids
+                    # headroom is checked beside the next execution, pool.py): replaced, and
+                    # the item runs again; only a second death is the program's doing
+                    log.warning("gVisor container %s died after %d uses: %s; running the "
+                                "item again", pooled.id, pooled.uses, exc)
+                    self.pool.release(pooled, healthy=False)
+                    reruns -= 1
+                    continue
+                return self._died(pooled, exc, count), None
             except ChannelTimeout:
                 self.pool.release(pooled, healthy=False)
                 return ExecutionResult("ok", [
