@@ -207,14 +207,17 @@ def bounded(fn: Callable[[], T], timeout_s: float) -> T:
 
 def container_commands(container, runtime: str) -> list[str]:
     """The command lines of the processes in a sandbox container (a docker SDK Container);
-    RuntimeError when the engine does not list them within EXEC_TIMEOUT_S."""
+    RuntimeError when the engine does not list them within EXEC_TIMEOUT_S, or the container
+    stopped meanwhile (the pool replacing it)."""
+    import docker
+
     try:
         if runtime == "runc":
             top = bounded(container.top, EXEC_TIMEOUT_S)
             return [" ".join(p[7:]) for p in top["Processes"]]
         out = bounded(lambda: container.exec_run(["python3", "-c", _LIST_PROCESSES]),
                       EXEC_TIMEOUT_S)
-    except TimeoutError as exc:
+    except (TimeoutError, docker.errors.APIError) as exc:  # hung; or being replaced, gone
         raise RuntimeError(f"container {container.short_id}: {exc}") from None
     if out.exit_code != 0:
         raise RuntimeError(f"container {container.short_id}: listing its processes exited "
