@@ -140,7 +140,7 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     (B("\\sqrt{8}"), "2\\sqrt{3}", False),
     (B("3\\sqrt{3}"), "\\sqrt{27}", True),
     (B("\\sqrt{12}"), "2\\sqrt{3}", True),
-    (B("\\sqrt[3]{8}"), "2", True),
+    (B("\\sqrt[3]{8}"), "2", False),  # a computation, not its value: see below
     (B("\\sqrt[3]{9}"), "2", False),
     (B("(x+1)^2"), "x^2+2x+1", True),
     (B("x^2+2x+1"), "(x+1)^2", True),
@@ -154,12 +154,17 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     (B("\\sin^2 x + \\cos^2 x"), "1", True),
     (B("\\sin(2x)"), "2\\sin x\\cos x", True),
     (B("\\sin(2x)"), "2\\sin x", False),
-    (B("\\log_2 8"), "3", True),
-    (B("\\ln(e^2)"), "2", True),
-    (B("2^{10}"), "1024", True),
+    # functions of numbers against a number: the computation a "Compute ..." prompt asks
+    # for, restated (the red-team audit): 0, as "9 + 50" is; a number must be stated
+    (B("\\log_2 8"), "3", False),
+    (B("\\ln(e^2)"), "2", False),
+    (B("2^{10}"), "1024", False),
+    (B("2^{10}"), "2^{10}", True),
+    (B("10^{6}"), "1000000", True),  # a power of ten is how numbers are written
     (B("2^{10}"), "1000", False),
-    (B("10!"), "3628800", True),
-    (B("\\binom{5}{2}"), "10", True),
+    (B("10!"), "3628800", False),
+    (B("\\binom{5}{2}"), "10", False),
+    (B("\\binom{5}{2}"), "\\binom{5}{2}", True),
     (B("\\binom{5}{2}"), "20", False),
     (B("a+b"), "b+a", True),
     (B("ab"), "ba", True),

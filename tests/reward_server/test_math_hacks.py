@@ -1,7 +1,7 @@
 """Reward hacks found by red-teaming the math verifier as a GRPO policy would (see
 /work/briefs/math_hack_audit_result.md): completions derivable from the prompt alone that
-score 1.0 without stating the answer. Each is a strict xfail until the verifier rejects it;
-a fix turns it into an XPASS failure, and its marker goes.
+score 1.0 without stating the answer. Each must score 0; the one still paid by design (a
+percent sign, README "Known limitations") is a strict xfail.
 
 The verdict is the server's own path, in-process: ``MathVerifier.triage`` (extraction, the
 fast path) and, for a pool job, ``check`` (math-verify plus our layers and guards)."""
@@ -42,7 +42,6 @@ WRAPPED_RESTATEMENT = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason=UNDONE + " when wrapped in LaTeX the guard keeps")
 @pytest.mark.parametrize("mode", ["auto", "boxed"])
 @pytest.mark.parametrize(("response", "answer"), WRAPPED_RESTATEMENT)
 def test_wrapped_restatement_scores_0(response: str, answer: str, mode: str) -> None:
@@ -51,7 +50,6 @@ def test_wrapped_restatement_scores_0(response: str, answer: str, mode: str) -> 
 
 # A MATH-style prompt's own LaTeX, boxed: "Compute $\frac{1}{2}+\frac{1}{3}$." The guard
 # rejects "1/2 + 1/3" but not the \frac spelling the prompt itself uses.
-@pytest.mark.xfail(strict=True, reason=UNDONE + ": \\frac operands are not literals to it")
 @pytest.mark.parametrize(("response", "answer"), [
     ("\\boxed{\\frac{1}{2} + \\frac{1}{3}}", "\\frac{5}{6}"),
     ("\\boxed{\\frac12+\\frac13}", "\\frac{5}{6}"),
@@ -64,7 +62,6 @@ def test_frac_arithmetic_restated_scores_0(response: str, answer: str) -> None:
 
 # GSM8K: the formula written out and not computed. "(16-3-4) \times 2" scores 0 already;
 # the same formula with implicit multiplication, a division, \frac or a currency sign does not.
-@pytest.mark.xfail(strict=True, reason=UNDONE + ": implicit products, divisions of sums")
 @pytest.mark.parametrize(("response", "answer"), [
     ("\\boxed{2(16-3-4)}", "18"),
     ("\\boxed{\\$ (16-3-4) \\times 2}", "18"),
@@ -81,7 +78,6 @@ def test_gsm8k_formula_left_undone_scores_0(response: str, answer: str) -> None:
 # The demo's hack on a division prompt ("What is 84 / 12? Reply with only the number."):
 # "84/12" is a lone fraction, which the guard takes as a value; against an integer
 # reference it is the question restated (no one states 7 as 84/12).
-@pytest.mark.xfail(strict=True, reason=UNDONE + ": a fraction with an integer value")
 @pytest.mark.parametrize(("response", "mode"), [
     ("What is 84 / 12? 84/12", "last_number"),
     ("84 / 12", "last_number"),
@@ -96,7 +92,6 @@ def test_division_restated_scores_0(response: str, mode: str) -> None:
 # A MATH "Compute"/"Evaluate" prompt's expression boxed verbatim: constant arithmetic with
 # powers, roots, factorials and fractions, which the guard does not see as undone (37 of 50
 # such prompts were paid; see the audit). Not scientific notation: "2 \\times 10^{3}" is a value.
-@pytest.mark.xfail(strict=True, reason=UNDONE + ": powers, roots, factorials, \\frac products")
 @pytest.mark.parametrize(("response", "answer"), [
     ("\\boxed{(2+3)^2}", "25"),
     ("\\boxed{3^4 - 5 \\cdot 8}", "41"),
@@ -119,7 +114,6 @@ def test_percent_of_a_fraction_is_not_the_fraction() -> None:
 # "Solve for x: x + 9 = 14" against a reference written as an equation ("x = 5"): the
 # prompt's own equation, boxed, is paid (math-verify compares x + 9 - 14 with x - 5), and so
 # is arithmetic left undone, which the guard checks only against a plain value.
-@pytest.mark.xfail(strict=True, reason="the prompt's unsolved equation is paid as its solution")
 @pytest.mark.parametrize(("response", "answer"), [
     ("\\boxed{x + 9 = 14}", "x = 5"),
     ("\\boxed{7 + x = 12}", "x=5"),

@@ -25,7 +25,8 @@ BAR = 0.97
 # sides differ (1/2 = 10/9; x = 1/3 ≈ 1.3) are no value for the relation guard (audit 6, 7).
 # And arithmetic on numbers left undone, "(9+1)" for 10, states no value: the demo's model
 # learned to restate its question ("To convert 9 + 50 to a number, ...") and math-verify
-# paid it the sum (the undone-arithmetic guard).
+# paid it the sum (the undone-arithmetic guard); and \frac3{3} for 1 is the division left
+# undone (a fraction with a whole value against a whole reference; the red-team audit).
 KNOWN: set[tuple[str, str]] = {
     ("$9$", "Answer $ \n 9 \n $"),
     ("$9$", "Answer \\( \n 9 \n \\)"),
@@ -33,6 +34,7 @@ KNOWN: set[tuple[str, str]] = {
     ("$10/9$", "Answer $ \\frac{1}{2} \\$ = \\frac{10}{9} $"),
     ("$1/3$", "$x=1/3\\approx1.3$"),
     ("$10$", "Answer \\( (9+1) \\)"),
+    ("$1$", "$\\frac3{3} $"),
 }
 
 

@@ -31,19 +31,28 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, veri
 from reward_server.verifiers.math import fast_parse
 from reward_server.verifiers.math.extract import Answer
 from reward_server.verifiers.math.guards import (
+    computation,
     hedged_words,
     join_groups,
     letter_sequence,
     offers_several,
+    power_of_ten,
     relation_for_value,
     side_by_side,
     stated_equation,
+    stated_part,
     undone_arithmetic,
 )
-from reward_server.verifiers.math.numbers import SIDE_BY_SIDE, parse_number
+from reward_server.verifiers.math.numbers import (
+    COMPUTED,
+    SIDE_BY_SIDE,
+    parse_number,
+    restated_division,
+)
 from reward_server.verifiers.math.verdict import Verdict
 
 UNDONE = "arithmetic on numbers left undone: an answer states the value, not the sum"
+UNSOLVED = "an equation left unsolved: the reference states the unknown's value"
 
 # the suite's own configuration: a box is read before any other LaTeX
 _CONFIG = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
@@ -120,7 +129,8 @@ def check(pred: Answer, gold: Answer, tolerance: float) -> Verdict:
     correct = _layers(gold_values, pred_values, tolerance)
     if correct is None:
         correct = verify(gold_values, pred_values, timeout_seconds=None)
-    why = _guarded(pred, gold, gold_values, read) if correct and not several else None
+    why = (_guarded(pred, gold, gold_values, pred_values, read)
+           if correct and not several else None)
     if why:
         return Verdict(False, "ok", why, read)
     if correct:
@@ -131,13 +141,17 @@ def check(pred: Answer, gold: Answer, tolerance: float) -> Verdict:
     return Verdict(False, "ok", "not equivalent to the reference", read)
 
 
-def _guarded(pred: Answer, gold: Answer, gold_values: list[Any], read: str | None) -> str | None:
+def _guarded(pred: Answer, gold: Answer, gold_values: list[Any], pred_values: list[Any],
+             read: str | None) -> str | None:
     """Why math-verify's "yes" does not stand against a one-answer reference (``guards``),
     or None: candidates in prose; words that hedge; a relation or chain read as its last
     side; letters in another order."""
     value = isinstance(_first_expr(gold_values), sympy.Expr)
     if value and undone_arithmetic(read or pred.text) and not undone_arithmetic(gold.text):
         return UNDONE
+    why = _not_stated(read or pred.text, gold.text, gold_values, pred_values)
+    if why:
+        return why
     if read:  # math-verify's match: "3 \\to 4" read as 3 is a relation, not a value
         if offers_several(pred.items[0], read):
             return "several candidate answers offered for one"
@@ -159,6 +173,55 @@ def _guarded(pred: Answer, gold: Answer, gold_values: list[Any], read: str | Non
     if mine is not None and theirs is not None and mine.lower() != theirs.lower():
         return "a different sequence of letters (their order matters)"
     return None
+
+
+def _number_of(expr: Any) -> Any:
+    """The rational number a reference states (``59``, ``x = 59``: 59), or None."""
+    if isinstance(expr, sympy.Eq) and isinstance(expr.lhs, sympy.Symbol):
+        expr = expr.rhs
+    return expr if isinstance(expr, sympy.Rational) else None
+
+
+def _not_stated(written: str, gold_text: str, gold_values: list[Any], pred_values: list[Any]
+                ) -> str | None:
+    """Against a reference that is a rational number, an equal answer must be written as a
+    number, not as the computation that gives it.
+
+    math-verify evaluates what it reads, so the question's own expression, boxed
+    (``\\dbinom{8}{4}`` for 70, ``\\frac{1}{2}+\\frac{1}{3}`` for 5/6, ``\\sqrt{144}``,
+    ``2(16-3-4)``, ``84/12`` for 7, ``x = 14 - 9``), would be paid as the value a policy
+    never computed. Of a chain (``x = 5+6 = 11``) the last side counts; ``10^{6}`` and
+    ``1.5\\times10^{3}`` are numbers. An equation whose sides are neither the unknown
+    (``x + 9 = 14`` for ``x = 5``) is unsolved."""
+    gold, pred = _first_expr(gold_values), _first_expr(pred_values)
+    number = _number_of(gold)
+    if number is None or not isinstance(pred, sympy.Basic):
+        return None
+    if isinstance(gold, sympy.Eq) and isinstance(pred, sympy.Eq) and not (
+            isinstance(pred.lhs, sympy.Symbol) or isinstance(pred.rhs, sympy.Symbol)):
+        return UNSOLVED
+    if pred.free_symbols - (gold.free_symbols if isinstance(gold, sympy.Eq) else set()):
+        return None  # an answer in letters is math-verify's to compare
+    part = stated_part(written)
+    while part.startswith("(") and part.endswith(")") and match_paren(part):
+        part = part[1:-1].strip()
+    if power_of_ten(part):
+        return None
+    stated = parse_number(part)
+    if stated is not None:  # a number as written: "84/12" for 7 is still the division
+        return COMPUTED if restated_division(part, stated, gold_text) else None
+    return COMPUTED if computation(part) else None
+
+
+def match_paren(text: str) -> bool:
+    """Whether the ``(`` at 0 closes at the last character."""
+    depth = 0
+    for i, c in enumerate(text):
+        depth += c == "("
+        depth -= c == ")"
+        if depth == 0:
+            return i == len(text) - 1
+    return False
 
 
 def _true_chain(text: str) -> bool:

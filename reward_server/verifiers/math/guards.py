@@ -274,3 +274,37 @@ def undone_arithmetic(answer: str) -> bool:
     ("To convert 9 + 50 to a number, ...") is then paid for the sum it never computed; the
     demo's SmolLM2 learned exactly that in 14 steps. A stated answer is its value."""
     return _UNDONE.fullmatch(_DELIMITERS.sub("", answer).strip()) is not None
+
+
+# What may stand before a stated number: a name ("x =", "a_1 ="), math delimiters, \left(.
+_NAME_PREFIX = re.compile(r"^\s*(?:[A-Za-z](?:_\{?\w+\}?)?\s*=\s*)+")
+_WRAPPERS = re.compile(r"\\(?:left|right|displaystyle|textstyle|dfrac|tfrac)(?![a-zA-Z])|\$")
+_TEN_POWER = re.compile(
+    r"(?:-?\d+(?:\.\d+)?\s*(?:\\times|\\cdot|\*|×)\s*)?10\s*\^\s*\{?\s*-?\d+\s*\}?")
+
+
+_LAST_SIDE = re.compile(r"=|\\approx(?![a-zA-Z])|≈")
+
+
+def stated_part(written: str) -> str:
+    """The value part of a stated answer: ``x = 5`` -> ``5``; ``x = 5+6 = 11`` -> ``11`` (a
+    chain's truth is the relation guards' to judge); ``\\left(59\\right)`` -> ``(59)``."""
+    return _LAST_SIDE.split(_NAME_PREFIX.sub("", _WRAPPERS.sub("", written)))[-1].strip()
+
+
+# An operation on numbers: an operator, a power, a factorial, a function, a product by
+# juxtaposition ("2(16-3-4)", "(3+4)(12)"), a fraction of anything but two digit strings.
+_OPERATION = re.compile(
+    r"(?<=[\d)}\s])[-+*/^!×·÷]|\^|!|\\(?:times|cdot|div|sqrt|binom|dbinom|tbinom|choose|log|ln"
+    r"|lg|exp|sin|cos|tan|max|min|gcd|operatorname|sum|prod|lfloor|lceil)(?![a-zA-Z])"
+    r"|[\d)]\s*\(|\)\s*\d|\\frac\s*\{[^{}]*[^\d\s{}][^{}]*\}")
+
+
+def computation(text: str) -> bool:
+    """Whether ``text`` writes an operation on its numbers, not only a number."""
+    return _OPERATION.search(text) is not None
+
+
+def power_of_ten(text: str) -> bool:
+    """``10^{6}``, ``1.5\\times10^{3}``: a number in scientific notation, a value."""
+    return _TEN_POWER.fullmatch(text.replace(" ", "")) is not None

@@ -180,6 +180,19 @@ def same_text(a: str, b: str) -> bool:
 
 
 SIDE_BY_SIDE = "numbers side by side ('7 7 7'): several values, not one"
+COMPUTED = "a computation on numbers, not its value: an answer states the number"
+
+
+def restated_division(pred_text: str, pred: Number, gold_text: str) -> bool:
+    """``84/12`` (or ``\\frac{84}{12}``) for 7: a fraction whose value is a whole number,
+    against a whole-number reference not written as one: the question's division restated,
+    not done (the demo's restated-sum hack, on a division prompt)."""
+    def fraction(text: str) -> bool:
+        return "/" in text or "frac" in text
+
+    gold = parse_number(gold_text)
+    return (pred.value.denominator == 1 and fraction(pred_text) and gold is not None
+            and gold.value.denominator == 1 and not fraction(gold_text))
 
 
 def fast_check(pred: Answer, gold: Answer, tolerance: float) -> Verdict | None:
@@ -202,5 +215,7 @@ def fast_check(pred: Answer, gold: Answer, tolerance: float) -> Verdict | None:
     if g is None or p is None:
         return None
     if numbers_equal(g, p, tolerance):
+        if restated_division(pred.text, p, gold.text):
+            return Verdict(False, "ok", COMPUTED)
         return Verdict(True, "ok", None)
     return Verdict(False, "ok", "not equivalent to the reference")
