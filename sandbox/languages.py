@@ -4,7 +4,7 @@ here (plus its compiler or interpreter in the image) and one row in the parametr
 
 Every language runs under the same protections (uid 10001, read-only root, the work dir as
 ``HOME``, seccomp, the pids and memory limits of the container). What differs is how the
-item's ``memory_mb`` reaches the program: C, C++ and Python get an address-space cap
+item's ``memory_mb`` reaches the program: C, C++, Rust and Python get an address-space cap
 (``RLIMIT_AS``); the JVM, Go, V8 and rustc reserve address space they never touch, so they
 get a cap on writable memory (``RLIMIT_DATA``) instead, with the runtime's own heap limit set
 to ``memory_mb`` and ``memory_overhead_mb`` more for the runtime itself."""
@@ -35,6 +35,7 @@ class LanguageSpec:
     # (RLIMIT_DATA), plus memory_overhead_mb, for runtimes that reserve address space
     memory_rlimit: Literal["as", "data"] = "as"
     memory_overhead_mb: int = 0
+    compile_memory_rlimit: Literal["as", "data"] | None = None  # the compiler's, if not that
     # stderr text of a program that ran out of memory (beyond the harness's own list)
     memory_markers: tuple[str, ...] = ()
 
@@ -47,6 +48,7 @@ class LanguageSpec:
                 "compile": fill(self.compile) if self.compile else None,
                 "memory_rlimit": self.memory_rlimit,
                 "memory_overhead_mb": self.memory_overhead_mb,
+                "compile_memory_rlimit": self.compile_memory_rlimit,
                 "memory_markers": list(self.memory_markers)}
 
 
@@ -102,8 +104,9 @@ LANGUAGES: dict[str, LanguageSpec] = {
                      "main.rs"),
             # rustc's codegen threads each reserve a 64 MB malloc arena: under an address-space
             # cap a busy compile's thread failed to start (an internal compiler error, a
-            # correct program's compile_error); reservations do not count as writable memory
-            memory_rlimit="data",
+            # correct program's compile_error); reservations do not count as writable memory.
+            # The program keeps the address-space cap, which gVisor enforces (RLIMIT_DATA: not)
+            compile_memory_rlimit="data",
             memory_markers=("memory allocation of",),
         ),
     )

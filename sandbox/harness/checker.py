@@ -21,7 +21,7 @@ import time
 from collections import OrderedDict
 
 from . import slate
-from .processes import run_process
+from .processes import compiling, run_process
 from .protocol import tail
 from .statuses import PASSED, TIMEOUT, WRONG_ANSWER
 
@@ -85,7 +85,7 @@ class Checker:
         limit = min(job["compile_time_limit_s"], job["deadline"] - time.monotonic())
         result = run_process(self.language["compile"], b"", limit, job["compile_memory_mb"],
                              job["output_limit_bytes"], job["stderr_tail_bytes"], self.dir,
-                             self.env, self.language, who=slate.CHECKER)
+                             self.env, compiling(self.language), who=slate.CHECKER)
         if result["status"] is not None:
             why = "ran past its time limit" if result["status"] == TIMEOUT else "failed"
             raise CheckerBroken(f"the checker does not compile: the compiler {why}: "

@@ -20,6 +20,12 @@ FILE_SIZE_LIMIT = 16 * 1024 * 1024
 STDERR_HEAD_BYTES = 2048
 
 
+def compiling(language):
+    """The language's row as its compiler runs: with its compile-time memory rule."""
+    rule = language.get("compile_memory_rlimit")
+    return {**language, "memory_rlimit": rule} if rule else language
+
+
 def limit_child(memory_mb, cpu_s, cwd=None, memory_rlimit="as", who=slate.CANDIDATE):
     """A preexec_fn: a session of its own (so its group can be killed), the candidate's uid,
     its work dir (entered after the uid change: root may not enter it) and the limits."""

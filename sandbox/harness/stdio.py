@@ -10,7 +10,7 @@ import time
 from . import artifacts
 from .checker import Checker, CheckerBroken, OutOfTime
 from .compare import outputs_match
-from .processes import kill_group, run_process
+from .processes import compiling, kill_group, run_process
 from .protocol import tail
 from .statuses import (
     BAD_TESTS,
@@ -39,7 +39,7 @@ def compile_program(job, workdir, env):
     limit = min(job["compile_time_limit_s"], job["deadline"] - time.monotonic())
     result = run_process(
         language["compile"], b"", limit, job["compile_memory_mb"],
-        job["output_limit_bytes"], job["stderr_tail_bytes"], workdir, env, language,
+        job["output_limit_bytes"], job["stderr_tail_bytes"], workdir, env, compiling(language),
     )
     if result["status"] is None:
         if job.get("want_artifacts"):
