@@ -8,8 +8,10 @@ TRL calls it with the prompts, the completions and every other dataset column as
 lists. It is an async callable, so TRL runs it on its event loop alongside other async
 rewards; all of a step's completions go out as one batch (split and spread over several
 server URLs by the client). Columns named like the verifier's item fields (``answer``,
-``tests``, ...) are passed through; ``columns`` maps other names. An item the server could
-not score (sandbox unavailable) comes back as None, which TRL turns into NaN and leaves out;
+``tests``, ...) are passed through; ``columns`` maps other names. The prompt goes along as
+the item's ``question`` where the verifier has that field (math: a copied question scores
+0). An item the server could not score (sandbox unavailable) comes back as None, which TRL
+turns into NaN and leaves out;
 a server that stays down raises, stopping training instead of training on made-up rewards.
 """
 
@@ -50,6 +52,10 @@ class ServerReward:
         assert self._fields is not None
         data = {k: v for k, v in columns.items()
                 if isinstance(v, list) and len(v) == len(completions)}
+        if "question" in self._fields and "question" not in data and \
+                "question" not in self.columns.values() and len(prompts) == len(completions):
+            # the math verifier refuses an answer that copies its question's expression
+            data["question"] = [completion_text(p) for p in prompts]
         items = [build_item(self.verifier, completion_text(c),
                             {k: v[i] for k, v in data.items()}, self._fields, self.columns,
                             self.params)

@@ -47,6 +47,23 @@ def test_scores_a_batch_with_dataset_columns_passed_through(server: ServerProces
     assert logged == {"math_reward/unscorable_rate": 0.0}
 
 
+def test_the_prompt_travels_as_the_question(server: ServerProcess) -> None:
+    """A copied question ("Simplify $\\sqrt{50}$" answered \\sqrt{50}) is paid by
+    math-verify; the prompt TRL passes lets the server refuse it."""
+    math = ServerReward(server.url, verifier="math")
+    prompt = [{"role": "user", "content": "Simplify $\\sqrt{50}$."}]
+
+    async def run() -> list:
+        try:
+            return await math(prompts=[prompt] * 2,
+                              completions=["\\boxed{\\sqrt{50}}", "\\boxed{5\\sqrt{2}}"],
+                              answer=["5\\sqrt{2}"] * 2)
+        finally:
+            await math.aclose()
+
+    assert asyncio.run(run()) == [0.0, 1.0]
+
+
 def test_unknown_verifier_and_dead_server_fail_loudly(server: ServerProcess) -> None:
     from reward_server.client import RewardServerUnavailable
 

@@ -15,10 +15,12 @@ from reward_server.verifiers.math import MathItem, MathResult, MathVerifier, Poo
 from reward_server.verifiers.math.check import check
 
 
-def score(response: str, answer: str, extract: str = "auto") -> float | None:
+def score(response: str, answer: str, extract: str = "auto", question: str | None = None
+          ) -> float | None:
     """The score the server gives, without a pool (``check`` runs in this process)."""
     verifier = MathVerifier(Settings())
-    triaged = verifier.triage(MathItem(response=response, answer=answer, extract=extract))
+    triaged = verifier.triage(MathItem(response=response, answer=answer, extract=extract,
+                                       question=question))
     if isinstance(triaged, PoolJob):
         triaged = _result(check(triaged.pred, triaged.gold, triaged.tolerance),
                           triaged.pred.text)
@@ -133,3 +135,43 @@ def test_equation_restated_scores_0(response: str, answer: str) -> None:
 ])
 def test_restatements_that_held(response: str) -> None:
     assert score(response, "84" if "12" in response else "59") == 0.0
+
+
+# MATH "Simplify / Expand / Factor / Solve": the question's own expression is equal to its
+# answer, so no rule on the answer alone can refuse it; with the item's ``question`` (the
+# prompt, as TRL and veRL pass it to reward functions) a copied expression scores 0.
+RESTATED_QUESTIONS = [
+    ("Simplify $\\sqrt{50}$.", "\\boxed{\\sqrt{50}}", "5\\sqrt{2}"),
+    ("Expand $(x+2)(x-3)$.", "\\boxed{(x + 2)(x - 3)}", "x^2-x-6"),
+    ("Factor $x^2 - x - 6$.", "The answer is $\\boxed{x^2-x-6}$", "(x+2)(x-3)"),
+    ("Solve $x + 9 = 14$ for $x$.", "\\boxed{x + 9 = 14}", "x = 5"),
+    ("Simplify \\(\\frac{2x}{4}\\).", "\\boxed{\\dfrac{2x}{4}}", "\\frac{x}{2}"),
+    ("If $y = \\frac{6}{8}$, what is $y$ in lowest terms?", "\\boxed{y = \\frac{6}{8}}",
+     "\\frac{3}{4}"),
+]
+
+
+@pytest.mark.parametrize(("question", "response", "answer"), RESTATED_QUESTIONS)
+def test_a_copied_question_scores_0(question: str, response: str, answer: str) -> None:
+    assert score(response, answer, question=question) == 0.0
+
+
+def test_a_copied_question_is_paid_without_the_question() -> None:
+    """Why the field exists: math-verify's "equal" is right, and the copy is paid."""
+    for question, response, answer in RESTATED_QUESTIONS[:3]:
+        assert score(response, answer) == 1.0, question
+
+
+@pytest.mark.parametrize(("question", "response", "answer"), [
+    ("Simplify $\\sqrt{50}$.", "\\boxed{5\\sqrt{2}}", "5\\sqrt{2}"),
+    ("Expand $(x+2)(x-3)$.", "\\boxed{x^2 - x - 6}", "x^2-x-6"),
+    ("Solve $x + 9 = 14$ for $x$.", "\\boxed{x = 5}", "x = 5"),
+    ("Solve $x + 9 = 14$ for $x$.", "\\boxed{5}", "5"),
+    # options in the question, the reference written as the option: not a copy
+    ("Which is larger: (A) $\\sqrt{2}$ or (B) $\\frac{3}{2}$?", "\\boxed{\\frac{3}{2}}",
+     "\\frac{3}{2}"),
+    ("What is $9 + 50$?", "\\boxed{59}", "59"),
+])
+def test_an_answer_with_its_question_still_scores_1(question: str, response: str,
+                                                    answer: str) -> None:
+    assert score(response, answer, question=question) == 1.0

@@ -30,9 +30,11 @@ from reward_server.text import printable
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
 from reward_server.verifiers.math.check import check, warm_up
 from reward_server.verifiers.math.extract import Answer, ExtractMode, extract_answer, extract_gold
+from reward_server.verifiers.math.guards import restates_question
 from reward_server.verifiers.math.numbers import fast_check
 from reward_server.verifiers.math.verdict import Verdict
 
+RESTATED = "the question's own expression, copied: an answer states what it equals"
 # what an empty reference is made of: spaces, '#', '$', empty boxes
 _EMPTY_REFERENCE = re.compile(r"\s|#|\$|\\(?:boxed|fbox)\s*\{\s*\}")
 
@@ -53,6 +55,13 @@ class MathItem(ItemBase):
     tolerance: float | None = Field(
         None, ge=0, le=1,
         description="Relative tolerance for decimals; default from the server settings.",
+    )
+    question: str | None = Field(
+        None, max_length=100_000,
+        description="The problem the completion answers (optional, as TRL and veRL hand the "
+        "prompt to reward functions). A stated answer that copies one of its math expressions "
+        "($\\sqrt{50}$ for 'Simplify $\\sqrt{50}$') scores 0: math-verify finds the question "
+        "equal to its answer.",
     )
 
     @field_validator("answer")
@@ -159,6 +168,10 @@ class MathVerifier(Verifier):
                               extracted=pred.text[:200],
                               detail=f"answer longer than {limit} characters")
         gold = extract_gold(item.answer)
+        if item.question and pred.kind == "latex" and any(
+                restates_question(answer, item.question, item.answer) for answer in pred.items):
+            return MathResult(score=0.0, correct=False, status="ok", extracted=pred.text[:200],
+                              detail=RESTATED)
         tolerance = self.settings.math_tolerance if item.tolerance is None else item.tolerance
         fast = fast_check(pred, gold, tolerance)
         if fast is not None:

@@ -308,3 +308,39 @@ def computation(text: str) -> bool:
 def power_of_ten(text: str) -> bool:
     """``10^{6}``, ``1.5\\times10^{3}``: a number in scientific notation, a value."""
     return _TEN_POWER.fullmatch(text.replace(" ", "")) is not None
+
+
+# The question's math: $…$, $$…$$, \(…\), \[…\]; each span and each side of its relations.
+_SPANS = re.compile(r"\$\$(.+?)\$\$|(?<!\\)\$(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+_SIDES = re.compile(r"=|\\(?:le|ge|leq|geq|neq|approx)(?![a-zA-Z])|[<>]|,")
+_TYPESET = re.compile(r"\\(?:left|right|displaystyle|textstyle|[,;:! ])|\s")
+_PLAIN = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)|[A-Za-z]")
+
+
+def _typeset_free(text: str) -> str:
+    return _TYPESET.sub("", text).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+
+
+def question_pieces(question: str) -> set[str]:
+    """The question's math, as it would be copied: each span whole, and each side of its
+    relations and lists, without spacing or typesetting commands."""
+    pieces: set[str] = set()
+    for m in _SPANS.finditer(question):
+        span = next(g for g in m.groups() if g is not None)
+        pieces.add(_typeset_free(span))
+        pieces.update(_typeset_free(side) for side in _SIDES.split(span))
+    return pieces - {""}
+
+
+def restates_question(answer: str, question: str, reference: str) -> bool:
+    """Whether ``answer`` is one of the question's own expressions copied (``\\\\sqrt{50}``
+    for "Simplify $\\\\sqrt{50}$", ``(x+2)(x-3)`` for "Expand $(x+2)(x-3)$", ``x + 9 = 14``
+    for "Solve $x + 9 = 14$"): math-verify finds it equal to the answer, which it is, but it
+    is the question. A number or a single letter is never a restatement (questions name
+    numbers and options), nor is the reference as written."""
+    mine = _typeset_free(answer)
+    if not mine or _PLAIN.fullmatch(mine) or mine == _typeset_free(reference):
+        return False
+    pieces = question_pieces(question)
+    value = _typeset_free(stated_part(answer))  # "x = (x+2)(x-3)": the copied side
+    return mine in pieces or (value in pieces and not _PLAIN.fullmatch(value))
