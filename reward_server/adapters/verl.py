@@ -54,6 +54,9 @@ def to_item(data_source: str, solution_str: str, ground_truth: Any,
     verifier = verifier_for(data_source, extra_info)
     item = {"verifier": verifier, "response": solution_str, **label_fields(ground_truth)}
     item.update((extra_info or {}).get("reward_params") or {})
+    question = (extra_info or {}).get("question")  # veRL's preprocessing scripts store it
+    if verifier == "math" and isinstance(question, str) and "question" not in item:
+        item["question"] = question  # a copied question's expression scores 0
     return item
 
 

@@ -61,7 +61,10 @@ def response_of(query: str, prompt: str | None) -> str:
 
 
 def item_of(query: str, prompt: str | None, label: Any, verifier: str) -> dict[str, Any]:
-    return {"verifier": verifier, "response": response_of(query, prompt), **label_fields(label)}
+    item = {"verifier": verifier, "response": response_of(query, prompt), **label_fields(label)}
+    if prompt and item["verifier"] == "math" and "question" not in item:
+        item["question"] = prompt  # a copied question's expression scores 0
+    return item
 
 
 @router.post("/get_reward", response_model=OpenRLHFResponse, tags=["adapters"])

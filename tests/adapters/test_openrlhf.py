@@ -34,6 +34,12 @@ def test_get_reward_protocol(http: httpx.Client) -> None:
                                        "labels": ["4"]},
                   params={"verifier": "math"})
     assert r.json()["rewards"] == [0.0]
+    # the prompt is the question: its own expression copied is no answer
+    prompt = "Simplify $\\sqrt{50}$. "
+    r = http.post("/get_reward", json={
+        "query": [prompt + "\\boxed{\\sqrt{50}}", prompt + "\\boxed{5\\sqrt{2}}"],
+        "prompts": [prompt] * 2, "labels": ["5\\sqrt{2}"] * 2})
+    assert r.json()["rewards"] == [0.0, 1.0]
 
 
 def test_get_reward_bad_input_is_a_clear_4xx(http: httpx.Client) -> None:

@@ -52,6 +52,12 @@ def test_compute_score_batches_concurrent_calls(verl_env: str) -> None:
     assert _rewards_requests(verl_env) - before == 1  # five calls, one batched request
     sync = adapter.compute_score_sync("openai/gsm8k", "#### 3", "3")
     assert sync["score"] == 1.0
+    # extra_info["question"] (veRL's preprocessing stores it): a copied question scores 0
+    question = {"question": "Simplify $\\sqrt{50}$."}
+    assert adapter.compute_score_sync("lighteval/MATH", "\\boxed{\\sqrt{50}}", "5\\sqrt{2}",
+                                      question)["score"] == 0.0
+    assert adapter.compute_score_sync("lighteval/MATH", "\\boxed{5\\sqrt{2}}", "5\\sqrt{2}",
+                                      question)["score"] == 1.0
 
 
 def test_verl_reward_manager_scores_a_dataproto(verl_env: str) -> None:
