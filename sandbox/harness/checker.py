@@ -8,7 +8,9 @@ It runs under a uid of its own (``slate.CHECKER``), in a directory of its own, s
 candidate left running can trace, signal or replace it; the three files it reads are root's,
 readable by its group only, and removed after each check. A checker that does not compile,
 crashes, reports a failure of its own (testlib's exit 3) or runs past its time limit is the
-dataset's fault: the item is ``bad_tests`` (null), never a 0 or a 1 for the candidate.
+dataset's fault: the item is ``bad_tests`` (null), never a 0 or a 1 for the candidate —
+unless it fails only on the candidate's output and accepts the reference answer
+(``stdio.judge_output``): then the output made it fail, and the test is a wrong answer.
 """
 
 from __future__ import annotations

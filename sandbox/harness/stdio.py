@@ -108,7 +108,7 @@ def run_tests(job, workdir, env, zygote, checker):
         stderr = tail(run["stderr"], job["stderr_tail_bytes"])
         if status is None and checker is not None:
             try:
-                status, message = checker.judge(test["input"], run["stdout"], test["output"])
+                status, message = judge_output(checker, test, run["stdout"])
             except OutOfTime:
                 return {"status": OK,
                         "tests": results + over_budget(job, len(job["tests"]) - index)}
@@ -123,6 +123,20 @@ def run_tests(job, workdir, env, zygote, checker):
         if status != PASSED and job.get("stop_on_failure"):
             return {"status": OK, "tests": results + skipped(len(job["tests"]) - index - 1)}
     return {"status": OK, "tests": results}
+
+
+def judge_output(checker, test, output):
+    """The checker's verdict on ``output``. A checker that fails on it is asked about the
+    reference answer: if it accepts that, the candidate's output made it fail (a candidate
+    must not buy a null by crashing a sloppy checker), so the test is wrong_answer; if it
+    fails there too, the checker is broken and CheckerBroken goes up (bad_tests, null)."""
+    try:
+        return checker.judge(test["input"], output, test["output"])
+    except CheckerBroken as exc:
+        reference = test["output"].encode("utf-8", "surrogatepass")
+        if checker.judge(test["input"], reference, test["output"])[0] != PASSED:
+            raise CheckerBroken(f"{exc}; and it rejects the reference answer") from None
+        return WRONG_ANSWER, f"the checker failed on this output, not on the reference: {exc}"
 
 
 def is_syntax_error(job, run):

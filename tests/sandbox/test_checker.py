@@ -193,3 +193,36 @@ def test_bad_checker_items(srv: ServerProcess) -> None:
             {"response": "def f(x): return x", "fn_name": "f",
              "tests": [{"input": "[1]", "output": "1"}], "checker": {"source": CHECKER}}]})
         assert r.status_code == 422 and "'checker' goes with" in r.text, r.text
+
+
+# A sloppy checker (not testlib): it aborts on output it cannot parse, and accepts the answer.
+SLOPPY = """import os, sys
+out, ans = (open(p).read().split() for p in sys.argv[2:4])
+try:
+    mine = [int(x) for x in out]
+except ValueError:
+    os.abort()
+sys.exit(0 if mine == [int(x) for x in ans] else 1)
+"""
+
+
+def test_a_checker_crashed_by_the_output_is_a_wrong_answer(srv: ServerProcess) -> None:
+    """A candidate must not buy a null by crashing the checker: the checker that fails on its
+    output but accepts the reference answer was made to fail by the output (score 0); one
+    that fails on the reference too is broken (bad_tests, null)."""
+    tests = [{"input": "2 3\n", "output": "5\n"}]
+    checker = {"language": "python", "source": SLOPPY}
+    crashing, right, broken = verify(
+        srv,
+        {"response": "print('five')", "tests": tests, "checker": checker},
+        {"response": "print(sum(map(int, input().split())))", "tests": tests,
+         "checker": checker},
+        {"response": "print('five')", "tests": [{"input": "2 3\n", "output": "five\n"}],
+         "checker": checker},
+    )
+    assert (crashing["status"], crashing["score"]) == ("ok", 0.0), crashing
+    assert crashing["tests"][0]["status"] == "wrong_answer"
+    assert "not on the reference" in crashing["tests"][0]["stderr"], crashing
+    assert (right["status"], right["score"]) == ("ok", 1.0), right
+    assert (broken["status"], broken["score"]) == ("bad_tests", None), broken
+    assert "the checker failed" in broken["detail"], broken  # on the reference as well
