@@ -67,3 +67,21 @@ def test_a_leetcode_solution_returning_the_first_element_fails(code_http: httpx.
         "response": fenced(wrong), "fn_name": "twoSum",
         "tests": [{"input": "[[2, 7, 11, 15], 9]", "output": "[0, 1]"}]})
     assert result["score"] == 0.0, result
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "the trusted process binds a solution's name to its own copy of whatever the solution's "
+    "function claims to be (__module__ 'builtins', __qualname__ 'eval'), so a test that "
+    "checks the solution's result with a helper from the prompt (HumanEval/32 calls the "
+    "solution's poly) evaluates the solution's string as root in the harness: a forged pass, "
+    "and root can patch the harness's comparison for every later execution in that container"))
+def test_a_solution_cannot_bind_its_names_to_the_trusted_processs_builtins(
+        code_http: httpx.Client) -> None:
+    solution = (
+        "def is_valid(r):\n    return False\n"
+        "is_valid.__module__ = 'builtins'\nis_valid.__qualname__ = 'eval'\n"
+        "def f(n):\n    return \"__import__('os').getuid() == 0\"\n")
+    test = "def check(candidate):\n    assert is_valid(candidate(3))\n"
+    result = verify(code_http, {"response": fenced(solution), "test_code": test,
+                                "entry_point": "f"})
+    assert result["score"] == 0.0, result
