@@ -1,0 +1,90 @@
+"""What the gVisor pids-headroom check costs (sandbox/pool.py: a ``docker stats`` read after
+each execution, beside the next one): the same warm gVisor pool, in one process, with the
+check and with it switched off, in alternating blocks. Rows: trivial items 4 in flight
+(executions/s) and 10-test items one in flight (p50 latency).
+
+    python bench/bench_gvisor_headroom.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sandbox.config import SandboxConfig  # noqa: E402
+from sandbox.pool import ContainerPool, PooledContainer  # noqa: E402
+from sandbox.runner import Execution, Sandbox, TestCase  # noqa: E402
+from tests.extra_engine import runsc_engine  # noqa: E402
+
+SUM = "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)"
+WORKLOADS = {  # name: (execution, count, in flight)
+    "trivial, 4 in flight": (Execution("python", "print(1)", (TestCase("", "1"),)), 40, 4),
+    "10 tests, 1 in flight": (
+        Execution("python", SUM, tuple(TestCase(f"{k} {k}", str(2 * k)) for k in range(10))),
+        10, 1),
+}
+
+
+async def _no_check(self: ContainerPool, pooled: PooledContainer) -> None:
+    pooled.checking = False
+
+
+async def block(sb: Sandbox, ex: Execution, n: int, in_flight: int) -> tuple[float, float]:
+    """Executions per second and p50 latency (ms) of ``n`` executions."""
+    latencies: list[float] = []
+
+    async def one() -> None:
+        t = time.perf_counter()
+        result = await sb.execute(ex)
+        latencies.append(time.perf_counter() - t)
+        assert all(x.status == "passed" for x in result.tests), result
+
+    started = time.perf_counter()
+    for _ in range(0, n, in_flight):
+        await asyncio.gather(*(one() for _ in range(in_flight)))
+    return n / (time.perf_counter() - started), statistics.median(latencies) * 1000
+
+
+async def measure(host: str, rounds: int) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    check = ContainerPool._check_headroom
+    rows: dict[str, dict[str, list[tuple[float, float]]]] = {
+        mode: {name: [] for name in WORKLOADS} for mode in ("check", "no check")}
+    sb = Sandbox(SandboxConfig(docker_host=host, runtime="runsc", pool_size=4))
+    await sb.start()
+    try:
+        while sb.pool.idle < 4:
+            await asyncio.sleep(0.5)
+        for _ in range(rounds):
+            for mode in rows:
+                ContainerPool._check_headroom = check if mode == "check" else _no_check
+                for name, (ex, n, in_flight) in WORKLOADS.items():
+                    rows[mode][name].append(await block(sb, ex, n, in_flight))
+    finally:
+        ContainerPool._check_headroom = check
+        await sb.stop()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    with runsc_engine() as engine:
+        rows = asyncio.run(measure(engine.host, args.rounds))
+    print(f"\nmedian of {args.rounds} alternating blocks\n")
+    print(f"{'':32} {'exec/s':>8} {'p50 ms':>8}")
+    for mode, workloads in rows.items():
+        for name, runs in workloads.items():
+            print(f"{mode + ', ' + name:32} {statistics.median(r[0] for r in runs):8.1f} "
+                  f"{statistics.median(r[1] for r in runs):8.0f}")
+
+
+if __name__ == "__main__":
+    main()
