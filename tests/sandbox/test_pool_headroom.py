@@ -1,12 +1,17 @@
-"""The pool's gVisor pids-headroom rule (sandbox/pool.py), without an engine: the engine's
-count is given; the real read runs in the gVisor tests (test_clean_slate.py and others)."""
+"""The pool's gVisor pids-headroom rule (sandbox/pool.py) and the runner's re-run when a used
+gVisor container dies (sandbox/runner.py), without an engine: the engine's count and the
+container's death are given; the real ones run in the gVisor tests (test_clean_slate.py)."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
+from sandbox import runner
+from sandbox.channel import ChannelClosed
 from sandbox.config import SandboxConfig
 from sandbox.pool import EnginePool, PooledContainer
+from sandbox.runner import Execution, Sandbox
 
 
 class _Container:
@@ -83,3 +88,51 @@ def test_runc_containers_are_never_read() -> None:
         assert await engines.acquire() is pooled
 
     asyncio.run(scenario())
+
+
+# --- the runner's re-run when a used gVisor container dies (sandbox/runner.py) -----------------
+
+
+class _Pool:
+    """The edge the runner talks to: containers handed out in order; a container with
+    ``dies`` set closes its channel under the job."""
+
+    def __init__(self, gvisor: bool, containers: list[tuple[int, bool]]) -> None:
+        self.pools = [object()]
+        self.gvisor = gvisor
+        self.queue = [SimpleNamespace(id=f"c{i}", uses=uses, dies=dies, pool=self)
+                      for i, (uses, dies) in enumerate(containers)]
+        self.released: list[tuple[str, bool]] = []
+
+    async def acquire(self) -> SimpleNamespace:
+        return self.queue.pop(0)
+
+    async def request(self, pooled: SimpleNamespace, job: dict, budget: float) -> dict:
+        if pooled.dies:
+            raise ChannelClosed("the harness closed its output")
+        return {"status": "ok", "tests": [{"status": "passed", "time_ms": 1.0}]}
+
+    async def container_lost(self, pooled: SimpleNamespace) -> bool:
+        return False  # the engine is up: the container itself died
+
+    def release(self, pooled: SimpleNamespace, healthy: bool) -> None:
+        self.released.append((pooled.id, healthy))
+
+
+def _execute(gvisor: bool, containers: list[tuple[int, bool]]) -> tuple[list[str], _Pool]:
+    sandbox = Sandbox(SandboxConfig(runtime="runsc" if gvisor else None))
+    sandbox.pool = _Pool(gvisor, containers)  # type: ignore[assignment]
+    result = asyncio.run(sandbox.execute(Execution("python", "print(1)", (runner.TestCase("", "1"),))))
+    return [t.status for t in result.tests], sandbox.pool  # type: ignore[return-value]
+
+
+def test_gvisor_item_whose_used_container_died_runs_again() -> None:
+    statuses, pool = _execute(True, [(5, True), (0, False)])
+    assert statuses == ["passed"]
+    assert pool.released == [("c0", False), ("c1", True)]  # the dead one replaced
+
+
+def test_a_second_death_or_a_fresh_container_dying_is_the_programs_doing() -> None:
+    assert _execute(True, [(5, True), (3, True)])[0] == ["runtime_error"]
+    assert _execute(True, [(0, True)])[0] == ["runtime_error"]
+    assert _execute(False, [(5, True)])[0] == ["runtime_error"]  # runc: no re-run
