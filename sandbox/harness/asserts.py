@@ -218,7 +218,7 @@ def run_asserts(job, workdir, env, zygote=None):
             candidate.deadline = time.monotonic() + time_left(job)
             try:
                 exec(as_module(step), namespace)
-            except Exception as exc:  # noqa: BLE001 - after the candidate ran: its doing
+            except (Exception, CandidateCrashed, CandidateTimeout) as exc:  # noqa: BLE001
                 message = f"the test code failed after the solution loaded: " \
                           f"{type(exc).__name__}: {exc}"
                 return {"status": OK, "tests": results + [
@@ -248,6 +248,7 @@ def run_one(call, candidate, job, stderr_tail):
     candidate.deadline = started + time_left(job)
     oom_before = oom_kills()
     status, message = PASSED, ""
+    candidate.failure = None
     try:
         call()
     except AssertionError as exc:
@@ -258,6 +259,10 @@ def run_one(call, candidate, job, stderr_tail):
         status, message = RUNTIME_ERROR, str(exc)
     except Exception as exc:  # noqa: BLE001 - the solution raised through the proxy
         status, message = RUNTIME_ERROR, f"{type(exc).__name__}: {exc}"
+    if candidate.failure is not None and status in (PASSED, WRONG_ANSWER):
+        # the test swallowed the solution's crash or timeout (``except:``): still its failure
+        status = TIMEOUT if isinstance(candidate.failure, CandidateTimeout) else RUNTIME_ERROR
+        message = str(candidate.failure)
     if status != PASSED:
         oom_after = oom_kills()
         if "MemoryError" in message or (

@@ -23,6 +23,7 @@ import os
 import struct
 import subprocess
 import sys
+import types
 
 from . import PACKAGE_PARENT
 from .processes import candidate_started, kill_group, limit_child
@@ -30,21 +31,33 @@ from .protocol import decode, encode, recv_frame, send_frame
 
 # Standard modules whose names the test code may take from the candidate's imports: pure
 # computation, no I/O at import (``this`` would print to PID 1's stdout, the verdict channel).
+# Not ``builtins``: a module alias the candidate reports is bound to the trusted process's
+# own import, and builtins would hand the test code eval under a name the candidate chose.
 TRUSTED_MODULES = frozenset({
-    "array", "bisect", "builtins", "calendar", "cmath", "collections", "collections.abc",
+    "array", "bisect", "calendar", "cmath", "collections", "collections.abc",
     "copy", "dataclasses", "datetime", "decimal", "enum", "fractions", "functools", "hashlib",
     "heapq", "itertools", "json", "math", "numbers", "operator", "random", "re", "statistics",
     "string", "textwrap", "typing", "unicodedata",
 })
+# Modules whose public callables may stand for a name the candidate imported from them
+# (``from math import gcd``): pure computation on the values passed. Not builtins (eval,
+# exec, open), typing (get_type_hints evaluates strings), dataclasses (make_dataclass execs),
+# calendar (prints): the candidate names the origin, so a forged one must buy nothing.
+NAME_SOURCES = frozenset({
+    "array", "bisect", "cmath", "collections", "copy", "datetime", "decimal", "fractions",
+    "functools", "heapq", "itertools", "json", "math", "numbers", "operator", "random",
+    "statistics", "string", "unicodedata",
+})
 BUILTIN_NAMES = frozenset(dir(builtins))
 
 
-class CandidateCrashed(Exception):
-    pass
+class CandidateCrashed(BaseException):
+    """The solution's process died or broke the protocol. A BaseException, so a test's own
+    ``except Exception`` (written to expect a raise) cannot swallow it into a pass."""
 
 
-class CandidateTimeout(Exception):
-    pass
+class CandidateTimeout(BaseException):
+    """The solution ran past its time; a BaseException for the same reason."""
 
 
 class CandidateNotLoaded(BaseException):
@@ -59,6 +72,13 @@ class Candidate:
 
     def __init__(self):
         self.process = self.to_child = self.from_child = self.deadline = None
+        self.failure = None  # the CandidateCrashed/CandidateTimeout of the current test
+
+    def fail(self, error):
+        """Remember ``error`` for the test that caused it (``asserts.run_one`` checks, so a
+        test that swallows it, even with a bare ``except:``, still fails), and return it."""
+        self.failure = error
+        return error
 
     def function(self, name):
         return CandidateFunction(self, name)
@@ -71,17 +91,19 @@ class Candidate:
                                        "kwargs": encode(kwargs)})
             reply = recv_frame(self.from_child, self.deadline)
         except TimeoutError:
-            raise CandidateTimeout("the solution ran past the time limit") from None
+            raise self.fail(CandidateTimeout("the solution ran past the time limit")) from None
         except (EOFError, OSError, ValueError, struct.error, RecursionError, MemoryError):
-            raise CandidateCrashed("the solution's process ended or broke the protocol") from None
+            raise self.fail(CandidateCrashed(
+                "the solution's process ended or broke the protocol")) from None
         if not isinstance(reply, dict) or len(reply) != 1 or not ({"error", "value"} & set(reply)):
-            raise CandidateCrashed("the solution's process broke the protocol")
+            raise self.fail(CandidateCrashed("the solution's process broke the protocol"))
         if "error" in reply:
-            raise RuntimeError(f"the solution raised {str(reply['error'])[:500]}")
+            raise raised(str(reply["error"])[:500])
         try:
             return decode(reply["value"])
         except (ValueError, TypeError, OverflowError, RecursionError, AttributeError):
-            raise CandidateCrashed("the solution returned a value that is not plain data") from None
+            raise self.fail(CandidateCrashed(
+                "the solution returned a value that is not plain data")) from None
 
     def start(self, job, workdir, env, stderr_fd, zygote=None):
         """The candidate server, as the candidate's uid in its work dir; its stdout and stderr
@@ -127,6 +149,21 @@ class Candidate:
         self.to_child = self.from_child = None
 
 
+def raised(error):
+    """The solution's exception as the test code should see it: a builtin exception type
+    by its name (a test's ``except ValueError`` or ``pytest.raises``-style check of a
+    correct solution must work), else RuntimeError. Raising a builtin exception is nothing
+    the solution could not do anyway."""
+    name, _, message = error.partition(": ")
+    kind = getattr(builtins, name, None) if name.isidentifier() else None
+    if not (isinstance(kind, type) and issubclass(kind, Exception)):
+        kind, message = RuntimeError, f"the solution raised {error}"
+    try:
+        return kind(message)
+    except Exception:  # noqa: BLE001 - a builtin whose constructor wants other arguments
+        return RuntimeError(f"the solution raised {error}")
+
+
 class CandidateFunction:
     """Stands for one of the solution's functions inside the test code."""
 
@@ -158,15 +195,19 @@ def valid_hello(hello):
 
 
 def trusted_copy(module_name, qualname):
-    """The trusted process's own ``module_name.qualname`` when the module is allowed, else
-    None."""
-    if module_name not in TRUSTED_MODULES or not qualname:
+    """The trusted process's own public callable ``module_name.qualname`` (one plain name,
+    no path: ``random._os`` is not reachable) when the module is a name source, else None.
+    The candidate reports both strings and may forge them (``__module__ = "builtins"``,
+    ``__qualname__ = "eval"`` ran its string as root here), so nothing but a pure public
+    callable of an allowed module can come of them."""
+    if (module_name not in NAME_SOURCES or not isinstance(qualname, str)
+            or not qualname.isidentifier() or qualname.startswith("_")):
         return None
     try:
-        value = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            value = getattr(value, part)
+        value = getattr(importlib.import_module(module_name), qualname)
     except (ImportError, AttributeError):
+        return None
+    if isinstance(value, types.ModuleType) or not callable(value):
         return None
     return value
 

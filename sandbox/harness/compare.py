@@ -57,8 +57,10 @@ def call_output_matches(output, expected, exact=False):
     ``testing_util.run_test`` decides (TACO's and verl's ``prime_code`` are copies of it): a
     returned tuple is a list; the value equals the expected one, or the expected one's only
     wrapper (``outputs`` are often ``[value]``), or, for a list of tuples, that wrapper as a
-    list of lists; an expected dict's integer keys may be JSON strings. Stricter in one way
-    only: both sides are plain data, so no object's own ``__eq__`` takes part."""
+    list of lists; an expected dict's integer keys may be JSON strings. Stricter in two ways:
+    both sides are plain data, so no object's own ``__eq__`` takes part; and the wrapper rule
+    applies to a one-element list only (APPS takes ``expected[0]`` of any list, so returning
+    the first element of a list answer — ``0`` for ``[0, 1]`` — passed: a red-team finding)."""
     if exact:
         return (list(output) if isinstance(output, tuple) else output) == expected
     expected = int_keys(expected)
@@ -68,7 +70,7 @@ def call_output_matches(output, expected, exact=False):
         output = list(output)
     if output == expected:
         return True
-    if isinstance(expected, list) and expected:
+    if isinstance(expected, list) and len(expected) == 1:
         if output == expected[0]:
             return True
         if isinstance(output, list) and output and isinstance(output[0], tuple):

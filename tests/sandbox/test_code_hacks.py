@@ -1,7 +1,6 @@
-"""Programs that get a code item a reward they did not earn, found by the red-team audit
-(/work/briefs/code_hack_audit_result.md), through the real server and the real Docker engine.
-Each is a strict xfail: it fails while the hack works, and turns into an XPASS (a failure)
-the day a fix lands, so the fix must remove the marker."""
+"""Programs that got a code item a reward they did not earn, found by a red-team pass as a
+GRPO policy and an attacker would look, through the real server and the real Docker engine.
+Each was a strict xfail while the hack worked; each is fixed now and must stay fixed."""
 
 from __future__ import annotations
 
@@ -43,10 +42,6 @@ EXPECTS_RAISE = (
 )
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "the proxy's CandidateCrashed and CandidateTimeout are Exception subclasses: a test's own "
-    "'except Exception' swallows them, so a solution that kills its process or hangs passes "
-    "a test that expects it to raise"))
 @pytest.mark.parametrize("body", ["import os\n    os._exit(0)", "while True:\n        pass"],
                          ids=["exits", "hangs"])
 def test_a_dead_or_hung_solution_does_not_pass_an_expects_raise_test(
@@ -57,10 +52,6 @@ def test_a_dead_or_hung_solution_does_not_pass_an_expects_raise_test(
     assert result["score"] == 0.0, result
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "call-based items default to APPS's comparison, which also accepts the expected value's "
-    "first element (the '[value]' wrapper rule): on a LeetCode 'class Solution' row whose "
-    "answer is a list, a constant first element passes"))
 def test_a_leetcode_solution_returning_the_first_element_fails(code_http: httpx.Client) -> None:
     wrong = "class Solution:\n    def twoSum(self, nums, target):\n        return 0\n"
     result = verify(code_http, {
@@ -69,12 +60,6 @@ def test_a_leetcode_solution_returning_the_first_element_fails(code_http: httpx.
     assert result["score"] == 0.0, result
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "the trusted process binds a solution's name to its own copy of whatever the solution's "
-    "function claims to be (__module__ 'builtins', __qualname__ 'eval'), so a test that "
-    "checks the solution's result with a helper from the prompt (HumanEval/32 calls the "
-    "solution's poly) evaluates the solution's string as root in the harness: a forged pass, "
-    "and root can patch the harness's comparison for every later execution in that container"))
 def test_a_solution_cannot_bind_its_names_to_the_trusted_processs_builtins(
         code_http: httpx.Client) -> None:
     solution = (
@@ -85,3 +70,26 @@ def test_a_solution_cannot_bind_its_names_to_the_trusted_processs_builtins(
     result = verify(code_http, {"response": fenced(solution), "test_code": test,
                                 "entry_point": "f"})
     assert result["score"] == 0.0, result
+
+
+def test_a_bare_except_in_the_test_cannot_swallow_a_crash(code_http: httpx.Client) -> None:
+    test = ("def check(candidate):\n    try:\n        candidate(-1)\n    except:\n"
+            "        pass\n")
+    result = verify(code_http, {
+        "response": fenced("def f(n):\n    import os\n    os._exit(0)\n"),
+        "test_code": test, "entry_point": "f", "time_limit_s": 1})
+    assert result["score"] == 0.0 and result["tests"][0]["status"] == "runtime_error", result
+
+
+def test_a_correct_solution_raises_what_the_test_expects(code_http: httpx.Client) -> None:
+    """The solution's ValueError reaches the test as a ValueError (it was a RuntimeError,
+    which failed a correct solution against ``except ValueError``)."""
+    test = ("def check(candidate):\n    try:\n        candidate(-1)\n"
+            "    except ValueError as e:\n        assert 'negative' in str(e)\n"
+            "    else:\n        raise AssertionError('no ValueError')\n")
+    right = "def f(n):\n    if n < 0:\n        raise ValueError('negative input')\n    return n\n"
+    wrong = "def f(n):\n    if n < 0:\n        raise KeyError('negative input')\n    return n\n"
+    for source, score in ((right, 1.0), (wrong, 0.0)):
+        result = verify(code_http, {"response": fenced(source), "test_code": test,
+                                    "entry_point": "f"})
+        assert result["score"] == score, result

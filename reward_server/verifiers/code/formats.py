@@ -112,7 +112,7 @@ def execution_of(item: CodeItem, source: str) -> Execution:
               "test_setup": setup_of(item)}
     if item.fn_name is not None:
         # one value per line (LiveCodeBench, PrimeIntellect): outputs are not wrapped in a
-        # list, so APPS's "or the wrapper's first element" would pass a wrong 0 for [0, 1]
+        # list, so no wrapper rule at all (harness/compare.py)
         compare = "exact" if item.call_input == "lines" else "apps"
         return Execution(**common, entry_point=item.fn_name, calls=calls_of(item),
                          call_compare=compare)
