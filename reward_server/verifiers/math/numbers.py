@@ -185,14 +185,15 @@ COMPUTED = "a computation on numbers, not its value: an answer states the number
 
 def restated_division(pred_text: str, pred: Number, gold_text: str) -> bool:
     """``84/12`` (or ``\\frac{84}{12}``) for 7: a fraction whose value is a whole number,
-    against a whole-number reference not written as one: the question's division restated,
-    not done (the demo's restated-sum hack, on a division prompt)."""
+    against a reference written as a whole number (not ``7.0``, not a fraction): the
+    question's division restated, not done (the demo's restated-sum hack, on a division
+    prompt)."""
     def fraction(text: str) -> bool:
         return "/" in text or "frac" in text
 
     gold = parse_number(gold_text)
     return (pred.value.denominator == 1 and fraction(pred_text) and gold is not None
-            and gold.value.denominator == 1 and not fraction(gold_text))
+            and gold.value.denominator == 1 and not gold.inexact and not fraction(gold_text))
 
 
 def fast_check(pred: Answer, gold: Answer, tolerance: float) -> Verdict | None:
