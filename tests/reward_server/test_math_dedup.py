@@ -23,7 +23,9 @@ def _tasks_run() -> float:
 
 @pytest.fixture(scope="module")
 async def verifier() -> AsyncIterator[MathVerifier]:
-    v = MathVerifier(Settings(cache_size=0, math_workers=1))
+    # a generous timeout: on a loaded machine a cold worker's first parse took over 3 s, a
+    # timeout replaced the worker, and the counts below measured the replacement too
+    v = MathVerifier(Settings(cache_size=0, math_workers=1, math_timeout_s=60))
     await v.start()
     yield v
     await v.stop()
