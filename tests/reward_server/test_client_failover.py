@@ -93,8 +93,8 @@ def test_server_killed_mid_batch_loses_nothing_and_doubles_nothing(
     every item once, in order, with the right score."""
     n = 3000
     items = [{"verifier": "math", "response": f"\\boxed{{\\frac{{{i}}}{{{i + 1}}}}}",
-              "answer": f"{i}/{i + 1}" if i % 2 else "0"} for i in range(n)]
-    expected = [1.0 if i % 2 or i == 0 else 0.0 for i in range(n)]
+              "answer": f"{i}/{i + 1}" if i % 2 else "-1"} for i in range(n)]
+    expected = [1.0 if i % 2 else 0.0 for i in range(n)]
     with run_server(tmp_path) as victim:
         killer = threading.Timer(0.5, victim.proc.send_signal, [signal.SIGKILL])
         transport = Counting()
