@@ -154,6 +154,14 @@ def wait_for_sandbox(url: str, timeout_s: float = 120) -> None:
         time.sleep(0.5)
 
 
+def verify_code(url: str, *items: dict[str, Any]) -> list[dict[str, Any]]:
+    """``POST /v1/verify/code`` with ``items``; the results (a 200 is asserted)."""
+    with httpx.Client(base_url=url, timeout=300) as c:
+        r = c.post("/v1/verify/code", json={"items": list(items)})
+    assert r.status_code == 200, r.text
+    return r.json()["results"]
+
+
 @pytest.fixture(scope="session")
 def extra_engine(docker_ready: None, tmp_path_factory: pytest.TempPathFactory):
     """A second Docker engine with the sandbox image (see tests/extra_engine.py)."""

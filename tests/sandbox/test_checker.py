@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ServerProcess, run_server, wait_for_sandbox
+from tests.conftest import ServerProcess, run_server, verify_code, wait_for_sandbox
 
 # The row as CodeContests has it (public_tests: input and output lists), and the problem:
 # represent each n as a sum of the fewest round numbers (one non-zero digit), in any order.
@@ -121,10 +121,7 @@ def srv(docker_ready: None,
 
 
 def verify(srv: ServerProcess, *items: dict[str, Any]) -> list[dict[str, Any]]:
-    with httpx.Client(base_url=srv.url, timeout=300) as c:
-        r = c.post("/v1/verify/code", json={"items": list(items)})
-    assert r.status_code == 200, r.text
-    return r.json()["results"]
+    return verify_code(srv.url, *items)
 
 
 def test_a_checker_accepts_another_correct_output(srv: ServerProcess) -> None:

@@ -8,12 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from sandbox.languages import LANGUAGES, known_names, resolve
 from sandbox.toolchains.java_build import top_level_types
-from tests.conftest import ServerProcess, run_server, wait_for_sandbox
+from tests.conftest import ServerProcess, run_server, verify_code, wait_for_sandbox
 from tests.sandbox.test_hostile_code import POOL, assert_clean
 
 SUM_TESTS = [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -4", "output": "6"},
@@ -229,10 +228,7 @@ def srv(docker_ready: None,
 
 
 def verify(srv: ServerProcess, *items: dict[str, Any]) -> list[dict[str, Any]]:
-    with httpx.Client(base_url=srv.url, timeout=300) as c:
-        r = c.post("/v1/verify/code", json={"items": list(items)})
-    assert r.status_code == 200, r.text
-    return r.json()["results"]
+    return verify_code(srv.url, *items)
 
 
 @pytest.mark.parametrize("language", sorted(LANGUAGES))

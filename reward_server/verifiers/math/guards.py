@@ -9,6 +9,7 @@ functions here are pure text rules (no SymPy) that ``check`` runs before trustin
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _WORDS = r"(?:maybe|perhaps|possibly|even|else|rather)"
 _VALUE = r"(?:-?\d[\d.]*|\$[^$\n]{1,60}\$|\\\([^\n]{1,60}?\\\))"
@@ -313,23 +314,28 @@ def power_of_ten(text: str) -> bool:
 # The question's math: $…$, $$…$$, \(…\), \[…\]; each span and each side of its relations.
 _SPANS = re.compile(r"\$\$(.+?)\$\$|(?<!\\)\$(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
 _SIDES = re.compile(r"=|\\(?:le|ge|leq|geq|neq|approx)(?![a-zA-Z])|[<>]|,")
-_TYPESET = re.compile(r"\\(?:left|right|displaystyle|textstyle|[,;:! ])|\s")
 _PLAIN = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)|[A-Za-z]")
+_LAYOUT = re.compile(r"\s+|\\[,;:! ]|\\(?:left|right|displaystyle|textstyle)(?![a-zA-Z])")
+_FRAC_NAME = re.compile(r"\\[dt]frac(?![a-zA-Z])")
 
 
-def _typeset_free(text: str) -> str:
-    return _TYPESET.sub("", text).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+def without_layout(text: str) -> str:
+    """``text`` without what only typesets it: spacing, ``\\left``/``\\right``,
+    ``\\displaystyle``; ``\\dfrac`` and ``\\tfrac`` as ``\\frac``. Two answers equal here
+    are the same LaTeX (``numbers.same_text``); a copied question reads the same here."""
+    return _FRAC_NAME.sub(r"\\frac", _LAYOUT.sub("", text))
 
 
-def question_pieces(question: str) -> set[str]:
+@lru_cache(maxsize=1024)
+def question_pieces(question: str) -> frozenset[str]:
     """The question's math, as it would be copied: each span whole, and each side of its
-    relations and lists, without spacing or typesetting commands."""
+    relations and lists, without layout. Cached: a group's G items share one question."""
     pieces: set[str] = set()
     for m in _SPANS.finditer(question):
         span = next(g for g in m.groups() if g is not None)
-        pieces.add(_typeset_free(span))
-        pieces.update(_typeset_free(side) for side in _SIDES.split(span))
-    return pieces - {""}
+        pieces.add(without_layout(span))
+        pieces.update(without_layout(side) for side in _SIDES.split(span))
+    return frozenset(pieces - {""})
 
 
 def restates_question(answer: str, question: str, reference: str) -> bool:
@@ -338,9 +344,9 @@ def restates_question(answer: str, question: str, reference: str) -> bool:
     for "Solve $x + 9 = 14$"): math-verify finds it equal to the answer, which it is, but it
     is the question. A number or a single letter is never a restatement (questions name
     numbers and options), nor is the reference as written."""
-    mine = _typeset_free(answer)
-    if not mine or _PLAIN.fullmatch(mine) or mine == _typeset_free(reference):
+    mine = without_layout(answer)
+    if not mine or _PLAIN.fullmatch(mine) or mine == without_layout(reference):
         return False
     pieces = question_pieces(question)
-    value = _typeset_free(stated_part(answer))  # "x = (x+2)(x-3)": the copied side
+    value = without_layout(stated_part(answer))  # "x = (x+2)(x-3)": the copied side
     return mine in pieces or (value in pieces and not _PLAIN.fullmatch(value))

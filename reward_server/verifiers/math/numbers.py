@@ -25,6 +25,7 @@ from reward_server.verifiers.math.guards import (
     hedged_words,
     option_set_verdict,
     side_by_side,
+    without_layout,
 )
 from reward_server.verifiers.math.verdict import Verdict
 
@@ -163,10 +164,6 @@ def numbers_equal(gold: Number, pred: Number, tolerance: float) -> bool:
     return any(close(g, p, tolerance) if inexact else g == p for g, p in pairs)
 
 
-_LAYOUT = re.compile(r"\s+|\\[,;:! ]|\\(?:left|right)(?![a-zA-Z])|\\displaystyle(?![a-zA-Z])")
-_FRAC_NAME = re.compile(r"\\[dt]frac(?![a-zA-Z])")
-
-
 def same_text(a: str, b: str) -> bool:
     """The same LaTeX up to spacing, ``\\left``/``\\right`` and ``\\dfrac``: the same
     value, whatever it is, so no parser is needed to say so. Spacing between two numbers
@@ -175,7 +172,7 @@ def same_text(a: str, b: str) -> bool:
         return a.strip() == b.strip()
 
     def canon(s: str) -> str:
-        return _FRAC_NAME.sub(r"\\frac", _LAYOUT.sub("", s)).rstrip(".")
+        return without_layout(s).rstrip(".")
     return canon(a) == canon(b) != ""
 
 
