@@ -76,6 +76,9 @@ class GRPOConfig(BaseModel):
     num_iterations: int = Field(1, ge=1, description="μ: optimisation passes per batch "
                                 "(GRPO paper); > 1 uses the sampling-time log-probs.")
     micro_batch_size: int = Field(8, ge=1, description="Completions per forward/backward.")
+    share_prompts: bool = Field(
+        True, description="Run each group's prompt once for its G completions, in sampling "
+        "and in the update (trainer/prefix.py): the same log-probs and gradients, less work.")
     learning_rate: float = Field(1e-6, gt=0)
     lr_scheduler: Literal["constant", "linear", "cosine"] = "constant"
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in optimizer steps.")

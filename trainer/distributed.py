@@ -62,6 +62,13 @@ def wrap(policy: torch.nn.Module, kind: str, device: torch.device) -> torch.nn.M
     return torch.nn.parallel.DistributedDataParallel(policy, device_ids=ids)
 
 
+def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside a DDP wrapper (a second forward through DDP before the backward would
+    be refused); FSDP2 shards in place, so the model itself."""
+    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) \
+        else model
+
+
 @contextmanager
 def accumulating(model: torch.nn.Module, active: bool) -> Iterator[None]:
     """Within it (when ``active``), backward keeps gradients local: the reduction over ranks

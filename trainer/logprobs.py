@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
+from trainer.prefix import shared_prompt_logits
+
 
 class _SelectedLogSoftmax(torch.autograd.Function):
     """log_softmax(logits / τ)[targets] in float32 (float64 if given), row by row."""
@@ -61,11 +63,19 @@ def completion_logps(
     attention_mask: torch.Tensor,  # (B, P + T)
     completion_length: int,  # T
     temperature: float = 1.0,
+    prompt_model: torch.nn.Module | None = None,
 ) -> torch.Tensor:
     """(B, T) float32: log π(o_t | q, o_<t) for each completion token, at the sampling
-    temperature (the distribution the tokens were drawn from, as TRL does)."""
-    # logits for positions P-1 .. P+T-2 predict the completion tokens P .. P+T-1
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
-                   logits_to_keep=completion_length + 1).logits  # (B, T+1, V)
+    temperature (the distribution the tokens were drawn from, as TRL does). Rows with the same
+    prompt (a GRPO group) share one pass over it (trainer.prefix); ``prompt_model`` runs that
+    pass when ``model`` is a DDP wrapper, None to always run whole sequences."""
+    logits = None
+    if prompt_model is not None:
+        logits = shared_prompt_logits(model, prompt_model, input_ids, attention_mask,
+                                      completion_length)  # (B, T, V)
+    if logits is None:
+        # logits for positions P-1 .. P+T-2 predict the completion tokens P .. P+T-1
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                       logits_to_keep=completion_length + 1).logits[:, :-1, :]  # (B, T, V)
     targets = input_ids[:, -completion_length:]  # (B, T)
-    return selective_log_softmax(logits[:, :-1, :], targets, temperature)
+    return selective_log_softmax(logits, targets, temperature)

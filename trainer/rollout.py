@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
+from trainer.prefix import cache_kwarg, prefill
+
 
 @dataclass
 class Rollout:
@@ -51,6 +53,7 @@ class Sampling:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0: off
+    share_prompts: bool = True  # one prefill per prompt for its G samples (trainer.prefix)
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
@@ -123,10 +126,16 @@ def _model_defaults_hidden(model: PreTrainedModel) -> Iterator[None]:
 
 
 def _generate(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor,
-              config: GenerationConfig) -> torch.Tensor:
+              config: GenerationConfig, G: int = 1, share: bool = False) -> torch.Tensor:
+    """(N·G, T) new tokens, G samples of each prompt row. ``share``: each prompt's cache is
+    computed once for its G samples (trainer.prefix), where the model allows."""
+    cache = prefill(model, ids, mask, G) if share and G > 1 else None
+    ids, mask = ids.repeat_interleave(G, 0), mask.repeat_interleave(G, 0)
+    extra = {} if cache is None else {cache_kwarg(model): cache}
     with _model_defaults_hidden(model):
-        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-    return out[:, ids.shape[1]:]  # (N, T)
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                             **extra)
+    return out[:, ids.shape[1]:]  # (N·G, T)
 
 
 @torch.no_grad()
@@ -136,11 +145,11 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     device = next(model.parameters()).device
     G = sampling.num_generations
     ids, mask, cut = encode_prompts(tokenizer, prompts, sampling.max_prompt_length)
-    prompt_ids = ids.to(device).repeat_interleave(G, 0)  # (N, P)
-    prompt_mask = mask.to(device).repeat_interleave(G, 0)
+    ids, mask = ids.to(device), mask.to(device)
     eos_ids = eos_token_ids(model, tokenizer)
     config = generation_config(sampling, eos_ids, tokenizer.pad_token_id)
-    completion_ids = _generate(model, prompt_ids, prompt_mask, config)
+    completion_ids = _generate(model, ids, mask, config, G, sampling.share_prompts)
+    prompt_ids, prompt_mask = ids.repeat_interleave(G, 0), mask.repeat_interleave(G, 0)
     cmask, truncated = completion_mask(completion_ids, eos_ids)
     completion_ids = completion_ids * cmask + tokenizer.pad_token_id * (1 - cmask)
     texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)

@@ -123,7 +123,7 @@ class GRPOTrainer:
         self.step = 0
         self.sampling = Sampling(config.num_generations, config.max_prompt_length,
                                  config.max_completion_length, config.temperature,
-                                 config.top_p, config.top_k)
+                                 config.top_p, config.top_k, config.share_prompts)
         self._warned_cut = False
 
     def _wrap(self, policy: torch.nn.Module) -> torch.nn.Module:
@@ -214,21 +214,29 @@ class GRPOTrainer:
     # --- 4: log-probs ----------------------------------------------------------------------
 
     @torch.no_grad()
-    def _logps_no_grad(self, model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor,
-                       T: int) -> torch.Tensor:
-        mb = self.config.micro_batch_size
-        with self.autocast():
-            return torch.cat([completion_logps(model, ids[i : i + mb], attn[i : i + mb], T,
-                                               self.config.temperature)
-                              for i in range(0, ids.shape[0], mb)])
+    def _logps_no_grad(self, model: torch.nn.Module, batch: UpdateBatch) -> torch.Tensor:
+        """(N, T) log-probs without a graph, over the same micro-batches as the update (the
+        same numerics: ratios are exactly 1 before the first update); 0 past a row's end."""
+        out = torch.zeros(batch.loss_mask.shape, dtype=torch.float32, device=self.device)
+        for sl in batch.slices(self.config.micro_batch_size):
+            part = batch.micro(sl)
+            with self.autocast():
+                out[sl, : part.T] = completion_logps(model, part.ids, part.attn, part.T,
+                                                     self.config.temperature,
+                                                     self._prompt_model(model))
+        return out
 
-    def reference_logps(self, ids: torch.Tensor, attn: torch.Tensor, T: int) -> torch.Tensor:
+    def reference_logps(self, batch: UpdateBatch) -> torch.Tensor:
         """Log-probs of the reference policy: the frozen copy, or with LoRA the policy's own
         base weights with the adapter switched off."""
         if self.ref_model is not None:
-            return self._logps_no_grad(self.ref_model, ids, attn, T)
+            return self._logps_no_grad(self.ref_model, batch)
         with lora.reference(self.policy):
-            return self._logps_no_grad(self.policy, ids, attn, T)
+            return self._logps_no_grad(self.policy, batch)
+
+    def _prompt_model(self, model: torch.nn.Module) -> torch.nn.Module | None:
+        """What runs a group's shared prompt pass (trainer.prefix); None: whole sequences."""
+        return distributed.unwrapped(model) if self.config.share_prompts else None
 
     # --- 5: the update ---------------------------------------------------------------------
 
@@ -264,24 +272,24 @@ class GRPOTrainer:
         the micro-batch metrics, averaged by sequences."""
         c = self.config
         N = batch.ids.shape[0]
-        starts = list(range(0, N, c.micro_batch_size))
+        slices = batch.slices(c.micro_batch_size)
         total, sums = 0.0, {}
-        for k, i in enumerate(starts):
-            sl = slice(i, i + c.micro_batch_size)
-            skip_sync = self.world > 1 and k < len(starts) - 1  # DDP all-reduces the last
+        for k, sl in enumerate(slices):
+            part = batch.micro(sl)
+            skip_sync = self.world > 1 and k < len(slices) - 1  # DDP all-reduces the last
             with distributed.accumulating(self.model, skip_sync):
                 with self.autocast():
-                    logps = completion_logps(self.model, batch.ids[sl], batch.attn[sl],
-                                             batch.T, c.temperature)
+                    logps = completion_logps(self.model, part.ids, part.attn, part.T,
+                                             c.temperature, self._prompt_model(self.model))
                 loss, m = policy_loss(
-                    logps, _part(batch.old_logps, sl), _part(batch.ref_logps, sl),
-                    batch.advantages[sl], batch.loss_mask[sl], loss_type=c.loss_type,
-                    epsilon_low=c.epsilon_low, epsilon_high=c.epsilon_high_value, beta=c.beta,
+                    logps, part.old_logps, part.ref_logps, part.advantages, part.loss_mask,
+                    loss_type=c.loss_type, epsilon_low=c.epsilon_low,
+                    epsilon_high=c.epsilon_high_value, beta=c.beta,
                     importance_sampling_level=c.importance_sampling_level,
                     max_completion_length=c.max_completion_length, normalizer=normalizer)
                 loss.backward()
             total += float(loss.detach())
-            weight = batch.ids[sl].shape[0] / N
+            weight = part.ids.shape[0] / N
             for key, value in m.items():
                 sums[key] = sums.get(key, 0.0) + value * weight
         return total, sums
@@ -304,11 +312,11 @@ class GRPOTrainer:
 
         t_train = time.perf_counter()
         self.policy.train()
-        batch = UpdateBatch(
-            ids, attn, T, loss_mask, advantages.to(self.device),
-            old_logps=(self._logps_no_grad(self.policy, ids, attn, T)
-                       if c.num_iterations > 1 else None),
-            ref_logps=self.reference_logps(ids, attn, T) if c.beta > 0 else None)
+        batch = UpdateBatch(ids, attn, T, loss_mask, advantages.to(self.device))
+        if c.num_iterations > 1:
+            batch.old_logps = self._logps_no_grad(self.policy, batch)
+        if c.beta > 0:
+            batch.ref_logps = self.reference_logps(batch)
         normalizer = self.normalizer(loss_mask)
         sums: dict[str, float] = {}
         losses, grad_norms = [], []
@@ -479,9 +487,25 @@ class UpdateBatch:
     old_logps: torch.Tensor | None = None  # (N, T) at sampling time (μ > 1)
     ref_logps: torch.Tensor | None = None  # (N, T) of the reference (β > 0)
 
+    def slices(self, micro_batch_size: int) -> list[slice]:
+        N = self.ids.shape[0]
+        return [slice(i, i + micro_batch_size) for i in range(0, N, micro_batch_size)]
 
-def _part(x: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
-    return None if x is None else x[sl]
+    def micro(self, rows: slice) -> UpdateBatch:
+        """Rows ``rows`` without the columns that are padding in every one of them: left of
+        the longest prompt, right of the longest completion (no logit there is needed, and
+        once a policy answers in a few tokens most of a fixed-width batch is padding)."""
+        P = self.ids.shape[1] - self.T
+        attn = self.attn[rows]
+        start = int(attn[:, :P].any(0).long().argmax()) if P else 0
+        T = max(int(attn[:, P:].sum(1).max()), 1)  # completion masks are 1s, then 0s
+
+        def cut(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x[rows, :T]
+
+        return UpdateBatch(self.ids[rows, start : P + T], attn[:, start : P + T], T,
+                           self.loss_mask[rows, :T], self.advantages[rows],
+                           cut(self.old_logps), cut(self.ref_logps))
 
 
 def _select(r: Rollout, index: list[int]) -> Rollout:

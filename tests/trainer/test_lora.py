@@ -17,7 +17,7 @@ from trainer.config import GRPOConfig, load_config
 from trainer.logprobs import completion_logps
 from trainer.models import load_model
 from trainer.rewards import FunctionScorer
-from trainer.train import GRPOTrainer, seed_everything
+from trainer.train import GRPOTrainer, UpdateBatch, seed_everything
 
 
 def sevens(texts: list[str], rows: list[dict[str, Any]]) -> list[float]:
@@ -89,7 +89,8 @@ def test_reference_is_the_base_without_a_copy(tmp_path: Path) -> None:
     ids, attn = enc.input_ids, enc.attention_mask
     with torch.no_grad():
         expected = completion_logps(fresh, ids, attn, 3, 1.0)
-        got = trainer.reference_logps(ids, attn, 3)
+        got = trainer.reference_logps(UpdateBatch(ids, attn, 3, torch.ones(2, 3),
+                                                  torch.zeros(2)))
         policy = completion_logps(trainer.policy, ids, attn, 3, 1.0)
     torch.testing.assert_close(got, expected)
     assert not torch.allclose(policy, expected)
