@@ -19,6 +19,7 @@ the shared prefix) and the plain forward is used instead, with a warning once.
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -105,10 +106,26 @@ def _checkpointing_keeps_cache(model: torch.nn.Module) -> Iterator[None]:
 
 
 _warned = False
+_cannot_share: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+# layers whose cache is keys and values; a recurrent state (linear attention, convolutions:
+# Qwen3-Next, LFM2) cannot be handed from one pass to another this way
+_ATTENTION_LAYERS = {"full_attention", "sliding_attention", "chunked_attention"}
 
 
-def _fall_back(reason: str) -> None:
+def shareable(model: torch.nn.Module) -> bool:
+    """Whether every layer of ``model`` keeps keys and values (and it has not failed to use a
+    shared prompt before)."""
+    if model in _cannot_share:
+        return False
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    kinds = getattr(text, "layer_types", None) or []
+    return all(kind in _ATTENTION_LAYERS for kind in kinds)
+
+
+def _fall_back(model: torch.nn.Module, reason: str) -> None:
     global _warned
+    _cannot_share.add(model)  # not tried again: the prompt pass would be wasted each time
     if not _warned:
         warnings.warn(f"shared-prompt forward unavailable ({reason}): every completion runs its "
                       "prompt again (slower, same result)", stacklevel=3)
@@ -123,14 +140,18 @@ def shared_prompt_logits(
     completion_length: int,  # T
 ) -> torch.Tensor | None:
     """(n, T, V) logits predicting the T completion tokens, each distinct prompt run once;
-    None where nothing is shared (every prompt distinct) or the model cannot share.
-    ``prompt_model`` runs the prompt pass: the module inside a DDP wrapper (one DDP forward per
-    backward), the same as ``model`` otherwise."""
+    None where nothing is shared (every prompt distinct, or one completion token) or the model
+    cannot share. ``prompt_model`` runs the prompt pass: the module inside a DDP wrapper, so
+    that ``model`` (DDP, whose forward arms the gradient all-reduce) runs exactly once either
+    way. Not for FSDP: whether a batch shares depends on its data, and FSDP needs every rank
+    to run the same forwards."""
     T = completion_length
     P = input_ids.shape[1] - T
+    if P < 1 or T < 2 or not shareable(prompt_model):
+        return None
     prompt_ids, prompt_mask = input_ids[:, :P], attention_mask[:, :P]
     first, inverse = group_rows(prompt_ids, prompt_mask)
-    if len(first) == input_ids.shape[0] or P < 1 or T < 1:
+    if len(first) == input_ids.shape[0]:
         return None
     kwarg = cache_kwarg(prompt_model)
     recorder = _Recorder()
@@ -140,17 +161,15 @@ def shared_prompt_logits(
                             use_cache=False, logits_to_keep=1, **{kwarg: recorder}).logits
     layers = len(recorder.recorded)
     if layers == 0 or sorted(recorder.recorded) != list(range(layers)):
-        _fall_back("the model did not pass its keys and values through the cache")
+        _fall_back(prompt_model, "the model did not pass its keys and values through the cache")
         return None
-    if T == 1:
-        return head.index_select(0, inverse)
     prefix = _SharedPrefix(recorder.recorded, inverse)
     with _checkpointing_keeps_cache(model):
         # completion tokens 0 .. T-2 predict tokens 1 .. T-1; the last one predicts nothing
         rest = model(input_ids=input_ids[:, P:-1], attention_mask=attention_mask[:, :-1],
                      use_cache=False, **{kwarg: prefix}).logits  # (n, T-1, V)
     if len(prefix.read) != layers:
-        _fall_back("a layer did not read the shared prompt")
+        _fall_back(prompt_model, "a layer did not read the shared prompt")
         return None
     return torch.cat([head.index_select(0, inverse), rest], dim=1)
 
@@ -161,7 +180,7 @@ def prefill(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, G: in
     """A KV cache of every prompt but its last token, computed once per prompt and repeated
     for its G samples; ``generate`` then runs only the last prompt token and the new ones.
     Positions are counted from the first real token, as ``generate`` counts them."""
-    if ids.shape[1] < 2:
+    if ids.shape[1] < 2 or not shareable(model):
         return None
     kwarg = cache_kwarg(model)
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -170,7 +189,7 @@ def prefill(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, G: in
           position_ids=positions[:, :-1], use_cache=True, logits_to_keep=1,
           **{kwarg: cache})
     if cache.get_seq_length() != ids.shape[1] - 1:
-        _fall_back("the model did not fill the cache it was given")
+        _fall_back(model, "the model did not fill the cache it was given")
         return None
     cache.batch_repeat_interleave(G)
     return cache

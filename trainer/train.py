@@ -101,6 +101,9 @@ class GRPOTrainer:
         self.ref_model = (reference_model(self.policy, self.device, ref_model)
                           if config.beta > 0 and not config.lora_r else None)
         self.model = self._wrap(self.policy)
+        # a group's prompt run once (trainer.prefix); not under FSDP, where every rank must run
+        # the same forwards and whether a batch can share depends on its data
+        self.share_prompts = config.share_prompts and not distributed.is_sharded(self.model)
         # float32 parameters and states; one kernel over all parameters (no per-step
         # temporaries). No GradScaler: bf16 has float32's exponent range.
         self.optimizer = torch.optim.AdamW(
@@ -123,7 +126,7 @@ class GRPOTrainer:
         self.step = 0
         self.sampling = Sampling(config.num_generations, config.max_prompt_length,
                                  config.max_completion_length, config.temperature,
-                                 config.top_p, config.top_k, config.share_prompts)
+                                 config.top_p, config.top_k, self.share_prompts)
         self._warned_cut = False
 
     def _wrap(self, policy: torch.nn.Module) -> torch.nn.Module:
@@ -236,7 +239,7 @@ class GRPOTrainer:
 
     def _prompt_model(self, model: torch.nn.Module) -> torch.nn.Module | None:
         """What runs a group's shared prompt pass (trainer.prefix); None: whole sequences."""
-        return distributed.unwrapped(model) if self.config.share_prompts else None
+        return distributed.unwrapped(model) if self.share_prompts else None
 
     # --- 5: the update ---------------------------------------------------------------------
 

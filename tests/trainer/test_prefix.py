@@ -104,6 +104,33 @@ def test_nothing_to_share_runs_whole_sequences() -> None:
     assert prefix.shared_prompt_logits(model, model, ids[rows], attn[rows], T) is None
 
 
+def test_one_completion_token_runs_whole_sequences() -> None:
+    """Nothing to share after the prompt's own last position; and under DDP the wrapper's
+    forward, which arms the gradient all-reduce, must run (test_prefix_distributed.py)."""
+    model, _ = load_model("tiny", torch.float32, 0)
+    ids, attn = group_batch(model.config.vocab_size)
+    ids, attn = ids[:, : 7 + 1], attn[:, : 7 + 1]
+    assert prefix.shared_prompt_logits(model, model, ids, attn, 1) is None
+
+
+def test_a_model_with_recurrent_layers_runs_whole_sequences() -> None:
+    """LFM2's convolution layers keep a state, not keys and values: no shared prompt, in the
+    update or in sampling, and no crash."""
+    import transformers
+
+    config = transformers.Lfm2Config(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2,
+                                      layer_types=["conv", "full_attention"])
+    torch.manual_seed(0)
+    model = transformers.Lfm2ForCausalLM(config).train()
+    assert not prefix.shareable(model)
+    ids, attn = group_batch(64)
+    shared = completion_logps(model, ids, attn, T, 1.0, model)
+    torch.testing.assert_close(shared, completion_logps(model, ids, attn, T, 1.0))
+    assert prefix.prefill(model.eval(), ids[::G, :7], attn[::G, :7], G) is None
+
+
 class CacheIgnoring(torch.nn.Module):
     """A model that takes a cache argument and never uses it."""
 

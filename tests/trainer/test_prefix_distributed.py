@@ -1,0 +1,32 @@
+"""Shared prompts on two CPU processes (gloo): ranks whose batches differ in shape (one can
+share its prompts, the other cannot) still run paired collectives and end with the same
+all-reduced gradient, under DDP and FSDP (trainer/prefix.py, issue 12 audit)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+
+WORKER = Path(__file__).with_name("prefix_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("kind", ["ddp", "fsdp"])
+def test_ranks_with_and_without_a_shared_prompt_agree(tmp_path: Path, kind: str) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-port", str(free_port()), str(WORKER), kind, str(tmp_path)],
+        capture_output=True, text=True, timeout=180, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sums = [json.loads((tmp_path / f"rank{r}.json").read_text())["checksum"] for r in (0, 1)]
+    assert sums[0] > 0
+    assert sums[0] == pytest.approx(sums[1], rel=1e-6)
