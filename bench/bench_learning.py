@@ -43,10 +43,10 @@ DEMO_CONFIG = ROOT / "examples" / "grpo_arithmetic.yaml"
 RESULTS = ROOT / "bench" / "results"
 
 
-def our_config(model: str, steps: int, out_dir: Path) -> Any:
+def our_config(model: str, steps: int, out_dir: Path, seed: int) -> Any:
     from trainer.config import load_config
 
-    return load_config(DEMO_CONFIG, [f"model={model}", f"max_steps={steps}",
+    return load_config(DEMO_CONFIG, [f"model={model}", f"max_steps={steps}", f"seed={seed}",
                                      f"output_dir={out_dir}", "progress_bar=false"])
 
 
@@ -87,8 +87,9 @@ class Clock:
     and it stays fair when other work shares the machine (the wall clock then measures the
     neighbours as much as the trainer)."""
 
-    def __init__(self, model: Any, tokenizer: Any, rows: list[dict], max_new_tokens: int
-                 ) -> None:
+    def __init__(self, name: str, model: Any, tokenizer: Any, rows: list[dict],
+                 max_new_tokens: int) -> None:
+        self.name = name
         self.model, self.tokenizer, self.rows, self.tokens = model, tokenizer, rows, max_new_tokens
         self.started = False
         self.t0 = self.c0 = 0.0
@@ -108,12 +109,12 @@ class Clock:
         self.excluded_cpu += time.process_time() - c
         self.points.append({"step": step, "seconds": cpu, "wall_seconds": wall,
                             "accuracy": accuracy})
-        print(f"  step {step:3d}  {cpu:8.1f} s CPU  {wall:8.1f} s wall  held-out accuracy "
+        print(f"  {self.name:>4} step {step:3d}  {cpu:8.1f} s CPU  {wall:8.1f} s wall  held-out accuracy "
               f"{accuracy:.3f}", file=sys.stderr, flush=True)
 
 
 def run_ours(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
-             out_dir: Path) -> list[dict[str, float]]:
+             out_dir: Path, seed: int) -> list[dict[str, float]]:
     import torch
 
     from trainer.data import load_rows
@@ -121,12 +122,13 @@ def run_ours(model_name: str, steps: int, eval_every: int, eval_rows: list[dict]
     from trainer.rewards import FunctionScorer
     from trainer.train import GRPOTrainer, seed_everything
 
-    config = our_config(model_name, steps, out_dir)
+    config = our_config(model_name, steps, out_dir, seed)
     seed_everything(config.seed)
     model, tokenizer = load_model(model_name, torch.float32, config.seed)
     trainer = GRPOTrainer(model, tokenizer, load_rows(config.dataset), config, None,
                           scorer=FunctionScorer(reward_last_number))
-    clock = Clock(trainer.policy, trainer.tokenizer, eval_rows, config.max_completion_length)
+    clock = Clock("ours", trainer.policy, trainer.tokenizer, eval_rows,
+                  config.max_completion_length)
     clock.evaluate(0)
     clock.start()
     for step in range(1, steps + 1):
@@ -166,7 +168,7 @@ def trl_args(config: Any, out_dir: Path) -> Any:
 
 
 def run_trl(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
-            out_dir: Path) -> list[dict[str, float]]:
+            out_dir: Path, seed: int) -> list[dict[str, float]]:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -176,7 +178,7 @@ def run_trl(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
     from trainer.models import load_model, prepare_tokenizer
     from trainer.train import seed_everything
 
-    config = our_config(model_name, steps, out_dir)
+    config = our_config(model_name, steps, out_dir, seed)
     seed_everything(config.seed)
     model, tokenizer = load_model(model_name, torch.float32, config.seed)
     prepare_tokenizer(tokenizer)
@@ -186,7 +188,7 @@ def run_trl(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
     def reward(completions: list, answer: list, **_: Any) -> list[float]:
         return reward_last_number(completions, [{"answer": a} for a in answer])
 
-    clock = Clock(model, tokenizer, eval_rows, config.max_completion_length)
+    clock = Clock("trl", model, tokenizer, eval_rows, config.max_completion_length)
 
     class Evaluate(TrainerCallback):
         def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
@@ -204,13 +206,14 @@ def run_trl(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
     return clock.points
 
 
-def child(which: str, model: str, steps: int, eval_every: int, eval_samples: int) -> None:
+def child(which: str, model: str, steps: int, eval_every: int, eval_samples: int,
+          seed: int) -> None:
     from trainer.data import load_rows
 
     eval_rows = load_rows("arithmetic-eval")[:eval_samples]  # the demo's held-out questions
     out_dir = RESULTS / "tmp" / f"learning-{which}-{model}"
     run = run_ours if which == "ours" else run_trl
-    points = run(model, steps, eval_every, eval_rows, out_dir)
+    points = run(model, steps, eval_every, eval_rows, out_dir, seed)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps({"points": points, "peak_mb": peak_mb}))
 
@@ -220,30 +223,78 @@ def time_to(points: list[dict[str, float]], accuracy: float) -> float | None:
     return next((p["seconds"] for p in points if p["accuracy"] >= accuracy), None)
 
 
-def plot(results: dict[str, dict], path: Path, title: str) -> None:
+def plot(runs: list[dict], path: Path, title: str) -> None:
+    """Accuracy against training seconds, one panel per run (seed), both trainers in each."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for which, label in (("ours", "this trainer"), ("trl", "TRL 1.16 GRPOTrainer")):
-        pts = results[which]["points"]
-        ax.plot([p["seconds"] for p in pts], [p["accuracy"] for p in pts], "o-", label=label)
-    ax.set_xlabel("training seconds, one thread (process CPU time, evaluation excluded)")
-    ax.set_ylabel("held-out accuracy (greedy)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend()
+    fig, axes = plt.subplots(1, len(runs), figsize=(6.2 * len(runs), 4.2), sharey=True,
+                             squeeze=False)
+    for ax, run in zip(axes[0], runs, strict=True):
+        for which, label in (("ours", "this trainer"), ("trl", "TRL 1.16 GRPOTrainer")):
+            pts = run[which]["points"]
+            ax.plot([p["seconds"] for p in pts], [p["accuracy"] for p in pts], "o-",
+                    label=label)
+        target = run["summary"]["target_accuracy"]
+        ax.axhline(target, color="grey", lw=0.8, ls=":", label="TRL's final accuracy")
+        ax.set_title(f"seed {run['args']['seed']}", fontsize=10)
+        ax.set_xlabel("training seconds, one thread (CPU time, evaluation excluded)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("held-out accuracy (greedy, 64 questions)")
+    axes[0][0].legend()
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def mean_curve(runs: list[dict], which: str) -> list[dict[str, float]]:
+    """Accuracy and seconds averaged over the runs at each step that all of them evaluated."""
+    steps = sorted(set.intersection(*({p["step"] for p in r[which]["points"]} for r in runs)))
+    by_step = [{p["step"]: p for p in r[which]["points"]} for r in runs]
+    return [{"step": s,
+             "seconds": sum(b[s]["seconds"] for b in by_step) / len(runs),
+             "accuracy": sum(b[s]["accuracy"] for b in by_step) / len(runs)} for s in steps]
+
+
+def seeds_summary(runs: list[dict]) -> None:
+    """Per seed, and on the mean curves over the seeds (less of one evaluation's luck): the
+    time to TRL's final accuracy, ours over TRL's."""
+    for run in runs:
+        s = run["summary"]
+        ratio = "not reached" if s["time_ratio"] is None else f"{s['time_ratio']:.2f}x"
+        print(f"seed {run['args']['seed']}: target {s['target_accuracy']:.3f}, time ratio "
+              f"{ratio}, first-{run['args']['steps']}-steps time {s['step_time_ratio']:.2f}x")
+    curves = {w: mean_curve(runs, w) for w in ("trl", "ours")}
+    target = curves["trl"][-1]["accuracy"]
+    t_trl, t_ours = time_to(curves["trl"], target), time_to(curves["ours"], target)
+    print(f"\nmean over {len(runs)} seeds\n{'step':>4} | {'TRL s':>7} {'TRL acc':>8} | "
+          f"{'ours s':>7} {'ours acc':>8}")
+    trl_steps = {p["step"]: p for p in curves["trl"]}
+    for p in curves["ours"]:
+        t = trl_steps.get(p["step"])
+        left = f"{t['seconds']:7.1f} {t['accuracy']:8.3f}" if t else f"{'':>7} {'':>8}"
+        print(f"{p['step']:4d} | {left} | {p['seconds']:7.1f} {p['accuracy']:8.3f}")
+    if t_ours is None or not t_trl:
+        print(f"target {target:.3f} (TRL's final mean accuracy): no time ratio")
+    else:
+        print(f"target {target:.3f} (TRL's final mean accuracy): TRL {t_trl:.1f} s, ours "
+              f"{t_ours:.1f} s -> {t_ours / t_trl:.2f}x TRL's time (goal <= 0.7x: "
+              f"{'met' if t_ours / t_trl <= 0.7 else 'not met'})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--steps", type=int, default=14, help="the demo's 14 by default")
+    ap.add_argument("--steps", type=int, default=14, help="TRL's steps: the demo's 14 by "
+                    "default; TRL's accuracy after them is the target")
+    ap.add_argument("--ours-steps", type=int, help="our trainer's steps (default: 1.5 x "
+                    "--steps): the race is to TRL's final accuracy, and the goal gives ours up "
+                    "to 0.7x TRL's time, which at a faster step is more steps")
+    ap.add_argument("--seed", type=int, default=0, help="the demo config's seed, for both "
+                    "(sampling, data order)")
     ap.add_argument("--eval-every", type=int, default=2)
     ap.add_argument("--eval-samples", type=int, default=64, help="the demo's 64 by default")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of each trainer (1: "
@@ -251,26 +302,40 @@ def main() -> None:
                     "slower than one)")
     ap.add_argument("--parallel", action="store_true", help="run both trainers at once (the "
                     "CPU-time clock keeps it fair; the wall clock does not)")
+    ap.add_argument("--figure", nargs="+", type=Path, metavar="JSON", help="only draw the "
+                    "runs of these result files side by side into bench/results/"
+                    "bench_learning-seeds.png")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.figure:
+        runs = [json.loads(f.read_text()) for f in args.figure]
+        out = RESULTS / "bench_learning-seeds.png"
+        plot(runs, out, f"{runs[0]['args']['model']}: GRPO on additions, same settings and "
+             "reward, both trainers")
+        print(f"wrote {out.relative_to(ROOT)}")
+        seeds_summary(runs)
+        return
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if args.child:
         import torch
 
         torch.set_num_threads(args.threads)
-        child(args.child, args.model, args.steps, args.eval_every, args.eval_samples)
+        child(args.child, args.model, args.steps, args.eval_every, args.eval_samples,
+              args.seed)
         return
+    steps = {"trl": args.steps, "ours": args.ours_steps or round(1.5 * args.steps)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": str(args.threads)}
     procs: dict[str, subprocess.Popen] = {}
     outputs: dict[str, str] = {}
     for which in ("trl", "ours"):
-        print(f"{which}: training {args.model} for {args.steps} steps", file=sys.stderr)
+        print(f"{which}: training {args.model} for {steps[which]} steps", file=sys.stderr)
         procs[which] = subprocess.Popen(
             [sys.executable, __file__, "--child", which, "--model", args.model,
-             "--steps", str(args.steps), "--eval-every", str(args.eval_every),
-             "--eval-samples", str(args.eval_samples), "--threads", str(args.threads)],
+             "--steps", str(steps[which]), "--eval-every", str(args.eval_every),
+             "--eval-samples", str(args.eval_samples), "--threads", str(args.threads),
+             "--seed", str(args.seed)],
             stdout=subprocess.PIPE, text=True, env=env)
         if not args.parallel:
             outputs[which] = procs[which].communicate()[0]
@@ -286,22 +351,34 @@ def main() -> None:
         results["ours"]["points"], trl_final)
     # TRL at its final accuracy from the start (t = 0) learned nothing to race against
     ratio = None if t_ours is None or not t_trl else t_ours / t_trl
+    # per step over the steps both ran (ours' later steps have shorter completions)
+    at = {w: next(p for p in results[w]["points"] if p["step"] >= args.steps)
+          for w in ("trl", "ours")}
     summary = {"target_accuracy": trl_final, "trl_seconds_to_target": t_trl,
                "ours_seconds_to_target": t_ours, "time_ratio": ratio,
-               "goal_met": ratio is not None and ratio <= 0.7}
-    print(f"\n{args.model}, {args.steps} steps, held-out greedy accuracy on "
+               "goal_met": ratio is not None and ratio <= 0.7,
+               "step_time_ratio": at["ours"]["seconds"] / at["trl"]["seconds"]}
+    print(f"\n{args.model}, seed {args.seed}, held-out greedy accuracy on "
           f"{args.eval_samples} questions every {args.eval_every} steps\n")
     print("seconds: process CPU time of training, one thread (wall-clock in brackets)")
     print(f"{'step':>4} | {'TRL s':>16} {'TRL acc':>8} | {'ours s':>16} {'ours acc':>8}")
-    for a, b in zip(results["trl"]["points"], results["ours"]["points"], strict=False):
-        print(f"{a['step']:4d} | {a['seconds']:7.1f} ({a['wall_seconds']:6.1f}) "
-              f"{a['accuracy']:8.3f} | {b['seconds']:7.1f} ({b['wall_seconds']:6.1f}) "
-              f"{b['accuracy']:8.3f}")
+
+    def cells(p: dict | None) -> str:
+        if p is None:
+            return f"{'':>16} {'':>8}"
+        return f"{p['seconds']:7.1f} ({p['wall_seconds']:6.1f}) {p['accuracy']:8.3f}"
+
+    by_step = {w: {p["step"]: p for p in results[w]["points"]} for w in ("trl", "ours")}
+    for step in sorted(set(by_step["trl"]) | set(by_step["ours"])):
+        print(f"{step:4d} | {cells(by_step['trl'].get(step))} | "
+              f"{cells(by_step['ours'].get(step))}")
     for which in ("trl", "ours"):
         last = results[which]["points"][-1]
         print(f"{which}: {last['seconds']:.1f} s CPU ({last['wall_seconds']:.1f} s wall) of "
-              f"training for {args.steps} steps ({last['seconds'] / args.steps:.1f} s/step), "
-              f"peak RSS {results[which]['peak_mb']:.0f} MB")
+              f"training for {last['step']} steps ({last['seconds'] / last['step']:.1f} "
+              f"s/step), peak RSS {results[which]['peak_mb']:.0f} MB")
+    print(f"the first {args.steps} steps: ours {at['ours']['seconds']:.1f} s, TRL "
+          f"{at['trl']['seconds']:.1f} s -> {summary['step_time_ratio']:.2f}x")
     if not t_trl:
         print(f"TRL ended at its starting accuracy ({trl_final:.3f}): no time ratio")
     elif ratio is None:
@@ -310,11 +387,12 @@ def main() -> None:
         print(f"target {trl_final:.3f} (TRL's final accuracy): TRL {t_trl:.1f} s, ours "
               f"{t_ours:.1f} s -> {ratio:.2f}x TRL's time (goal <= 0.7x: "
               f"{'met' if summary['goal_met'] else 'not met'})")
-    stem = RESULTS / "bench_learning"
-    plot(results, stem.with_suffix(".png"),
-         f"{args.model}: GRPO on additions, {args.steps} steps, same settings and reward")
-    stem.with_suffix(".json").write_text(json.dumps(
-        {"args": vars(args), "summary": summary, **results}, indent=2))
+    stem = RESULTS / ("bench_learning" if args.seed == 0 else f"bench_learning-seed{args.seed}")
+    run = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+           "summary": summary, **results}
+    plot([run], stem.with_suffix(".png"), f"{args.model}: GRPO on additions, same settings "
+         "and reward")
+    stem.with_suffix(".json").write_text(json.dumps(run, indent=2))
     print(f"wrote {stem.relative_to(ROOT)}.json and .png")
 
 
