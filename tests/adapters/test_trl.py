@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import httpx
 import pytest
 
 from reward_server.adapters.trl import ServerReward
@@ -16,6 +17,18 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 CODE_TESTS = json.dumps([{"input": "2 3", "output": "5"}])
 ADD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+
+
+def why_code_scored(server: ServerProcess, completions: list[str],
+                    languages: list[str | None]) -> str:
+    """The server's whole results for these completions (its cache answers with the verdicts
+    just given: statuses, times, stderr) and its log's tail: what a failure needs to be read
+    (a correct program scored 0 once, in one CI run, and never again in 50 tries)."""
+    items = [{"response": text, "tests": json.loads(CODE_TESTS), "language": language}
+             for text, language in zip(completions, languages, strict=True)]
+    with httpx.Client(timeout=60) as client:
+        results = client.post(f"{server.url}/v1/verify/code", json={"items": items}).json()
+    return f"results: {results}\nserver log: {server.log.read_text()[-3000:]}"
 
 
 def test_scores_a_batch_with_dataset_columns_passed_through(server: ServerProcess) -> None:
@@ -42,7 +55,8 @@ def test_scores_a_batch_with_dataset_columns_passed_through(server: ServerProces
                 await f.aclose()
 
     m, c, r = asyncio.run(run())
-    assert m == [1.0, 0.0, 0.0] and c == [1.0, 0.0] and r == [1.0]
+    assert m == [1.0, 0.0, 0.0] and r == [1.0]
+    assert c == [1.0, 0.0], why_code_scored(server, [ADD, "print(0)"], ["python", None])
     assert code.__name__ == "code_ok" and math.__name__ == "math_reward"
     assert logged == {"math_reward/unscorable_rate": 0.0}
 
