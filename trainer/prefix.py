@@ -18,10 +18,12 @@ the shared prefix) and the plain forward is used instead, with a warning once.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -80,17 +82,25 @@ def group_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
 
 def cache_kwarg(model: torch.nn.Module) -> str:
     """transformers >= 5 calls the cache ``cache``; earlier versions ``past_key_values``."""
-    import inspect
-
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else \
-        "past_key_values"
+    return _cache_kwarg_of(type(base))
+
+
+@lru_cache(maxsize=64)
+def _cache_kwarg_of(model_class: type) -> str:
+    """Per class, not per call: this runs for every micro-batch and every generate call."""
+    parameters = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 @contextmanager
 def _checkpointing_keeps_cache(model: torch.nn.Module) -> Iterator[None]:
     """transformers' gradient checkpointing drops a layer's cache (a cache that stores would
-    be written twice by the replay); these two never store, so the layers may keep them."""
+    be written twice by the replay); these two never store, so the layers may keep them.
+    Without gradients nothing is checkpointed, and the modules are not walked."""
+    if not torch.is_grad_enabled():
+        yield
+        return
     layers = [m for m in model.modules() if hasattr(m, "_can_checkpoint_with_cache")]
     saved = [m.__dict__.get("_can_checkpoint_with_cache") for m in layers]
     for layer in layers:

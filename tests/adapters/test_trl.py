@@ -7,11 +7,10 @@ import json
 import os
 from pathlib import Path
 
-import httpx
 import pytest
 
 from reward_server.adapters.trl import ServerReward
-from tests.conftest import ServerProcess, free_port
+from tests.conftest import ServerProcess, free_port, verify_code
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -24,10 +23,9 @@ def why_code_scored(server: ServerProcess, completions: list[str],
     """The server's whole results for these completions (its cache answers with the verdicts
     just given: statuses, times, stderr) and its log's tail: what a failure needs to be read
     (a correct program scored 0 once, in one CI run, and never again in 50 tries)."""
-    items = [{"response": text, "tests": json.loads(CODE_TESTS), "language": language}
-             for text, language in zip(completions, languages, strict=True)]
-    with httpx.Client(timeout=60) as client:
-        results = client.post(f"{server.url}/v1/verify/code", json={"items": items}).json()
+    results = verify_code(server.url, *(
+        {"response": text, "tests": json.loads(CODE_TESTS)} | ({"language": lang} if lang else {})
+        for text, lang in zip(completions, languages, strict=True)))
     return f"results: {results}\nserver log: {server.log.read_text()[-3000:]}"
 
 
