@@ -70,7 +70,7 @@ def held_out_accuracy(model: Any, tokenizer: Any, rows: list[dict], max_new_toke
     with torch.no_grad():
         for i in range(0, len(rows), batch):
             chunk = rows[i : i + batch]
-            prompts = [format_prompt(r, tokenizer, "prompt", None, True) for r in chunk]
+            prompts = [format_prompt(r, tokenizer, "prompt", None, True).text for r in chunk]
             enc = tokenizer(prompts, return_tensors="pt", padding=True,
                             add_special_tokens=False).to(device)
             out = model.generate(**enc, generation_config=gen)

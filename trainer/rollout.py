@@ -27,18 +27,31 @@ class Rollout:
     prompt_cut: torch.Tensor  # (N,) bool: the prompt was longer than max_prompt_length
 
 
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt's text, and whether a chat template wrote it. A template writes the special
+    tokens its model expects (Llama 3's, Mistral's and Gemma's begin with BOS), so its text is
+    tokenized as it stands, as ``apply_chat_template(tokenize=True)`` and vLLM's chat endpoint
+    do; raw text gets the tokens the tokenizer puts before a text (a base model saw a BOS
+    before every document), as ``tokenizer(text)`` and vLLM's completions endpoint do."""
+
+    text: str
+    templated: bool
+
+
 def format_prompt(row: dict[str, Any], tokenizer: PreTrainedTokenizerBase, prompt_column: str,
-                  system_prompt: str | None, use_chat_template: bool) -> str:
+                  system_prompt: str | None, use_chat_template: bool) -> Prompt:
     prompt = row[prompt_column]
     if isinstance(prompt, list):  # already a conversation
         messages = prompt
     elif use_chat_template and tokenizer.chat_template:
         messages = [{"role": "user", "content": str(prompt)}]
     else:
-        return (system_prompt + "\n" if system_prompt else "") + str(prompt)
+        return Prompt((system_prompt + "\n" if system_prompt else "") + str(prompt), False)
     if system_prompt:
         messages = [{"role": "system", "content": system_prompt}, *messages]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return Prompt(tokenizer.apply_chat_template(messages, tokenize=False,
+                                                add_generation_prompt=True), True)
 
 
 @dataclass(frozen=True)
@@ -72,17 +85,39 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
     return ids
 
 
-def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str],
+def leading_special_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The ids the tokenizer puts before a text: BOS for Llama, Mistral and Gemma (through a
+    post-processor template or ``add_bos_token``), none for GPT-2 or Qwen. Read off an encoding,
+    not from ``bos_token``: many tokenizers name a BOS they never add. What it puts after a
+    text (an EOS, where ``add_eos_token`` is set) is left out: a prompt does not end a
+    document."""
+    probe = "a"
+    plain = tokenizer(probe, add_special_tokens=False).input_ids
+    full = tokenizer(probe).input_ids
+    for start in range(len(full) - len(plain) + 1):
+        if full[start : start + len(plain)] == plain:
+            return full[:start]
+    return []
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[Prompt],
                    max_prompt_length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(ids, mask, cut): left-padded prompt ids, at most ``max_prompt_length`` each. A longer
-    prompt loses its *start*, as in TRL: the end holds the chat template's assistant header,
-    which the completion must follow. ``cut`` (N,) bool marks those prompts."""
-    encoded = tokenizer(prompts, add_special_tokens=False).input_ids
-    cut = torch.tensor([len(ids) > max_prompt_length for ids in encoded])
-    kept = [ids[-max_prompt_length:] for ids in encoded]
+    prompt loses the start of its text, as in TRL: the end holds the chat template's assistant
+    header, which the completion must follow; a raw prompt's BOS is put back before the rest.
+    ``cut`` (N,) bool marks those prompts."""
+    lead = leading_special_ids(tokenizer)
+    encoded = tokenizer([p.text for p in prompts], add_special_tokens=False).input_ids
+    kept, cut = [], []
+    for prompt, ids in zip(prompts, encoded, strict=True):
+        # a raw text that already starts with the BOS (written out) gets no second one
+        head = [] if prompt.templated or ids[: len(lead)] == lead else lead
+        room = max(max_prompt_length - len(head), 1)
+        cut.append(len(head) + len(ids) > max_prompt_length)
+        kept.append((head + ids[-room:])[-max_prompt_length:])
     padded = tokenizer.pad({"input_ids": kept}, padding=True, padding_side="left",
                            return_tensors="pt", return_attention_mask=True)
-    return padded["input_ids"], padded["attention_mask"], cut
+    return padded["input_ids"], padded["attention_mask"], torch.tensor(cut)
 
 
 def completion_mask(completion_ids: torch.Tensor, eos_ids: int | list[int]
@@ -140,7 +175,7 @@ def _generate(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor,
 
 @torch.no_grad()
 def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-             rows: list[dict[str, Any]], prompts: list[str], sampling: Sampling) -> Rollout:
+             rows: list[dict[str, Any]], prompts: list[Prompt], sampling: Sampling) -> Rollout:
     """G = ``sampling.num_generations`` completions per prompt, drawn from π/T."""
     device = next(model.parameters()).device
     G = sampling.num_generations
@@ -160,7 +195,7 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
 
 @torch.no_grad()
 def greedy_texts(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-                 prompts: list[str], sampling: Sampling) -> list[str]:
+                 prompts: list[Prompt], sampling: Sampling) -> list[str]:
     """One greedy completion per prompt (evaluation), stopped at any EOS id."""
     device = next(model.parameters()).device
     ids, mask, _ = encode_prompts(tokenizer, prompts, sampling.max_prompt_length)

@@ -39,6 +39,7 @@ from trainer.metrics import RunLogger
 from trainer.models import MASTER_DTYPE, prepare_policy, prepare_tokenizer, reference_model
 from trainer.rewards import RewardScorer, ScoredBatch, Scorer
 from trainer.rollout import (
+    Prompt,
     Rollout,
     Sampling,
     format_prompt,
@@ -143,7 +144,7 @@ class GRPOTrainer:
 
     # --- 1-3: sampling and rewards -----------------------------------------------------------
 
-    def _prompts(self, rows: list[Row]) -> list[str]:
+    def _prompts(self, rows: list[Row]) -> list[Prompt]:
         c = self.config
         return [format_prompt(r, self.tokenizer, c.prompt_column, c.system_prompt,
                               c.use_chat_template) for r in rows]

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import PreTrainedTokenizerBase
 
-from trainer.models import prepare_tokenizer, tiny_model, tiny_tokenizer
+from trainer.models import (
+    TINY_CHARS,
+    TINY_CHAT_TEMPLATE,
+    prepare_tokenizer,
+    tiny_model,
+    tiny_tokenizer,
+)
 from trainer.rollout import (
+    Prompt,
     Sampling,
     completion_mask,
     encode_prompts,
@@ -38,7 +46,7 @@ def first_token_frequencies(model, tokenizer, sampling: Sampling) -> torch.Tenso
 
 
 def target_distribution(model, tokenizer, temperature: float, top_k: int = 0) -> torch.Tensor:
-    text = format_prompt({"p": PROMPT}, tokenizer, "p", None, True)
+    text = format_prompt({"p": PROMPT}, tokenizer, "p", None, True).text
     ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0, -1].double() / temperature
@@ -89,7 +97,8 @@ def test_every_eos_id_of_the_generation_config_stops_generation() -> None:
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, *stops]
     torch.manual_seed(0)
     sampling = Sampling(num_generations=64, max_prompt_length=64, max_completion_length=24)
-    rollout = generate(model, tokenizer, [{}], [PROMPT + "=>"], sampling)
+    rollout = generate(model, tokenizer, [{}], [Prompt(PROMPT + "=>", templated=True)],
+                       sampling)
     ends = torch.isin(rollout.completion_ids, torch.tensor([tokenizer.eos_token_id, *stops]))
     for row, end, mask, truncated in zip(rollout.completion_ids, ends, rollout.completion_mask,
                                          rollout.truncated, strict=True):
@@ -107,12 +116,76 @@ def test_long_prompts_lose_their_start_not_the_assistant_header() -> None:
     tokenizer = prepare_tokenizer(tiny_tokenizer())
     long = format_prompt({"p": "x" * 40 + " what is 2+3?"}, tokenizer, "p", None, True)
     short = format_prompt({"p": "hi"}, tokenizer, "p", None, True)
-    assert long.endswith("=>")  # the tiny chat template's assistant header
+    assert long.text.endswith("=>")  # the tiny chat template's assistant header
     ids, mask, cut = encode_prompts(tokenizer, [long, short], max_prompt_length=10)
     assert ids.shape == (2, 10) and cut.tolist() == [True, False]
-    full = tokenizer(long, add_special_tokens=False).input_ids
+    full = tokenizer(long.text, add_special_tokens=False).input_ids
     header = tokenizer("=>", add_special_tokens=False).input_ids
     assert ids[0].tolist() == full[-10:] and ids[0, -len(header):].tolist() == header
-    n = len(tokenizer(short, add_special_tokens=False).input_ids)
-    assert ids[1, -n:].tolist() == tokenizer(short, add_special_tokens=False).input_ids
+    n = len(tokenizer(short.text, add_special_tokens=False).input_ids)
+    assert ids[1, -n:].tolist() == tokenizer(short.text, add_special_tokens=False).input_ids
     assert mask[1].tolist() == [0] * (10 - n) + [1] * n  # left padding
+
+
+def bos_tokenizer(kind: str) -> PreTrainedTokenizerBase:
+    """The tiny character tokenizer, adding a BOS as Llama 3's does (a post-processor
+    template) or as Llama 2's and Mistral's do (``add_bos_token``), with a chat template that
+    writes the BOS itself, as theirs do."""
+    from tokenizers import processors
+    from transformers import LlamaTokenizerFast
+
+    if kind == "add_bos_token":
+        vocab = {tok: i for i, tok in enumerate(["<pad>", "<eos>", "<bos>", "<unk>", *TINY_CHARS])}
+        tokenizer = LlamaTokenizerFast(vocab=vocab, merges=[], bos_token="<bos>",
+                                       eos_token="<eos>", unk_token="<unk>", pad_token="<pad>",
+                                       add_bos_token=True)
+    else:
+        tokenizer = tiny_tokenizer()
+        tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+            single="<bos> $A", pair="<bos> $A <bos> $B",
+            special_tokens=[("<bos>", tokenizer.bos_token_id)])
+    tokenizer.chat_template = "{{ bos_token }}" + TINY_CHAT_TEMPLATE
+    return prepare_tokenizer(tokenizer)
+
+
+@pytest.mark.parametrize("kind", ["post_processor", "add_bos_token"])
+@pytest.mark.parametrize("use_chat_template", [False, True])
+def test_prompts_start_with_one_bos_where_the_tokenizer_adds_one(
+        kind: str, use_chat_template: bool) -> None:
+    """A base model (Llama 3, Mistral, Gemma) saw a BOS before every document: a raw-text
+    prompt gets the one its tokenizer adds, a chat-templated one keeps the template's, and
+    neither gets two; the sampled rows and the update's rows start with it."""
+    tokenizer = bos_tokenizer(kind)
+    bos = tokenizer.bos_token_id
+    assert tokenizer("ab").input_ids[0] == bos  # the tokenizer does add one
+    model = tiny_model(tokenizer, seed=0).eval()
+    prompts = [format_prompt({"p": p}, tokenizer, "p", None, use_chat_template)
+               for p in ("say 7: abc", "hi")]
+    rollout = generate(model, tokenizer, [{}, {}], prompts,
+                       Sampling(num_generations=2, max_prompt_length=64,
+                                max_completion_length=2))
+    body = {False: "say 7: abc", True: "say 7: abc=>"}[use_chat_template]
+    for row, mask in zip(rollout.prompt_ids[::2], rollout.prompt_mask[::2], strict=True):
+        real = row[mask.bool()].tolist()
+        assert real[0] == bos and real.count(bos) == 1, tokenizer.convert_ids_to_tokens(real)
+    first = rollout.prompt_ids[0][rollout.prompt_mask[0].bool()].tolist()
+    assert first[1:] == tokenizer(body, add_special_tokens=False).input_ids
+
+
+def test_raw_prompts_of_a_tokenizer_without_bos_get_none() -> None:
+    """GPT-2, Qwen and the tiny tokenizer add nothing: nothing is added (a BOS the model never
+    saw would be as wrong as a missing one)."""
+    tokenizer = prepare_tokenizer(tiny_tokenizer())
+    assert tokenizer("ab").input_ids == tokenizer("ab", add_special_tokens=False).input_ids
+    prompt = format_prompt({"p": PROMPT}, tokenizer, "p", None, False)
+    ids, mask, _ = encode_prompts(tokenizer, [prompt], max_prompt_length=64)
+    assert ids[0].tolist() == tokenizer(PROMPT, add_special_tokens=False).input_ids
+
+
+def test_a_cut_raw_prompt_keeps_its_bos() -> None:
+    tokenizer = bos_tokenizer("post_processor")
+    prompt = format_prompt({"p": "x" * 40 + " what is 2+3?"}, tokenizer, "p", None, False)
+    ids, _, cut = encode_prompts(tokenizer, [prompt], max_prompt_length=10)
+    assert cut.tolist() == [True] and ids.shape == (1, 10)
+    text = tokenizer("x" * 40 + " what is 2+3?", add_special_tokens=False).input_ids
+    assert ids[0].tolist() == [tokenizer.bos_token_id, *text[-9:]]
