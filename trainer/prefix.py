@@ -123,14 +123,33 @@ _ATTENTION_LAYERS = {"full_attention", "sliding_attention", "chunked_attention"}
 
 
 def shareable(model: torch.nn.Module) -> bool:
-    """Whether every layer of ``model`` keeps keys and values (and it has not failed to use a
-    shared prompt before)."""
+    """Whether every layer of ``model`` keeps keys and values, its positions' rotations do not
+    depend on the sequence's length, and it has not failed to use a shared prompt before."""
     if model in _cannot_share:
         return False
     config = getattr(model, "config", None)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     kinds = getattr(text, "layer_types", None) or []
-    return all(kind in _ATTENTION_LAYERS for kind in kinds)
+    return (all(kind in _ATTENTION_LAYERS for kind in kinds)
+            and not any(_length_dependent(kind) for kind in _rope_types(text)))
+
+
+def _rope_types(config: Any) -> list[str]:
+    """Every RoPE type of ``config``: ``rope_parameters`` (transformers >= 5; one dict, or one
+    per layer type as in Gemma 3) or ``rope_scaling`` (earlier; ``type`` in older configs)."""
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    if not isinstance(params, dict):
+        return []
+    dicts = [params] if "rope_type" in params or "type" in params else list(params.values())
+    return [str(d.get("rope_type", d.get("type"))) for d in dicts if isinstance(d, dict)]
+
+
+def _length_dependent(rope_type: str) -> bool:
+    """RoPEs whose frequencies are chosen from the longest position in the forward (the
+    kinds transformers' ``dynamic_rope_update`` recomputes): longrope (Phi-3/4-mini: short
+    factors up to ``original_max_position_embeddings``, long ones past it) and dynamic NTK.
+    A prompt run alone would get other rotations than within its whole sequence."""
+    return rope_type == "longrope" or "dynamic" in rope_type
 
 
 def _fall_back(model: torch.nn.Module, reason: str) -> None:

@@ -131,6 +131,44 @@ def test_a_model_with_recurrent_layers_runs_whole_sequences() -> None:
     assert prefix.prefill(model.eval(), ids[::G, :7], attn[::G, :7], G) is None
 
 
+def length_dependent_rope_model(kind: str) -> torch.nn.Module:
+    """A tiny model whose RoPE frequencies switch once a sequence passes 8 positions: Phi-3's
+    longrope (its short and long factors) or Llama with dynamic NTK scaling."""
+    import transformers
+
+    common = dict(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=4, pad_token_id=0, bos_token_id=1,
+                  eos_token_id=2)
+    torch.manual_seed(0)
+    if kind == "longrope":
+        half = 64 // 4 // 2
+        config = transformers.Phi3Config(
+            **common, max_position_embeddings=64, original_max_position_embeddings=8,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                             "short_factor": [1.0] * half,
+                             "long_factor": [1.0 + 3 * i for i in range(half)]})
+        return transformers.Phi3ForCausalLM(config).eval()
+    config = transformers.LlamaConfig(  # dynamic NTK scales past max_position_embeddings
+        **common, max_position_embeddings=8,
+        rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0})
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("kind", ["longrope", "dynamic"])
+def test_a_rope_that_depends_on_the_length_runs_whole_sequences(kind: str) -> None:
+    """Run alone, a prompt of 7 positions gets the short-sequence rotations; within its 13-token
+    sequences it gets the long ones (Phi-3/4-mini past 4096 tokens): a shared prompt pass would
+    hand the completions other keys than the whole forward computes."""
+    model = length_dependent_rope_model(kind)
+    ids, attn = group_batch(64)
+    with torch.no_grad():
+        whole = completion_logps(model, ids, attn, T, 1.0)
+        shared = completion_logps(model, ids, attn, T, 1.0, model)
+    torch.testing.assert_close(shared, whole, rtol=0, atol=1e-5)
+    assert not prefix.shareable(model)
+    assert prefix.prefill(model, ids[::G, :7], attn[::G, :7], G) is None
+
+
 class CacheIgnoring(torch.nn.Module):
     """A model that takes a cache argument and never uses it."""
 
