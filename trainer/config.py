@@ -76,6 +76,11 @@ class GRPOConfig(BaseModel):
     num_iterations: int = Field(1, ge=1, description="μ: optimisation passes per batch "
                                 "(GRPO paper); > 1 uses the sampling-time log-probs.")
     micro_batch_size: int = Field(8, ge=1, description="Completions per forward/backward.")
+    disable_dropout: bool = Field(
+        True, description="Set the model's own dropout to 0, as TRL's disable_dropout=True "
+        "does: the update runs in training mode, and dropout would make π/π_old (μ > 1) and "
+        "the KL compare two random sub-networks (a tiny GPT-2 with dropout 0.3 had ratios of "
+        "0.76-1.31 before any update, which clipping then acted on). lora_dropout is kept.")
     share_prompts: bool = Field(
         True, description="Run each group's prompt once for its G completions, in sampling "
         "and in the update (trainer/prefix.py): the same log-probs and gradients, less work.")

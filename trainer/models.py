@@ -137,6 +137,25 @@ def prepare_policy(model: PreTrainedModel, device: torch.device,
     return model
 
 
+_DROPOUT_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
+                    torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout)
+
+
+def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Every drop probability of ``model`` set to 0, as TRL's ``disable_dropout`` does: in the
+    update the policy is in training mode, and dropout would make π/π_old (μ > 1) and the KL to
+    the reference compare two random sub-networks instead of one policy. Besides the
+    ``nn.Dropout`` modules (GPT-2), the floats that attention layers pass to the attention
+    kernel (Llama's, Qwen's, Mistral's ``attention_dropout``; OPT's ``dropout``, ``layerdrop``)
+    are zeroed: TRL's module-only version leaves those on."""
+    for module in model.modules():
+        if isinstance(module, _DROPOUT_MODULES):
+            module.p = 0.0
+        for name in [k for k, v in vars(module).items() if "drop" in k and isinstance(v, float)]:
+            setattr(module, name, 0.0)
+    return model
+
+
 def reference_model(policy: PreTrainedModel, device: torch.device,
                     ref_model: PreTrainedModel | None = None) -> PreTrainedModel:
     """The frozen reference for the KL term (β > 0): a copy of the starting policy, in the

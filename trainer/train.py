@@ -36,7 +36,13 @@ from trainer.data import PromptStream, Row
 from trainer.logprobs import completion_logps
 from trainer.loss import loss_normalizer, policy_loss
 from trainer.metrics import RunLogger
-from trainer.models import MASTER_DTYPE, prepare_policy, prepare_tokenizer, reference_model
+from trainer.models import (
+    MASTER_DTYPE,
+    disable_dropout,
+    prepare_policy,
+    prepare_tokenizer,
+    reference_model,
+)
 from trainer.rewards import RewardScorer, ScoredBatch, Scorer
 from trainer.rollout import (
     Prompt,
@@ -94,6 +100,8 @@ class GRPOTrainer:
         seed_everything(config.seed + self.rank)
         self.tokenizer = prepare_tokenizer(tokenizer)
         self.policy = prepare_policy(model, self.device, config.gradient_checkpointing)
+        if config.disable_dropout:  # before the adapter: lora_dropout stays what it is set to
+            disable_dropout(self.policy)
         if config.lora_r:
             self.policy = lora.add_adapter(self.policy, config.lora_r, config.lora_alpha,
                                            config.lora_dropout, config.lora_target_modules)
