@@ -67,13 +67,21 @@ class TimeoutMemory(Generic[V]):
     The result cache keeps no timeout (the machine may only have been busy), yet a hostile
     completion is often repeated: G copies in a GRPO group, the same group a step later.
     Remembered, each copy after the first is answered at once instead of holding a worker
-    for the whole time limit again. The ttl bounds how long a timeout that only a busy
-    machine caused is believed. Keys are stored hashed: an answer may be 2,000 characters.
+    for the whole time limit again.
+
+    Only what the machine's load cannot have caused is remembered: a correct item that ran
+    out of time while neighbours held the CPU must get its next run on a quiet server, not a
+    remembered 0 for ten minutes. ``put(..., certain=True)`` is for an outcome load cannot
+    cause (the check used its whole limit in CPU time; it ran out of memory): remembered at
+    once. Any other timeout is a first strike, believed when the same key runs out of time
+    again within ``ttl_s``. Keys are stored hashed: an answer may be 2,000 characters.
     """
 
     def __init__(self, ttl_s: float, maxsize: int = 10_000) -> None:
         self.ttl_s = ttl_s
-        self._seen: TTLCache[str, tuple[V, float]] = TTLCache(maxsize, ttl=max(ttl_s, 1e-3))
+        ttl = max(ttl_s, 1e-3)
+        self._seen: TTLCache[str, tuple[V, float]] = TTLCache(maxsize, ttl=ttl)
+        self._strikes: TTLCache[str, float] = TTLCache(maxsize, ttl=ttl)
 
     @staticmethod
     def _digest(key: Hashable) -> str:
@@ -86,6 +94,13 @@ class TimeoutMemory(Generic[V]):
         found = self._seen.get(self._digest(key))
         return None if found is None else (found[0], time.monotonic() - found[1])
 
-    def put(self, key: Hashable, value: V) -> None:
-        if self.ttl_s > 0:
-            self._seen[self._digest(key)] = (value, time.monotonic())
+    def put(self, key: Hashable, value: V, certain: bool = False) -> bool:
+        """Record a timeout; True if it is now remembered (see the class docstring)."""
+        if self.ttl_s <= 0:
+            return False
+        digest = self._digest(key)
+        if not certain and self._strikes.pop(digest, None) is None:
+            self._strikes[digest] = time.monotonic()
+            return False
+        self._seen[digest] = (value, time.monotonic())
+        return True

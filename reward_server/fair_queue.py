@@ -1,28 +1,39 @@
-"""Fair scheduling of slow work between the requests in flight (issue 13).
+"""Fair scheduling of slow work between the callers and requests in flight.
 
 A reward server is shared: several trainers, evaluation jobs and replicas send batches at
 once. Its slow resources, the math worker processes and the sandbox containers, each sit
 behind a ``FairGate`` that lets ``slots`` items run at a time. Served first come, first
 served, one batch of slow items would hold every later request behind all of it.
 
-Policy: an equal share of worker *time* per request, as Linux's CFS shares a CPU between
-tasks (vruntime). Each request at a gate accumulates the seconds of work its items cost: what
-the holder measured (a math task's run time inside its worker), else the time the slot was
-held; items still running count up to now. A free slot goes to the waiting request with
-the least; ties go to the one served longest ago (round-robin). A request that arrives
-starts level with the least-served request in flight, not at zero: a stream of short
-requests cannot starve a long one, and a long one banks no credit while it waits. (Measured
-cost matters: an honest item that waited for a worker killed by someone else's timeout to
-be replaced would otherwise be charged for the replacement's start.)
+Policy: an equal share of worker *time*, as Linux's CFS shares a CPU between tasks
+(vruntime), at two levels, as cgroups nest: first between **callers** (the client's address,
+see ``routes.caller_of``), then between the **requests** of one caller. Each share
+accumulates the seconds of work its items cost: what the holder measured (a math task's run
+time inside its worker), else the time the slot was held; items still running count up to
+now. A free slot goes to the least-served caller, and within it to its least-served request;
+ties go to the one whose next item has waited longest. A share that arrives starts level with
+the least-served one in flight, not at zero, so it banks no credit while away.
 
-Why time and not items: round-robin by items gives a batch of 3-second items 3 s of a
-worker per turn and an honest batch 10 ms, so with two workers the slow batch soon holds
-both. Sharing time, an arriving request is the least served, so its first item takes the
-next slot that frees: it waits for at most about one item's time limit, whatever is queued.
+Why callers first: shares per request alone let a stream of new one-item requests starve a
+batch. Each newcomer starts level with the batch (the least served) and wins; the batch, once
+served an item, sits above every newcomer that joins after it. Under one caller's share the
+stream pays for its own items, and a batch of another caller's gets its turn within about one
+item's time limit per busy slot. (Requests of one caller still share fairly between
+themselves: a trainer's evaluation job does not wait for its training batch.)
 
-A request's budget: items still waiting when its deadline passes raise ``BudgetSpent`` at
-once, so a hostile batch ends at its budget instead of holding its client (and its share
-of the workers) for hours. Items already running finish under their own time limit.
+Why time and not items: round-robin by items gives a batch of 3-second items 3 s of a worker
+per turn and an honest batch 10 ms, so with two workers the slow batch soon holds both.
+Sharing time, an arriving caller is the least served, so its first item takes the next slot
+that frees: it waits for at most about one item's time limit, whatever is queued.
+
+A request's budget bounds how long its items are **shut out by other callers**: the clock
+runs only while the request's caller has no item running at this gate. An item still
+waiting when that time passes the budget raises ``BudgetSpent`` (scored null: it never ran).
+Time the caller's own items hold the workers does not count: a batch whose own slow items
+(programs that loop, towers of exponents) keep its other items waiting gets every item run,
+so slowness cannot buy a null where a fast wrong answer gets 0. A request's answer time is
+thus bounded by its budget plus its own work on its share of the workers, each item of which
+is bounded by its own time limit. Items already running finish under their own time limit.
 
 The request is found through a context variable that ``request_scope`` sets (the scoring
 layer opens one per HTTP request; asyncio tasks inherit it). Work outside any scope shares
@@ -48,6 +59,7 @@ class RequestScope:
     id: int
     budget_s: float | None
     deadline: float | None  # time.monotonic(); None: no budget
+    caller: Hashable = None  # who sent it (routes.caller_of); None: one anonymous caller
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
@@ -62,12 +74,12 @@ _ids = itertools.count(1)
 
 
 @contextmanager
-def request_scope(budget_s: float | None) -> Iterator[RequestScope]:
+def request_scope(budget_s: float | None, caller: Hashable = None) -> Iterator[RequestScope]:
     """Everything scored inside (and in tasks started inside) is one request to the gates.
     ``budget_s`` None or 0: no budget."""
     budget = budget_s or None
     scope = RequestScope(next(_ids), budget,
-                         None if budget is None else time.monotonic() + budget)
+                         None if budget is None else time.monotonic() + budget, caller)
     token = _current.set(scope)
     try:
         with metrics.REQUESTS_IN_FLIGHT.track_inprogress():
@@ -81,17 +93,53 @@ def current_request() -> RequestScope | None:
 
 
 @dataclass(eq=False)
-class _Share:
+class _Waiter:
+    future: asyncio.Future[int]
+    queued_at: float
+
+
+@dataclass(eq=False)
+class _Request:
     """One request's place at one gate."""
 
-    key: Hashable
+    key: RequestScope | None
     served_s: float  # slot-seconds of finished items, from the level it joined at
-    waiting: deque[tuple[asyncio.Future[int], float]] = field(default_factory=deque)
+    waiting: deque[_Waiter] = field(default_factory=deque)
     running: dict[int, float] = field(default_factory=dict)  # grant -> monotonic start
-    last_grant: int = 0
 
     def served(self, now: float) -> float:
         return self.served_s + sum(now - start for start in self.running.values())
+
+    def head_since(self) -> float:
+        return self.waiting[0].queued_at
+
+
+@dataclass(eq=False)
+class _Caller:
+    """One caller's place at one gate: its requests, and the time it had a slot."""
+
+    key: Hashable
+    served_s: float
+    requests: dict[RequestScope | None, _Request] = field(default_factory=dict)
+    floor: float = 0.0  # its least-served request's level, for requests that join
+    busy_s: float = 0.0  # seconds with at least one item running, up to busy_since
+    busy_since: float | None = None
+
+    def running(self) -> int:
+        return sum(len(r.running) for r in self.requests.values())
+
+    def served(self, now: float) -> float:
+        return self.served_s + sum(now - start for r in self.requests.values()
+                                   for start in r.running.values())
+
+    def busy(self, now: float) -> float:
+        return self.busy_s + (0.0 if self.busy_since is None else now - self.busy_since)
+
+    def ready(self) -> list[_Request]:
+        return [r for r in self.requests.values() if r.waiting]
+
+    def head_since(self) -> float:
+        return min(r.head_since() for r in self.ready())
 
 
 @dataclass
@@ -101,8 +149,15 @@ class Held:
     cost_s: float | None = None
 
 
+def _level(shares: list[_Caller] | list[_Request], floor: float, now: float) -> float:
+    """Where a share that joins starts: level with the least served, never below the floor
+    (kept while none is in flight, so a caller that leaves and comes back banks nothing)."""
+    return max(floor, min((s.served(now) for s in shares), default=floor))
+
+
 class FairGate:
-    """``slots`` items at a time, shared between requests (see the module docstring).
+    """``slots`` items at a time, shared between callers and requests (see the module
+    docstring).
 
         async with gate.slot():
             await run_the_slow_part()
@@ -113,97 +168,125 @@ class FairGate:
             raise ValueError(f"a gate needs at least one slot, got {slots}")
         self.slots = slots
         self.name = name
-        self._shares: dict[Hashable, _Share] = {}
+        self._callers: dict[Hashable, _Caller] = {}
         self._grants = itertools.count(1)
-        self._floor = 0.0  # the least-served request's level, kept when none is in flight
+        self._floor = 0.0  # the least-served caller's level, kept when none is in flight
 
     @property
     def running(self) -> int:
-        return sum(len(s.running) for s in self._shares.values())
+        return sum(c.running() for c in self._callers.values())
 
     @property
     def waiting(self) -> int:
-        return sum(len(s.waiting) for s in self._shares.values())
+        return sum(len(r.waiting) for c in self._callers.values() for r in c.requests.values())
 
     @property
     def requests(self) -> int:
         """Requests with items waiting or running here."""
-        return len(self._shares)
+        return sum(len(c.requests) for c in self._callers.values())
+
+    @property
+    def callers(self) -> int:
+        """Callers with items waiting or running here."""
+        return len(self._callers)
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[Held]:
         """Hold one slot for the body. Raises ``BudgetSpent`` if the current request's
-        deadline passes while waiting."""
-        share, grant = await self._acquire()
+        caller is shut out past the request's budget while this item waits."""
+        caller, request, grant = await self._acquire()
         held = Held()
         try:
             yield held
         finally:
-            self._release(share, grant, held.cost_s)
+            self._release(caller, request, grant, held.cost_s)
 
-    async def _acquire(self) -> tuple[_Share, int]:
+    def _join(self, scope: RequestScope | None, now: float) -> tuple[_Caller, _Request]:
+        key = None if scope is None else scope.caller
+        caller = self._callers.get(key)
+        if caller is None:
+            self._floor = _level(list(self._callers.values()), self._floor, now)
+            caller = self._callers[key] = _Caller(key, self._floor)
+        request = caller.requests.get(scope)
+        if request is None:
+            caller.floor = _level(list(caller.requests.values()), caller.floor, now)
+            request = caller.requests[scope] = _Request(scope, caller.floor)
+        return caller, request
+
+    async def _acquire(self) -> tuple[_Caller, _Request, int]:
         scope = current_request()
         now = time.monotonic()
-        share = self._shares.get(scope)
-        if share is None:
-            share = self._shares[scope] = _Share(scope, self._level(now))
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        share.waiting.append((future, now))
+        caller, request = self._join(scope, now)
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), now)
+        request.waiting.append(waiter)
+        busy_at_start = caller.busy(now)
         self._dispatch()
-        if future.done():
-            return share, future.result()
-        delay = scope.remaining() if scope is not None else None
         try:
-            async with asyncio.timeout(None if delay is None else max(delay, 0.0)):
-                return share, await future
+            while not waiter.future.done():
+                # the budget, plus the time the caller has held slots while this item waited
+                left = scope.remaining() if scope is not None else None
+                if left is not None:
+                    left += caller.busy(time.monotonic()) - busy_at_start
+                    if left <= 0:
+                        raise TimeoutError
+                await asyncio.wait({waiter.future}, timeout=left)
+            return caller, request, waiter.future.result()
         except BaseException as exc:
-            if future.done() and not future.cancelled():  # granted as we gave up: pass it on
-                self._release(share, future.result())
+            if waiter.future.done() and not waiter.future.cancelled():  # granted as we gave up
+                self._release(caller, request, waiter.future.result())
             else:
-                future.cancel()
-                share.waiting = deque(w for w in share.waiting if w[0] is not future)
-                self._forget_if_idle(share)
+                waiter.future.cancel()
+                request.waiting.remove(waiter)
+                self._forget_if_idle(caller, request)
                 self._publish()
             if isinstance(exc, TimeoutError) and scope is not None:
                 metrics.BUDGET_CUTS.labels(self.name).inc()
                 raise BudgetSpent(
                     f"not run: this request's budget of {scope.budget_s:g} s "
-                    "(REWARD_SERVER_REQUEST_BUDGET_S) ran out while the item waited for "
-                    f"a {self.name} worker") from None
+                    "(REWARD_SERVER_REQUEST_BUDGET_S) ran out while other callers' items "
+                    f"held every {self.name} worker") from None
             raise
-
-    def _level(self, now: float) -> float:
-        if self._shares:
-            self._floor = max(self._floor, min(s.served(now) for s in self._shares.values()))
-        return self._floor
 
     def _dispatch(self) -> None:
         now = time.monotonic()
         while self.running < self.slots:
-            ready = [s for s in self._shares.values() if s.waiting]
+            ready = [c for c in self._callers.values() if c.ready()]
             if not ready:
                 break
-            share = min(ready, key=lambda s: (s.served(now), s.last_grant))
-            future, queued_at = share.waiting.popleft()
-            if future.done():  # its waiter gave up
+            caller = min(ready, key=lambda c: (c.served(now), c.head_since()))
+            request = min(caller.ready(), key=lambda r: (r.served(now), r.head_since()))
+            waiter = request.waiting.popleft()
+            if waiter.future.done():  # its waiter gave up
                 continue
             grant = next(self._grants)
-            share.last_grant = grant
-            share.running[grant] = now
-            metrics.QUEUE_WAIT.labels(self.name).observe(now - queued_at)
-            future.set_result(grant)
+            if caller.busy_since is None:
+                caller.busy_since = now
+            request.running[grant] = now
+            metrics.QUEUE_WAIT.labels(self.name).observe(now - waiter.queued_at)
+            waiter.future.set_result(grant)
         self._publish()
 
-    def _release(self, share: _Share, grant: int, cost_s: float | None = None) -> None:
-        held_s = time.monotonic() - share.running.pop(grant)
-        share.served_s += held_s if cost_s is None else cost_s
-        self._forget_if_idle(share)
+    def _release(self, caller: _Caller, request: _Request, grant: int,
+                 cost_s: float | None = None) -> None:
+        now = time.monotonic()
+        held_s = now - request.running.pop(grant)
+        cost = held_s if cost_s is None else cost_s
+        request.served_s += cost
+        caller.served_s += cost
+        if caller.running() == 0 and caller.busy_since is not None:
+            caller.busy_s += now - caller.busy_since
+            caller.busy_since = None
+        self._forget_if_idle(caller, request)
         self._dispatch()
 
-    def _forget_if_idle(self, share: _Share) -> None:
-        if not share.waiting and not share.running:
-            self._level(time.monotonic())
-            self._shares.pop(share.key, None)
+    def _forget_if_idle(self, caller: _Caller, request: _Request) -> None:
+        now = time.monotonic()
+        if not request.waiting and not request.running:
+            caller.floor = _level(list(caller.requests.values()), caller.floor, now)
+            caller.requests.pop(request.key, None)
+        if not caller.requests:
+            self._floor = _level(list(self._callers.values()), self._floor, now)
+            self._callers.pop(caller.key, None)
 
     def _publish(self) -> None:
         metrics.QUEUE_WAITING.labels(self.name).set(self.waiting)

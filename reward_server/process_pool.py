@@ -31,10 +31,12 @@ Which task is handed over next is decided in front of pebble, by a ``FairGate`` 
 between the requests in flight (``reward_server.fair_queue``): pebble's own queue is first
 come, first served, so it holds one task per worker and no more; a request that arrives
 behind a batch of slow tasks waits for one of them, not for the batch. A task that ran out
-of time or memory is remembered for ``remember_timeouts_s`` (the task functions are pure),
-so copies of it are answered at once. ``SPARE_WORKERS`` processes more than the gate's
-slots are kept warm: a worker killed at its timeout takes seconds to be replaced (imports
-and warm-up), and the next task, often another request's, takes a spare meanwhile.
+of memory, or of time on its own CPU work, is remembered for ``remember_timeouts_s`` (the
+task functions are pure), so copies of it are answered at once; a timeout that may have been
+the machine's load (little CPU time, or a hard kill) is believed the second time.
+``SPARE_WORKERS`` processes more than the gate's slots are kept warm: a worker killed at its
+timeout takes seconds to be replaced (imports and warm-up), and the next task, often another
+request's, takes a spare meanwhile.
 """
 from __future__ import annotations
 
@@ -62,6 +64,9 @@ MAX_OUTSIDE_LOSSES = 5  # kills from outside and pool losses one task may meet
 SOFT_LIMIT = 0.85  # of the timeout: the worker stops Python code itself, and stays warm
 QUEUED_PER_WORKER = 1  # more would queue tasks first come, first served inside pebble
 SPARE_WORKERS = 1
+# A soft timeout with at least this share of its limit in CPU time was the task's own work;
+# one with less may have waited for a CPU that other processes held (TimeoutMemory)
+CPU_BOUND = 0.9
 _WORKER_START_S = 15.0
 
 
@@ -89,14 +94,16 @@ class _Alarm:
 
 
 def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
-           ) -> tuple[float, bool, Any]:
+           ) -> tuple[float, float, bool, Any]:
     """Runs in the worker: the seconds the task took there (the gate charges a request for
-    that, not for waiting on a worker being replaced), whether it hit the soft limit, and
-    its value. Once the alarm fired the task is a timeout, whatever a handler in it made of
-    the exception."""
+    that, not for waiting on a worker being replaced), the CPU seconds it used (a timeout
+    with little CPU time is the machine's load, not the task's), whether it hit the soft
+    limit, and its value. Once the alarm fired the task is a timeout, whatever a handler in
+    it made of the exception."""
     alarm = _Alarm()
     previous = signal.signal(signal.SIGALRM, alarm)
     started = time.perf_counter()
+    cpu_started = time.process_time()
     value = None
     try:
         alarm.armed = True
@@ -109,7 +116,7 @@ def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
         alarm.armed = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    return time.perf_counter() - started, alarm.fired, value
+    return time.perf_counter() - started, time.process_time() - cpu_started, alarm.fired, value
 
 
 def _init_worker(memory_mb: int, warm_up: Callable[[], None] | None) -> None:
@@ -202,12 +209,14 @@ class TimeoutPool:
             pool, future = self._schedule(_timed, (fn, timeout * SOFT_LIMIT, *args),
                                           timeout)
             result = await self._await(pool, future, timeout)
+            cpu_bound = False  # a timeout is believed at once only if it was
             if result.outcome == "ok":
-                held.cost_s, soft_timeout, value = result.value
+                held.cost_s, cpu_s, soft_timeout, value = result.value
+                cpu_bound = cpu_s >= CPU_BOUND * timeout * SOFT_LIMIT
                 result = result._replace(value=value) if not soft_timeout else TaskResult(
                     "timeout", None, f"exceeded {timeout:g} s; stopped in its worker")
             if result.outcome in ("timeout", "memory"):
-                self._timeouts.put(key, result)
+                self._timeouts.put(key, result, certain=cpu_bound or result.outcome == "memory")
             return result  # not ok: charged the time it held the slot
 
     async def _await(self, pool: ProcessPool, future: Future[Any], timeout: float

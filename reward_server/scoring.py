@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -75,15 +75,16 @@ class Scorer:
             known = ", ".join(sorted(self.verifiers)) or "none"
             raise UnknownVerifier(f"unknown verifier {name!r}; known verifiers: {known}") from None
 
-    async def verify(self, name: str, items: Sequence[ItemBase]) -> list[ResultBase]:
+    async def verify(self, name: str, items: Sequence[ItemBase],
+                     caller: Hashable = None) -> list[ResultBase]:
         check_item_count(len(items), self.settings)
         check_field_sizes(items, self.settings)
         verifier = self.get(name)
-        with request_scope(self.settings.request_budget_s):  # one request to the pools
+        with request_scope(self.settings.request_budget_s, caller):  # one request to the pools
             return await verifier.verify(items)
 
     async def score_mixed(
-        self, raw_items: Sequence[dict[str, Any]]
+        self, raw_items: Sequence[dict[str, Any]], caller: Hashable = None
     ) -> list[tuple[str, ResultBase]]:
         """Validate a mixed batch, run each verifier's share concurrently, keep item order."""
         check_item_count(len(raw_items), self.settings)
@@ -109,7 +110,7 @@ class Scorer:
             return [(index, result) for (index, _), result in zip(batch, results, strict=True)]
 
         out: list[tuple[str, ResultBase] | None] = [None] * len(raw_items)
-        with request_scope(self.settings.request_budget_s):  # one request to the pools
+        with request_scope(self.settings.request_budget_s, caller):  # one request to the pools
             shares = await asyncio.gather(*(run(n, b) for n, b in groups.items()))
         for name, scored in zip(groups, shares, strict=True):
             for index, result in scored:

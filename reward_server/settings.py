@@ -50,17 +50,20 @@ class Settings(BaseSettings):
         100_000, ge=0, description="Entries in the per-process result cache; 0 turns it off."
     )
 
-    # Fair scheduling (issue 13): one slow batch never stalls everyone else's rewards.
-    # 60 s answers a hostile batch well inside the client's 120 s timeout (so it is not
-    # retried, slow items and all). An honest batch whose worker items need longer (thousands
-    # on a few busy workers) gets nulls, never wrong rewards: raise it for such batches.
+    # Fair scheduling: one slow batch never stalls everyone else's rewards. The budget counts
+    # only time a request's caller is shut out by other callers (fair_queue): what its own
+    # slow items cost is never cut, or slowness would buy a null where a fast wrong answer
+    # gets 0. 60 s answers a request starved by others well inside the client's 120 s timeout.
     request_budget_s: float = Field(
-        60.0, ge=0, description="Seconds a request's items may wait for workers; items still "
-        "waiting then come back 'timeout' (score null, not run). 0: no budget.",
+        60.0, ge=0, description="Seconds a request's items may wait while other callers' items "
+        "hold every worker; items still waiting then come back 'timeout' (score null, not "
+        "run). Time spent on the caller's own items does not count. 0: no budget.",
     )
     timeout_memory_s: float = Field(
         600.0, ge=0, description="Seconds an item that timed out is remembered, so copies of "
-        "it come back 'timeout' without running again. 0: off.",
+        "it come back 'timeout' without running again. Only a timeout load cannot cause (a "
+        "math check that used its limit in CPU time) is believed at once; any other on its "
+        "second occurrence. 0: off.",
     )
 
     plugins: list[str] = Field(

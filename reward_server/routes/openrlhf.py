@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from reward_server.adapters.items import label_fields
 from reward_server.errors import ApiError, InvalidItems
+from reward_server.routes import caller_of
 
 router = APIRouter()
 
@@ -79,7 +80,7 @@ async def get_reward(request: Request, body: OpenRLHFRequest,
     items = [item_of(q, p, lab, verifier) for q, p, lab in zip(body.query, prompts, labels,
                                                                 strict=True)]
     try:
-        scored = await request.app.state.scorer.score_mixed(items)
+        scored = await request.app.state.scorer.score_mixed(items, caller_of(request))
     except InvalidItems as exc:  # say it in OpenRLHF's terms: queries, not items
         raise InvalidItems(exc.message.replace("items[", "query[")) from None
     rewards = [result.score for _, result in scored]

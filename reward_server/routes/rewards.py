@@ -2,6 +2,7 @@
 
 from fastapi import APIRouter, Request, Response
 
+from reward_server.routes import caller_of
 from reward_server.schemas import RewardsRequest, RewardsResponse
 
 router = APIRouter()
@@ -9,7 +10,7 @@ router = APIRouter()
 
 @router.post("/v1/rewards", response_model=RewardsResponse, tags=["verify"])
 async def rewards(request: Request, body: RewardsRequest) -> Response:
-    scored = await request.app.state.scorer.score_mixed(body.items)
+    scored = await request.app.state.scorer.score_mixed(body.items, caller_of(request))
     payload = RewardsResponse(
         rewards=[result.score for _, result in scored],
         results=[{"verifier": name, **result.model_dump()} for name, result in scored],

@@ -5,6 +5,7 @@ endpoint's annotation, which must be the per-verifier model object itself.)"""
 
 from fastapi import APIRouter, Request, Response
 
+from reward_server.routes import caller_of
 from reward_server.schemas import verify_models
 from reward_server.verifiers.base import Verifier
 
@@ -14,7 +15,8 @@ def verifier_router(name: str, cls: type[Verifier]) -> APIRouter:
     router = APIRouter()
 
     async def endpoint(request: Request, body: request_model) -> Response:  # type: ignore[valid-type]
-        results = await request.app.state.scorer.verify(name, body.items)  # type: ignore[attr-defined]
+        results = await request.app.state.scorer.verify(  # type: ignore[attr-defined]
+            name, body.items, caller_of(request))
         payload = response_model(results=results)
         return Response(payload.model_dump_json(), media_type="application/json")
 

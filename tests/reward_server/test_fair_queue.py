@@ -19,10 +19,10 @@ async def item(gate: FairGate, tag: str, hold_s: float, log: list[str]) -> str:
     return tag
 
 
-def in_request(budget_s: float | None, *coros_of) -> asyncio.Future:
+def in_request(budget_s: float | None, *coros_of, caller: str | None = None) -> asyncio.Future:
     """Run the coroutines of one request (one scope, like one HTTP request) concurrently."""
     async def main() -> list:
-        with request_scope(budget_s):
+        with request_scope(budget_s, caller):
             return await asyncio.gather(*(make() for make in coros_of), return_exceptions=True)
     return asyncio.ensure_future(main())
 
@@ -66,24 +66,59 @@ async def test_a_request_is_charged_the_cost_its_items_report_not_the_time_held(
     assert log == ["A0", "A1", "A2", "B0", "B1", "B2"]
 
 
-async def test_budget_cuts_what_still_waits_and_lets_running_items_finish() -> None:
+async def test_budget_cuts_what_other_callers_kept_waiting_and_lets_running_items_finish(
+) -> None:
     gate, log = FairGate(1, "unit"), []
     before = metrics.BUDGET_CUTS.labels("unit")._value.get()
-    out = await in_request(0.3, *(lambda k=k: item(gate, f"A{k}", 0.2, log) for k in range(5)))
-    assert out[:2] == ["A0", "A1"]  # A1 got its slot before the deadline and finished
-    assert all(isinstance(e, BudgetSpent) for e in out[2:]), out
-    assert "budget of 0.3 s" in str(out[2]) and "REWARD_SERVER_REQUEST_BUDGET_S" in str(out[2])
-    assert log == ["A0", "A1"]
-    assert metrics.BUDGET_CUTS.labels("unit")._value.get() == before + 3
-    assert (gate.running, gate.waiting, gate.requests) == (0, 0, 0)
+    hog = in_request(None, *(lambda k=k: item(gate, f"H{k}", 0.2, log) for k in range(6)),
+                     caller="hog")
+    await asyncio.sleep(0.01)
+    out = await in_request(0.3, *(lambda k=k: item(gate, f"A{k}", 0.2, log) for k in range(5)),
+                           caller="me")
+    await hog
+    # A0 ran after H0 (0.19 s shut out, then 0.2 s of its own that the clock skips); the
+    # others waited through H1 as well, past 0.3 s shut out, and did not run
+    assert out[0] == "A0" and log[:3] == ["H0", "A0", "H1"], (out, log)
+    assert all(isinstance(e, BudgetSpent) for e in out[1:]), out
+    assert "budget of 0.3 s" in str(out[1]) and "REWARD_SERVER_REQUEST_BUDGET_S" in str(out[1])
+    assert metrics.BUDGET_CUTS.labels("unit")._value.get() == before + 4
+    assert (gate.running, gate.waiting, gate.requests, gate.callers) == (0, 0, 0, 0)
 
 
-async def test_a_cut_request_does_not_hold_up_the_others() -> None:
+async def test_a_requests_own_slow_items_never_cut_its_other_items() -> None:
+    """Slowness must not buy a null: items that waited behind their own request's slow
+    items (or their caller's other requests') all run, however long that takes."""
     gate, log = FairGate(1, "unit"), []
-    cut = in_request(0.05, *(lambda k=k: item(gate, "a", 0.1, log) for k in range(20)))
-    other = in_request(None, *(lambda k=k: item(gate, "b", 0.01, log) for k in range(3)))
-    await asyncio.gather(cut, other)
-    assert log.count("b") == 3 and log.count("a") == 1
+    own = in_request(0.15, *(lambda k=k: item(gate, f"A{k}", 0.1, log) for k in range(5)),
+                     caller="me")
+    other = in_request(0.15, *(lambda k=k: item(gate, f"B{k}", 0.1, log) for k in range(2)),
+                       caller="me")
+    assert await own == [f"A{k}" for k in range(5)]
+    assert await other == ["B0", "B1"]
+
+
+async def test_a_stream_of_one_item_requests_does_not_starve_another_callers_batch() -> None:
+    """Each newcomer request joins level with the least served; per request, every one of
+    them would win against a batch already served once. Shared per caller, the stream pays
+    for its own items."""
+    gate, log = FairGate(1, "unit"), []
+    stream: list[asyncio.Future] = []
+
+    async def send_stream() -> None:
+        for k in range(30):
+            stream.append(in_request(5.0, lambda k=k: item(gate, f"S{k}", 0.05, log),
+                                     caller="streamer"))
+            await asyncio.sleep(0.02)
+
+    sender = asyncio.ensure_future(send_stream())
+    await asyncio.sleep(0.03)
+    victim = await in_request(0.5, *(lambda k=k: item(gate, f"V{k}", 0.01, log)
+                                     for k in range(8)), caller="victim")
+    assert victim == [f"V{k}" for k in range(8)], victim
+    await sender
+    await asyncio.gather(*stream)
+    # the victim's last item ran long before the stream's last
+    assert log.index("V7") < log.index("S20"), log
 
 
 async def test_cancelled_waiters_leave_no_trace() -> None:

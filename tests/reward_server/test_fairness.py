@@ -1,10 +1,11 @@
-"""One slow batch never stalls everyone else's rewards (issue 13), on a real server.
+"""One slow batch never stalls everyone else's rewards, on a real server.
 
-The issue's scenario: client A posts a batch of distinct items that each run into the time
-limit; a second later client B posts an honest batch. First come, first served, B waited for
-A's whole batch (74.5 s for 40 math items at 3 s on two workers). Now B waits for at most
-about one of A's items, A's batch ends at its request budget with every item answered, and
-copies of one hostile completion pay for it once.
+Client A posts a batch of distinct items that each run into the time limit; a second later
+client B posts an honest batch. First come, first served, B waited for A's whole batch
+(74.5 s for 40 math items at 3 s on two workers). Now B waits for at most about one of A's
+items; every one of A's items runs and scores 0 (its own slowness never buys a null); a
+stream of one-item requests cannot starve another caller's batch; copies of one hostile
+completion pay for it once. Callers are told apart by address: B posts from 127.0.0.2.
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ def towers(n: int) -> list[dict[str, str]]:
 
 
 def post_later(url: str, path: str, items: list[dict[str, Any]], delay_s: float,
-               out: dict[str, Any]) -> threading.Thread:
+               out: dict[str, Any], source: str = "127.0.0.1") -> threading.Thread:
+    """Post from ``source`` (a loopback address: another caller to the fair gates)."""
     def post() -> None:
         time.sleep(delay_s)
         started = time.monotonic()
-        out["response"] = httpx.post(url + path, json={"items": items}, timeout=300)
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=source)) as client:
+            out["response"] = client.post(url + path, json={"items": items}, timeout=300)
         out["elapsed"] = time.monotonic() - started
 
     thread = threading.Thread(target=post)
@@ -64,7 +67,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def test_honest_math_request_is_not_held_behind_a_hostile_batch(server: ServerProcess) -> None:
-    hostile = towers(40)  # first come, first served: 40 x (2 s + a restart) / 2 workers
+    hostile = towers(12)  # first come, first served: 12 x (2 s + a restart) / 2 workers
     honest = ([{"response": "\\boxed{3}", "answer": "8"}] * 8  # the fast path: no worker
               + [{"response": f"\\boxed{{\\frac{{\\sqrt{{{k + 2}}}}}{{2}}}}",
                   "answer": f"\\sqrt{{{k + 2}}}/2"} for k in range(8)])  # SymPy: a worker
@@ -72,7 +75,7 @@ def test_honest_math_request_is_not_held_behind_a_hostile_batch(server: ServerPr
     b: dict[str, Any] = {}
     numeric: dict[str, Any] = {}
     threads = [post_later(server.url, "/v1/verify/math", hostile, 0.0, a),
-               post_later(server.url, "/v1/verify/math", honest, 1.0, b),
+               post_later(server.url, "/v1/verify/math", honest, 1.0, b, "127.0.0.2"),
                post_later(server.url, "/v1/verify/math", honest[:8], 1.5, numeric)]
     for thread in threads:
         thread.join()
@@ -86,22 +89,15 @@ def test_honest_math_request_is_not_held_behind_a_hostile_batch(server: ServerPr
     assert [r["score"] for r in b["response"].json()["results"]] == [0.0] * 8 + [1.0] * 8
     assert b["elapsed"] < TIMEOUT_S + RESTART_S, b["elapsed"]
 
-    # A ends at its budget: every item has its own verdict, in order; the ones that never
-    # ran are 'timeout' with a null score and say why
+    # every one of A's items ran (its own slow items kept the others waiting: that is not
+    # the budget's to cut) and scored 0, in order, each saying why
     assert a["response"].status_code == 200
     results = a["response"].json()["results"]
-    assert len(results) == 40 and all(r["status"] == "timeout" for r in results)
-    ran = [r for r in results if "exceeded" in (r["detail"] or "")]  # stopped or killed
-    cut = [r for r in results if "budget" in (r["detail"] or "")]
-    assert ran and cut and len(ran) + len(cut) == 40, results
-    assert all(r["score"] == 0.0 for r in ran)
-    assert all(r["score"] is None and "REWARD_SERVER_REQUEST_BUDGET_S" in r["detail"]
-               for r in cut)
-    assert a["elapsed"] < BUDGET_S + TIMEOUT_S + RESTART_S
+    assert len(results) == 12 and all(r["status"] == "timeout" for r in results)
+    assert all(r["score"] == 0.0 and "exceeded" in (r["detail"] or "") for r in results), results
 
     text = httpx.get(server.url + "/metrics").text
-    assert metric(text, "reward_queue_wait_seconds_count", "math") >= len(ran) + 8
-    assert metric(text, "reward_budget_cuts_total", "math") >= len(cut)
+    assert metric(text, "reward_queue_wait_seconds_count", "math") >= 12 + 8
     assert re.search(r"^reward_requests_in_flight \S+$", text, re.M)
     assert re.search(r'^reward_queue_items_waiting\{verifier="math"\} 0\.0$', text, re.M)
 
@@ -116,12 +112,17 @@ def test_copies_of_one_hostile_completion_pay_once(server: ServerProcess) -> Non
     # one request's copies are one job (the verifier shares it), so it ran once
     assert all("exceeded" in r["detail"] for r in first)
     assert elapsed < TIMEOUT_S + RESTART_S, elapsed  # not 16 x 2 s / 2 workers
-    started = time.monotonic()
+    # believed at once if it used its limit in CPU time, else at its second timeout (a busy
+    # machine can slow a correct item once): from then on copies are not run again
     again = httpx.post(server.url + "/v1/verify/math", json={"items": [item] * 4},
+                       timeout=300).json()["results"]
+    assert all(r["status"] == "timeout" and r["score"] == 0.0 for r in again)
+    started = time.monotonic()
+    third = httpx.post(server.url + "/v1/verify/math", json={"items": [item] * 4},
                        timeout=300).json()["results"]
     assert time.monotonic() - started < 1.0
     assert all(r["status"] == "timeout" and r["score"] == 0.0 and "remembered" in r["detail"]
-               for r in again)
+               for r in third)
 
 
 # --- code: the container pool ---------------------------------------------------------------
@@ -141,16 +142,16 @@ def code_server(docker_ready: None, tmp_path_factory: pytest.TempPathFactory
 
 def test_honest_code_request_is_not_held_behind_a_hostile_batch(
         code_server: ServerProcess) -> None:
-    # first come, first served: 30 x 2 s / 2 containers, plus a new container after each
+    # first come, first served: 10 x 2 s / 2 containers, plus a new container after each
     hostile = [{"response": f"```python\nimport time  # {k}\ntime.sleep(60)\n```",
                 "tests": [{"input": "", "output": "done"}], "time_limit_s": SLEEP_LIMIT_S}
-               for k in range(30)]
+               for k in range(10)]
     honest = [{"response": "```python\nprint(int(input()) * 2)\n```",
                "tests": [{"input": str(k), "output": str(2 * k)}]} for k in range(4)]
     a: dict[str, Any] = {}
     b: dict[str, Any] = {}
     threads = [post_later(code_server.url, "/v1/verify/code", hostile, 0.0, a),
-               post_later(code_server.url, "/v1/verify/code", honest, 1.0, b)]
+               post_later(code_server.url, "/v1/verify/code", honest, 1.0, b, "127.0.0.2")]
     for thread in threads:
         thread.join()
 
@@ -159,14 +160,73 @@ def test_honest_code_request_is_not_held_behind_a_hostile_batch(
     # one sleeping program per container, and a fresh container for the one it spoiled
     assert b["elapsed"] < SLEEP_LIMIT_S + RESTART_S, b["elapsed"]
 
+    # all of A's sleepers ran and scored 0: none was cut to a null by its own siblings
     assert a["response"].status_code == 200
     results = a["response"].json()["results"]
-    assert len(results) == 30
-    ran = [r for r in results if r["status"] == "ok"]
-    cut = [r for r in results if r["status"] == "timeout"]
-    assert ran and cut and len(ran) + len(cut) == 30, [r["status"] for r in results]
-    assert all(r["score"] == 0.0 and r["tests"][0]["status"] == "timeout" for r in ran)
-    assert all(r["score"] is None and "budget" in r["detail"] for r in cut)
+    assert len(results) == 10
+    assert all(r["status"] == "ok" and r["score"] == 0.0 and r["tests"][0]["status"] == "timeout"
+               for r in results), [(r["status"], r["score"]) for r in results]
     text = httpx.get(code_server.url + "/metrics").text
-    assert metric(text, "reward_queue_wait_seconds_count", "code") >= len(ran) + 4
-    assert metric(text, "reward_budget_cuts_total", "code") >= len(cut)
+    assert metric(text, "reward_queue_wait_seconds_count", "code") >= 10 + 4
+
+
+def test_one_code_timeout_is_not_believed_two_are(code_server: ServerProcess) -> None:
+    """A wall-clock timeout can be the machine's load: a correct program slowed by its
+    neighbours once must run again, not come back 'remembered' for ten minutes. A second
+    timeout of the same program is believed."""
+    item = {"response": "```python\nimport time  # remembered?\ntime.sleep(60)\n```",
+            "tests": [{"input": "", "output": "done"}], "time_limit_s": 1.0}
+
+    def post() -> tuple[dict[str, Any], float]:
+        started = time.monotonic()
+        r = httpx.post(code_server.url + "/v1/verify/code", json={"items": [item]}, timeout=120)
+        return r.json()["results"][0], time.monotonic() - started
+
+    for _ in range(2):  # run, and run again
+        result, elapsed = post()
+        assert result["tests"][0]["status"] == "timeout" and result["score"] == 0.0
+        assert "remembered" not in (result["detail"] or "") and elapsed >= 1.0, result
+    result, elapsed = post()
+    assert "remembered" in result["detail"] and result["score"] == 0.0 and elapsed < 1.0, result
+
+
+def test_a_stream_of_small_requests_does_not_starve_another_callers_batch(
+        server: ServerProcess) -> None:
+    """A client posts a new one-item slow request every 0.4 s; each new request used to join
+    level with the least-served and win, so a batch served once waited behind all of them
+    until its budget cut it to nulls ([1.0, null x 7] after 60 s). Shared per caller, the
+    stream pays for its own items."""
+    stop = threading.Event()
+    streamed: list[httpx.Response] = []
+    posts: list[threading.Thread] = []
+
+    def stream() -> None:
+        k = 0
+        while not stop.is_set():
+            item = {"response": f"\\boxed{{{2 + k % 7}^{{{6 + k % 3}^{{{8 + k}^{{9}}}}}}}}",
+                    "answer": "3"}
+            posts.append(threading.Thread(target=lambda item=item: streamed.append(httpx.post(
+                server.url + "/v1/verify/math", json={"items": [item]}, timeout=300))))
+            posts[-1].start()
+            k += 1
+            stop.wait(0.4)
+
+    streamer = threading.Thread(target=stream)
+    streamer.start()
+    try:
+        time.sleep(3.0)  # the stream holds both workers and has a queue
+        victim = [{"response": f"\\boxed{{\\frac{{\\sqrt{{{k + 20}}}}}{{2}}}}",
+                   "answer": f"\\sqrt{{{k + 20}}}/2"} for k in range(8)]
+        out: dict[str, Any] = {}
+        post_later(server.url, "/v1/verify/math", victim, 0.0, out, "127.0.0.2").join()
+    finally:
+        stop.set()
+        streamer.join()
+        for post in posts:
+            post.join()
+    assert len(streamed) == len(posts) and all(r.status_code == 200 for r in streamed)
+    assert out["response"].status_code == 200
+    assert [r["score"] for r in out["response"].json()["results"]] == [1.0] * 8
+    # about one of the stream's items per worker, then the victim's share: well inside the
+    # budget that used to cut it
+    assert out["elapsed"] < BUDGET_S / 2, out["elapsed"]

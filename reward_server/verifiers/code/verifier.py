@@ -94,7 +94,8 @@ class CodeVerifier(Verifier):
         return run
 
     def _remembered(self, key: str) -> CodeResult | None:
-        """The same program and tests timed out a moment ago: so will this copy."""
+        """The same program and tests timed out twice a moment ago: so will this copy. (Once
+        is not believed: a test's wall-clock limit can be the machine's load.)"""
         found = self._timeouts.get(key)
         if found is None:
             return None
