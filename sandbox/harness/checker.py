@@ -11,6 +11,9 @@ crashes, reports a failure of its own (testlib's exit 3) or runs past its time l
 dataset's fault: the item is ``bad_tests`` (null), never a 0 or a 1 for the candidate —
 unless it fails only on the candidate's output and accepts the reference answer
 (``stdio.judge_output``): then the output made it fail, and the test is a wrong answer.
+Before each check every process of the candidate's uid is killed (``slate.release_candidate``):
+a child that left its session could otherwise fill the pids limit, and the checker could not
+start; a checker that still cannot start is the candidate's failure (``CheckerBlocked``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ _cache = OrderedDict()  # checker key -> its directory under CACHE_ROOT, compile
 
 class CheckerBroken(Exception):
     """The dataset's checker failed: the item is bad_tests, with this reason."""
+
+
+class CheckerBlocked(Exception):
+    """The checker could not run, after the candidate's program did: what that program left
+    (its tmpfs full, a pid it kept) is the likely cause, so the test is the candidate's
+    failure (``checker_blocked``, 0, never cached), never the dataset's null."""
 
 
 class OutOfTime(Exception):
@@ -95,33 +104,30 @@ class Checker:
 
     def judge(self, test_input, output, answer):
         """(status, message) for the candidate's ``output``: passed or wrong_answer. Raises
-        CheckerBroken, or OutOfTime when the item's budget cut the check short."""
+        CheckerBroken; OutOfTime when the item's budget cut the check short; CheckerBlocked
+        when it could not run at all."""
         job = self.job
+        why = slate.release_candidate()
+        if why is not None:
+            raise CheckerBlocked(f"the checker could not run: {why}")
         limit = min(CHECK_TIME_LIMIT_S, job["deadline"] - time.monotonic())
-        files = tempfile.mkdtemp(dir=slate.WORK_ROOT)
+        files = None
         try:
-            paths = []
-            for name, data in (("input", test_input.encode("utf-8", "surrogatepass")),
-                               ("output", output),
-                               ("answer", answer.encode("utf-8", "surrogatepass"))):
-                paths.append(os.path.join(files, name))
-                with open(paths[-1], "wb") as f:
-                    f.write(data)
-                if slate.isolated():
-                    os.chown(paths[-1], 0, slate.CHECKER[1])
-                    os.chmod(paths[-1], 0o640)
-            if slate.isolated():
-                os.chown(files, 0, slate.CHECKER[1])
-                os.chmod(files, 0o750)
-            result = run_process([*self.language["run"], *paths], b"", limit,
+            files = self._write_files(test_input, output, answer)
+            result = run_process([*self.language["run"], *files], b"", limit,
                                  job["compile_memory_mb"], job["output_limit_bytes"],
                                  job["stderr_tail_bytes"], self.dir, self.env, self.language,
                                  who=slate.CHECKER)
+        except OSError as exc:  # the work dir's tmpfs, which the candidate can fill
+            raise CheckerBlocked(f"the checker's files could not be written: {exc}") from None
         finally:
-            for name in os.listdir(files):
-                os.unlink(os.path.join(files, name))
-            os.rmdir(files)
+            if files is not None:
+                for path in files:
+                    os.unlink(path)
+                os.rmdir(os.path.dirname(files[0]))
         message = tail(result["stderr"] or result["stdout"], job["stderr_tail_bytes"]).strip()
+        if not result["started"]:
+            raise CheckerBlocked(f"the checker could not start: {message}")
         if result["status"] is None:
             return PASSED, message
         if result["status"] == TIMEOUT:
@@ -132,6 +138,30 @@ class Checker:
             return WRONG_ANSWER, message
         raise CheckerBroken(f"the checker failed ({result['status']}, exit code "
                             f"{result['code']}): {message}")
+
+    def _write_files(self, test_input, output, answer):
+        """The three paths the checker reads, in a directory of root's that only the
+        checker's group may read."""
+        files = tempfile.mkdtemp(dir=slate.WORK_ROOT)
+        paths = [os.path.join(files, name) for name in ("input", "output", "answer")]
+        try:
+            for path, data in zip(paths, (test_input.encode("utf-8", "surrogatepass"), output,
+                                          answer.encode("utf-8", "surrogatepass"))):
+                with open(path, "wb") as f:
+                    f.write(data)
+                if slate.isolated():
+                    os.chown(path, 0, slate.CHECKER[1])
+                    os.chmod(path, 0o640)
+        except OSError:
+            for path in paths:
+                if os.path.exists(path):
+                    os.unlink(path)
+            os.rmdir(files)
+            raise
+        if slate.isolated():
+            os.chown(files, 0, slate.CHECKER[1])
+            os.chmod(files, 0o750)
+        return paths
 
     def close(self):
         """Remove its directory, unless the cache keeps it (a checker that did not compile

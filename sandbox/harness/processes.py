@@ -88,7 +88,8 @@ def oom_kills():
 
 def run_process(argv, stdin_data, time_limit_s, memory_mb, output_limit, stderr_tail, cwd, env,
                 language=None, who=slate.CANDIDATE):
-    """Run ``argv``; returns a dict with status (None = exited), exit code, output, timing.
+    """Run ``argv``; returns a dict with status (None = exited), exit code, output, timing,
+    and whether it started at all (a full pids limit or memory can refuse the fork).
     ``language`` (its row of sandbox/languages.py) says how ``memory_mb`` is enforced;
     ``who``: the uid and gid it runs as (the candidate's, or the dataset checker's)."""
     language = language or {}
@@ -105,8 +106,8 @@ def run_process(argv, stdin_data, time_limit_s, memory_mb, output_limit, stderr_
             env=env, preexec_fn=limit_child(memory_mb, math.ceil(time_limit_s) + 1, cwd,
                                                 memory_rlimit, who),
         )
-    except OSError as exc:
-        return {"status": RUNTIME_ERROR, "code": None, "stdout": b"",
+    except (OSError, subprocess.SubprocessError) as exc:  # the fork, or preexec_fn
+        return {"status": RUNTIME_ERROR, "code": None, "stdout": b"", "started": False,
                 "stderr": f"cannot start: {exc}".encode(), "time_ms": 0.0}
     return supervise(process, stdin_data, started, time_limit_s, output_limit, stderr_tail,
                      oom_before, language.get("memory_markers", ()))
@@ -192,7 +193,7 @@ def supervise(process, stdin_data, started, time_limit_s, output_limit, stderr_t
     if status is None:
         status = classify_exit(code, bytes(err), oom_before, memory_markers, bytes(err_head))
     return {"status": status, "code": code, "stdout": bytes(out[:output_limit]),
-            "stderr": bytes(err), "time_ms": round(elapsed_ms, 3)}
+            "stderr": bytes(err), "time_ms": round(elapsed_ms, 3), "started": True}
 
 
 def exit_notifier(pid):

@@ -63,24 +63,68 @@ def other_processes(exclude=()):
 
 
 def sweep(keep=()):
-    """Kill every process of this container but init, ourselves and ``keep``: freeze them all
-    first (SIGSTOP) so a fork bomb cannot outrun us, then SIGKILL, then reap."""
+    """Kill every process of this container but init, ourselves and ``keep``."""
+    kill_all(lambda: other_processes(exclude=keep))
+
+
+def processes_of(uid):
+    """The processes running under ``uid`` (real, effective, saved or file-system), zombies
+    included: a zombie holds its pid, which the container's pids limit counts, until reaped."""
+    found = []
+    for pid in other_processes():
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                uids = next(line for line in f if line.startswith("Uid:")).split()[1:]
+        except (OSError, StopIteration):
+            continue  # it exited meanwhile
+        if str(uid) in uids:
+            found.append(pid)
+    return found
+
+
+def kill_user(uid):
+    """Kill every process of ``uid``, whatever session or process group it moved to (a
+    program's ``setsid()`` child escapes the kill of its test's group, and can fill the pids
+    limit or hold the CPU while a trusted program, a dataset's checker, runs). True when none
+    is left."""
+    return kill_all(lambda: processes_of(uid))
+
+
+def kill_all(listed):
+    """Kill the processes ``listed()`` names: freeze them all first (SIGSTOP) so a fork bomb
+    cannot outrun us, then SIGKILL, then reap (PID 1 inherits the orphans). True when none
+    is left within a second."""
     seen = set()
     for _ in range(100):
-        pids = other_processes(exclude=keep)
+        pids = listed()
         for pid in pids:
             _signal(pid, signal.SIGSTOP)
         if set(pids) <= seen:
             break
         seen.update(pids)
-    for pid in other_processes(exclude=keep):
+    for pid in listed():
         _signal(pid, signal.SIGKILL)
     deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
+    while True:
         reap()
-        if not other_processes(exclude=keep):
-            break
+        if not listed():
+            return True
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.001)
+
+
+def release_candidate():
+    """Before a trusted program runs in the middle of an execution (a dataset's checker,
+    after each test's program): every process of the candidate's killed, and what it can
+    hold without one (SysV objects, files in ``SHARED_DIRS``) freed, so nothing it left can
+    keep that program from starting or running. The work dir stays: later tests run the
+    program from it. None when done, else why not."""
+    if not isolated():
+        return None  # everything runs under one uid: ours
+    if not kill_user(CANDIDATE[0]):
+        return "a process of the candidate's outlived the kill"
+    return janitor(None)
 
 
 def _signal(pid, sig):

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from typing import Final, Literal, get_args
 
+# checker_blocked: the dataset's checker could not run on the test's output after the
+# program ran (its files could not be written, it could not start): what the program left
+# behind is the likely cause, so it scores 0 like any failure, but says nothing certain
+# about the program and is never cached.
 TestStatus = Literal["passed", "wrong_answer", "timeout", "runtime_error", "memory_limit",
-                     "output_limit", "skipped"]
+                     "output_limit", "skipped", "checker_blocked"]
 # What the harness answers for one execution. harness_error: it failed before any program of
 # the candidate's ran (the runner retries on another container, then calls it unavailable).
 ExecutionStatus = Literal["ok", "syntax_error", "compile_error", "bad_tests", "harness_error"]
@@ -26,13 +30,14 @@ EXECUTION_STATUSES: frozenset[str] = frozenset(get_args(ExecutionStatus))
 CODE_STATUSES: frozenset[str] = frozenset(get_args(CodeStatus))
 
 # A test that ended so may have left the container in a bad state: replace it before reuse.
-REPLACES_CONTAINER: frozenset[str] = frozenset({"timeout", "memory_limit", "output_limit"})
+REPLACES_CONTAINER: frozenset[str] = frozenset({"timeout", "memory_limit", "output_limit",
+                                                "checker_blocked"})
 # Items the completion could not cause: the reward is null, never 0 (issue 10).
 UNSCORABLE: frozenset[str] = frozenset({"bad_tests", "sandbox_unavailable", "timeout"})
-# Not cached: an outage or a spent budget says nothing about the program, and a timeout or a
-# memory kill can depend on the machine's load at the moment.
+# Not cached: an outage or a spent budget says nothing about the program, and a timeout, a
+# memory kill or a checker that could not run can depend on the machine or the moment.
 UNCACHEABLE_ITEM: frozenset[str] = frozenset({"sandbox_unavailable", "timeout"})
-UNCACHEABLE_TEST: frozenset[str] = frozenset({"timeout", "memory_limit"})
+UNCACHEABLE_TEST: frozenset[str] = frozenset({"timeout", "memory_limit", "checker_blocked"})
 
 
 # The names the harness writes (the Literals above spell the same strings for type checkers).
@@ -43,6 +48,7 @@ RUNTIME_ERROR: Final = "runtime_error"
 MEMORY_LIMIT: Final = "memory_limit"
 OUTPUT_LIMIT: Final = "output_limit"
 SKIPPED: Final = "skipped"
+CHECKER_BLOCKED: Final = "checker_blocked"
 OK: Final = "ok"
 SYNTAX_ERROR: Final = "syntax_error"
 COMPILE_ERROR: Final = "compile_error"

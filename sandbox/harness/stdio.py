@@ -8,12 +8,13 @@ from __future__ import annotations
 import time
 
 from . import artifacts
-from .checker import Checker, CheckerBroken, OutOfTime
+from .checker import Checker, CheckerBlocked, CheckerBroken, OutOfTime
 from .compare import outputs_match
 from .processes import compiling, kill_group, run_process
 from .protocol import tail
 from .statuses import (
     BAD_TESTS,
+    CHECKER_BLOCKED,
     COMPILE_ERROR,
     OK,
     PASSED,
@@ -112,6 +113,8 @@ def run_tests(job, workdir, env, zygote, checker):
             except OutOfTime:
                 return {"status": OK,
                         "tests": results + over_budget(job, len(job["tests"]) - index)}
+            except CheckerBlocked as exc:  # after the program ran: its doing, not the dataset's
+                status, message = CHECKER_BLOCKED, str(exc)
             if message:
                 stderr = "\n".join(filter(None, [stderr, "checker: " + message]))[
                     -job["stderr_tail_bytes"]:]

@@ -1,0 +1,63 @@
+"""The harness's judging on the host (no container): a dataset's checker that cannot run once
+the candidate's program ran. The harness is made to run everything under this process's
+uid (``slate.isolated`` False, as outside the container), so nothing here signals or cleans
+up another uid's processes or files on the host."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox.harness import slate, statuses, stdio
+from sandbox.languages import resolve
+
+
+@pytest.fixture
+def outside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """One uid for all, and a work root of the test's own: the harness as run by hand."""
+    monkeypatch.setattr(slate, "isolated", lambda: False)
+    monkeypatch.setattr(slate, "drop_privileges", lambda who=None: None)
+    monkeypatch.setattr(slate, "WORK_ROOT", str(tmp_path))
+    return tmp_path
+
+
+def stdio_job(workdir: Path, checker_run: list[str]) -> dict:
+    python = resolve("python")
+    assert python is not None
+    (workdir / python.source).write_text("print(1)\n")
+    return {"mode": "stdio", "language": python.as_job(256), "source": "print(1)\n",
+            "time_limit_s": 5.0, "memory_mb": 256, "output_limit_bytes": 1 << 20,
+            "stderr_tail_bytes": 2048, "compile_time_limit_s": 30.0, "compile_memory_mb": 768,
+            "syntax_error_markers": [], "budget_s": 60.0, "stop_on_failure": False,
+            "deadline": time.monotonic() + 60,
+            "tests": [{"input": "", "output": "1\n", "tolerance": None}] * 2,
+            "checker": {"language": {**python.as_job(768), "run": checker_run},
+                        "source": "import sys\nsys.exit(0)\n"}}
+
+
+def test_a_checker_that_cannot_start_after_the_program_ran_fails_the_test(
+        outside: Path) -> None:
+    """After the program ran, a checker that cannot start (here its command does not exist;
+    in a container, a pids limit the program filled) is the program's failure, 0 and never
+    cached, not the dataset's null (bad_tests)."""
+    workdir = outside / "work"
+    workdir.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir)}
+    result = stdio.run_stdio(stdio_job(workdir, ["/nonexistent/checker"]), str(workdir), env)
+    assert result["status"] == statuses.OK, result
+    assert [t["status"] for t in result["tests"]] == [statuses.CHECKER_BLOCKED] * 2, result
+    assert "could not start" in result["tests"][0]["stderr"], result
+    assert statuses.CHECKER_BLOCKED in statuses.UNCACHEABLE_TEST
+    assert statuses.CHECKER_BLOCKED in statuses.REPLACES_CONTAINER
+
+
+def test_a_checker_that_runs_judges_the_output(outside: Path) -> None:
+    """The same job with a checker that starts: it judges, and the tests pass."""
+    workdir = outside / "work"
+    workdir.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir)}
+    job = stdio_job(workdir, ["python3", "-I", "main.py"])
+    result = stdio.run_stdio(job, str(workdir), env)
+    assert [t["status"] for t in result["tests"]] == [statuses.PASSED] * 2, result
