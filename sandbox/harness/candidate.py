@@ -149,14 +149,22 @@ class Candidate:
         self.to_child = self.from_child = None
 
 
+# Exceptions that the iteration protocol reads as "no more items": raised from a call inside
+# a test's ``map()`` or ``filter()``, they would end it silently, and ``all(map(...))`` would
+# pass. Relayed as RuntimeError, as PEP 479 does when they leave a generator.
+ENDS_ITERATION = (StopIteration, StopAsyncIteration)
+
+
 def raised(error):
     """The solution's exception as the test code should see it: a builtin exception type
     by its name (a test's ``except ValueError`` or ``pytest.raises``-style check of a
     correct solution must work), else RuntimeError. Raising a builtin exception is nothing
-    the solution could not do anyway."""
+    the solution could not do anyway, except one that ends an iteration (``ENDS_ITERATION``):
+    in the test code's iteration, not the solution's."""
     name, _, message = error.partition(": ")
     kind = getattr(builtins, name, None) if name.isidentifier() else None
-    if not (isinstance(kind, type) and issubclass(kind, Exception)):
+    if not (isinstance(kind, type) and issubclass(kind, Exception)) or issubclass(
+            kind, ENDS_ITERATION):
         kind, message = RuntimeError, f"the solution raised {error}"
     try:
         return kind(message)

@@ -1,6 +1,6 @@
 """Comparing a program's output with the expected one, as the stdin/stdout datasets'
-own judges do: line by line, trailing whitespace and trailing blank lines ignored, numbers
-within a tolerance when the item gives one."""
+own judges do: line by line, trailing whitespace and trailing blank lines ignored, decimals
+within a tolerance when the item gives one (integers stay exact)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,30 @@ def lines_of(text):
     return lines
 
 
+def integer(token):
+    """An integer token as (negative, digits without leading zeros), so two compare by value
+    at any length (``int()`` refuses more than 4,300 digits); None for any other token."""
+    sign, digits = (token[0], token[1:]) if token[:1] in ("+", "-") else ("", token)
+    if not (digits.isdigit() and digits.isascii()):
+        return None
+    digits = digits.lstrip("0") or "0"
+    return sign == "-" and digits != "0", digits
+
+
 def tokens_match(expected, actual, tolerance):
+    """Token by token: equal, or both numbers within ``tolerance`` (relative or absolute).
+    Two integers compare exactly: the tolerance is for decimals (``1000001`` is not
+    ``1000000`` at 1e-6)."""
     a, b = expected.split(), actual.split()
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):
         if x == y:
+            continue
+        ix, iy = integer(x), integer(y)
+        if ix is not None and iy is not None:
+            if ix != iy:
+                return False
             continue
         try:
             fx, fy = float(x), float(y)

@@ -1,7 +1,8 @@
-"""The harness's judging on the host (no container): a dataset's checker that cannot run once
-the candidate's program ran. The harness is made to run everything under this process's
-uid (``slate.isolated`` False, as outside the container), so nothing here signals or cleans
-up another uid's processes or files on the host."""
+"""The harness's judging on the host (no container): integer tokens under a tolerance, the
+solution's exceptions as the test code sees them, and a dataset's checker that cannot run once
+the candidate's program ran. For the checker the harness is made to run everything under this
+process's uid (``slate.isolated`` False, as outside the container), so nothing here signals or
+cleans up another uid's processes or files on the host."""
 
 from __future__ import annotations
 
@@ -10,8 +11,48 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.harness import slate, statuses, stdio
+from sandbox.harness import candidate, compare, slate, statuses, stdio
 from sandbox.languages import resolve
+
+BIG = "9" * 6021  # as many digits as 2 ** 20000: past int()'s 4,300-digit limit
+
+
+@pytest.mark.parametrize(("expected", "actual", "tolerance", "match"), [
+    ("1000000", "1000001", 1e-6, False),  # two integers: exact at any tolerance
+    ("1000000", "1000000.5", 1e-6, True),  # a decimal: within the tolerance
+    ("1000000.0", "1000001", 1e-6, True),
+    ("3 1000000", "3 1000000", 1e-6, True),
+    ("007 -0 +5", "7 0 5", 1e-6, True),  # integers by value
+    ("5", "-5", 1e-6, False),
+    (BIG, BIG[:-1] + "7", 1e-6, False),  # equal as floats (inf), and as rounded decimals
+    (BIG, "+" + BIG, 1e-6, True),
+    ("1 2", "1 3", 0.5, False),
+    ("0.5 2", "0.7 2", 0.5, True),
+])
+def test_integer_tokens_compare_exactly(expected: str, actual: str, tolerance: float,
+                                        match: bool) -> None:
+    assert compare.outputs_match(expected, actual, tolerance) is match
+
+
+@pytest.mark.parametrize("error", ["StopIteration: ", "StopIteration", "StopAsyncIteration: x"])
+def test_a_solution_ending_an_iteration_is_relayed_as_runtime_error(error: str) -> None:
+    """Relayed as it is, a StopIteration the solution raised inside a test's ``map()`` ends
+    the map: ``all(map(...))`` is True, and a wrong solution passed."""
+    exc = candidate.raised(error)
+    assert type(exc) is RuntimeError and error.split(":")[0] in str(exc)
+
+    def call(x: int) -> bool:
+        raise exc
+
+    with pytest.raises(RuntimeError):
+        all(map(call, [1, 2]))
+
+
+@pytest.mark.parametrize(("error", "kind"), [("ValueError: bad", ValueError),
+                                             ("KeyError: 1", KeyError),
+                                             ("Forged: x", RuntimeError)])
+def test_a_solutions_builtin_exception_keeps_its_type(error: str, kind: type) -> None:
+    assert type(candidate.raised(error)) is kind
 
 
 @pytest.fixture

@@ -73,7 +73,8 @@ class CodeItem(ItemBase):
         None, description="stdin/stdout problems with several correct outputs: a trusted "
         "program that judges each output instead of the line-by-line comparison.")
     tolerance: float | None = Field(
-        None, ge=0, description="Numeric tolerance for stdin/stdout tokens (abs and rel).")
+        None, ge=0, description="Numeric tolerance for stdin/stdout decimal tokens (abs and "
+        "rel); two integer tokens compare exactly.")
     time_limit_s: float | None = Field(
         None, gt=0, description="Per test; clamped to the server's maximum.")
     memory_mb: int | None = Field(None, gt=0, description="Clamped to the server's maximum.")
