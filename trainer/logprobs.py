@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
+from trainer.positions import position_ids, position_kwargs
 from trainer.prefix import shared_prompt_logits
 
 
@@ -76,6 +77,8 @@ def completion_logps(
     if logits is None:
         # logits for positions P-1 .. P+T-2 predict the completion tokens P .. P+T-1
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
-                       logits_to_keep=completion_length + 1).logits[:, :-1, :]  # (B, T, V)
+                       logits_to_keep=completion_length + 1,
+                       **position_kwargs(model, position_ids(attention_mask))
+                       ).logits[:, :-1, :]  # (B, T, V)
     targets = input_ids[:, -completion_length:]  # (B, T)
     return selective_log_softmax(logits, targets, temperature)

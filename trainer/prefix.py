@@ -18,16 +18,16 @@ the shared prefix) and the plain forward is used instead, with a warning once.
 
 from __future__ import annotations
 
-import inspect
 import warnings
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from typing import Any
 
 import torch
 from transformers import DynamicCache
+
+from trainer.positions import forward_parameters, position_ids, position_kwargs
 
 
 class _Recorder(DynamicCache):
@@ -82,15 +82,7 @@ def group_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
 
 def cache_kwarg(model: torch.nn.Module) -> str:
     """transformers >= 5 calls the cache ``cache``; earlier versions ``past_key_values``."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
-    return _cache_kwarg_of(type(base))
-
-
-@lru_cache(maxsize=64)
-def _cache_kwarg_of(model_class: type) -> str:
-    """Per class, not per call: this runs for every micro-batch and every generate call."""
-    parameters = inspect.signature(model_class.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
+    return "cache" if "cache" in forward_parameters(model) else "past_key_values"
 
 
 @contextmanager
@@ -183,11 +175,13 @@ def shared_prompt_logits(
     if len(first) == input_ids.shape[0]:
         return None
     kwarg = cache_kwarg(prompt_model)
+    positions = position_ids(attention_mask)  # (n, P + T), as the whole forward gets them
     recorder = _Recorder()
     with _checkpointing_keeps_cache(prompt_model):
         # the prompt's last position predicts the first completion token
         head = prompt_model(input_ids=prompt_ids[first], attention_mask=prompt_mask[first],
-                            use_cache=False, logits_to_keep=1, **{kwarg: recorder}).logits
+                            use_cache=False, logits_to_keep=1, **{kwarg: recorder},
+                            **position_kwargs(prompt_model, positions[first, :P])).logits
     layers = len(recorder.recorded)
     if layers == 0 or sorted(recorder.recorded) != list(range(layers)):
         _fall_back(prompt_model, "the model did not pass its keys and values through the cache")
@@ -196,7 +190,8 @@ def shared_prompt_logits(
     with _checkpointing_keeps_cache(model):
         # completion tokens 0 .. T-2 predict tokens 1 .. T-1; the last one predicts nothing
         rest = model(input_ids=input_ids[:, P:-1], attention_mask=attention_mask[:, :-1],
-                     use_cache=False, **{kwarg: prefix}).logits  # (n, T-1, V)
+                     use_cache=False, **{kwarg: prefix},
+                     **position_kwargs(prompt_model, positions[:, P:-1])).logits  # (n, T-1, V)
     if len(prefix.read) != layers:
         _fall_back(prompt_model, "a layer did not read the shared prompt")
         return None
@@ -212,11 +207,9 @@ def prefill(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, G: in
     if ids.shape[1] < 2 or not shareable(model):
         return None
     kwarg = cache_kwarg(model)
-    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
-    model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1],
-          position_ids=positions[:, :-1], use_cache=True, logits_to_keep=1,
-          **{kwarg: cache})
+    model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], use_cache=True, logits_to_keep=1,
+          **{kwarg: cache}, **position_kwargs(model, position_ids(mask)[:, :-1]))
     if cache.get_seq_length() != ids.shape[1] - 1:
         _fall_back(model, "the model did not fill the cache it was given")
         return None

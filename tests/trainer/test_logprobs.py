@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from trainer import prefix
 from trainer.logprobs import completion_logps, selective_log_softmax
 from trainer.models import tiny_model, tiny_tokenizer
 
@@ -88,3 +89,49 @@ def test_completion_logps_under_autocast_are_float32_and_close() -> None:
     exact = completion_logps(model.double(), ids, attn, 5, temperature=0.7)
     assert fast.dtype == torch.float32 and fast.shape == (2, 5)
     assert (fast.double() - exact).abs().max() < 0.05  # bf16 matmuls; the softmax is exact
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_left_padded_row_of_an_absolute_position_model_gets_its_sampling_logps(
+        shared: bool) -> None:
+    """GPT-2 adds a learned embedding per position: a left-padded row must count its
+    positions from its first real token in the update, as ``generate`` counts them when it
+    samples, or its log-probs are those of another sequence; ``shared``: sampling from a
+    prefilled prompt cache and the update's shared prompt pass (trainer.prefix)."""
+    import transformers
+    from transformers import GenerationConfig
+
+    from trainer.models import prepare_tokenizer
+    from trainer.rollout import Prompt, encode_prompts
+
+    tokenizer = prepare_tokenizer(tiny_tokenizer())
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=len(tokenizer), n_embd=64, n_layer=2, n_head=4, n_positions=128,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id)).eval()
+    G, T = 2, 5
+    prompts = [Prompt("say 7: a much longer prompt=>", True), Prompt("hi=>", True)]
+    ids, mask, _ = encode_prompts(tokenizer, prompts, 64)
+    ids, mask = ids.repeat_interleave(G, 0), mask.repeat_interleave(G, 0)
+    assert (mask[G:] == 0).any()  # the second group is left-padded
+    config = GenerationConfig(do_sample=False, max_new_tokens=T, min_new_tokens=T,
+                              output_logits=True, return_dict_in_generate=True,
+                              pad_token_id=tokenizer.pad_token_id)
+    with torch.no_grad():
+        cache = prefix.prefill(model, ids[::G], mask[::G], G) if shared else None
+        extra = {prefix.cache_kwarg(model): cache} if shared else {}
+        assert (cache is not None) == shared
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                             **extra)
+        completion = out.sequences[:, ids.shape[1]:]  # (2G, T)
+        sampled = torch.log_softmax(torch.stack(out.logits, 1).float(), -1).gather(
+            -1, completion.unsqueeze(-1)).squeeze(-1)
+        full = torch.cat([ids, completion], 1)
+        attn = torch.cat([mask, torch.ones_like(completion)], 1)
+        update = completion_logps(model, full, attn, T, 1.0, model if shared else None)
+        alone = full[G:G + 1, -(T + mask[G].sum()):]  # the short prompt without padding
+        unpadded = completion_logps(model, alone, torch.ones_like(alone), T)
+    torch.testing.assert_close(update, sampled, rtol=0, atol=1e-5)
+    torch.testing.assert_close(update[G:G + 1], unpadded, rtol=0, atol=1e-5)
+    assert prefix.shareable(model)  # the shared pass was used, not fallen back from

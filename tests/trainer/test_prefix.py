@@ -177,9 +177,11 @@ class CacheIgnoring(torch.nn.Module):
         self.inner = inner
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                cache: object = None, **kwargs: object) -> object:
+                cache: object = None, position_ids: torch.Tensor | None = None,
+                **kwargs: object) -> object:
         kwargs.pop("past_key_values", None)
-        return self.inner(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                          position_ids=position_ids, **kwargs)
 
 
 def test_a_model_that_ignores_the_cache_falls_back_to_whole_sequences(monkeypatch) -> None:
