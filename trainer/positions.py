@@ -2,8 +2,8 @@
 
 A left-padded row run with the default positions (0 .. L-1 over the padded width) starts its
 text at the number of pads: RoPE models barely notice (the rotation between two tokens is the
-same), but models with a learned embedding per position (GPT-2, OPT) compute another sequence
-than the one sampled, 0.14 nats apart on a tiny GPT-2. ``generate`` takes
+same), but models with a learned embedding per position (GPT-2, GPT-Neo) compute another
+sequence than the one sampled, 0.14 nats apart on a tiny GPT-2. ``generate`` takes
 ``cumsum(mask) - 1``, 0 on pads; the update and the prefilled prompt cache take the same, so
 sampling, old, reference and trained log-probs all see one sequence whatever its padding.
 """
