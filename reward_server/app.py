@@ -17,13 +17,13 @@ from reward_server.middleware import BearerAuth, BodyLimit, ErrorGuard, RequestM
 from reward_server.routes import meta, openrlhf, rewards
 from reward_server.routes.verify import verifier_router
 from reward_server.scoring import Scorer
-from reward_server.settings import Settings, get_settings
+from reward_server.settings import ServerSettings, get_settings
 from reward_server.verifiers.registry import discover
 
 log = logging.getLogger("reward_server")
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: ServerSettings | None = None) -> FastAPI:
     settings = settings or get_settings()
     classes = discover(settings.plugins)
 

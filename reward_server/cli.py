@@ -1,7 +1,8 @@
 """``reward-server``: run the HTTP service.
 
 Every setting is a flag (``--math-timeout-s 5``), an environment variable
-(``REWARD_SERVER_MATH_TIMEOUT_S=5``) or a line in ``.env``; flags win. ``--help`` lists all.
+(``REWARD_SERVER_MATH_TIMEOUT_S=5``) or a line in ``.env``; flags win. ``--help`` lists all,
+each verifier's section included (``--sandbox-pool-size``); ``docs/settings.md`` too.
 """
 
 from __future__ import annotations
@@ -11,47 +12,44 @@ import os
 import sys
 import tempfile
 
-from pydantic import SecretStr, ValidationError
+from pydantic import ValidationError
 from pydantic_settings import CliApp, SettingsError
 
-from reward_server.settings import Settings
+from reward_server.settings import SETTINGS_FILE_ENV, ServerSettings, settings_class
+from reward_server.verifiers.registry import PluginError
 
 
-def _export(settings: Settings) -> None:
-    """uvicorn's worker processes read settings from the environment: hand them ours."""
-    for name, value in settings.model_dump().items():
-        if value is None:
-            continue
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()
-        text = json.dumps(value) if isinstance(value, list) else str(value)
-        os.environ[f"REWARD_SERVER_{name.upper()}"] = text
+def _parse(args: list[str]) -> ServerSettings:
+    """Two passes: the server's own settings name the plug-ins, whose sections the full
+    class (and ``--help``) then includes."""
+    first = [a for a in args if a not in ("-h", "--help")]
+    core = ServerSettings(_cli_parse_args=first, _cli_ignore_unknown_args=True)
+    return CliApp.run(settings_class(core.plugins), cli_args=args, cli_settings_source=None)
+
+
+def _settings_file(settings: ServerSettings) -> str:
+    """The settings as one JSON file for the worker processes (owner-only: the token)."""
+    fd, path = tempfile.mkstemp(prefix="reward-server-settings-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(settings.dump_secret(), f)
+    return path
 
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        settings = CliApp.run(
-            Settings, cli_args=sys.argv[1:] if argv is None else argv,
-            cli_settings_source=None,
-        )
+        settings = _parse(sys.argv[1:] if argv is None else argv)
     except (ValidationError, SettingsError) as exc:
         first = str(exc).strip().splitlines()
         print(f"reward-server: invalid settings: {' '.join(first[:3])}", file=sys.stderr)
         raise SystemExit(2) from None
+    except PluginError as exc:  # fail here, in one line, not in each worker
+        print(f"reward-server: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
     import uvicorn
 
-    from reward_server.settings import get_settings
-    from reward_server.verifiers.registry import PluginError, discover
-
-    try:
-        discover(settings.plugins)  # fail here, in one line, not in each worker
-    except PluginError as exc:
-        print(f"reward-server: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    _export(settings)
-    get_settings.cache_clear()
     if settings.workers > 1:
+        os.environ[SETTINGS_FILE_ENV] = _settings_file(settings)
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="reward-prom-"))
         uvicorn.run(
             "reward_server.app:create_app", factory=True, host=settings.host,

@@ -16,11 +16,11 @@ from reward_server.errors import (
     format_validation_errors,
 )
 from reward_server.fair_queue import request_scope
-from reward_server.settings import Settings
+from reward_server.settings import ServerSettings
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
 
 
-def check_item_count(count: int, settings: Settings) -> None:
+def check_item_count(count: int, settings: ServerSettings) -> None:
     if count > settings.max_items_per_request:
         raise PayloadTooLarge(
             f"items: {count} items exceed the limit of {settings.max_items_per_request} per "
@@ -28,7 +28,7 @@ def check_item_count(count: int, settings: Settings) -> None:
         )
 
 
-def check_field_sizes(items: Sequence[Any], settings: Settings) -> None:
+def check_field_sizes(items: Sequence[Any], settings: ServerSettings) -> None:
     limit = settings.max_field_bytes
     for index, item in enumerate(items):
         found = _oversized(item, f"items[{index}]", limit)
@@ -64,7 +64,7 @@ def _oversized(value: Any, path: str, limit: int) -> tuple[str, int] | None:
 class Scorer:
     """Runs batches through the started verifiers."""
 
-    def __init__(self, verifiers: Mapping[str, Verifier], settings: Settings) -> None:
+    def __init__(self, verifiers: Mapping[str, Verifier], settings: ServerSettings) -> None:
         self.verifiers = dict(verifiers)
         self.settings = settings
 

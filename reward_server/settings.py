@@ -1,20 +1,42 @@
 """Server settings: environment variables (prefix ``REWARD_SERVER_``), an optional ``.env``
 file, and the ``reward-server`` command line, all through pydantic-settings so the three
-agree and ``--help`` lists every one."""
+agree and ``--help`` lists every one.
+
+One home per setting: the server's own are ``ServerSettings``; each verifier declares its
+section (``Verifier.settings_model``, a pydantic model, under ``settings_prefix``), and
+``compose_settings`` builds one class with every section's fields flattened under its prefix
+(``math_timeout_s``: ``--math-timeout-s``, ``REWARD_SERVER_MATH_TIMEOUT_S``). A verifier gets
+its section back as ``Verifier.config``. ``docs/settings.md`` is generated from the composed
+class (``python -m reward_server.settings_doc``); a test fails when the two disagree.
+
+Worker processes (``--workers``) receive the settings as one JSON file that the CLI wrote
+(``REWARD_SERVER_SETTINGS_FILE``), not re-read from the environment.
+"""
 
 from __future__ import annotations
 
+import copy
+import json
 import os
+from collections.abc import Mapping
 from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+if TYPE_CHECKING:
+    from reward_server.verifiers.base import Verifier
 
-class Settings(BaseSettings):
+SETTINGS_FILE_ENV = "REWARD_SERVER_SETTINGS_FILE"
+
+
+class ServerSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="REWARD_SERVER_", env_file=".env", extra="ignore", cli_kebab_case=True
     )
+    sections: ClassVar[dict[str, type[BaseModel]]] = {}  # prefix -> model, set by compose
 
     host: str = Field("127.0.0.1", description="Interface to bind; 0.0.0.0 in a container.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port.")
@@ -33,19 +55,6 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1, description="Bytes in a request body.")
 
-    # Math verifier. A few seconds covers every honest SymPy comparison we have seen; hostile
-    # expressions (towers of powers, nested factorials) are cut off here.
-    math_timeout_s: float = Field(3.0, gt=0, description="Wall-clock limit per math item.")
-    math_memory_mb: int = Field(1024, ge=64, description="Address-space cap per math worker.")
-    math_workers: int = Field(
-        0, ge=0, description="Math worker processes; 0 means one per CPU core."
-    )
-    math_max_answer_chars: int = Field(
-        2000, ge=1, description="Longer extracted answers are a parse_error, not parsed."
-    )
-    math_tolerance: float = Field(
-        1e-6, ge=0, description="Relative tolerance when a decimal is compared with a value."
-    )
     cache_size: int = Field(
         100_000, ge=0, description="Entries in the per-process result cache; 0 turns it off."
     )
@@ -71,11 +80,82 @@ class Settings(BaseSettings):
         description="Extra verifier classes as 'module:Class', besides installed entry points.",
     )
 
+    def section(self, prefix: str) -> BaseModel:
+        """A verifier's settings section, validated from this object's flattened fields."""
+        model = self.sections.get(prefix)
+        if model is None:
+            raise KeyError(f"no settings section {prefix!r} in {type(self).__name__} "
+                           f"(sections: {', '.join(sorted(self.sections)) or 'none'})")
+        return model.model_validate(
+            {name: getattr(self, f"{prefix}_{name}") for name in model.model_fields})
+
     def resolved_math_workers(self) -> int:
-        return self.math_workers or os.cpu_count() or 1
+        """Kept for callers of the flat name; the math section's ``resolved_workers``."""
+        return self.section("math").resolved_workers()  # type: ignore[attr-defined]
+
+    def dump_secret(self) -> dict[str, Any]:
+        """Every field as JSON data, secrets in clear: for the worker processes' file only."""
+        data = self.model_dump(mode="json")
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                data[name] = value.get_secret_value()
+        return data
+
+
+def sections_of(verifiers: Mapping[str, type[Verifier]]) -> dict[str, type[BaseModel]]:
+    """Each verifier's declared section, by prefix; two verifiers may not claim one prefix."""
+    sections: dict[str, type[BaseModel]] = {}
+    for name, cls in sorted(verifiers.items()):
+        model = cls.settings_model
+        if model is None:
+            continue
+        prefix = cls.settings_prefix or name
+        if sections.get(prefix, model) is not model:
+            raise ValueError(f"settings prefix {prefix!r} is claimed by two verifiers")
+        sections[prefix] = model
+    return sections
+
+
+def compose_settings(sections: Mapping[str, type[BaseModel]]) -> type[ServerSettings]:
+    """``ServerSettings`` plus each section's fields as ``<prefix>_<field>`` (their
+    validators, defaults and descriptions kept)."""
+    fields: dict[str, Any] = {}
+    for prefix, model in sorted(sections.items()):
+        for name, info in model.model_fields.items():
+            flat = f"{prefix}_{name}"
+            if flat in ServerSettings.model_fields or flat in fields:
+                raise ValueError(f"setting {flat!r} is declared twice")
+            fields[flat] = (info.annotation, copy.copy(info))
+    cls = create_model("Settings", __base__=ServerSettings, **fields)
+    cls.__doc__ = "The server's settings with every verifier's section (compose_settings)."
+    cls.sections = dict(sections)
+    return cls
+
+
+def settings_class(plugins: list[str] | tuple[str, ...] = ()) -> type[ServerSettings]:
+    """The settings class for the installed verifiers and ``plugins``."""
+    from reward_server.verifiers.registry import discover
+
+    return compose_settings(sections_of(discover(plugins)))
 
 
 @lru_cache
-def get_settings() -> Settings:
-    """The process's settings, read once; tests pass their own Settings to create_app."""
-    return Settings()
+def get_settings() -> ServerSettings:
+    """The process's settings, read once: from the file the CLI wrote for its workers, else
+    the environment. Tests pass their own settings to create_app."""
+    path = os.environ.get(SETTINGS_FILE_ENV)
+    if path:
+        data = json.loads(Path(path).read_text())
+        return settings_class(data.get("plugins", ())).model_validate(data)
+    plugins = ServerSettings().plugins
+    return settings_class(plugins)()
+
+
+def __getattr__(name: str) -> Any:
+    """``Settings``: the class for the installed verifiers (composed on first use, since it
+    imports them), for ``Settings(math_timeout_s=2)`` as before sections existed."""
+    if name == "Settings":
+        cls = globals()["Settings"] = settings_class()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

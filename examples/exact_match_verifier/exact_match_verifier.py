@@ -9,15 +9,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from reward_server.verifiers import ItemBase, ResultBase, Verifier
+
+
+class ExactMatchSettings(BaseModel):
+    """This plug-in's settings section: ``--exact-match-case-sensitive`` or
+    ``REWARD_SERVER_EXACT_MATCH_CASE_SENSITIVE``, listed by ``reward-server --help``."""
+
+    case_sensitive: bool = Field(False, description="Compare letter case when an item "
+                                 "does not say.")
 
 
 class ExactMatchItem(ItemBase):
     response: str
     answer: str
-    case_sensitive: bool = Field(False, description="Compare letter case too.")
+    case_sensitive: bool | None = Field(None, description="Compare letter case too; "
+                                        "default: the server's setting.")
 
 
 class ExactMatchResult(ResultBase):
@@ -31,16 +40,19 @@ class ExactMatchVerifier(Verifier):
     item_model = ExactMatchItem
     result_model = ExactMatchResult
     description = "The last non-empty line of the response equals the answer."
+    settings_model = ExactMatchSettings
+    config: ExactMatchSettings
 
     async def verify(self, items: Sequence[ExactMatchItem]) -> list[ExactMatchResult]:  # type: ignore[override]
         return [self._one(item) for item in items]
 
-    @staticmethod
-    def _one(item: ExactMatchItem) -> ExactMatchResult:
+    def _one(self, item: ExactMatchItem) -> ExactMatchResult:
         lines = [line.strip() for line in item.response.splitlines() if line.strip()]
         if not lines:
             return ExactMatchResult(score=0.0, status="empty", matched=False)
         last, answer = lines[-1], item.answer.strip()
-        if not item.case_sensitive:
+        case_sensitive = (self.config.case_sensitive if item.case_sensitive is None
+                          else item.case_sensitive)
+        if not case_sensitive:
             last, answer = last.casefold(), answer.casefold()
         return ExactMatchResult(score=float(last == answer), status="ok", matched=last == answer)

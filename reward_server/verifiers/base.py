@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from reward_server.settings import Settings
+    from reward_server.settings import ServerSettings
 
 
 class ItemBase(BaseModel):
@@ -42,9 +42,17 @@ class Verifier(ABC):
     item_model: ClassVar[type[ItemBase]]
     result_model: ClassVar[type[ResultBase]]
     description: ClassVar[str] = ""
+    # Its own settings, if any: a pydantic model whose fields the server composes under
+    # ``settings_prefix`` (default: ``name``), so ``--<prefix>-<field>`` and
+    # ``REWARD_SERVER_<PREFIX>_<FIELD>`` set them and ``--help`` lists them.
+    settings_model: ClassVar[type[BaseModel] | None] = None
+    settings_prefix: ClassVar[str | None] = None
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings  # the server's (cache size, budgets, ...)
+        self.config: BaseModel | None = None  # its own section, validated
+        if self.settings_model is not None:
+            self.config = settings.section(self.settings_prefix or self.name)
 
     async def start(self) -> None:
         """Acquire resources (process pools, Docker clients); called once at server start."""

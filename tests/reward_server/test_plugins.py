@@ -49,6 +49,30 @@ def test_entry_point_plugin_adds_an_endpoint(tmp_path: Path) -> None:
         assert r.status_code == 422 and "items[0].answer" in r.json()["detail"]
 
 
+def test_a_plugins_settings_section_is_a_flag_and_reaches_it(tmp_path: Path) -> None:
+    """Its own section: in ``--help``, set by flag or environment, handed to the verifier."""
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    _fake_install(site)
+    path = os.pathsep.join([str(site), str(EXAMPLE), os.environ.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-m", "reward_server.cli", "--help"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": path})
+    assert "--exact-match-case-sensitive" in out.stdout, out.stdout + out.stderr
+    items = [{"response": "Paris", "answer": "paris"},
+             {"response": "Paris", "answer": "paris", "case_sensitive": False}]
+    env = {"PYTHONPATH": path, "REWARD_SERVER_EXACT_MATCH_CASE_SENSITIVE": "true"}
+    with run_server(tmp_path / "env", env=env) as srv:
+        r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": items})
+        assert [x["score"] for x in r.json()["results"]] == [0.0, 1.0]
+    with run_server(tmp_path / "flag", env={"PYTHONPATH": path},
+                    args=["--exact-match-case-sensitive", "true"]) as srv:
+        r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": items})
+        assert [x["score"] for x in r.json()["results"]] == [0.0, 1.0]
+
+
 def test_plugins_setting_loads_a_class_by_path(tmp_path: Path) -> None:
     env = {"PYTHONPATH": str(EXAMPLE),
            "REWARD_SERVER_PLUGINS": '["exact_match_verifier:ExactMatchVerifier"]'}

@@ -1,58 +1,72 @@
-"""The code verifier's settings: ``REWARD_SERVER_SANDBOX_*``, validated here, handed to the
-sandbox as a ``SandboxConfig``."""
+"""The code verifier's settings section: ``--sandbox-<field>`` / ``REWARD_SERVER_SANDBOX_<FIELD>``
+(composed into the server's settings by ``reward_server.settings``), validated here, handed to
+the sandbox as a ``SandboxConfig``.
+
+Validators are ``Annotated`` on their fields, so they travel with a field into the composed
+settings class and a bad value is refused at start, on the command line, naming the flag."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
+from pydantic_settings import NoDecode
 
 from sandbox import SandboxConfig
 from sandbox.seccomp import security_opt
 
 
-class SandboxSettings(BaseSettings):
-    """``REWARD_SERVER_SANDBOX_<FIELD>``; see ``sandbox.config.SandboxConfig`` for each."""
+def _split_hosts(value: object) -> object:
+    if isinstance(value, str):
+        return [h.strip() for h in value.split(",") if h.strip()]
+    return value
 
-    model_config = SettingsConfigDict(env_prefix="REWARD_SERVER_SANDBOX_", env_file=".env",
-                                      extra="ignore")
-    image: str = SandboxConfig.image
-    docker_host: str | None = None
-    docker_hosts: Annotated[list[str], NoDecode] = Field(
+
+def _readable_profile(value: str) -> str:
+    security_opt(value)  # a missing or malformed file stops the start, naming the path
+    return value
+
+
+class SandboxSettings(BaseModel):
+    """See ``sandbox.config.SandboxConfig`` for each field."""
+
+    image: str = Field(SandboxConfig.image,
+                       description="The sandbox image (built by sandbox/build_image.sh).")
+    docker_host: str | None = Field(None, description="One Docker engine; unset: DOCKER_HOST "
+                                    "or the local socket.")
+    docker_hosts: Annotated[list[str], NoDecode, BeforeValidator(_split_hosts)] = Field(
         default_factory=list, description="Several Docker engines, comma-separated "
         "(unix:///var/run/docker.sock,tcp://10.0.0.2:2376): pool_size containers on each.")
-    pool_size: int = Field(SandboxConfig.pool_size, ge=1)
-    max_uses: int = Field(SandboxConfig.max_uses, ge=1)
-    memory_mb: int = Field(SandboxConfig.memory_mb, ge=64)
-    cpus: float = Field(SandboxConfig.cpus, gt=0)
-    pids_limit: int = Field(SandboxConfig.pids_limit, ge=16)
-    default_time_limit_s: float = Field(SandboxConfig.default_time_limit_s, gt=0)
-    max_time_limit_s: float = Field(SandboxConfig.max_time_limit_s, gt=0)
-    default_memory_mb: int = Field(SandboxConfig.default_memory_mb, ge=32)
-    max_memory_mb: int = Field(SandboxConfig.max_memory_mb, ge=32)
-    output_limit_bytes: int = Field(SandboxConfig.output_limit_bytes, ge=1024)
-    acquire_timeout_s: float = Field(SandboxConfig.acquire_timeout_s, gt=0)
+    pool_size: int = Field(SandboxConfig.pool_size, ge=1, description="Warm containers per "
+                           "engine; executions run in parallel up to this.")
+    max_uses: int = Field(SandboxConfig.max_uses, ge=1,
+                          description="A container is replaced after this many executions.")
+    memory_mb: int = Field(SandboxConfig.memory_mb, ge=64,
+                           description="Memory of one container (no swap).")
+    cpus: float = Field(SandboxConfig.cpus, gt=0, description="CPUs of one container.")
+    pids_limit: int = Field(SandboxConfig.pids_limit, ge=16,
+                            description="Processes and threads in one container (runc).")
+    default_time_limit_s: float = Field(SandboxConfig.default_time_limit_s, gt=0,
+                                        description="Per-test limit when an item sets none.")
+    max_time_limit_s: float = Field(SandboxConfig.max_time_limit_s, gt=0,
+                                    description="The most per-test time an item can ask for.")
+    default_memory_mb: int = Field(SandboxConfig.default_memory_mb, ge=32,
+                                   description="Per-program memory when an item sets none.")
+    max_memory_mb: int = Field(SandboxConfig.max_memory_mb, ge=32,
+                               description="The most per-program memory an item can ask for.")
+    output_limit_bytes: int = Field(SandboxConfig.output_limit_bytes, ge=1024,
+                                    description="Output one test may write (output_limit past it).")
+    acquire_timeout_s: float = Field(SandboxConfig.acquire_timeout_s, gt=0, description=(
+        "How long an execution may wait for a free container before it is unscorable."))
     item_budget_s: float = Field(SandboxConfig.item_budget_s, gt=0, le=600, description=(
         "Wall-clock budget of one item, compile and all tests: tests it leaves unrun time out."))
-    reap_interval_s: float = Field(SandboxConfig.reap_interval_s, gt=0)
+    reap_interval_s: float = Field(SandboxConfig.reap_interval_s, gt=0, description=(
+        "How often containers of dead server processes are looked for and removed."))
     runtime: str | None = Field(None, description="OCI runtime registered with the engine, "
                                 "e.g. runsc (gVisor); unset: the engine's default (runc).")
-    seccomp_profile: str = Field("", description="Seccomp profile JSON; unset: "
-                                 "sandbox/seccomp.json; engine-default: the engine's own.")
-
-    @field_validator("docker_hosts", mode="before")
-    @classmethod
-    def _split_hosts(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [h.strip() for h in value.split(",") if h.strip()]
-        return value
-
-    @field_validator("seccomp_profile")
-    @classmethod
-    def _readable_profile(cls, value: str) -> str:
-        security_opt(value)  # a missing or malformed file stops the start, naming the path
-        return value
+    seccomp_profile: Annotated[str, AfterValidator(_readable_profile)] = Field(
+        "", description="Seccomp profile JSON; unset: sandbox/seccomp.json; engine-default: "
+        "the engine's own.")
 
     def config(self) -> SandboxConfig:
         return SandboxConfig(**{**self.model_dump(), "docker_hosts": tuple(self.docker_hosts)})

@@ -43,9 +43,12 @@ class CodeVerifier(Verifier):
     item_model = CodeItem
     result_model = CodeResult
     description = "Runs the program against test cases in a Docker sandbox."
+    settings_model = SandboxSettings
+    settings_prefix = "sandbox"
+    config: SandboxSettings
 
     async def start(self) -> None:
-        config = SandboxSettings().config()
+        config = self.config.config()
         # One warm container per engine more than items run at once: a container that a
         # timed-out program spoiled takes seconds to replace, and the next item (often
         # another request's) takes the spare meanwhile. Whose turn it is: the gate.

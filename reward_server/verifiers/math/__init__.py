@@ -32,6 +32,7 @@ from reward_server.verifiers.math.check import check, warm_up
 from reward_server.verifiers.math.extract import Answer, ExtractMode, extract_answer, extract_gold
 from reward_server.verifiers.math.guards import restates_question
 from reward_server.verifiers.math.numbers import fast_check
+from reward_server.verifiers.math.settings import MathSettings
 from reward_server.verifiers.math.verdict import Verdict
 
 RESTATED = "the question's own expression, copied: an answer states what it equals"
@@ -115,6 +116,7 @@ class MathVerifier(Verifier):
     item_model = MathItem
     result_model = MathResult
     description = "Final-answer equivalence for math problems (math-verify + SymPy)."
+    settings_model = MathSettings  # read as settings.math_<field>, or config.<field>
 
     _pool: TimeoutPool | None = None
 
