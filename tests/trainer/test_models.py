@@ -73,3 +73,17 @@ def test_with_the_models_dropout_kept_the_ratio_is_noise(tmp_path: Path,
     1 before any update, so clipping acts on dropout noise."""
     ratio = first_ratio(tmp_path, "gpt2", monkeypatch, disable_dropout=False)
     assert (ratio - 1).abs().max() > 0.05  # measured: 0.76 .. 1.31
+
+
+def test_lora_dropout_stays_what_it_is_set_to(tmp_path: Path) -> None:
+    """The model's own dropout goes; an adapter's ``lora_dropout`` is the user's choice."""
+    tokenizer = tiny_tokenizer()
+    config = GRPOConfig(model="tiny", dataset="unused", output_dir=str(tmp_path),
+                        lora_r=4, lora_dropout=0.1, progress_bar=False, device="cpu")
+    trainer = GRPOTrainer(dropout_model("llama", len(tokenizer)), tokenizer, seven_rows(),
+                          config, None, scorer=FunctionScorer(lambda texts, rows: [0.0]))
+    trainer.scorer.close()
+    modules = dict(trainer.policy.named_modules())
+    assert {m.p for name, m in modules.items() if name.endswith("lora_dropout.default")} == {0.1}
+    assert {m.attention_dropout for m in modules.values()
+            if hasattr(m, "attention_dropout")} == {0.0}
