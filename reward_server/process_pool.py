@@ -27,13 +27,13 @@ So at most ``QUEUED_PER_WORKER`` tasks per worker are handed to pebble at a time
 bounds how long a task can legitimately take; a task past that watchdog, or a pool pebble
 calls broken, gets the pool rebuilt, and the tasks that were in it are run again.
 
-Which task is handed over next is decided in front of pebble, by a ``FairGate`` shared
-between the requests in flight (``reward_server.fair_queue``): pebble's own queue is first
-come, first served, so it holds one task per worker and no more; a request that arrives
-behind a batch of slow tasks waits for one of them, not for the batch. A task that ran out
-of memory, or of time on its own CPU work, is remembered for ``remember_timeouts_s`` (the
-task functions are pure), so copies of it are answered at once; a timeout that may have been
-the machine's load (little CPU time, or a hard kill) is believed the second time.
+Pebble's own queue is first come, first served, so which task is handed over next is decided
+in front of it: the pool is meant to sit behind a gate of ``workers`` slots (the verifier's
+``slow_lane.SlowLane``, whose ``FairGate`` shares the workers between the requests in flight),
+so pebble holds one task per worker and no more, and a request that arrives behind a batch of
+slow tasks waits for one of them, not for the batch. Each result says what the lane needs: the
+task's own cost (``cost_s``, measured inside its worker) and, for a timeout, whether it used
+its limit in CPU time (``cpu_bound``: the machine's load cannot have caused it).
 ``SPARE_WORKERS`` processes more than the gate's slots are kept warm: a worker killed at its
 timeout takes seconds to be replaced (imports and warm-up), and the next task, often another
 request's, takes a spare meanwhile.
@@ -45,7 +45,7 @@ import resource
 import signal
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -53,9 +53,7 @@ from typing import Any, Literal, NamedTuple
 
 from pebble import ProcessExpired, ProcessPool
 
-from reward_server.cache import TimeoutMemory
-from reward_server.fair_queue import FairGate
-from reward_server.metrics import POOL_REBUILDS, TIMEOUTS_REMEMBERED, WORKER_CRASHES
+from reward_server.metrics import POOL_REBUILDS, WORKER_CRASHES
 
 # "died", "killed" and "lost" are retried inside ``run`` and never returned.
 Outcome = Literal["ok", "timeout", "memory", "crashed", "unavailable", "died", "killed",
@@ -65,7 +63,7 @@ SOFT_LIMIT = 0.85  # of the timeout: the worker stops Python code itself, and st
 QUEUED_PER_WORKER = 1  # more would queue tasks first come, first served inside pebble
 SPARE_WORKERS = 1
 # A soft timeout with at least this share of its limit in CPU time was the task's own work;
-# one with less may have waited for a CPU that other processes held (TimeoutMemory)
+# one with less may have waited for a CPU that other processes held (cache.TimeoutMemory)
 CPU_BOUND = 0.9
 _WORKER_START_S = 15.0
 
@@ -74,6 +72,8 @@ class TaskResult(NamedTuple):
     outcome: Outcome
     value: Any
     detail: str | None
+    cost_s: float | None = None  # seconds the task ran in its worker, when it returned there
+    cpu_bound: bool = False  # a soft timeout with its limit used in CPU time
 
 
 class _SoftTimeout(BaseException):
@@ -134,13 +134,12 @@ class TimeoutPool:
         warm_up: Callable[[], None] | None = None,
         max_tasks_per_worker: int = 10_000,
         retries_on_crash: int = 1,
-        name: str = "math",
-        remember_timeouts_s: float = 0.0,
     ) -> None:
         self.retries_on_crash = retries_on_crash
-        self.name = name  # the metrics' verifier label
-        self.gate = FairGate(workers * QUEUED_PER_WORKER, name)
-        self._timeouts: TimeoutMemory[TaskResult] = TimeoutMemory(remember_timeouts_s)
+        self.slots = workers * QUEUED_PER_WORKER  # tasks to hand it at a time
+        # the watchdog in ``_await`` assumes no more are in pebble: a caller without a gate
+        # of ``slots`` (tests, scripts) waits here, first come, first served
+        self._handed = asyncio.Semaphore(self.slots)
         self._new_pool = lambda: ProcessPool(
             max_workers=workers + SPARE_WORKERS,  # only ``workers`` tasks at a time
             max_tasks=max_tasks_per_worker,  # recycle: SymPy caches grow without bound
@@ -166,25 +165,16 @@ class TimeoutPool:
             return self._pool, self._pool.schedule(fn, args=args, timeout=timeout)
 
     async def run(self, fn: Callable[..., Any], *args: Any, timeout: float) -> TaskResult:
-        """``fn(*args)`` in a worker, its turn decided by the gate. Raises
-        ``fair_queue.BudgetSpent`` if the request's budget runs out before a worker is free."""
-        key = (fn.__module__, fn.__qualname__, args, timeout)
-        return self._remembered(key) or await self._run_retrying(fn, args, timeout, key)
-
-    def _remembered(self, key: Hashable) -> TaskResult | None:
-        found = self._timeouts.get(key)
-        if found is None:
-            return None
-        result, age_s = found
-        TIMEOUTS_REMEMBERED.labels(self.name).inc()
-        return result._replace(detail=f"{result.detail} (the same task, {age_s:.0f} s ago; "
-                               "remembered, not run again)")
+        """``fn(*args)`` in a worker under ``timeout``; run again where the worker died of
+        something the task did not do (see the module docstring)."""
+        async with self._handed:
+            return await self._run_retrying(fn, args, timeout)
 
     async def _run_retrying(self, fn: Callable[..., Any], args: tuple[Any, ...],
-                            timeout: float, key: Hashable) -> TaskResult:
+                            timeout: float) -> TaskResult:
         deaths = outside = 0
         while True:
-            result = await self._run_once(fn, args, timeout, key)
+            result = await self._run_once(fn, args, timeout)
             if result.outcome == "died":  # the worker ended itself under this task
                 if deaths >= self.retries_on_crash:
                     return result._replace(outcome="crashed", detail=(
@@ -199,25 +189,17 @@ class TimeoutPool:
             else:
                 return result
 
-    async def _run_once(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float,
-                        key: Hashable) -> TaskResult:
-        async with self.gate.slot() as held:
-            remembered = self._remembered(key)  # a copy timed out while this one waited
-            if remembered is not None:
-                held.cost_s = 0.0
-                return remembered
-            pool, future = self._schedule(_timed, (fn, timeout * SOFT_LIMIT, *args),
-                                          timeout)
-            result = await self._await(pool, future, timeout)
-            cpu_bound = False  # a timeout is believed at once only if it was
-            if result.outcome == "ok":
-                held.cost_s, cpu_s, soft_timeout, value = result.value
-                cpu_bound = cpu_s >= CPU_BOUND * timeout * SOFT_LIMIT
-                result = result._replace(value=value) if not soft_timeout else TaskResult(
-                    "timeout", None, f"exceeded {timeout:g} s; stopped in its worker")
-            if result.outcome in ("timeout", "memory"):
-                self._timeouts.put(key, result, certain=cpu_bound or result.outcome == "memory")
-            return result  # not ok: charged the time it held the slot
+    async def _run_once(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float
+                        ) -> TaskResult:
+        pool, future = self._schedule(_timed, (fn, timeout * SOFT_LIMIT, *args), timeout)
+        result = await self._await(pool, future, timeout)
+        if result.outcome != "ok":
+            return result
+        cost_s, cpu_s, soft_timeout, value = result.value
+        if soft_timeout:
+            return TaskResult("timeout", None, f"exceeded {timeout:g} s; stopped in its worker",
+                              cost_s, cpu_s >= CPU_BOUND * timeout * SOFT_LIMIT)
+        return TaskResult("ok", value, None, cost_s)
 
     async def _await(self, pool: ProcessPool, future: Future[Any], timeout: float
                      ) -> TaskResult:

@@ -20,10 +20,12 @@ TestStatus = Literal["passed", "wrong_answer", "timeout", "runtime_error", "memo
 # the candidate's ran (the runner retries on another container, then calls it unavailable).
 ExecutionStatus = Literal["ok", "syntax_error", "compile_error", "bad_tests", "harness_error"]
 # What the verifier reports for an item. no_code: the response has no program;
-# sandbox_unavailable: no container could be had; timeout: the request's budget ran out before
-# the item ran. bad_tests: the dataset's tests (or setup, or checker) are broken.
+# sandbox_unavailable: no container could be had; not_run: the request's budget ran out before
+# the item ran (every verifier with workers says so: reward_server.slow_lane; it was "timeout"
+# before, a word that now only means a test that ran out of time). bad_tests: the dataset's
+# tests (or setup, or checker) are broken.
 CodeStatus = Literal["ok", "no_code", "syntax_error", "compile_error", "bad_tests",
-                     "sandbox_unavailable", "timeout"]
+                     "sandbox_unavailable", "not_run"]
 
 TEST_STATUSES: frozenset[str] = frozenset(get_args(TestStatus))
 EXECUTION_STATUSES: frozenset[str] = frozenset(get_args(ExecutionStatus))
@@ -33,10 +35,10 @@ CODE_STATUSES: frozenset[str] = frozenset(get_args(CodeStatus))
 REPLACES_CONTAINER: frozenset[str] = frozenset({"timeout", "memory_limit", "output_limit",
                                                 "checker_blocked"})
 # Items the completion could not cause: the reward is null, never 0 (issue 10).
-UNSCORABLE: frozenset[str] = frozenset({"bad_tests", "sandbox_unavailable", "timeout"})
+UNSCORABLE: frozenset[str] = frozenset({"bad_tests", "sandbox_unavailable", "not_run"})
 # Not cached: an outage or a spent budget says nothing about the program, and a timeout, a
 # memory kill or a checker that could not run can depend on the machine or the moment.
-UNCACHEABLE_ITEM: frozenset[str] = frozenset({"sandbox_unavailable", "timeout"})
+UNCACHEABLE_ITEM: frozenset[str] = frozenset({"sandbox_unavailable", "not_run"})
 UNCACHEABLE_TEST: frozenset[str] = frozenset({"timeout", "memory_limit", "checker_blocked"})
 
 
@@ -55,4 +57,5 @@ COMPILE_ERROR: Final = "compile_error"
 BAD_TESTS: Final = "bad_tests"
 HARNESS_ERROR: Final = "harness_error"
 NO_CODE: Final = "no_code"
+NOT_RUN: Final = "not_run"
 SANDBOX_UNAVAILABLE: Final = "sandbox_unavailable"

@@ -1,10 +1,9 @@
-"""TimeoutPool and ResultCache as units: a slow task is stopped inside its warm worker, one
-deaf to signals kills only its worker, a memory hog hits the cap, a task killed from outside
-runs again (and is unscorable past the limit) while one that ends its own worker scores as
-crashed, identical keys in flight are computed once, a request behind a slow batch
-waits for one task and not the batch, a budget cuts what other callers kept waiting (never
-what the request's own tasks did), and a timeout that load cannot have caused is remembered
-for copies of the same task."""
+"""TimeoutPool, ResultCache and TimeoutMemory as units: a slow task is stopped inside its warm
+worker, one deaf to signals kills only its worker, a memory hog hits the cap, a task killed
+from outside runs again (and is unscorable past the limit) while one that ends its own worker
+scores as crashed, identical keys in flight are computed once, and a timeout that load cannot
+have caused is believed at once, any other the second time. The lane in front of the pool
+(gate, budget, memory) is tests/reward_server/test_slow_lane.py."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ import psutil
 import pytest
 
 from reward_server.cache import ResultCache, TimeoutMemory
-from reward_server.fair_queue import BudgetSpent, request_scope
+from reward_server.fair_queue import BudgetSpent
 from reward_server.process_pool import MAX_OUTSIDE_LOSSES, TimeoutPool
 
 
@@ -144,89 +143,6 @@ async def test_a_task_killed_from_outside_without_end_is_unavailable(
     result, killed = await _kill_runs(pool, tmp_path, kills=100)
     assert killed == MAX_OUTSIDE_LOSSES + 1
     assert result.outcome == "unavailable" and "SIGKILL" in (result.detail or ""), result
-
-
-async def test_a_request_behind_a_slow_batch_waits_for_one_task_not_the_batch(
-        pool: TimeoutPool) -> None:
-    finished: list[str] = []
-
-    async def task(tag: str, fn, *args, timeout: float) -> None:
-        await pool.run(fn, *args, timeout=timeout)
-        finished.append(tag)
-
-    async def slow_batch() -> None:
-        with request_scope(None):
-            await asyncio.gather(*(task(f"slow{k}", spin, timeout=1.0 + k / 100)
-                                   for k in range(6)))
-
-    async def honest() -> None:
-        await asyncio.sleep(0.3)  # both workers now spin; four slow tasks wait
-        with request_scope(None):
-            await asyncio.gather(*(task("honest", pid_after, 0.0, timeout=5.0)
-                                   for _ in range(4)))
-
-    await asyncio.gather(slow_batch(), honest())
-    # first come, first served would finish all six slow tasks first
-    assert finished.index("honest") < 3 and finished[:6].count("honest") == 4, finished
-
-
-async def test_budget_cuts_tasks_other_callers_kept_waiting_and_a_timeout_is_remembered(
-) -> None:
-    pool = TimeoutPool(workers=1, memory_mb=512, remember_timeouts_s=60)
-    try:
-        async def hog() -> list:
-            with request_scope(None, caller="hog"):
-                return await asyncio.gather(*(pool.run(spin, timeout=1.0 + k / 100)
-                                              for k in range(2)))
-
-        hogging = asyncio.ensure_future(hog())
-        await asyncio.sleep(0.1)
-        with request_scope(0.5, caller="me"):
-            out = await asyncio.gather(*(pool.run(spin, timeout=1.5 + k / 100)
-                                         for k in range(2)), return_exceptions=True)
-        assert all(isinstance(e, BudgetSpent) for e in out), out
-        assert [r.outcome for r in await hogging] == ["timeout", "timeout"]
-        # remembered at once if the spin had its CPU (this machine may be busy), else at its
-        # second timeout: by the third call it is never run again
-        again = await pool.run(spin, timeout=1.0)
-        assert again.outcome == "timeout"
-        started = time.monotonic()
-        third = await pool.run(spin, timeout=1.0)
-        assert third.outcome == "timeout" and "remembered" in (third.detail or "")
-        assert time.monotonic() - started < 0.5
-        other = await pool.run(pid_after, 0.0, timeout=5.0)
-        assert other.outcome == "ok"
-    finally:
-        pool.close()
-
-
-async def test_a_requests_own_slow_tasks_never_cut_its_others() -> None:
-    pool = TimeoutPool(workers=1, memory_mb=512)
-    try:
-        with request_scope(0.5):
-            out = await asyncio.gather(*(pool.run(spin, timeout=0.5 + k / 100)
-                                         for k in range(3)), return_exceptions=True)
-        assert [r.outcome for r in out] == ["timeout"] * 3, out
-    finally:
-        pool.close()
-
-
-async def test_a_timeout_the_load_may_have_caused_is_believed_the_second_time() -> None:
-    """A task that waits (as one starved of CPU by its neighbours does) past its limit: its
-    first timeout is not remembered, so a correct item slowed by load gets a fair second
-    run; a second timeout of the same task is."""
-    pool = TimeoutPool(workers=1, memory_mb=512, remember_timeouts_s=60)
-    try:
-        first = await pool.run(time.sleep, 5.0, timeout=0.5)
-        assert first.outcome == "timeout" and "remembered" not in (first.detail or "")
-        started = time.monotonic()
-        second = await pool.run(time.sleep, 5.0, timeout=0.5)  # ran again
-        assert second.outcome == "timeout" and "remembered" not in (second.detail or "")
-        assert time.monotonic() - started >= 0.4
-        third = await pool.run(time.sleep, 5.0, timeout=0.5)
-        assert third.outcome == "timeout" and "remembered" in (third.detail or "")
-    finally:
-        pool.close()
 
 
 def test_timeout_memory_believes_a_certain_timeout_at_once_and_others_twice() -> None:

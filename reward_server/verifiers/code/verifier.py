@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from reward_server import metrics
-from reward_server.cache import ResultCache, TimeoutMemory
-from reward_server.fair_queue import BudgetSpent, FairGate
+from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
 from reward_server.verifiers.base import Verifier
 from reward_server.verifiers.code.extract import extract_code
 from reward_server.verifiers.code.formats import execution_of
@@ -54,10 +53,9 @@ class CodeVerifier(Verifier):
         # another request's) takes the spare meanwhile. Whose turn it is: the gate.
         self.sandbox = Sandbox(replace(config, pool_size=config.pool_size + SPARE_CONTAINERS))
         await self.sandbox.start()
-        self._cache: ResultCache[CodeResult] = ResultCache(self.settings.cache_size)
-        self._gate = FairGate(config.pool_size * len(self.sandbox.pool.pools), self.name)
-        self._timeouts: TimeoutMemory[CodeResult] = TimeoutMemory(
-            self.settings.timeout_memory_s)
+        self._lane: SlowLane[CodeResult] = SlowLane(
+            self.name, config.pool_size * len(self.sandbox.pool.pools), self.settings.cache_size,
+            self.settings.timeout_memory_s, _LANE_VERDICTS)
 
     async def stop(self) -> None:
         await self.sandbox.stop()
@@ -77,51 +75,30 @@ class CodeVerifier(Verifier):
             key = hashlib.sha256(json.dumps(
                 dataclasses.asdict(execution), ensure_ascii=True, sort_keys=True,
                 default=repr).encode()).hexdigest()
-            result = _score(await self._cached_run(key, execution), item.all_or_nothing)
+            run = await self._lane.run(
+                key, lambda turn: self._run(execution, turn),
+                not_run=lambda reason: CodeResult(score=None, passed=0,
+                                                  total=execution.test_count,
+                                                  status=NOT_RUN, detail=reason))
+            result = _score(run, item.all_or_nothing)
         if any(t.status == TIMEOUT for t in result.tests):
             metrics.TIMEOUTS.labels(self.name).inc()
         metrics.ITEMS.labels(self.name, result.status).inc()
         metrics.ITEM_LATENCY.labels(self.name).observe(time.perf_counter() - started)
         return result
 
-    async def _cached_run(self, key: str, execution: Execution) -> CodeResult:
-        """The cache, or a container when the gate gives this request its turn. An item
-        its request's budget left unrun is unscorable: it did not cause that."""
-        try:
-            run, hit = await self._cache.get_or_compute(
-                key, lambda: self._run(key, execution), cacheable=_cacheable)
-        except BudgetSpent as exc:
-            return CodeResult(score=None, passed=0, total=execution.test_count,
-                              status=TIMEOUT, detail=str(exc))
-        (metrics.CACHE_HITS if hit else metrics.CACHE_MISSES).labels(self.name).inc()
-        return run
-
-    def _remembered(self, key: str) -> CodeResult | None:
-        """The same program and tests timed out twice a moment ago: so will this copy. (Once
-        is not believed: a test's wall-clock limit can be the machine's load.)"""
-        found = self._timeouts.get(key)
-        if found is None:
-            return None
-        run, age_s = found
-        metrics.TIMEOUTS_REMEMBERED.labels(self.name).inc()
-        return run.model_copy(update={"detail": f"{run.detail or 'timed out'} (the same item, "
-                                      f"{age_s:.0f} s ago; remembered, not run again)"})
-
-    async def _run(self, key: str, execution: Execution) -> CodeResult:
-        if (remembered := self._remembered(key)) is not None:
-            return remembered
-        async with self._gate.slot():
-            if (remembered := self._remembered(key)) is not None:  # a copy, while we waited
-                return remembered
+    async def _run(self, execution: Execution, turn: Turn) -> Done[CodeResult]:
+        """A container when the lane gives this request its turn. A test's wall-clock
+        timeout may have been the machine's load: believed the second time."""
+        async with turn.slot():
             try:
                 run = await self.sandbox.execute(execution)
             except SandboxUnavailable as exc:
-                return CodeResult(score=None, passed=0, total=execution.test_count,
-                                  status=SANDBOX_UNAVAILABLE, detail=str(exc))
+                return Done(CodeResult(score=None, passed=0, total=execution.test_count,
+                                       status=SANDBOX_UNAVAILABLE, detail=str(exc)))
         result = _as_result(run, execution.test_count)
-        if any(t.status == TIMEOUT for t in result.tests):
-            self._timeouts.put(key, result)
-        return result
+        return Done(result, timeout=False if any(t.status == TIMEOUT for t in result.tests)
+                    else None)
 
 
 def _as_result(run: ExecutionResult, expected: int) -> CodeResult:
@@ -150,3 +127,11 @@ def _cacheable(result: CodeResult) -> bool:
     """What the program decided is kept; what the machine or the moment decided is not."""
     return result.status not in UNCACHEABLE_ITEM and not any(
         t.status in UNCACHEABLE_TEST for t in result.tests)
+
+
+_LANE_VERDICTS: LaneVerdicts[CodeResult] = LaneVerdicts(
+    cacheable=_cacheable,
+    remembered=lambda r, age_s: r.model_copy(update={"detail": (
+        f"{r.detail or 'timed out'} (the same item, {age_s:.0f} s ago; remembered, "
+        "not run again)")}),
+)

@@ -6,7 +6,8 @@ cheap items without waiting for a pool worker):
 1. ``triage`` (server process, microseconds): extract the answer (``extract``); no answer
    or an over-long one is a verdict already; two plain numbers are compared by the fast path
    (``numbers``). What is left is a ``PoolJob``.
-2. ``run_job``: the result cache, keyed on (answer, reference, tolerance), and on a miss the
+2. ``run_job``: the slow lane (``reward_server.slow_lane``: the result cache keyed on
+   (answer, reference, tolerance), remembered timeouts, the fair gate), and on a miss the
    comparison (``check``: math-verify plus our tolerance and equation layers) in a
    ``TimeoutPool`` worker under a hard timeout and memory cap.
 """
@@ -23,9 +24,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from reward_server import metrics
-from reward_server.cache import ResultCache
-from reward_server.fair_queue import BudgetSpent
 from reward_server.process_pool import TaskResult, TimeoutPool
+from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
 from reward_server.text import printable
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
 from reward_server.verifiers.math.check import check, warm_up
@@ -75,14 +75,16 @@ class MathItem(ItemBase):
         return answer
 
 
-# "unavailable": killed from outside its worker again and again (not the response's doing)
-MathStatus = Literal["ok", "no_answer", "parse_error", "timeout", "unavailable"]
+# "timeout": the comparison ran out of time (0); "not_run": its request's budget left it
+# waiting for a worker (null); "unavailable": killed from outside its worker again and again
+# (null: not the response's doing)
+MathStatus = Literal["ok", "no_answer", "parse_error", "timeout", "not_run", "unavailable"]
 
 
 class MathResult(ResultBase):
     score: float | None = Field(
-        description="1 or 0; null only for an item its request's budget left unrun, or one "
-        "the server could not run (status 'unavailable').")
+        description="1 or 0; null only for an item its request's budget left unrun (status "
+        "'not_run'), or one the server could not run (status 'unavailable').")
     correct: bool
     status: MathStatus
     extracted: str | None = None
@@ -121,10 +123,11 @@ class MathVerifier(Verifier):
     _pool: TimeoutPool | None = None
 
     async def start(self) -> None:
-        s = self.settings
-        self._pool = TimeoutPool(s.resolved_math_workers(), s.math_memory_mb, warm_up,
-                                 name=self.name, remember_timeouts_s=s.timeout_memory_s)
-        self._cache: ResultCache[MathResult] = ResultCache(s.cache_size)
+        config: MathSettings = self.config  # type: ignore[assignment]
+        self._pool = TimeoutPool(config.resolved_workers(), config.memory_mb, warm_up)
+        self._lane: SlowLane[MathResult] = SlowLane(
+            self.name, self._pool.slots, self.settings.cache_size,
+            self.settings.timeout_memory_s, _LANE_VERDICTS)
 
     async def stop(self) -> None:
         if self._pool is not None:
@@ -181,34 +184,39 @@ class MathVerifier(Verifier):
         return PoolJob(pred, gold, tolerance)
 
     async def run_job(self, job: PoolJob) -> MathResult:
-        """The cached verdict, or the worker's (identical jobs in flight run once). A job
-        its request's budget left unrun is unscorable (null), not a 0 it did not earn."""
-        try:
-            result, hit = await self._cache.get_or_compute(
-                job, lambda: self._compare(job),
-                cacheable=lambda r: r.status not in ("timeout", "unavailable"),
-            )
-        except BudgetSpent as exc:
-            return MathResult(score=None, correct=False, status="timeout",
-                              extracted=job.pred.text if job.pred.kind == "latex" else None,
-                              detail=str(exc))
-        (metrics.CACHE_HITS if hit else metrics.CACHE_MISSES).labels(self.name).inc()
-        return result
+        """The cached verdict, or the worker's when the lane gives this request its turn
+        (identical jobs in flight run once). A job its request's budget left unrun is
+        unscorable (null, ``not_run``), not a 0 it did not earn."""
+        extracted = job.pred.text if job.pred.kind == "latex" else None
+        return await self._lane.run(
+            job, lambda turn: self._compare(job, turn),
+            not_run=lambda reason: MathResult(score=None, correct=False, status=NOT_RUN,
+                                              extracted=extracted, detail=reason))
 
-    async def _compare(self, job: PoolJob) -> MathResult:
+    async def _compare(self, job: PoolJob, turn: Turn) -> Done[MathResult]:
         assert self._pool is not None, "MathVerifier.start() was not awaited"
         extracted = job.pred.text if job.pred.kind == "latex" else None
-        task: TaskResult = await self._pool.run(
-            check, job.pred, job.gold, job.tolerance, timeout=self.settings.math_timeout_s
-        )
+        async with turn.slot() as held:
+            task: TaskResult = await self._pool.run(
+                check, job.pred, job.gold, job.tolerance, timeout=self.settings.math_timeout_s)
+            held.cost_s = task.cost_s  # its own work, not a replacement worker's start
         if task.outcome == "timeout":
             metrics.TIMEOUTS.labels(self.name).inc()
-            return MathResult(score=0.0, correct=False, status="timeout",
-                              extracted=extracted, detail=task.detail)
+            return Done(MathResult(score=0.0, correct=False, status="timeout",
+                                   extracted=extracted, detail=task.detail),
+                        timeout=task.cpu_bound)
         if task.outcome == "unavailable":  # the pool's loss, not the response's doing
-            return MathResult(score=None, correct=False, status="unavailable",
-                              extracted=extracted, detail=task.detail)
+            return Done(MathResult(score=None, correct=False, status="unavailable",
+                                   extracted=extracted, detail=task.detail))
         if task.outcome != "ok":  # memory, or a comparison that crashed its worker
-            return MathResult(score=0.0, correct=False, status="parse_error",
-                              extracted=extracted, detail=task.detail)
-        return _result(task.value, extracted)
+            return Done(MathResult(score=0.0, correct=False, status="parse_error",
+                                   extracted=extracted, detail=task.detail),
+                        timeout=True if task.outcome == "memory" else None)
+        return Done(_result(task.value, extracted))
+
+
+_LANE_VERDICTS: LaneVerdicts[MathResult] = LaneVerdicts(
+    cacheable=lambda r: r.status not in ("timeout", "unavailable"),
+    remembered=lambda r, age_s: r.model_copy(update={"detail": (
+        f"{r.detail} (the same task, {age_s:.0f} s ago; remembered, not run again)")}),
+)

@@ -1,0 +1,192 @@
+"""The slow lane in front of a real TimeoutPool, as the math verifier uses it: a request
+behind a slow batch waits for one task and not the batch; a budget cuts what other callers
+kept waiting (never what the request's own tasks did) and says so (``not_run``); a timeout
+the machine's load cannot have caused is remembered at once, any other the second time; work
+in several turns lets another caller in between."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from reward_server.fair_queue import BudgetSpent, request_scope
+from reward_server.process_pool import TaskResult, TimeoutPool
+from reward_server.slow_lane import Done, LaneVerdicts, SlowLane, Turn
+from tests.reward_server.test_process_pool import pid_after, spin
+
+Outcome = TaskResult | BudgetSpent
+
+
+def lane_for(pool: TimeoutPool, remember_s: float = 60.0) -> SlowLane[Outcome]:
+    return SlowLane("unit", pool.slots, cache_size=0, remember_timeouts_s=remember_s,
+                    verdicts=LaneVerdicts(
+                        cacheable=lambda r: isinstance(r, TaskResult) and r.outcome == "ok",
+                        remembered=lambda r, age_s: r._replace(  # type: ignore[union-attr]
+                            detail=f"{r.detail} (remembered)")))
+
+
+async def run(lane: SlowLane[Outcome], pool: TimeoutPool, fn, *args, timeout: float) -> Outcome:
+    """What MathVerifier._compare does with one task."""
+    async def work(turn: Turn) -> Done[Outcome]:
+        async with turn.slot() as held:
+            task = await pool.run(fn, *args, timeout=timeout)
+            held.cost_s = task.cost_s
+        certain = {"timeout": task.cpu_bound, "memory": True}.get(task.outcome)
+        return Done(task, timeout=certain)
+
+    return await lane.run((fn.__qualname__, args, timeout), work, not_run=BudgetSpent)
+
+
+@pytest.fixture
+def pool() -> Iterator[TimeoutPool]:
+    p = TimeoutPool(workers=2, memory_mb=512)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def one() -> Iterator[TimeoutPool]:
+    p = TimeoutPool(workers=1, memory_mb=512)
+    yield p
+    p.close()
+
+
+async def test_a_request_behind_a_slow_batch_waits_for_one_task_not_the_batch(
+        pool: TimeoutPool) -> None:
+    lane = lane_for(pool, remember_s=0)
+    finished: list[str] = []
+
+    async def task(tag: str, fn, *args, timeout: float) -> None:
+        await run(lane, pool, fn, *args, timeout=timeout)
+        finished.append(tag)
+
+    async def slow_batch() -> None:
+        with request_scope(None):
+            await asyncio.gather(*(task(f"slow{k}", spin, timeout=1.0 + k / 100)
+                                   for k in range(6)))
+
+    async def honest() -> None:
+        await asyncio.sleep(0.3)  # both workers now spin; four slow tasks wait
+        with request_scope(None):
+            await asyncio.gather(*(task("honest", pid_after, 0.0, timeout=5.0)
+                                   for _ in range(4)))
+
+    await asyncio.gather(slow_batch(), honest())
+    # first come, first served would finish all six slow tasks first
+    assert finished.index("honest") < 3 and finished[:6].count("honest") == 4, finished
+
+
+async def test_budget_cuts_tasks_other_callers_kept_waiting_and_a_timeout_is_remembered(
+        one: TimeoutPool) -> None:
+    lane = lane_for(one)
+
+    async def hog() -> list[Outcome]:
+        with request_scope(None, caller="hog"):
+            return await asyncio.gather(*(run(lane, one, spin, timeout=1.0 + k / 100)
+                                          for k in range(2)))
+
+    hogging = asyncio.ensure_future(hog())
+    await asyncio.sleep(0.1)
+    with request_scope(0.5, caller="me"):
+        out = await asyncio.gather(*(run(lane, one, spin, timeout=1.5 + k / 100)
+                                     for k in range(2)))
+    assert all(isinstance(e, BudgetSpent) and "budget of 0.5 s" in str(e) for e in out), out
+    assert [r.outcome for r in await hogging] == ["timeout", "timeout"]  # type: ignore[union-attr]
+    # remembered at once if the spin had its CPU (this machine may be busy), else at its
+    # second timeout: by the third call it is never run again
+    again = await run(lane, one, spin, timeout=1.0)
+    assert again.outcome == "timeout"  # type: ignore[union-attr]
+    started = time.monotonic()
+    third = await run(lane, one, spin, timeout=1.0)
+    assert third.outcome == "timeout" and "remembered" in (third.detail or "")  # type: ignore[union-attr]
+    assert time.monotonic() - started < 0.5
+    assert (await run(lane, one, pid_after, 0.0, timeout=5.0)).outcome == "ok"  # type: ignore[union-attr]
+
+
+async def test_a_requests_own_slow_tasks_never_cut_its_others(one: TimeoutPool) -> None:
+    lane = lane_for(one)
+    with request_scope(0.5):
+        out = await asyncio.gather(*(run(lane, one, spin, timeout=0.5 + k / 100)
+                                     for k in range(3)))
+    assert [getattr(r, "outcome", r) for r in out] == ["timeout"] * 3, out
+
+
+async def test_a_timeout_the_load_may_have_caused_is_believed_the_second_time(
+        one: TimeoutPool) -> None:
+    """A task that waits (as one starved of CPU by its neighbours does) past its limit: its
+    first timeout is not remembered, so a correct item slowed by load gets a fair second
+    run; a second timeout of the same task is."""
+    lane = lane_for(one)
+    first = await run(lane, one, time.sleep, 5.0, timeout=0.5)
+    assert first.outcome == "timeout" and "remembered" not in (first.detail or "")  # type: ignore[union-attr]
+    started = time.monotonic()
+    second = await run(lane, one, time.sleep, 5.0, timeout=0.5)  # ran again
+    assert second.outcome == "timeout" and "remembered" not in (second.detail or "")  # type: ignore[union-attr]
+    assert time.monotonic() - started >= 0.4
+    third = await run(lane, one, time.sleep, 5.0, timeout=0.5)
+    assert third.outcome == "timeout" and "remembered" in (third.detail or "")  # type: ignore[union-attr]
+
+
+async def test_work_in_several_turns_lets_another_caller_in_between() -> None:
+    """Each ``turn.slot()`` goes back to the gate: a caller that arrives while a long item
+    runs waits for one of its turns, not for the whole item."""
+    lane: SlowLane[str] = SlowLane("unit", 1, 0, 0, LaneVerdicts(
+        cacheable=lambda v: True, remembered=lambda v, age: v))
+    log: list[str] = []
+
+    async def long_item(turn: Turn) -> Done[str]:
+        for k in range(5):
+            async with turn.slot():
+                log.append(f"L{k}")
+                await asyncio.sleep(0.1)
+        return Done("long")
+
+    async def short_item(turn: Turn) -> Done[str]:
+        async with turn.slot():
+            log.append("S")
+        return Done("short")
+
+    async def long_request() -> str:
+        with request_scope(None, caller="a"):
+            return await lane.run("long", long_item, not_run=str)
+
+    async def short_request() -> str:
+        await asyncio.sleep(0.15)
+        with request_scope(None, caller="b"):
+            return await lane.run("short", short_item, not_run=str)
+
+    assert await asyncio.gather(long_request(), short_request()) == ["long", "short"]
+    assert log.index("S") == 2, log  # after the turn that was running when it came
+
+
+async def test_the_math_verifier_says_not_run_for_an_item_the_budget_cut() -> None:
+    """Status ``not_run`` with a null score, never ``timeout`` (which is a 0: it ran out of
+    time) for an item that never had a worker."""
+    from reward_server.settings import settings_class
+    from reward_server.verifiers.math import MathItem, MathVerifier
+
+    verifier = MathVerifier(settings_class()(math_workers=1, math_timeout_s=1.0,
+                                             cache_size=0, timeout_memory_s=0))
+    await verifier.start()
+    try:
+        towers = [MathItem(response=f"\\boxed{{{k + 3}^{{8^{{7^{{9}}}}}}}}", answer="3")
+                  for k in range(2)]
+
+        async def hog() -> list:
+            with request_scope(None, caller="hog"):
+                return await verifier.verify(towers)
+
+        hogging = asyncio.ensure_future(hog())
+        await asyncio.sleep(0.2)
+        with request_scope(0.3, caller="me"):
+            [cut] = await verifier.verify([MathItem(response="\\boxed{\\frac{\\sqrt{8}}{2}}",
+                                                    answer="\\sqrt{2}")])
+        assert cut.status == "not_run" and cut.score is None, cut
+        assert "budget of 0.3 s" in (cut.detail or "") and cut.extracted
+        ran = await hogging
+        assert [(r.status, r.score) for r in ran] == [("timeout", 0.0)] * 2, ran
+    finally:
+        await verifier.stop()
