@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi_offline import FastAPIOffline
 
 from reward_server import __version__
 from reward_server.errors import ApiError, api_error_handler, validation_error_handler
@@ -41,7 +42,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         finally:
             await asyncio.gather(*(v.stop() for v in started), return_exceptions=True)
 
-    app = FastAPI(
+    # /docs serves Swagger UI's files from the fastapi-offline package: FastAPI's own page
+    # loads them from a CDN and is blank on an offline cluster
+    app = FastAPIOffline(
         title="Verifiable Rewards",
         version=__version__,
         description="Scores model completions for RL from verifiable rewards.",
@@ -60,7 +63,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     if settings.api_token is not None:
         app.add_middleware(BearerAuth, token=settings.api_token.get_secret_value())
     known = {"/healthz", "/metrics", "/v1/verifiers", "/v1/rewards", "/get_reward", "/docs",
-             "/openapi.json"}
+             "/redoc", "/openapi.json"}
     app.add_middleware(RequestMetrics, routes=known | {f"/v1/verify/{n}" for n in classes})
     app.add_middleware(ErrorGuard)  # a JSON 500 with a request id for anything that escapes
     return app

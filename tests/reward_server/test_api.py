@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 
 from tests.conftest import ServerProcess
 
@@ -76,6 +77,21 @@ def test_openapi_and_docs(http: httpx.Client) -> None:
     spec = http.get("/openapi.json").json()
     assert {"/v1/verify/math", "/v1/rewards", "/v1/verifiers", "/healthz"} <= set(spec["paths"])
     assert http.get("/docs").status_code == 200
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_docs_pages_load_every_asset_from_the_server_itself(http: httpx.Client, page: str
+                                                            ) -> None:
+    """An offline cluster reaches no CDN: each script, stylesheet and icon the page names is
+    served by the reward server, and is the real thing (not an empty page)."""
+    html = http.get(page).text
+    assets = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html)
+    assert any(a.endswith(".js") for a in assets), html
+    for asset in assets:
+        assert not re.match(r"(?:https?:)?//", asset), f"{page} loads {asset} from outside"
+        r = http.get(asset)
+        assert r.status_code == 200 and len(r.content) > 1000, (asset, r.status_code)
+    assert "/openapi.json" in html
 
 
 def test_cache_coalesces_a_group(http: httpx.Client) -> None:
