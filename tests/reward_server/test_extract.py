@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from reward_server.verifiers.math.extract import Answer, extract_answer, extract_gold, match_brace
+from reward_server.verifiers.math.extract import Answer, extract_answer, extract_gold
 
 
 @pytest.mark.parametrize(
@@ -89,10 +89,9 @@ def test_extract_gold(gold: str, expected: Answer) -> None:
     assert extract_gold(gold) == expected
 
 
-def test_match_brace_skips_escaped_braces() -> None:
-    text = "{a\\}b{c}}"
-    assert match_brace(text, 0) == len(text) - 1
-    assert match_brace("{{", 0) is None
+def test_brace_matching_skips_escaped_braces() -> None:
+    assert extract_answer("\\boxed{a\\}b{c}}") == Answer(("a\\}b{c}",))
+    assert extract_answer("\\boxed{{", "boxed") is None  # unbalanced: cut off
 
 
 def test_text_answers_are_the_tail_of_long_responses() -> None:

@@ -50,24 +50,82 @@ class Answer:
         return ", ".join(self.items)
 
 
-_BRACE_TOKENS = re.compile(r"\\.|[{}]", re.S)
+def _balanced(depth: int) -> str:
+    """A regex for a ``{…}`` group nested at most ``depth`` deep (escapes are text)."""
+    inner = r"(?:[^{}\\]|\\.)"
+    for _ in range(depth - 1):
+        inner = r"(?:[^{}\\]|\\.|\{" + inner + r"*+\})"
+    return r"\{" + inner + r"*+\}"
 
 
-def match_brace(text: str, open_index: int) -> int | None:
-    """Index of the ``}`` closing the ``{`` at ``open_index``; None when unbalanced.
+_GROUP = _balanced(4)
+# Tokens of real braces (preceded by an even run of backslashes, as a forward scan of
+# ``\\.`` tokens reads them: ``\\{`` is text, ``\\\\{`` a brace): balanced groups and the
+# plain text between them, which change nothing (group 1); else a run of ``{`` or of ``}``
+# (group 2). A token never ends in a backslash, so the next search starts where the
+# lookbehind can see a whole run of them.
+_BRACE_TOKEN = re.compile(
+    r"(?<!\\)(?:\\\\)*(?:(" + _GROUP + r"(?:" + _GROUP + r"|[^{}\\])*+)|(\{+|\}+))", re.S)
+_GROUP_AT = re.compile(_GROUP, re.S)
+_BOX_BRACE = re.compile(r"\\(?:boxed|fbox) *\{")
+_SPACES = re.compile(r" *")
 
-    Escaped braces (``\\{``) count as text, as LaTeX treats them. The regex visits only
-    braces and backslashes, so a megabyte of plain text is skipped at C speed."""
-    depth = 0
-    for m in _BRACE_TOKENS.finditer(text, open_index):
-        token = m.group()
-        if token == "{":
-            depth += 1
-        elif token == "}":
-            depth -= 1
-            if depth == 0:
-                return m.start()
-    return None
+
+class _Closes:
+    """Where each box's ``{`` closes, found in one pass over the text's braces from its end
+    backwards: a ``{`` closes at the nearest ``}`` after it that no later ``{`` took.
+
+    Boxes are asked for from the end of the text backwards (as ``_boxes_from_end`` finds
+    them), so each brace is looked at once, whatever the boxes' number and nesting; a
+    search forward from each box instead read a megabyte of braces once per box (16 boxes,
+    then 8 more unboxing: tens of seconds). The braces come in tokens, so that a Python
+    step covers many: a balanced stretch (``{}{x}{{y}}``, nested up to 4 deep) is one token
+    that matches nothing outside it, and a run of one brace is one token."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.scanned = len(text)  # the braces at and after this index are counted
+        self.box_from = len(text)  # box braces are known for commands from here on
+        self.pending: list[list[int]] = []  # runs of unmatched "}": [first, end)
+        self.closes: dict[int, int | None] = {}  # box "{" -> its "}" (None: never closed)
+
+    def close(self, command_start: int, brace: int) -> int | None:
+        """The ``}`` of the box whose command starts at ``command_start`` and whose ``{``
+        is at ``brace``; each call's box lies before every earlier call's."""
+        if brace in self.closes:
+            return self.closes[brace]
+        boxes = {m.end() - 1 for m in _BOX_BRACE.finditer(self.text, command_start,
+                                                            self.box_from)}
+        boxes.add(brace)
+        runs = [m.span(2) for m in _BRACE_TOKEN.finditer(self.text, brace, self.scanned)
+                if m.start(2) >= 0]
+        for start, end in reversed(runs):
+            if self.text[start] == "}":
+                self.pending.append([start, end])
+                continue
+            last = self._take(end - start)  # what the run's first "{" closes with
+            if start in boxes:
+                self.closes[start] = last
+                boxes.discard(start)
+        for box in boxes:  # in a balanced token: its own group, which ends inside it
+            group = _GROUP_AT.match(self.text, box)
+            if group is not None:
+                self.closes[box] = group.end() - 1
+        self.scanned, self.box_from = brace, command_start
+        return self.closes.get(brace)
+
+    def _take(self, count: int) -> int | None:
+        """Match ``count`` opening braces, innermost first; the last one's ``}``."""
+        last = None
+        while count and self.pending:
+            run = self.pending[-1]
+            taken = min(count, run[1] - run[0])
+            last = run[0] + taken - 1
+            run[0] += taken
+            count -= taken
+            if run[0] == run[1]:
+                self.pending.pop()
+        return None if count else last
 
 
 @dataclass(frozen=True)
@@ -77,6 +135,21 @@ class _Box:
     content: str
 
 
+class _LastCommand:
+    """The last box command before an index, each command's text searched once."""
+
+    def __init__(self, text: str, lo: int = 0) -> None:
+        self.text, self.lo = text, lo
+        self.found: dict[str, int] = {}
+
+    def before(self, end: int) -> tuple[int, str]:
+        for cmd in _BOX_COMMANDS:
+            at = self.found.get(cmd)
+            if at is None or at + len(cmd) > end:  # the earlier answer lies past end
+                self.found[cmd] = self.text.rfind(cmd, self.lo, end) if at != -1 else -1
+        return max((self.found[cmd], cmd) for cmd in _BOX_COMMANDS)
+
+
 def _boxes_from_end(text: str) -> tuple[list[_Box], bool]:
     """Up to ``_MAX_BOXES`` outermost non-empty boxes, last first; and whether a box was
     cut off (unclosed). A box inside a box is part of the outer one's content, never an
@@ -84,23 +157,23 @@ def _boxes_from_end(text: str) -> tuple[list[_Box], bool]:
     found: list[_Box] = []
     cut_off = False
     end = len(text)
+    closes = _Closes(text)
+    commands = _LastCommand(text)
     for _ in range(_MAX_BOXES * 2):
         if len(found) >= _MAX_BOXES:
             break
-        start, command = max((text.rfind(cmd, 0, end), cmd) for cmd in _BOX_COMMANDS)
+        start, command = commands.before(end)
         if start < 0:
             break
-        i = start + len(command)
-        while i < len(text) and text[i] == " ":
-            i += 1
+        i = _SPACES.match(text, start + len(command)).end()
         if i < len(text) and text[i] == "{":
-            close = match_brace(text, i)
+            close = closes.close(start, i)
             if close is None:
                 cut_off = True
             else:
                 while found and found[-1].start < close:  # nested in this one
                     found.pop()
-                content = _unbox(text[i + 1 : close]).strip()
+                content = _unbox(text, i + 1, close, closes).strip()
                 if content:
                     found.append(_Box(start, close + 1, content))
         elif command == "\\boxed" and i > start + len(command):
@@ -114,20 +187,31 @@ def _boxes_from_end(text: str) -> tuple[list[_Box], bool]:
     return found, cut_off
 
 
-def _unbox(content: str) -> str:
-    """``content`` with the box commands inside it removed (their contents kept)."""
+def _unbox(text: str, lo: int, hi: int, closes: _Closes) -> str:
+    """``text[lo:hi]`` (a box's content) with up to ``_MAX_BOXES`` box commands inside it
+    removed, the last first (their contents kept); it stops at a command with no braced
+    argument. The inner boxes' braces were matched when their outer box was."""
+    cut: list[tuple[int, int]] = []  # spans of the text left out
+    commands = _LastCommand(text, lo)
+    end = hi
     for _ in range(_MAX_BOXES):
-        start, command = max((content.rfind(cmd), cmd) for cmd in _BOX_COMMANDS)
+        start, command = commands.before(end)
         if start < 0:
             break
-        i = start + len(command)
-        while i < len(content) and content[i] == " ":
-            i += 1
-        close = match_brace(content, i) if content[i : i + 1] == "{" else None
-        if close is None:
+        i = _SPACES.match(text, start + len(command), hi).end()
+        close = closes.closes.get(i) if i < hi and text[i] == "{" else None
+        if close is None or close >= hi:
             break
-        content = content[:start] + content[i + 1 : close] + content[close + 1 :]
-    return content
+        cut += [(start, i + 1), (close, close + 1)]
+        end = start
+    if not cut:
+        return text[lo:hi]
+    pieces, at = [], lo
+    for start, stop in sorted(cut):
+        pieces.append(text[at:start])
+        at = stop
+    pieces.append(text[at:hi])
+    return "".join(pieces)
 
 
 # Between two boxes of one list: only separators (math-verify's ", and or" plus spacing,

@@ -1,0 +1,85 @@
+"""Worst-case math items: text written to make the server process's scans repeat
+themselves, at the size the request limits allow.
+
+Each shape aims at one scan: brace matching (runs of braces, escapes, nested boxes),
+box discovery (thousands of boxes, a box command followed by a megabyte of spaces), the
+math spans of a question (unclosed ``\\(``, ``\\[``, ``$``), the "final answer is" and
+``####`` rules, digit runs for the fast path's Fractions, and Unicode rewriting. Every
+item's right verdict is 0: none states the reference. ``bench/bench_worst_case.py`` times
+them through triage and through the real server; the tests send them to a real server.
+Here (not under tests/) so that the bench and the tests share one table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reward_server.settings import Settings
+
+FIELD_BYTES: int = Settings.model_fields["max_field_bytes"].default
+QUESTION_CHARS = 100_000  # MathItem.question's max_length
+
+
+def _fill(size: int, pattern: str, prefix: str = "", suffix: str = "") -> str:
+    """``prefix``, ``pattern`` repeated, ``suffix``: ``size`` UTF-8 bytes at most."""
+    room = (size - len(prefix.encode()) - len(suffix.encode())) // len(pattern.encode())
+    return prefix + pattern * max(room, 0) + suffix
+
+
+def _nested(size: int, levels: int = 16) -> str:
+    """``levels`` boxes inside each other, each opening a run of braces, all closed."""
+    run = (size - levels * 8) // (2 * levels)
+    return ("\\boxed{" + "{" * run) * levels + ("}" * run + "}") * levels
+
+
+def math_cases(size: int = FIELD_BYTES, question_chars: int = QUESTION_CHARS,
+               ) -> dict[str, dict[str, Any]]:
+    """Name -> math item (``response``, ``answer``, maybe ``question``) of about ``size``
+    bytes in its hostile field; the reference is ``3`` (or ``1``), which none states."""
+    response_shapes = {
+        "nested boxes": _nested(size),
+        "boxes over open braces": _fill(size, "{", "\\boxed{" * 16),
+        "boxes over brace pairs": _fill(size, "{}", "\\boxed{" * 16),
+        "boxes over escapes": _fill(size, "\\x", "\\boxed{" * 16),
+        "boxes over escaped braces": _fill(size, "\\{", "\\boxed{" * 16),
+        "deep closed boxes": "\\boxed{" * (size // 16) + "2" + "}" * (size // 16),
+        "unclosed boxes": _fill(size, "\\boxed{"),
+        "boxes in a list": _fill(size, "\\boxed{1} , "),
+        "box command then spaces": _fill(size, " ", "\\boxed"),
+        "boxes to unbox over brace runs": "\\boxed{" + "\\fbox{" * 8
+        + "{" * (size // 2 - 64) + "}" * (size // 2 - 64) + "}" * 9,
+        "frac tower": _fill(size, "\\frac{", "\\boxed{"),
+        "dollar run": _fill(size, "$"),
+        "hash run": _fill(size, "####"),
+        "hash lines": _fill(size, "#### 7\n"),
+        "digit run": _fill(size, "1"),
+        "hash then digits": _fill(size, "1", "#### "),
+        "long boxed number": "\\boxed{" + "9" * 1990 + "}",
+        "final answer is $": _fill(size, "final answer is $"),
+        "answer is": _fill(size, "the answer is "),
+        "unicode roots": _fill(size, "√("),
+        "unicode in hashes": _fill(size, "√(½", "#### "),
+    }
+    cases: dict[str, dict[str, Any]] = {
+        name: {"response": text, "answer": "3"} for name, text in response_shapes.items()
+    }
+    question_shapes = {
+        "question of \\(": "\\(",
+        "question of \\[": "\\[",
+        "question of $": "$",
+        "question of $$\\(": "$$\\(",
+        "question of \\{\\[": "\\{\\[",
+        "question of =$": "=$",
+    }
+    for name, pattern in question_shapes.items():
+        cases[name] = {"response": "\\boxed{x+1}", "answer": "3",
+                       "question": _fill(question_chars, pattern)}
+    return cases
+
+
+def reference_cases(size: int = FIELD_BYTES) -> dict[str, dict[str, Any]]:
+    """Hostile references (a dataset's text, not a completion's): timed through triage by
+    the bench; the worker's parse of them is under its timeout."""
+    shapes = {"reference of $": "$", "reference of digits": "1", "reference of $$a": "$$a",
+              "reference of \\text{": "\\text{a", "reference of answer": "answer "}
+    return {name: {"response": "\\boxed{3}", "answer": _fill(size, pattern) + "4"}
+            for name, pattern in shapes.items()}

@@ -1,0 +1,102 @@
+"""Worst-case text through the real server: a field at the size limit, written to make
+extraction, the guards or the fast path scan it again and again, never stalls the event
+loop. While such a request runs, ``/healthz`` and another client's small item answer
+within a couple of seconds, and the hostile item gets a verdict (0), not null.
+
+The shapes come from ``bench/bench_worst_case.py``'s table (``reward_server.worst_case``
+holds them, so the bench and these tests time the same inputs)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from reward_server.worst_case import FIELD_BYTES, QUESTION_CHARS, math_cases
+from tests.conftest import ServerProcess, run_server
+
+# /healthz and a \boxed{6} item answer in milliseconds; before the scans were linear they
+# waited 10-50 s behind one hostile item
+LIVE_S = 2.5
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    env = {"REWARD_SERVER_CACHE_SIZE": "0", "REWARD_SERVER_MATH_TIMEOUT_S": "3"}
+    with run_server(tmp_path_factory.mktemp("worst_case"), env=env) as server:
+        yield server
+
+
+def _while_posting(srv: ServerProcess, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """POST ``items`` and, until it returns, time ``/healthz`` and another client's small
+    math item again and again: the latencies a second client sees meanwhile."""
+    out: dict[str, Any] = {"health": [], "other": []}
+
+    def post() -> None:
+        with httpx.Client(base_url=srv.url, timeout=300) as c:
+            out["response"] = c.post("/v1/verify/math", json={"items": items})
+
+    hostile = threading.Thread(target=post)
+    hostile.start()
+    with httpx.Client(base_url=srv.url, timeout=300) as c:
+        while hostile.is_alive():
+            started = time.monotonic()
+            assert c.get("/healthz").status_code == 200
+            out["health"].append(time.monotonic() - started)
+            started = time.monotonic()
+            r = c.post("/v1/verify/math",
+                       json={"items": [{"response": "so \\boxed{6}", "answer": "6"}]})
+            out["other"].append(time.monotonic() - started)
+            assert r.json()["results"][0]["correct"] is True
+            time.sleep(0.05)
+    hostile.join()
+    return out
+
+
+def _check_live(out: dict[str, Any]) -> list[dict[str, Any]]:
+    assert out["response"].status_code == 200, out["response"].text[:500]
+    assert max(out["health"]) < LIVE_S, out["health"]
+    assert max(out["other"]) < LIVE_S, out["other"]
+    return out["response"].json()["results"]
+
+
+def test_a_field_limit_of_nested_boxes_does_not_stall_the_server(srv: ServerProcess) -> None:
+    """2 MiB of nested ``\\boxed{`` with brace runs inside: each box's closing brace was
+    searched for again from its opening one (16 boxes, then 8 more in the unboxing), tens of
+    seconds of Python on the event loop."""
+    cases = math_cases(FIELD_BYTES)
+    names = ("nested boxes", "boxes over open braces", "boxes over escapes")
+    items = [cases[name] for name in names]
+    results = _check_live(_while_posting(srv, items))
+    for name, result in zip(names, results, strict=True):
+        assert result["score"] == 0.0 and result["correct"] is False, (name, result)
+
+
+def test_a_question_of_unclosed_math_does_not_stall_the_server(srv: ServerProcess) -> None:
+    """100,000 characters of ``\\(`` as the question: the span regex tried every opener
+    against the whole rest of the text (37 s)."""
+    cases = math_cases(FIELD_BYTES)
+    names = [name for name in cases if name.startswith("question")]
+    assert len(names) >= 3
+    items = [cases[name] for name in names]
+    assert all(len(item["question"]) <= QUESTION_CHARS for item in items)
+    results = _check_live(_while_posting(srv, items))
+    for name, result in zip(names, results, strict=True):
+        assert result["score"] == 0.0 and result["correct"] is False, (name, result)
+
+
+def test_every_worst_case_at_the_field_limit_in_one_request(srv: ServerProcess) -> None:
+    """The whole table in one batch (the body limit allows it): every item a verdict of 0,
+    and the server answers others throughout."""
+    cases = math_cases(FIELD_BYTES)
+    items = list(cases.values())
+    started = time.monotonic()
+    results = _check_live(_while_posting(srv, items))
+    elapsed = time.monotonic() - started
+    for name, result in zip(cases, results, strict=True):
+        assert result["score"] == 0.0, (name, result)
+    assert elapsed < 90, elapsed  # inside the client's 120 s timeout, with room to spare
