@@ -31,10 +31,10 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from reward_server.testing import run_server, wait_for_sandbox  # noqa: E402
 from sandbox.config import SandboxConfig  # noqa: E402
 from sandbox.languages import LANGUAGES  # noqa: E402
 from sandbox.pool import HARNESS_CAPS, HARNESS_USER  # noqa: E402
-from tests.conftest import run_server, wait_for_sandbox  # noqa: E402
 
 TRIVIAL = "print(1)  # {i}"
 TRIVIAL_TESTS = [{"input": "", "output": "1"}]
@@ -253,7 +253,7 @@ def gvisor_rows(args: argparse.Namespace, workloads: dict[str, Any], env: dict[s
                 tmp: Path) -> dict[str, dict[str, float]]:
     """The warm-pool rows under gVisor: a second engine with runsc registered (as the tests
     do, tests/extra_engine.py), so the main engine's configuration is left alone."""
-    from tests.extra_engine import runsc_engine
+    from sandbox.testing import runsc_engine
 
     rows: dict[str, dict[str, float]] = {}
     with runsc_engine() as engine:

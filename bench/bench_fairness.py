@@ -27,7 +27,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import run_server, wait_for_sandbox  # noqa: E402
+from reward_server.testing import run_server, wait_for_sandbox  # noqa: E402
 
 
 def towers(n: int, run: int) -> list[dict[str, str]]:

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from sandbox.config import SandboxConfig  # noqa: E402
 from sandbox.pool import ContainerPool, PooledContainer  # noqa: E402
 from sandbox.runner import Execution, Sandbox, TestCase  # noqa: E402
-from tests.extra_engine import runsc_engine  # noqa: E402
+from sandbox.testing import runsc_engine  # noqa: E402
 
 SUM = "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)"
 WORKLOADS = {  # name: (execution, count, in flight)

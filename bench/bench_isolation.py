@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sandbox.seccomp import PROFILE  # noqa: E402
-from tests.extra_engine import IMAGE, runsc_engine  # noqa: E402
+from sandbox.testing import IMAGE, runsc_engine  # noqa: E402
 
 PROBE = """
 import json, os, subprocess, time

@@ -242,7 +242,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-    from tests.conftest import run_server, sandbox_containers, wait_for_sandbox
+    from reward_server.testing import run_server, sandbox_containers, wait_for_sandbox
 
     def runs(url: str, pid: int | None) -> list[Report]:
         done = [asyncio.run(run_load(url, args.clients, args.duration, args.code_share, pid))]

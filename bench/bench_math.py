@@ -38,7 +38,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import run_server  # noqa: E402  (the same launcher the tests use)
+from reward_server.testing import run_server  # noqa: E402  (the same launcher the tests use)
 
 # (reference, equivalent forms, wrong forms)
 PROBLEMS: list[tuple[str, list[str], list[str]]] = [

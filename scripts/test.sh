@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # The test suite: installs what it needs (Python packages, the Docker engine and the sandbox
 # image), then runs ruff and pytest (extra arguments go to pytest).
+#   bash scripts/test.sh          the full suite (root, Docker, gVisor; about 15 minutes)
+#   bash scripts/test.sh --fast   the fast tier: units and pure functions, no server, no
+#                                 engine, no training (under a minute; no root needed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  bash scripts/setup.sh
+  .venv/bin/ruff check .
+  exec .venv/bin/python -m pytest -q -m "not server and not docker and not slow" "$@"
+fi
 bash scripts/setup.sh
 if ! bash sandbox/build_image.sh; then
   if [ "${CI:-}" = "true" ]; then

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import os
-import random
-import socket
 import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,77 +13,38 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from reward_server.testing import (  # noqa: F401  (the tests import them from here)
+    ServerProcess,
+    free_port,
+    run_server,
+    sandbox_containers,
+    verify_code,
+    wait_for_sandbox,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerProcess:
-    def __init__(self, proc: subprocess.Popen, url: str, log: Path,
-                 env: dict[str, str] | None = None) -> None:
-        self.proc, self.url, self.log = proc, url, log
-        self.env = env or {}  # the settings it was started with beyond the defaults
-
-    @property
-    def docker_host(self) -> str | None:
-        """The engine its sandbox runs on (None: the default one)."""
-        return self.env.get("REWARD_SERVER_SANDBOX_DOCKER_HOST")
-
-    @property
-    def runtime(self) -> str:
-        """The OCI runtime its sandbox containers run under."""
-        return self.env.get("REWARD_SERVER_SANDBOX_RUNTIME") or "runc"
-
-    def client(self, **kwargs) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=60, **kwargs)
+# --- Test tiers ------------------------------------------------------------------------------
+# Markers come from what a test uses, so a new test lands in the right tier without anyone
+# remembering to mark it: `pytest -m "not server and not docker and not slow"` is the fast
+# tier (pure functions and units: under a minute, no root, no engine).
+_DOCKER_FIXTURES = {"docker_ready", "extra_engine", "sandbox_runtime"}
+_SERVER_NAMES = {"run_server", "ServerProcess"}  # a module that starts servers imports these
 
 
-@contextmanager
-def run_server(tmp_path: Path, env: dict[str, str] | None = None,
-               args: list[str] | None = None, startup_s: float = 60,
-               port: int | None = None) -> Iterator[ServerProcess]:
-    """Start ``reward-server`` on a loopback port (a free one unless given); stop it (and its
-    workers) after."""
-    port = port or free_port()
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    log = tmp_path / f"server-{port}.log"
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith("REWARD_SERVER_")}
-    full_env = {**inherited, "REWARD_SERVER_MATH_WORKERS": "2",
-                "REWARD_SERVER_SANDBOX_POOL_SIZE": "2", **(env or {})}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "reward_server.cli", "--port", str(port),
-             "--log-level", "warning", *(args or [])],
-            env=full_env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + startup_s
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited {proc.returncode}:\n{log.read_text()}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server did not start:\n{log.read_text()}")
-            time.sleep(0.1)
-        yield ServerProcess(proc, url, log, env)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        module = vars(getattr(item, "module", None) or object)
+        if "server" in used or _SERVER_NAMES & set(module):
+            item.add_marker(pytest.mark.server)
+        if used & _DOCKER_FIXTURES:
+            item.add_marker(pytest.mark.docker)
+        callspec = getattr(item, "callspec", None)
+        if "extra_engine" in used or (
+                callspec is not None and callspec.params.get("sandbox_runtime") == "runsc"):
+            item.add_marker(pytest.mark.gvisor)
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +67,6 @@ def http(server: ServerProcess) -> Iterator[httpx.Client]:
 def docker_ready() -> None:
     """The engine runs and the sandbox image is built (building it if needed). Without an
     engine the sandbox tests skip on a developer's machine and fail in CI."""
-    import subprocess
 
     out = subprocess.run(["bash", str(ROOT / "sandbox" / "build_image.sh")],
                          capture_output=True, text=True, timeout=1200)
@@ -122,50 +77,10 @@ def docker_ready() -> None:
         pytest.skip(message)
 
 
-def sandbox_containers(owner_pid: int | None = None,
-                       docker_host: str | None = None) -> list[dict[str, str]]:
-    """Labelled sandbox containers on the engine (optionally of one server process)."""
-    import docker
-
-    client = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
-    try:  # one list call (the high-level list inspects each container: racy with removals)
-        found = []
-        for c in client.api.containers(all=True, filters={"label": "verifiable-rewards.sandbox"}):
-            owner = c["Labels"].get("verifiable-rewards.owner", "")
-            if owner_pid is None or owner.split(":")[1:2] == [str(owner_pid)]:
-                found.append({"id": c["Id"][:12], "owner": owner, "status": c["State"]})
-        return found
-    finally:
-        client.close()
-
-
-def wait_for_sandbox(url: str, timeout_s: float = 120) -> None:
-    """Until a trivial code item runs (the pool fills in the background after start)."""
-    deadline = time.monotonic() + timeout_s
-    while True:  # a fresh item each time, never answered from the result cache
-        token = str(random.getrandbits(64))
-        item = {"response": "print(input())", "tests": [{"input": token, "output": token}]}
-        r = httpx.post(f"{url}/v1/verify/code", json={"items": [item]}, timeout=60)
-        result = r.json()["results"][0]
-        if result["status"] == "ok" and result["score"] == 1.0:
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"sandbox never became ready: {result}")
-        time.sleep(0.5)
-
-
-def verify_code(url: str, *items: dict[str, Any]) -> list[dict[str, Any]]:
-    """``POST /v1/verify/code`` with ``items``; the results (a 200 is asserted)."""
-    with httpx.Client(base_url=url, timeout=300) as c:
-        r = c.post("/v1/verify/code", json={"items": list(items)})
-    assert r.status_code == 200, r.text
-    return r.json()["results"]
-
-
 @pytest.fixture(scope="session")
 def extra_engine(docker_ready: None, tmp_path_factory: pytest.TempPathFactory):
     """A second Docker engine with the sandbox image (see tests/extra_engine.py)."""
-    from tests.extra_engine import ExtraEngine
+    from sandbox.testing import ExtraEngine
 
     # a short path: unix socket paths are limited to 108 bytes
     engine = ExtraEngine(Path("/tmp") / f"vr-engine-{os.getpid()}")

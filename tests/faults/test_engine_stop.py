@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 
 from reward_server.verifiers.code import SPARE_CONTAINERS
+from sandbox.testing import ExtraEngine
 from tests.conftest import run_server, wait_for_sandbox
-from tests.extra_engine import ExtraEngine
 
 _fresh = itertools.count()
 

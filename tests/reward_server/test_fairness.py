@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -230,3 +231,31 @@ def test_a_stream_of_small_requests_does_not_starve_another_callers_batch(
     # about one of the stream's items per worker, then the victim's share: well inside the
     # budget that used to cut it
     assert out["elapsed"] < BUDGET_S / 2, out["elapsed"]
+
+
+def test_the_server_says_not_run_for_an_item_the_budget_cut(tmp_path: Path) -> None:
+    """Status ``not_run`` with a null score, never ``timeout`` (which is a 0: it ran out of
+    time) for an item that never had a worker. Through a real server: a pool forked from this
+    test process after torch was imported loses its workers."""
+    env = {"REWARD_SERVER_MATH_WORKERS": "1", "REWARD_SERVER_MATH_TIMEOUT_S": "2",
+           "REWARD_SERVER_REQUEST_BUDGET_S": "1", "REWARD_SERVER_CACHE_SIZE": "0"}
+    towers = [{"response": f"\\boxed{{{k + 3}^{{8^{{7^{{9}}}}}}}}", "answer": "3"}
+              for k in range(2)]
+    item = {"response": "\\boxed{\\frac{\\sqrt{8}}{2}}", "answer": "\\sqrt{2}"}
+    with run_server(tmp_path, env=env) as srv:
+        assert httpx.post(srv.url + "/v1/verify/math", json={"items": [item]},
+                          timeout=120).json()["results"][0]["score"] == 1.0  # warm
+        hog: dict = {}
+        thread = threading.Thread(target=lambda: hog.update(r=httpx.post(
+            srv.url + "/v1/verify/math", json={"items": towers}, timeout=120)))
+        thread.start()
+        time.sleep(0.3)
+        fresh = {**item, "answer": "\\sqrt{2}\\cdot 1"}  # not the cached verdict
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as other:
+            [cut] = other.post(srv.url + "/v1/verify/math", json={"items": [fresh]},
+                               timeout=120).json()["results"]
+        thread.join()
+    assert cut["status"] == "not_run" and cut["score"] is None, cut
+    assert "budget of 1 s" in cut["detail"] and cut["extracted"], cut
+    ran = hog["r"].json()["results"]  # the hog's own slow items all ran: 0, not cut
+    assert [(r["status"], r["score"]) for r in ran] == [("timeout", 0.0)] * 2, ran

@@ -21,6 +21,8 @@ from reward_server.cache import ResultCache, TimeoutMemory
 from reward_server.fair_queue import BudgetSpent
 from reward_server.process_pool import MAX_OUTSIDE_LOSSES, TimeoutPool
 
+pytestmark = pytest.mark.slow  # worker processes, killed and replaced: seconds a test
+
 
 def spin() -> None:
     while True:

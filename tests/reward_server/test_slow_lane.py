@@ -17,6 +17,8 @@ from reward_server.process_pool import TaskResult, TimeoutPool
 from reward_server.slow_lane import Done, LaneVerdicts, SlowLane, Turn
 from tests.reward_server.test_process_pool import pid_after, spin
 
+pytestmark = pytest.mark.slow  # worker processes running into their time limits: seconds a test
+
 Outcome = TaskResult | BudgetSpent
 
 
@@ -160,33 +162,3 @@ async def test_work_in_several_turns_lets_another_caller_in_between() -> None:
 
     assert await asyncio.gather(long_request(), short_request()) == ["long", "short"]
     assert log.index("S") == 2, log  # after the turn that was running when it came
-
-
-async def test_the_math_verifier_says_not_run_for_an_item_the_budget_cut() -> None:
-    """Status ``not_run`` with a null score, never ``timeout`` (which is a 0: it ran out of
-    time) for an item that never had a worker."""
-    from reward_server.settings import settings_class
-    from reward_server.verifiers.math import MathItem, MathVerifier
-
-    verifier = MathVerifier(settings_class()(math_workers=1, math_timeout_s=1.0,
-                                             cache_size=0, timeout_memory_s=0))
-    await verifier.start()
-    try:
-        towers = [MathItem(response=f"\\boxed{{{k + 3}^{{8^{{7^{{9}}}}}}}}", answer="3")
-                  for k in range(2)]
-
-        async def hog() -> list:
-            with request_scope(None, caller="hog"):
-                return await verifier.verify(towers)
-
-        hogging = asyncio.ensure_future(hog())
-        await asyncio.sleep(0.2)
-        with request_scope(0.3, caller="me"):
-            [cut] = await verifier.verify([MathItem(response="\\boxed{\\frac{\\sqrt{8}}{2}}",
-                                                    answer="\\sqrt{2}")])
-        assert cut.status == "not_run" and cut.score is None, cut
-        assert "budget of 0.3 s" in (cut.detail or "") and cut.extracted
-        ran = await hogging
-        assert [(r.status, r.score) for r in ran] == [("timeout", 0.0)] * 2, ran
-    finally:
-        await verifier.stop()

@@ -16,6 +16,8 @@ from trainer.models import load_model
 from trainer.rewards import FunctionScorer
 from trainer.train import GRPOTrainer, UpdateBatch, seed_everything
 
+pytestmark = pytest.mark.slow  # trains tiny models: seconds a test
+
 N, P, T = 16, 5, 7
 
 

@@ -15,6 +15,8 @@ import torch
 
 from tests.conftest import free_port
 
+pytestmark = pytest.mark.slow  # two processes train a tiny model: seconds a test
+
 WORKER = Path(__file__).with_name("fsdp_worker.py")
 
 

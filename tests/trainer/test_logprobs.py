@@ -9,6 +9,8 @@ from trainer import prefix
 from trainer.logprobs import completion_logps, selective_log_softmax
 from trainer.models import tiny_model, tiny_tokenizer
 
+pytestmark = pytest.mark.slow  # forward and backward passes of tiny models: seconds a test
+
 V = 49152  # SmolLM2's vocabulary
 
 

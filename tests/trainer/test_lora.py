@@ -19,6 +19,8 @@ from trainer.models import load_model
 from trainer.rewards import FunctionScorer
 from trainer.train import GRPOTrainer, UpdateBatch, seed_everything
 
+pytestmark = pytest.mark.slow  # trains tiny models: seconds a test
+
 
 def sevens(texts: list[str], rows: list[dict[str, Any]]) -> list[float]:
     """Graded, so that a random model's groups are not all alike (zero advantages)."""

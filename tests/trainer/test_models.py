@@ -17,6 +17,8 @@ from trainer.models import tiny_tokenizer
 from trainer.rewards import FunctionScorer
 from trainer.train import GRPOTrainer, seed_everything
 
+pytestmark = pytest.mark.slow  # trains tiny models: seconds a test
+
 
 def dropout_model(kind: str, vocab: int) -> torch.nn.Module:
     """Llama drops attention weights through a float (``attention_dropout``, no module);

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from safetensors import safe_open
 
@@ -14,6 +15,8 @@ from trainer.config import GRPOConfig
 from trainer.models import load_model
 from trainer.rewards import FunctionScorer
 from trainer.train import GRPOTrainer, seed_everything
+
+pytestmark = pytest.mark.slow  # trains tiny models: seconds a test
 
 
 def vowel_share(texts: list[str], rows: list[dict[str, Any]]) -> list[float | None]:

@@ -19,6 +19,8 @@ from trainer.rewards import FunctionScorer
 from trainer.rollout import Sampling, format_prompt, generate
 from trainer.train import GRPOTrainer, UpdateBatch, seed_everything
 
+pytestmark = pytest.mark.slow  # trains tiny models: seconds a test
+
 G, T = 4, 6
 
 

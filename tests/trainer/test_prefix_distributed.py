@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import free_port
 
+pytestmark = pytest.mark.slow  # two processes train a tiny model: seconds a test
+
 WORKER = Path(__file__).with_name("prefix_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
 

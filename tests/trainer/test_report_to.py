@@ -9,8 +9,9 @@ import pytest
 
 from trainer.metrics import RunLogger
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning",
-                                        "ignore::FutureWarning")
+pytestmark = [pytest.mark.slow,  # a training run: seconds
+              pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning",
+                                         "ignore::FutureWarning")]
 
 
 def test_tensorboard_and_wandb_get_every_scalar(tmp_path: Path,

@@ -1,6 +1,7 @@
-"""A second Docker engine on this machine, for the tests of several engines and of an engine
-that stops: its own socket, data and exec roots, no bridge and no iptables (sandbox
-containers have no network), with the sandbox image copied over from the main engine. Where
+"""A second Docker engine on this machine, for the tests and benchmarks of several engines and
+of an engine that stops (in the package, so bench/ needs nothing from tests/): its own
+socket, data and exec roots, no bridge and no iptables (sandbox containers have no network),
+with the sandbox image copied over from the main engine. Where
 gVisor's runsc is installed (sandbox/ensure_runsc.sh) it is registered as the runtime "runsc",
 so the sandbox tests also run under gVisor without touching the main engine."""
 
