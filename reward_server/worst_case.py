@@ -81,5 +81,5 @@ def reference_cases(size: int = FIELD_BYTES) -> dict[str, dict[str, Any]]:
     the bench; the worker's parse of them is under its timeout."""
     shapes = {"reference of $": "$", "reference of digits": "1", "reference of $$a": "$$a",
               "reference of \\text{": "\\text{a", "reference of answer": "answer "}
-    return {name: {"response": "\\boxed{3}", "answer": _fill(size, pattern) + "4"}
+    return {name: {"response": "\\boxed{3}", "answer": _fill(size - 1, pattern) + "4"}
             for name, pattern in shapes.items()}

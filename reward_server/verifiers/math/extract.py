@@ -1,11 +1,13 @@
 """Pull the final answer out of a free-form completion, in the server process.
 
 Every scan here is linear in the length of the completion (no backtracking regular
-expression runs over untrusted text), so a 1 MB response costs milliseconds. What comes out
-is an ``Answer``: either LaTeX that states the answer (a box, a GSM8K ``####`` line, the
-Minerva "final answer is $x$" span) or, when the completion marks no answer, the end of the
-text, which the worker hands to math-verify's own extraction (its "answer …", last-LaTeX and
-last-number rules) under the pool's timeout.
+expression runs over untrusted text, and no text is scanned again per box: the boxes'
+braces are matched in one pass, ``_Closes``), so a 1 MB response costs milliseconds and
+the worst text at the field limit (``reward_server.worst_case``) well under a second.
+What comes out is an ``Answer``: either LaTeX that states the answer (a box, a GSM8K
+``####`` line, the Minerva "final answer is $x$" span) or, when the completion marks no
+answer, the end of the text, which the worker hands to math-verify's own extraction (its
+"answer …", last-LaTeX and last-number rules) under the pool's timeout.
 
 Rules, first hit wins (the README states them too):
 1. the last outermost non-empty ``\\boxed{}``/``\\fbox{}``, or the last "final answer is
