@@ -1,4 +1,4 @@
-"""Issue 13's scenario: one slow batch next to an honest one, on a fresh server.
+"""The fairness scenario: one slow batch next to an honest one, on a fresh server.
 
 Client A posts a batch of distinct slow items (towers of exponents that run into the math
 time limit; with ``--code``, programs that sleep through their test); one second later client

@@ -17,7 +17,7 @@ wall clock of an idle core, and unlike the wall clock it stays fair when the mac
     python bench/bench_learning.py                      # the real comparison (~25 min, 2 cores)
     python bench/bench_learning.py --model tiny --steps 4 --eval-samples 8   # a quick try
 
-Prints a table, writes ``bench/results/bench_learning.{json,png}``. The goal (issue 12): our
+Prints a table, writes ``bench/results/bench_learning.{json,png}``. The goal: our
 trainer reaches TRL's final held-out accuracy in ≤ 0.7× the seconds TRL takes to reach it.
 """
 

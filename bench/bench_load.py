@@ -7,7 +7,7 @@ whole process tree) before and after and sampled during the run, and the sandbox
 the server left behind after it stopped. Each problem recurs (a run repeats prompts across
 steps), so the cache serves part of the load, as it does in training.
 
-``--hostile 1`` adds the fairness scenario (issue 13): after the all-honest run, the same
+``--hostile 1`` adds the fairness scenario: after the all-honest run, the same
 server gets one hostile client among 15 honest ones. The hostile client sends batches of the
 same shape whose items are all slow (towers of exponents that run into the math time limit,
 programs that sleep through every test), distinct so that no cache helps. It reports the

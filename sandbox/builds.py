@@ -1,4 +1,4 @@
-"""Identical sources compile once across the items of a batch (issue 11): a GRPO group, or one
+"""Identical sources compile once across the items of a batch: a GRPO group, or one
 program checked against several test sets, often repeats a program. The first execution of a
 (language, source) compiles it and its harness sends back what the compiler made (or the
 compile error); executions of the same source that arrive meanwhile wait for it, and those

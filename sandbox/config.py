@@ -41,7 +41,7 @@ class SandboxConfig:
     max_memory_mb: int = 768
     compile_time_limit_s: float = 30.0
     # An item's whole run (compile and every test) stops here: one slow item cannot hold a
-    # container for tests x limit while other items wait for it (issue 10)
+    # container for tests x limit while other items wait for it
     item_budget_s: float = 60.0
     compile_memory_mb: int = 768
     output_limit_bytes: int = 1024 * 1024

@@ -46,7 +46,7 @@ LABEL = "verifiable-rewards.sandbox"
 OWNER_LABEL = "verifiable-rewards.owner"
 # The harness runs as root with these capabilities only; every program it starts drops to
 # uid 10001 (which clears them), so no program can signal, prlimit or trace the harness or its
-# fork server, and the harness can hand each execution a fresh work dir (issue 10).
+# fork server, and the harness can hand each execution a fresh work dir.
 HARNESS_USER = "0:0"
 HARNESS_CAPS = ["SETUID", "SETGID", "KILL", "CHOWN"]
 T = TypeVar("T")

@@ -3,7 +3,7 @@
 rebuilt from the 20.10 profile that Debian ships, plus two deviations of ours (fewer socket
 families; no 32-bit syscalls). Why our own: the engine's built-in default depends on its
 version, and Debian bookworm's Docker 20.10 still allows io_uring and AF_VSOCK sockets
-(issue 10, attack 10); a profile passed with ``security_opt`` is the same on every engine
+(found by a red-team attack); a profile passed with ``security_opt`` is the same on every engine
 (20.10 or later: it uses ``minKernel``, ``errnoRet`` and ``defaultErrnoRet``).
 
 Provenance. The base is ``profiles/seccomp/default.json`` of Debian's
@@ -37,7 +37,7 @@ OUT_GVISOR = OUT.with_name("seccomp-gvisor.json")
 
 # POSIX message queues: gVisor keeps their names in its own kernel with no /dev/mqueue to list
 # and remove them by, so a name left by one program reaches the next (a covert channel past
-# the clean slate, issue 10); nothing in a code test needs a message queue.
+# the clean slate); nothing in a code test needs a message queue.
 MQUEUE_SYSCALLS = ("mq_getsetattr", "mq_notify", "mq_open", "mq_timedreceive",
                    "mq_timedreceive_time64", "mq_timedsend", "mq_timedsend_time64", "mq_unlink")
 

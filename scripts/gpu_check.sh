@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU smoke check (issue 12): on a CUDA machine, a few bf16 steps of the demo config, full
+# The GPU smoke check: on a CUDA machine, a few bf16 steps of the demo config, full
 # fine-tuning and LoRA; prints tokens/s, peak GPU memory and the bf16/float32 weight-update
 # ratio. Exit code 0 when the ratio is >= 0.90, 1 when it is not, 2 when there is no GPU.
 # CI never runs it. Needs a CUDA build of torch: TORCH_SPEC="torch==2.13.0 --index-url

@@ -20,7 +20,7 @@ Why the candidate cannot forge the verdict:
 - Every program runs under another uid than this process and its fork server (which run as
   root with four capabilities), so it cannot signal, ``prlimit`` or trace them; after each
   execution ``slate`` kills what is left, empties every place the candidate could write and
-  checks the container is as it was fresh (issue 10), or reports it dirty.
+  checks the container is as it was fresh, or reports it dirty.
 """
 
 import os

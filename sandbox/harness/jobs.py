@@ -1,6 +1,6 @@
 """One execution: a fresh work dir, the job of its mode, then the clean slate: every process
 of the candidate's killed, every place it could write emptied, and the container checked
-against its fresh state (issue 10)."""
+against its fresh state."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ class _Started:
 
 def candidate_started():
     """Called before any program of the candidate's runs: from here on, a failure is the
-    candidate's doing (a score of 0), never an outage (issue 10)."""
+    candidate's doing (a score of 0), never an outage."""
     _Started.ran = True
 
 

@@ -1,4 +1,4 @@
-"""A clean slate between executions (issue 10): standard library only, runs in the container.
+"""A clean slate between executions: standard library only, runs in the container.
 
 The harness (PID 1) runs as root with four capabilities (SETUID, SETGID, KILL, CHOWN) and
 every program it starts drops to ``CANDIDATE`` first, so no candidate process can signal,

@@ -34,7 +34,7 @@ CODE_STATUSES: frozenset[str] = frozenset(get_args(CodeStatus))
 # A test that ended so may have left the container in a bad state: replace it before reuse.
 REPLACES_CONTAINER: frozenset[str] = frozenset({"timeout", "memory_limit", "output_limit",
                                                 "checker_blocked"})
-# Items the completion could not cause: the reward is null, never 0 (issue 10).
+# Items the completion could not cause: the reward is null, never 0.
 UNSCORABLE: frozenset[str] = frozenset({"bad_tests", "sandbox_unavailable", "not_run"})
 # Not cached: an outage or a spent budget says nothing about the program, and a timeout, a
 # memory kill or a checker that could not run can depend on the machine or the moment.

@@ -1,6 +1,6 @@
 """A short version of bench/bench_load.py against a fresh server: 16 clients, math and code,
 15 s, zero errors, no leaked container; then one hostile client among 15 honest ones
-(issue 13): the honest clients still get every reward right, every hostile item gets its
+the honest clients still get every reward right, every hostile item gets its
 own verdict. The 60-second figures, and the honest latency next to the all-honest run's,
 are in the README."""
 

@@ -113,7 +113,7 @@ class BrokenVerifier(Verifier):
 
 
 def test_an_escaped_exception_is_a_json_500_with_a_request_id(tmp_path: Path) -> None:
-    """Nothing an item holds should raise (issue 10); if a bug does, the client gets JSON it
+    """Nothing an item holds should raise; if a bug does, the client gets JSON it
     can log, with an id that finds the traceback in the server log, not a bare text 500."""
     (tmp_path / "broken_plugin.py").write_text(BROKEN_PLUGIN)
     env = {"PYTHONPATH": str(tmp_path), "REWARD_SERVER_PLUGINS": '["broken_plugin:BrokenVerifier"]'}

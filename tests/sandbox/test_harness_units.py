@@ -1,6 +1,6 @@
 """The harness's pure parts, on the host (no container): the wire codec and frames, output
 comparison, text escaping, which test setup runs before the candidate, the clean-up of trees a
-candidate locked, the statuses table, and the runner's check of a verdict's shape (issue 10)."""
+candidate locked, the statuses table, and the runner's check of a verdict's shape."""
 
 from __future__ import annotations
 

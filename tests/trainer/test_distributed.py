@@ -44,7 +44,7 @@ def test_ranks_sample_with_their_own_seed(reports: list[dict]) -> None:
     assert len(a) == len(b) > 0
     pairs = [(x, y) for s, t in zip(a, b, strict=True) for x, y in zip(s, t, strict=False)]
     agreement = sum(x == y for x, y in pairs) / max(len(pairs), 1)
-    assert agreement < 0.5, agreement  # one seed everywhere: ~0.9 (issue 12)
+    assert agreement < 0.5, agreement  # one seed everywhere: ~0.9
 
 
 def test_batch_scaled_advantages_use_every_ranks_rewards(reports: list[dict]) -> None:

@@ -127,7 +127,7 @@ def test_bad_arguments() -> None:
 
 
 def test_gspo_is_a_mean_over_sequences_of_any_length() -> None:
-    # lengths 1 and 3: a token-sum reduction would weight the second 3x (issue 12)
+    # lengths 1 and 3: a token-sum reduction would weight the second 3x
     logps = torch.tensor([[0.1, 0.0, 0.0], [0.05, -0.02, 0.03]])
     old = torch.zeros(2, 3)
     mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])

@@ -49,7 +49,7 @@ def test_bf16_moves_the_weights_as_float32_does(tmp_path: Path) -> None:
     mixed_trainer = make(tmp_path, "bfloat16")
     mixed = weight_movement(mixed_trainer, 3)
     assert full > 0
-    assert mixed >= 0.9 * full, mixed / full  # bf16 weights: ~3% (issue 12)
+    assert mixed >= 0.9 * full, mixed / full  # bf16 weights: ~3%
     assert all(p.dtype == torch.float32 for p in mixed_trainer.policy.parameters())
     states = [s for s in mixed_trainer.optimizer.state.values() if "exp_avg" in s]
     assert states and all(s["exp_avg_sq"].dtype == torch.float32 for s in states)

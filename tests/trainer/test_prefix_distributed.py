@@ -1,6 +1,6 @@
 """Shared prompts on two CPU processes (gloo): ranks whose batches differ in shape (one can
 share its prompts, the other cannot) still run paired collectives and end with the same
-all-reduced gradient, under DDP and FSDP (trainer/prefix.py, issue 12 audit)."""
+all-reduced gradient, under DDP and FSDP (trainer/prefix.py, from an audit)."""
 
 from __future__ import annotations
 

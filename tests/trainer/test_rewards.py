@@ -61,6 +61,6 @@ def test_scorer_with_two_verifiers() -> None:
     rows = [{"answer": "1"}, {"answer": "1"}]
     batch = scorer.score(["a", "b"], rows, group_size=2)
     scorer.close()
-    assert batch.rewards == pytest.approx([0.5, 1.5])  # was NaN for the first: issue 12
+    assert batch.rewards == pytest.approx([0.5, 1.5])  # was NaN for the first
     assert batch.per_verifier == {"math": [0.0, 1.0], "format": [None, 1.0]}
     assert batch.correct == [False, True]
