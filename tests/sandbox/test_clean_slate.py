@@ -1,4 +1,4 @@
-"""one execution can never change another's verdict, or its own into null.
+"""One execution can never change another's verdict, or its own into null.
 
 The attacker's victim is the NEXT execution in the same container: the server here runs one
 item at a time (``POOL_SIZE=1``) and reuses the container released last first, so
