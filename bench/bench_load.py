@@ -50,6 +50,9 @@ class Report:
     latencies_ms: list[float] = field(default_factory=list)
     code_latencies_ms: list[float] = field(default_factory=list)  # the code batches' alone
     rss_mb: list[tuple[float, float]] = field(default_factory=list)  # (t, MB)
+    # every ``sample_s``: the server's RSS, its processes (math workers) and containers, and
+    # the requests and errors so far: what a soak looks at for a leak
+    samples: list[dict] = field(default_factory=list)
     hostile: Report | None = None  # the hostile clients' own figures, when there are any
 
     def percentile(self, q: float, latencies: list[float] | None = None) -> float:
@@ -58,7 +61,8 @@ class Report:
 
     def summary(self) -> dict:
         out = {k: v for k, v in asdict(self).items()
-               if k not in ("latencies_ms", "code_latencies_ms", "rss_mb", "hostile")}
+               if k not in ("latencies_ms", "code_latencies_ms", "rss_mb", "hostile",
+                            "samples")}
         math_ms = sorted(self.latencies_ms)
         for ms in self.code_latencies_ms:
             math_ms.remove(ms)
@@ -186,8 +190,26 @@ def tree_rss_mb(pid: int) -> float:
     return total / 2**20
 
 
+def tree_processes(pid: int) -> int:
+    import psutil
+
+    try:
+        return len(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return 0
+
+
+def server_sample(pid: int, t_s: float, report: Report) -> dict:
+    from reward_server.testing import sandbox_containers
+
+    return {"t_s": round(t_s, 1), "rss_mb": round(tree_rss_mb(pid), 1),
+            "processes": tree_processes(pid), "containers": len(sandbox_containers(pid)),
+            "requests": report.requests, "errors": report.errors}
+
+
 async def run_load(url: str, clients: int, duration_s: float, code_share: float,
-                   server_pid: int | None = None, seed: int = 0, hostile: int = 0) -> Report:
+                   server_pid: int | None = None, seed: int = 0, hostile: int = 0,
+                   sample_s: float | None = None) -> Report:
     """``clients`` in all, ``hostile`` of them hostile; the report is the honest clients'
     (the hostile clients' in ``report.hostile``)."""
     report = Report(clients=clients - hostile, duration_s=duration_s)
@@ -197,8 +219,12 @@ async def run_load(url: str, clients: int, duration_s: float, code_share: float,
 
     async def sample_rss() -> None:
         while server_pid is not None and time.monotonic() < stop_at:
-            report.rss_mb.append((time.monotonic() - started, tree_rss_mb(server_pid)))
-            await asyncio.sleep(max(1.0, duration_s / 20))
+            now = time.monotonic() - started
+            report.rss_mb.append((now, tree_rss_mb(server_pid)))
+            if sample_s is not None:
+                report.samples.append(await asyncio.to_thread(
+                    server_sample, server_pid, now, report))
+            await asyncio.sleep(sample_s or max(1.0, duration_s / 20))
 
     sampler = asyncio.create_task(sample_rss())
     await asyncio.gather(*(client_loop(url, seed * 1000 + k, stop_at, code_share,
@@ -207,6 +233,8 @@ async def run_load(url: str, clients: int, duration_s: float, code_share: float,
     sampler.cancel()
     if server_pid is not None:
         report.rss_mb.append((time.monotonic() - started, tree_rss_mb(server_pid)))
+        if sample_s is not None:
+            report.samples.append(server_sample(server_pid, time.monotonic() - started, report))
     report.duration_s = report.hostile.duration_s = time.monotonic() - started
     return report
 
@@ -239,7 +267,14 @@ def main() -> None:
     ap.add_argument("--hostile", type=int, default=0,
                     help="then a second run with this many of the clients hostile")
     ap.add_argument("--url", help="an already running server (no RSS or container figures)")
+    ap.add_argument("--soak-minutes", type=float, default=None,
+                    help="a soak instead: one run this long, the server's RSS, processes and "
+                    "containers sampled every minute (bench/results/bench_load_soak-*.json)")
+    ap.add_argument("--publish", action="store_true",
+                    help="also write docs/benchmarks/<bench>.json (the figures the docs show)")
     args = ap.parse_args()
+    if args.soak_minutes is not None:
+        return soak(args)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
     from reward_server.testing import run_server, sandbox_containers, wait_for_sandbox
@@ -299,6 +334,41 @@ def main() -> None:
     (out / name).write_text(json.dumps(result, indent=2))
     print(f"wrote {out / name}")
     if failed or leaked:
+        raise SystemExit(1)
+
+
+def soak(args: argparse.Namespace) -> None:
+    """A long run on a fresh server: what grows (RSS, worker processes, containers) minute
+    by minute, and whether any reward was wrong or missing."""
+    import tempfile
+
+    from bench.record import record
+    from reward_server.testing import run_server, sandbox_containers, wait_for_sandbox
+
+    env = {"REWARD_SERVER_MATH_WORKERS": "0", "REWARD_SERVER_SANDBOX_POOL_SIZE":
+           str(args.pool_size), "REWARD_SERVER_CACHE_SIZE": str(args.cache_size)}
+    duration_s = args.soak_minutes * 60
+    with run_server(Path(tempfile.mkdtemp(prefix="bench-soak-")), env=env) as srv:
+        wait_for_sandbox(srv.url)
+        pid = srv.proc.pid
+        report = asyncio.run(run_load(srv.url, args.clients, duration_s, args.code_share,
+                                      pid, sample_s=60.0))
+    time.sleep(1.0)
+    leaked = len(sandbox_containers(pid))
+    s = print_report(f"soak: {args.clients} clients x {args.soak_minutes:g} min", report)
+    print(f"  {'min':>5s} {'RSS MB':>8s} {'procs':>6s} {'containers':>10s} {'requests':>9s} "
+          f"{'errors':>6s}")
+    for row in report.samples:
+        print(f"  {row['t_s'] / 60:5.1f} {row['rss_mb']:8.0f} {row['processes']:6d} "
+              f"{row['containers']:10d} {row['requests']:9d} {row['errors']:6d}")
+    print(f"  containers left after shutdown: {leaked}")
+    figures = {**s, "per_minute": report.samples, "containers_left": leaked,
+               "error_examples": report.error_examples[:10]}
+    path = record("bench_load_soak", figures, {
+        "clients": args.clients, "minutes": args.soak_minutes, "code_share": args.code_share,
+        "pool_size": args.pool_size, "cache_size": args.cache_size}, publish=args.publish)
+    print(f"wrote {path}")
+    if s["errors"] or leaked:
         raise SystemExit(1)
 
 

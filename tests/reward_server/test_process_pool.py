@@ -216,3 +216,18 @@ async def test_cache_off_computes_every_time() -> None:
 
     for _ in range(3):
         assert await cache.get_or_compute("k", compute, lambda v: True) == (1, False)
+
+
+def test_prestart_starts_every_worker_before_the_first_task() -> None:
+    """pebble starts workers at the first task: a fresh server's first request waited for
+    their imports and warm-up, and its memory tripled under it (read as a leak)."""
+    before = {p.pid for p in psutil.Process().children()}
+    pool = TimeoutPool(workers=2, memory_mb=512)
+    try:
+        pool.prestart()
+        deadline = time.monotonic() + 20
+        while len({p.pid for p in psutil.Process().children()} - before) < 3:
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.05)
+    finally:
+        pool.close()

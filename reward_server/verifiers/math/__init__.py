@@ -131,6 +131,7 @@ class MathVerifier(Verifier):
     async def start(self) -> None:
         config: MathSettings = self.config  # type: ignore[assignment]
         self._pool = TimeoutPool(config.resolved_workers(), config.memory_mb, warm_up)
+        self._pool.prestart()  # warm while the server waits for its first request
         self._lane: SlowLane[MathResult] = SlowLane(
             self.name, self._pool.slots, self.settings.cache_size,
             self.settings.timeout_memory_s, _LANE_VERDICTS)
