@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import types
 
-from .protocol import decode, encode, recv_frame, send_frame
+from .protocol import (
+    CANDIDATE_FRAME_BYTES,
+    JOB_FRAME_BYTES,
+    decode,
+    encode,
+    recv_frame,
+    send_frame,
+)
 
 # What the call-based datasets' harness puts before a solution (verl's prime_code copy of
 # APPS's testing_util, which PrimeIntellect's rows are scored with): LeetCode-style solutions
@@ -81,7 +88,7 @@ def serve_candidate(entry_point, preamble=False):
     send_frame(4, {"ready": True, "names": names, "modules": modules})
     while True:
         try:
-            request = recv_frame(3)
+            request = recv_frame(3, max_bytes=JOB_FRAME_BYTES)  # the dataset's arguments
         except EOFError:
             return
         try:
@@ -93,4 +100,8 @@ def serve_candidate(entry_point, preamble=False):
             reply = {"value": encode(result)}
         except BaseException as exc:  # noqa: BLE001
             reply = {"error": f"{type(exc).__name__}: {exc}"[:500]}
-        send_frame(4, reply)
+        try:
+            send_frame(4, reply, max_bytes=CANDIDATE_FRAME_BYTES)
+        except ValueError as exc:  # the test process would refuse it: say so, and stay in step
+            send_frame(4, {"error": f"ReplyTooLarge: the return value is too large to send "
+                                    f"to the tests: {exc}"})

@@ -1,6 +1,10 @@
 """The wire: length-prefixed JSON frames (between the runner and the harness, the harness and
 its candidate server), the plain-data codec of the assertion proxy, and the text escaping that
-keeps every verdict encodable."""
+keeps every verdict encodable.
+
+What the trusted side reads from the candidate server is bounded (``recv_frame``'s default,
+``decode``): the harness is PID 1, and a reply it cannot afford to read must be the
+candidate's failed test, never a container the OOM killer or a quadratic set build takes."""
 
 from __future__ import annotations
 
@@ -11,12 +15,25 @@ import selectors
 import struct
 import time
 
-MAX_FRAME_BYTES = 64 * 1024 * 1024
+# A job from the host (trusted): the tests' inputs and expected outputs.
+JOB_FRAME_BYTES = 64 * 1024 * 1024
+# A frame from the candidate server. json.loads builds 16-31 bytes per byte of tagged values
+# (a dict per value), so this bounds the harness's parse to ~250 MB beside a candidate that
+# may hold 768 of the container's 1024; a list of ~500,000 ints still fits.
+CANDIDATE_FRAME_BYTES = 8 * 1024 * 1024
+MAX_DEPTH = 100
+# More distinct values with one hash than this, anywhere in a value from the candidate, and it
+# is refused. Honest values never come close (an int's hash is the int modulo 2**61 - 1), and
+# chosen ones make every set or dict of them cost n**2 / 2 probes wherever it is built: in
+# ``decode``, or in the test code's own ``set(result)``, which runs in C and cannot be
+# interrupted (100,000 such ints held a container 26 s).
+MAX_SAME_HASH = 8
+HASH_MODULUS = (1 << 61) - 1  # sys.hash_info.modulus on 64-bit builds
 
 
 def encode(value, depth=0):
     """Tagged JSON for plain data only; anything else raises TypeError."""
-    if depth > 100:
+    if depth > MAX_DEPTH:
         raise TypeError("value nests too deeply")
     t = type(value)
     if value is None or t is bool or t is str:
@@ -41,35 +58,98 @@ def encode(value, depth=0):
 
 
 def decode(node, depth=0):
-    """Inverse of ``encode``; builds only plain values, whatever the input."""
-    if depth > 100:
-        raise ValueError("value nests too deeply")
-    if node is None or isinstance(node, (bool, str)):
-        return node
-    if not isinstance(node, dict) or len(node) != 1:
+    """Inverse of ``encode``; builds only plain values, whatever the input, in time linear in
+    its size. Raises ValueError for a malformed value, one nested deeper than MAX_DEPTH, or one
+    whose elements collide in hash (MAX_SAME_HASH)."""
+    return _Decoder().value(node, depth)
+
+
+class _Decoder:
+    """One value's decoding, with the hashes of its elements counted as they are built."""
+
+    def __init__(self):
+        # hash -> the first element seen with it, and the other distinct ones. Their keys are
+        # hashes, ints whose hash is themselves: no two keys collide here.
+        self.first, self.others = {}, {}
+
+    def value(self, node, depth):
+        if depth > MAX_DEPTH:
+            raise ValueError("value nests too deeply")
+        if node is None or type(node) is bool or type(node) is str:
+            return node
+        if type(node) is not dict or len(node) != 1:
+            raise ValueError("malformed value")
+        (tag, v), = node.items()
+        if tag in ("l", "t", "s", "d"):
+            if type(v) is not list:
+                raise ValueError("malformed value")
+            if tag == "d":
+                return dict(self.pair(x, depth + 1) for x in v)
+            items = [self.element(x, depth + 1) for x in v]
+            if tag == "l":
+                return items
+            if tag == "t":
+                return tuple(items)
+            try:
+                return set(items)
+            except TypeError:
+                raise ValueError("a set of unhashable values") from None
+        try:
+            if tag == "i" and type(v) is str:
+                return int(v)
+            if tag == "f" and type(v) is str:
+                return float(v)
+            if tag == "c" and type(v) is list and len(v) == 2:
+                return complex(float(v[0]), float(v[1]))
+            if tag == "b" and type(v) is str:
+                return base64.b64decode(v, validate=True)
+        except TypeError:
+            pass
         raise ValueError("malformed value")
-    (tag, v), = node.items()
-    if tag == "i":
-        return int(v)
-    if tag == "f":
-        return float(v)
-    if tag == "c":
-        return complex(float(v[0]), float(v[1]))
-    if tag == "b":
-        return base64.b64decode(v)
-    if tag == "l":
-        return [decode(x, depth + 1) for x in v]
-    if tag == "t":
-        return tuple(decode(x, depth + 1) for x in v)
-    if tag == "s":
-        return {decode(x, depth + 1) for x in v}
-    if tag == "d":
-        return {decode(k, depth + 1): decode(x, depth + 1) for k, x in v}
-    raise ValueError("malformed value")
+
+    def pair(self, node, depth):
+        if type(node) is not list or len(node) != 2:
+            raise ValueError("malformed value")
+        key = self.element(node[0], depth)
+        try:
+            hash(key)
+        except TypeError:
+            raise ValueError("a dict with an unhashable key") from None
+        return key, self.element(node[1], depth)
+
+    def element(self, node, depth):
+        """A value inside a container, counted by its hash: the test code may hash it (a list
+        too, as a tuple: ``set(map(tuple, rows))``)."""
+        value = self.value(node, depth)
+        t = type(value)
+        if t is int and -HASH_MODULUS < value < HASH_MODULUS:
+            return value  # its hash is itself (-1's is -2's): it can share one with no other
+        if t is list:
+            whole = tuple(value)
+        elif t is int or t is float or t is complex or t is tuple:
+            whole = value
+        else:
+            return value  # str and bytes hash with this process's secret seed; None, bool
+        try:
+            h = hash(whole)
+        except TypeError:
+            return value  # holds a list or a set: nothing hashes it whole
+        first = self.first.setdefault(h, whole)
+        if first is whole or first == whole:  # equal values are one (1.0 and 1; a repeat)
+            return value
+        others = self.others.setdefault(h, [])
+        if whole not in others:
+            if len(others) + 1 >= MAX_SAME_HASH:
+                raise ValueError(f"more than {MAX_SAME_HASH} distinct values share one hash")
+            others.append(whole)
+        return value
 
 
-def send_frame(fd, obj):
+def send_frame(fd, obj, max_bytes=None):
+    """Write ``obj`` as one frame; ValueError (nothing written) when it exceeds ``max_bytes``."""
     data = json.dumps(obj).encode()
+    if max_bytes is not None and len(data) > max_bytes:
+        raise ValueError(f"message too large ({len(data)} bytes, at most {max_bytes})")
     os.write(fd, struct.pack(">I", len(data)))
     view = memoryview(data)
     while view:
@@ -97,10 +177,12 @@ def read_exact(fd, n, deadline=None):
     return b"".join(chunks)
 
 
-def recv_frame(fd, deadline=None, max_bytes=MAX_FRAME_BYTES):
+def recv_frame(fd, deadline=None, max_bytes=CANDIDATE_FRAME_BYTES):
+    """One frame; ValueError when it exceeds ``max_bytes`` (its body left unread). The default
+    bounds a frame from the candidate server; the host's jobs pass JOB_FRAME_BYTES."""
     (size,) = struct.unpack(">I", read_exact(fd, 4, deadline))
     if size > max_bytes:
-        raise ValueError("message too large")
+        raise ValueError(f"message too large ({size} bytes, at most {max_bytes})")
     return json.loads(read_exact(fd, size, deadline))
 
 

@@ -8,7 +8,7 @@ import signal
 from . import slate
 from .jobs import execute
 from .processes import make_undumpable
-from .protocol import printable, recv_frame, send_frame
+from .protocol import JOB_FRAME_BYTES, printable, recv_frame, send_frame
 from .zygote import spawn_zygote
 
 
@@ -21,7 +21,7 @@ def serve():
     state = slate.Slate(zygote)
     while True:
         try:
-            job = recv_frame(0)
+            job = recv_frame(0, max_bytes=JOB_FRAME_BYTES)
         except EOFError:
             return
         if job.get("mode") == "ping":  # the pool checks a new container with this
