@@ -132,6 +132,20 @@ def test_boxes_are_those_a_match_per_box_finds(seed: int) -> None:
             reference_boxes(text), text
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_boxes_read_the_same_in_slices(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The braces are read a slice at a time: cuts that fall inside a run of backslashes,
+    a balanced stretch or a run of braces change nothing. (No command without its brace
+    here: unboxing one box can make the command before it meet a brace, which the earlier
+    unboxing then took as a box; both readings are garbage for garbage.)"""
+    monkeypatch.setattr(fast, "_SLICE", 5)
+    tokens = [t for t in _BOX_TOKENS if not t.startswith("\\") or t.endswith("{")]
+    for text in _random_texts([*tokens, "\\\\", "\\\\{", "{}{}", "}}"], 5000, seed):
+        boxes, cut_off = fast._boxes_from_end(text)
+        assert ([(b.start, b.end, b.content) for b in boxes], cut_off) == \
+            reference_boxes(text), text
+
+
 @pytest.mark.parametrize("text", [
     "\\boxed{a \\\\{b} c}", "\\boxed{\\\\\\{}", "\\boxed{\\{}\\}}", "\\boxed{{}{}{}}",
     "\\boxed{\\boxed{\\fbox{1}} 2}", "\\boxed  {3}", "\\boxed{" * 20 + "1" + "}" * 20,

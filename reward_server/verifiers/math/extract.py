@@ -54,9 +54,9 @@ class Answer:
 
 def _balanced(depth: int) -> str:
     """A regex for a ``{…}`` group nested at most ``depth`` deep (escapes are text)."""
-    inner = r"(?:[^{}\\]|\\.)"
+    inner = r"(?:[^{}\\]++|\\.)"
     for _ in range(depth - 1):
-        inner = r"(?:[^{}\\]|\\.|\{" + inner + r"*+\})"
+        inner = r"(?:[^{}\\]++|\\.|\{" + inner + r"*+\})"
     return r"\{" + inner + r"*+\}"
 
 
@@ -66,8 +66,12 @@ _GROUP = _balanced(4)
 # plain text between them, which change nothing (group 1); else a run of ``{`` or of ``}``
 # (group 2). A token never ends in a backslash, so the next search starts where the
 # lookbehind can see a whole run of them.
-_BRACE_TOKEN = re.compile(
-    r"(?<!\\)(?:\\\\)*(?:(" + _GROUP + r"(?:" + _GROUP + r"|[^{}\\])*+)|(\{+|\}+))", re.S)
+_BRACE_TOKEN = re.compile(r"(?=[\\{}])(?<!\\)(?:\\\\)*(?:("
+                          + _GROUP + r"(?:" + _GROUP + r"|[^{}\\]++)*+)|(\{+|\}+))", re.S)
+# One regex call holds the interpreter (no other thread, the event loop's included, runs
+# meanwhile): the braces are read a slice at a time, a few milliseconds each.
+_SLICE = 1 << 16
+_BACKSLASHES = re.compile(r"\\*")
 _GROUP_AT = re.compile(_GROUP, re.S)
 _BOX_BRACE = re.compile(r"\\(?:boxed|fbox) *\{")
 _SPACES = re.compile(r" *")
@@ -99,8 +103,8 @@ class _Closes:
         boxes = {m.end() - 1 for m in _BOX_BRACE.finditer(self.text, command_start,
                                                             self.box_from)}
         boxes.add(brace)
-        runs = [m.span(2) for m in _BRACE_TOKEN.finditer(self.text, brace, self.scanned)
-                if m.start(2) >= 0]
+        runs = [m.span(2) for lo, hi in self._slices(brace, self.scanned)
+                for m in _BRACE_TOKEN.finditer(self.text, lo, hi) if m.start(2) >= 0]
         for start, end in reversed(runs):
             if self.text[start] == "}":
                 self.pending.append([start, end])
@@ -115,6 +119,21 @@ class _Closes:
                 self.closes[box] = group.end() - 1
         self.scanned, self.box_from = brace, command_start
         return self.closes.get(brace)
+
+    def _slices(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """``[lo, hi)`` cut into slices of about ``_SLICE``, each after a character that is
+        no backslash (the lookbehind must see a run of them whole to tell an escaped
+        brace). A token cut in two reads the same: a balanced stretch is then runs, a run
+        two runs."""
+        cuts = [lo]
+        while hi - cuts[-1] > _SLICE:
+            cut = cuts[-1] + _SLICE
+            if self.text[cut - 1] == "\\":  # after the run and the character it escapes
+                cut = _BACKSLASHES.match(self.text, cut).end() + 1
+            if cut >= hi:
+                break
+            cuts.append(cut)
+        return list(zip(cuts, [*cuts[1:], hi], strict=True))
 
     def _take(self, count: int) -> int | None:
         """Match ``count`` opening braces, innermost first; the last one's ``}``."""
