@@ -4,14 +4,16 @@ and what another client sees meanwhile.
 Two parts, each over ``reward_server.worst_case``'s table (every field at
 REWARD_SERVER_MAX_FIELD_BYTES, a question at its 100,000-character limit):
 
-1. triage in this process: the seconds one item costs, and per MB of its hostile field;
+1. triage in this process: the seconds one item costs, and per MB of its hostile field
+   (and the code verifier's fence extraction, which runs on the event loop);
 2. the real server on loopback: one hostile item per request while a second client polls
    ``/healthz`` and posts ``\\boxed{6}``; the worst latency that client saw, and the
    hostile request's own time and verdict.
 
 Prints a table and writes JSON (date, git commit, machine, figures) to
-bench/results/worst_case-<date>.json. A shape still running after ``--cap-s`` seconds of
-triage is stopped and reported as over the cap (a stall that long is the finding).
+bench/results/worst_case-<date>.json through ``bench/record.py``. A shape still running
+after ``--cap-s`` seconds of triage is stopped and reported as over the cap (a stall that
+long is the finding).
 
     python bench/bench_worst_case.py [--size BYTES] [--only NAME ...] [--no-server]
 """
@@ -19,13 +21,9 @@ triage is stopped and reported as over the cap (a stall that long is the finding
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,7 +36,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.record import record  # noqa: E402
 from reward_server.settings import Settings  # noqa: E402
+from reward_server.verifiers.code.extract import extract_code  # noqa: E402
 from reward_server.verifiers.math import MathItem, MathVerifier  # noqa: E402
 from reward_server.worst_case import FIELD_BYTES, math_cases, reference_cases  # noqa: E402
 from tests.conftest import run_server  # noqa: E402
@@ -79,6 +79,26 @@ def time_triage(cases: dict[str, dict[str, Any]], cap_s: float) -> dict[str, dic
     return out
 
 
+CODE_SHAPES = {"code: newlines": "\n", "code: fence lines": "```\n",
+               "code: tagged fences": "```python\n", "code: spaced fences": " ``` \n",
+               "code: closed blocks": "```\nx\n```\n"}
+
+
+def time_code(size: int) -> dict[str, dict[str, Any]]:
+    """Seconds of the code verifier's ``extract_code`` (on the event loop) per shape."""
+    out = {}
+    for name, pattern in CODE_SHAPES.items():
+        text = pattern * (size // len(pattern))
+        started = time.perf_counter()
+        extract_code(text)
+        seconds = time.perf_counter() - started
+        mb = len(text.encode()) / 1e6
+        out[name] = {"mb": round(mb, 3), "triage_s": seconds, "triage": "extracted",
+                     "s_per_mb": seconds / mb}
+        print(f"  extract {name:31s} {_s(seconds):>9s}", flush=True)
+    return out
+
+
 def through_server(url: str, fields: dict[str, Any]) -> dict[str, Any]:
     """One hostile item in its own request; another client's latencies meanwhile."""
     out: dict[str, Any] = {}
@@ -96,7 +116,7 @@ def through_server(url: str, fields: dict[str, Any]) -> dict[str, Any]:
     hostile = threading.Thread(target=post)
     hostile.start()
     with httpx.Client(base_url=url, timeout=600) as c:
-        while hostile.is_alive():
+        while not health or hostile.is_alive():  # at least once, however fast it is
             started = time.monotonic()
             c.get("/healthz")
             health.append(time.monotonic() - started)
@@ -115,14 +135,6 @@ def _s(seconds: float | None) -> str:
     return "over cap" if seconds is None else f"{seconds:.3f} s"
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                              capture_output=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=int, default=FIELD_BYTES,
@@ -136,6 +148,8 @@ def main() -> None:
         cases = {k: v for k, v in cases.items() if k in args.only}
     print(f"{len(cases)} cases, hostile fields of up to {args.size} bytes")
     figures = time_triage(cases, args.cap_s)
+    if not args.only:
+        figures.update(time_code(args.size))
     if not args.no_server:
         env = {"REWARD_SERVER_CACHE_SIZE": "0", "REWARD_SERVER_MATH_WORKERS": "2"}
         with run_server(Path(tempfile.mkdtemp(prefix="bench-worst-case-")), env=env) as srv:
@@ -156,14 +170,9 @@ def main() -> None:
                   f"  {f['status']} {f['score']}" if "other_max_s" in f else
                   f"{'-':>12s} {'-':>10s} {'-':>8s}  triage: {f['triage']}")
         print(f"{name:34s} {f['mb']:5.2f} {_s(f['triage_s']):>9s} {per_mb:>7s} {server}")
-    now = datetime.datetime.now(datetime.UTC)
-    out = {"date": now.isoformat(timespec="seconds"), "git_commit": _commit(),
-           "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                       "cpus": os.cpu_count(), "processor": platform.processor()},
-           "size_bytes": args.size, "cap_s": args.cap_s, "figures": figures}
-    path = ROOT / "bench" / "results" / f"worst_case-{now:%Y%m%dT%H%M%S}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2))
+    path = record("worst_case", figures, {"size_bytes": args.size, "cap_s": args.cap_s,
+                                          "server": not args.no_server, "math_workers": 2,
+                                          "cpus": os.cpu_count()})
     print(f"wrote {path}")
 
 
