@@ -61,6 +61,10 @@ BUDGET_CUTS = Counter(
     "reward_budget_cuts_total", "Items not run because their request's budget ran out",
     ["verifier"],
 )
+TURNS_YIELDED = Counter(
+    "reward_turns_yielded_total", "Times an item went back to the gate between two of its "
+    "tests, its turn over, to run the rest in a later turn", ["verifier"],
+)
 TIMEOUTS_REMEMBERED = Counter(
     "reward_timeouts_remembered_total", "Items answered 'timeout' from a remembered timeout "
     "of the same item, without running", ["verifier"],

@@ -97,6 +97,10 @@ class ExecutionResult:
     status: ExecutionStatus
     tests: list[TestResult] = field(default_factory=list)
     detail: str | None = None
+    # the turn ended before the last test (``execute``'s ``yield_after_s``): ``tests`` are the
+    # ones that ran, in the harness's ``elapsed_s``; the caller runs the rest in another turn
+    yielded: bool = False
+    elapsed_s: float = 0.0
 
 
 def count_assertion_tests(test_code: str) -> int:
@@ -126,7 +130,8 @@ class Sandbox:
     def unavailable_reason(self) -> str | None:
         return self.pool.unavailable_reason if self.pool.live == 0 else None
 
-    def _job(self, ex: Execution) -> tuple[dict, int, float]:
+    def _job(self, ex: Execution, yield_after_s: float | None = None,
+             spent_s: float = 0.0) -> tuple[dict, int, float]:
         c = self.config
         spec = resolve(ex.language)
         assert spec is not None  # execute() checked it
@@ -139,8 +144,11 @@ class Sandbox:
             "compile_time_limit_s": c.compile_time_limit_s,
             "compile_memory_mb": c.compile_memory_mb,
             "syntax_error_markers": list(spec.syntax_error_markers),
-            # the harness stops the item here, whatever its tests' limits add up to
-            "budget_s": c.item_budget_s, "stop_on_failure": ex.stop_on_failure,
+            # the harness stops the item here, whatever its tests' limits add up to (over
+            # all its turns: a later turn gets what the earlier ones left)
+            "budget_s": max(c.item_budget_s - spent_s, 1e-3),
+            "stop_on_failure": ex.stop_on_failure,
+            "yield_after_s": yield_after_s, "continues": spent_s > 0,
         }
         count = ex.test_count
         if ex.calls is not None:
@@ -160,20 +168,25 @@ class Sandbox:
                     raise ValueError(f"unknown checker language {ex.checker[0]!r}")
                 job["checker"] = {"language": checker_spec.as_job(c.compile_memory_mb),
                                   "source": ex.checker[1]}
-        inside = min(c.item_budget_s, count * (time_limit + PER_TEST_SLACK_S)
+        inside = min(job["budget_s"], count * (time_limit + PER_TEST_SLACK_S)
                      + (c.compile_time_limit_s if spec.compile else 0.0)
                      # the checker's compile and one check per test
                      + (c.compile_time_limit_s + count * CHECK_TIME_LIMIT_S
                         if ex.checker is not None else 0.0))
         return job, count, inside + OUTSIDE_SLACK_S
 
-    async def execute(self, ex: Execution) -> ExecutionResult:
+    async def execute(self, ex: Execution, yield_after_s: float | None = None,
+                      spent_s: float = 0.0) -> ExecutionResult:
         """Run ``ex``; raises SandboxUnavailable when no container can be had. A compiled
         language's source that another execution built (or is building) is not compiled
-        again: its build is unpacked instead (sandbox/builds.py)."""
+        again: its build is unpacked instead (sandbox/builds.py).
+
+        ``yield_after_s``: a stdin/stdout item's turn; past it, between two tests, the
+        harness answers with the tests that ran (``yielded``) and the caller runs the rest
+        (``replace(ex, tests=...)``) with ``spent_s``, the item's budget its turns used."""
         if resolve(ex.language) is None:
             raise ValueError(f"unknown language {ex.language!r}")
-        job, count, budget = self._job(ex)
+        job, count, budget = self._job(ex, yield_after_s, spent_s)
         key = build_key(job)
         if key is None:
             return (await self._run_job(job, count, budget))[0]
@@ -273,10 +286,13 @@ def parse_reply(reply: Any) -> ExecutionResult | None:
             and isinstance(t.get("time_ms", 0.0), int | float) for t in tests):
         return None
     detail = reply.get("detail")
+    elapsed = reply.get("elapsed_s", 0.0)
     return ExecutionResult(
         status=reply["status"], detail=None if detail is None else _text(detail),
         tests=[TestResult(t["status"], float(t.get("time_ms", 0.0)), _text(t.get("stderr", "")))
-               for t in tests])
+               for t in tests],
+        yielded=reply.get("yielded") is True,
+        elapsed_s=float(elapsed) if isinstance(elapsed, int | float) else 0.0)
 
 
 def _text(value: Any) -> str:

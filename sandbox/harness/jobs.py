@@ -35,7 +35,9 @@ def execute(job, zygote, state):
     against its fresh state (``state``), and reported dirty unless it matches."""
     new_execution()
     spare = (zygote.process.pid,) if zygote is not None else ()
-    job = {**job, "deadline": time.monotonic() + (job.get("budget_s") or math.inf)}
+    started = time.monotonic()
+    job = {**job, "started": started, "deadline": started + (job.get("budget_s") or math.inf),
+           "yield_at": started + job["yield_after_s"] if job.get("yield_after_s") else None}
     workdir = None
     try:
         workdir = prepare_workdir(job)

@@ -23,7 +23,7 @@ from .statuses import (
     TIMEOUT,
     WRONG_ANSWER,
 )
-from .verdicts import over_budget, skipped, time_left
+from .verdicts import over_budget, skipped, time_left, turn_over, yielded
 from .zygote import run_forked
 
 
@@ -88,6 +88,8 @@ def run_tests(job, workdir, env, zygote, checker):
             return {"status": SYNTAX_ERROR, "detail": error[-job["stderr_tail_bytes"]:]}
     results = []
     for index, test in enumerate(job["tests"]):
+        if turn_over(job, len(results)):
+            return yielded(job, results)
         limit = time_left(job)
         if limit <= 0:
             return {"status": OK, "tests": results + over_budget(job, len(job["tests"]) - index)}
@@ -103,7 +105,10 @@ def run_tests(job, workdir, env, zygote, checker):
                 job["language"],
             )
         status = run["status"]
-        if not results and status == RUNTIME_ERROR and is_syntax_error(job, run):
+        # the first test of the item, not of a later turn (``continues``): a later one that
+        # raises a SyntaxError at run time (an eval of its input) is that test's runtime error
+        if (not results and not job.get("continues") and status == RUNTIME_ERROR
+                and is_syntax_error(job, run)):
             return {"status": SYNTAX_ERROR,
                     "detail": tail(run["stderr"], job["stderr_tail_bytes"])}
         stderr = tail(run["stderr"], job["stderr_tail_bytes"])

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ServerProcess, run_server, wait_for_sandbox
+from tests.conftest import ServerProcess, run_server, verify_code, wait_for_sandbox
 
 TIMEOUT_S = 2.0  # per math item
 BUDGET_S = 20.0  # per request
@@ -259,3 +259,65 @@ def test_the_server_says_not_run_for_an_item_the_budget_cut(tmp_path: Path) -> N
     assert "budget of 1 s" in cut["detail"] and cut["extracted"], cut
     ran = hog["r"].json()["results"]  # the hog's own slow items all ran: 0, not cut
     assert [(r["status"], r["score"]) for r in ran] == [("timeout", 0.0)] * 2, ran
+
+
+# --- inside one item: turns between its tests ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_container(docker_ready: None, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[ServerProcess]:
+    env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "1", "REWARD_SERVER_CACHE_SIZE": "0"}
+    with run_server(tmp_path_factory.mktemp("one-container"), env=env) as srv:
+        wait_for_sandbox(srv.url)
+        yield srv
+
+
+def test_an_item_of_many_slow_tests_lets_another_callers_item_in_between(
+        one_container: ServerProcess) -> None:
+    """One container: a hostile item of 10 tests that each sleep through a 1.5 s limit used
+    to hold it for all of them (15 s, up to the item budget) while an honest item waited. It
+    goes back to the gate between two tests, so the honest item waits about one test."""
+    sleeper = {"response": "```python\nimport time\ntime.sleep(60)\n```",
+               "tests": [{"input": str(k), "output": "x"} for k in range(10)],
+               "time_limit_s": 1.5}
+    honest = {"response": "```python\nprint(int(input()) * 2)\n```",
+              "tests": [{"input": "21", "output": "42"}]}
+    a: dict[str, Any] = {}
+    b: dict[str, Any] = {}
+    threads = [post_later(one_container.url, "/v1/verify/code", [sleeper], 0.0, a),
+               post_later(one_container.url, "/v1/verify/code", [honest], 2.0, b, "127.0.0.2")]
+    for thread in threads:
+        thread.join()
+    [hostile] = a["response"].json()["results"]
+    assert (hostile["status"], hostile["score"], hostile["passed"], hostile["total"]) == (
+        "ok", 0.0, 0, 10), hostile
+    assert [t["status"] for t in hostile["tests"]] == ["timeout"] * 10
+    assert b["response"].json()["results"][0]["score"] == 1.0
+    # one test's limit and a container's replacement, not the sleeper's remaining ~12 s
+    assert b["elapsed"] < 1.5 + RESTART_S / 2, b["elapsed"]
+
+
+@pytest.mark.parametrize("language", ["python", "c"])
+def test_an_item_that_takes_several_turns_gets_the_verdict_it_would_in_one(
+        one_container: ServerProcess, language: str) -> None:
+    """Turns change nothing but the container's schedule: every test is run once, in order,
+    against the same build, and the item's budget carries over."""
+    programs = {
+        "python": "import time\nn = int(input())\ntime.sleep(0.3)\nprint(n * n)\n",
+        "c": "#include <stdio.h>\n#include <unistd.h>\nint main(void) { long n; "
+             "scanf(\"%ld\", &n); usleep(300000); printf(\"%ld\\n\", n * n); return 0; }\n",
+    }
+    tests = [{"input": str(k), "output": str(k * k)} for k in range(9)]
+    tests[6]["output"] = "wrong"  # one failing test in a later turn
+    item = {"response": f"```{language}\n{programs[language]}```", "language": language,
+            "tests": tests}
+    turns = metric(httpx.get(one_container.url + "/metrics").text,
+                   "reward_turns_yielded_total", "code")
+    [result] = verify_code(one_container.url, item)
+    assert metric(httpx.get(one_container.url + "/metrics").text,
+                  "reward_turns_yielded_total", "code") >= turns + 2  # 2.7 s in 1 s turns
+    assert (result["status"], result["passed"], result["total"]) == ("ok", 8, 9), result
+    assert [t["status"] for t in result["tests"]] == ["passed"] * 6 + ["wrong_answer"] + [
+        "passed"] * 2
+    assert result["score"] == pytest.approx(8 / 9)

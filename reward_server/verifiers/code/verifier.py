@@ -22,7 +22,7 @@ from reward_server.verifiers.code.extract import extract_code
 from reward_server.verifiers.code.formats import execution_of
 from reward_server.verifiers.code.schemas import CodeItem, CodeResult, CodeTestResult
 from reward_server.verifiers.code.settings import SandboxSettings
-from sandbox import Execution, ExecutionResult, Sandbox, SandboxUnavailable
+from sandbox import Execution, ExecutionResult, Sandbox, SandboxUnavailable, TestResult
 from sandbox.harness.statuses import (
     BAD_TESTS,
     NO_CODE,
@@ -35,6 +35,10 @@ from sandbox.harness.statuses import (
 )
 
 SPARE_CONTAINERS = 1  # per engine, beyond pool_size (see CodeVerifier.start)
+# An item's turn on a container before it lets a waiting item in, between two of its tests:
+# another request waits about this plus one test's limit, not an item's whole budget (60 s).
+# Honest items finish inside it; a turn costs one harness round trip (milliseconds).
+TURN_S = 1.0
 
 
 class CodeVerifier(Verifier):
@@ -88,15 +92,26 @@ class CodeVerifier(Verifier):
         return result
 
     async def _run(self, execution: Execution, turn: Turn) -> Done[CodeResult]:
-        """A container when the lane gives this request its turn. A test's wall-clock
-        timeout may have been the machine's load: believed the second time."""
-        async with turn.slot():
-            try:
-                run = await self.sandbox.execute(execution)
-            except SandboxUnavailable as exc:
-                return Done(CodeResult(score=None, passed=0, total=execution.test_count,
-                                       status=SANDBOX_UNAVAILABLE, detail=str(exc)))
-        result = _as_result(run, execution.test_count)
+        """A container when the lane gives this request its turn; an item of stdin/stdout
+        tests that outlasts ``TURN_S`` goes back to the gate between two tests and runs the
+        rest in its next turn (the harness stops it there; its budget carries over). A test's
+        wall-clock timeout may have been the machine's load: believed the second time."""
+        tests: list[TestResult] = []
+        spent_s, rest = 0.0, execution
+        while True:
+            async with turn.slot():
+                try:
+                    run = await self.sandbox.execute(rest, TURN_S, spent_s)
+                except SandboxUnavailable as exc:
+                    return Done(CodeResult(score=None, passed=0, total=execution.test_count,
+                                           status=SANDBOX_UNAVAILABLE, detail=str(exc)))
+            tests += run.tests
+            if not run.yielded:
+                break
+            metrics.TURNS_YIELDED.labels(self.name).inc()
+            spent_s += run.elapsed_s
+            rest = replace(rest, tests=rest.tests[len(run.tests):])
+        result = _as_result(replace(run, tests=tests), execution.test_count)
         return Done(result, timeout=False if any(t.status == TIMEOUT for t in result.tests)
                     else None)
 
