@@ -79,14 +79,39 @@ def setup_of(item: CodeItem) -> str | None:
     return item.test_setup if item.test_setup is not None else item.test_setup_code
 
 
+# How deep a call's arguments and expected output may nest. The harness encodes arguments at
+# most 100 deep (sandbox/harness/protocol.py), and the host walks these values recursively
+# (the cache key, the field sizes): past Python's recursion limit a value was an HTTP 500.
+MAX_VALUE_DEPTH = 64
+
+
 def json_value(value: Any, where: str) -> Any:
-    """A JSON value given as text (the datasets' columns) or as the value itself."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except ValueError as exc:
-        raise ValueError(f"{where} is not JSON: {exc}") from None
+    """A JSON value given as text (the datasets' columns) or as the value itself; ValueError
+    when it is not JSON or nests deeper than MAX_VALUE_DEPTH."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except RecursionError:
+            raise ValueError(f"{where}: nests deeper than {MAX_VALUE_DEPTH}") from None
+        except ValueError as exc:
+            raise ValueError(f"{where} is not JSON: {exc}") from None
+    if nests_deeper(value, MAX_VALUE_DEPTH):
+        raise ValueError(f"{where}: nests deeper than {MAX_VALUE_DEPTH}")
+    return value
+
+
+def nests_deeper(value: Any, limit: int) -> bool:
+    """Whether lists and dicts in ``value`` nest more than ``limit`` deep (``[[1]]`` is 2); a
+    walk with a stack of its own, so no depth can exhaust Python's."""
+    stack = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, list | dict):
+            if depth >= limit:
+                return True
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def calls_of(item: CodeItem) -> tuple[Call, ...]:
