@@ -18,7 +18,7 @@ from reward_server.verifiers.code.extract import extract_code
 from reward_server.verifiers.math import MathItem, MathVerifier
 from reward_server.verifiers.math import extract as fast
 from reward_server.verifiers.math.extract import extract_answer
-from reward_server.verifiers.math.guards import _SpanScan, question_pieces
+from reward_server.verifiers.math.guards import _cached_question_pieces, _SpanScan, question_pieces
 from reward_server.worst_case import FIELD_BYTES, math_cases, reference_cases
 
 # --- references: what the scans read before they were linear ----------------------------
@@ -222,7 +222,7 @@ def test_fuzz_repeated_patterns_stay_linear() -> None:
             started = time.perf_counter()
             verifier.triage(MathItem(**fields))
             assert time.perf_counter() - started < BOUND_S, (pattern, list(fields))
-    question_pieces.cache_clear()
+    _cached_question_pieces.cache_clear()
 
 
 def test_a_question_of_unclosed_openers_has_no_math() -> None:
@@ -237,3 +237,13 @@ def test_a_question_of_unclosed_openers_has_no_math() -> None:
 def test_extraction_reads_an_escaped_brace_as_text() -> None:
     answer = extract_answer("so \\boxed{\\{1\\} \\cup \\{2\\}}")
     assert answer is not None and answer.items == ("\\{1\\} \\cup \\{2\\}",)
+
+
+def test_a_long_question_is_not_kept_in_the_cache() -> None:
+    """15,000 spans hold 1.4 MB: a cache of 1,024 such questions would keep 1.5 GB."""
+    question = "".join(f"${i}$ " for i in range(30_000))[:100_000]
+    before = _cached_question_pieces.cache_info().currsize
+    assert "29" in question_pieces(question)
+    assert _cached_question_pieces.cache_info().currsize == before
+    question_pieces(f"Simplify $\\sqrt{{{random.getrandbits(60)}}}$.")  # one not seen yet
+    assert _cached_question_pieces.cache_info().currsize == before + 1

@@ -391,15 +391,28 @@ class _SpanScan:
         return (2, close, close + 2) if close >= 0 else None
 
 
-@lru_cache(maxsize=1024)
+_CACHED_QUESTION_CHARS = 32_768  # longer ones are read again per item (linear, on a thread)
+
+
 def question_pieces(question: str) -> frozenset[str]:
     """The question's math, as it would be copied: each span whole, and each side of its
-    relations and lists, without layout. Cached: a group's G items share one question."""
+    relations and lists, without layout. Cached: a group's G items share one question. Not
+    a question near the 100,000-character limit: 15,000 spans hold 1.4 MB, so 1,024 such
+    questions in the cache would keep 1.5 GB in the server process."""
+    if len(question) > _CACHED_QUESTION_CHARS:
+        return _question_pieces(question)
+    return _cached_question_pieces(question)
+
+
+def _question_pieces(question: str) -> frozenset[str]:
     pieces: set[str] = set()
     for span in set(_SpanScan(question).spans()):
         pieces.add(without_layout(span))
         pieces.update(without_layout(side) for side in _SIDES.split(span))
     return frozenset(pieces - {""})
+
+
+_cached_question_pieces = lru_cache(maxsize=1024)(_question_pieces)
 
 
 def restates_question(answer: str, question: str, reference: str) -> bool:
