@@ -156,7 +156,10 @@ def test_call(step, namespace, candidate, entry):
 
 
 def short(value, limit=200):
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's int-string limit (4,300 digits)
+        return f"a {type(value).__name__} too long to print"
     return text if len(text) <= limit else text[:limit] + "..."
 
 

