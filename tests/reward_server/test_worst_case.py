@@ -8,6 +8,7 @@ holds them, so the bench and these tests time the same inputs)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from reward_server.verifiers.math import INLINE_TRIAGE_CHARS
 from reward_server.worst_case import FIELD_BYTES, QUESTION_CHARS, math_cases
 from tests.conftest import ServerProcess, run_server
 
@@ -35,10 +37,14 @@ def _while_posting(srv: ServerProcess, items: list[dict[str, Any]]) -> dict[str,
     """POST ``items`` and, until it returns, time ``/healthz`` and another client's small
     math item again and again: the latencies a second client sees meanwhile."""
     out: dict[str, Any] = {"health": [], "other": []}
+    # encoded here: encoding tens of MB on the posting thread would hold this process's
+    # interpreter, and the probes' latencies would be the client's own
+    body = json.dumps({"items": items}).encode()
 
     def post() -> None:
         with httpx.Client(base_url=srv.url, timeout=300) as c:
-            out["response"] = c.post("/v1/verify/math", json={"items": items})
+            out["response"] = c.post("/v1/verify/math", content=body,
+                                     headers={"content-type": "application/json"})
 
     hostile = threading.Thread(target=post)
     hostile.start()
@@ -100,3 +106,16 @@ def test_every_worst_case_at_the_field_limit_in_one_request(srv: ServerProcess) 
     for name, result in zip(cases, results, strict=True):
         assert result["score"] == 0.0, (name, result)
     assert elapsed < 90, elapsed  # inside the client's 120 s timeout, with room to spare
+
+
+def test_many_small_worst_cases_do_not_stall_the_server(srv: ServerProcess) -> None:
+    """2,500 items of 8 KiB, each 2 ms of triage: the batch's items all start in one turn
+    of the event loop, which they held 5 s. A request with more text than a small one is
+    triaged on the thread, and another client's small request inline, never behind it.
+    (The request's 20 MB of JSON is parsed on the loop too: a few hundred milliseconds.)"""
+    size = INLINE_TRIAGE_CHARS - 8  # room for the answer
+    fields = math_cases(size, size)["frac tower"]
+    items = [{**fields, "answer": str(k + 10)} for k in range(2500)]  # no two alike
+    assert all(len(i["response"]) + len(i["answer"]) <= INLINE_TRIAGE_CHARS for i in items)
+    results = _check_live(_while_posting(srv, items))
+    assert {r["status"] for r in results} == {"no_answer"}

@@ -37,7 +37,7 @@ from reward_server.verifiers.math.settings import MathSettings
 from reward_server.verifiers.math.verdict import Verdict
 
 RESTATED = "the question's own expression, copied: an answer states what it equals"
-INLINE_TRIAGE_CHARS = 8192  # larger items are triaged on a thread (a few ms of worst case)
+INLINE_TRIAGE_CHARS = 8192  # a larger request is triaged on a thread (a few ms of worst case)
 # two: the interpreter runs one at a time anyway; its own pool so that a megabyte batch
 # never queues the default executor's other users (the pool's close, blocking I/O)
 _TRIAGE_THREADS = ThreadPoolExecutor(2, thread_name_prefix="math-triage")
@@ -104,6 +104,10 @@ class MathResult(ResultBase):
         return None if text is None else printable(text)
 
 
+def _chars(item: MathItem) -> int:
+    return len(item.response) + len(item.answer) + len(item.question or "")
+
+
 @dataclass(frozen=True)
 class PoolJob:
     """An item that needs a worker: its answer, its reference and the tolerance."""
@@ -148,12 +152,15 @@ class MathVerifier(Verifier):
         one request runs once, whether or not the result cache is on. The comparison is a
         pure function of the job, so each copy gets the verdict it would get alone."""
         shared: dict[PoolJob, asyncio.Future[MathResult]] = {}
-        return list(await asyncio.gather(*(self._verify_one(item, shared) for item in items)))
+        offload = sum(map(_chars, items)) > INLINE_TRIAGE_CHARS
+        return list(await asyncio.gather(*(self._verify_one(item, shared, offload)
+                                           for item in items)))
 
     async def _verify_one(self, item: MathItem,
-                          shared: dict[PoolJob, asyncio.Future[MathResult]]) -> MathResult:
+                          shared: dict[PoolJob, asyncio.Future[MathResult]],
+                          offload: bool = False) -> MathResult:
         started = time.perf_counter()
-        triaged = await self._triaged(item)
+        triaged = await self._triaged(item, offload)
         if isinstance(triaged, MathResult):
             result = triaged
         else:
@@ -167,14 +174,16 @@ class MathVerifier(Verifier):
         metrics.ITEM_LATENCY.labels(self.name).observe(time.perf_counter() - started)
         return result
 
-    async def _triaged(self, item: MathItem) -> MathResult | PoolJob:
-        """``triage``, on a thread for a large item. Its scans are linear, yet a field at the
-        size limit can cost a few hundred milliseconds of Python (2 MiB of ``\\frac{``, each
-        brace a step), which neither the event loop nor every other request should wait: a
-        thread lets the loop in every few milliseconds (the interpreter's switch interval).
-        A small item costs microseconds, less than the hand-off."""
-        size = len(item.response) + len(item.answer) + len(item.question or "")
-        if size <= INLINE_TRIAGE_CHARS:
+    async def _triaged(self, item: MathItem, offload: bool) -> MathResult | PoolJob:
+        """``triage``, on a thread for a request with more than ``INLINE_TRIAGE_CHARS`` of
+        text. Its scans are linear, yet a field at the size limit can cost a few hundred
+        milliseconds of Python (2 MiB of ``\\frac{``, each brace a step), and a batch's
+        items all start in one turn of the event loop (5,000 small ones of 2 ms each held it
+        10 s): neither the loop nor another request should wait for that. A thread lets the
+        loop in every few milliseconds (the interpreter's switch interval). A small request
+        costs microseconds, less than the hand-off, and runs inline, so it never queues
+        behind a large one's items on the thread."""
+        if not offload:
             return self.triage(item)
         return await asyncio.get_running_loop().run_in_executor(
             _TRIAGE_THREADS, self.triage, item)
