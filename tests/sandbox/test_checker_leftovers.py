@@ -13,6 +13,7 @@ retry. Every process of the candidate's uid now dies before a checker runs.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -109,6 +110,12 @@ def test_processes_left_by_a_wrong_program_do_not_make_a_checker_item_null(
                     assert statuses == ["wrong_answer"] * 2, result
                 else:  # the container died of the processes, or the checker judged
                     assert set(statuses) <= {"wrong_answer", "runtime_error"}, result
+        # OpenRLHF's protocol answers 503 (retry) for an unscorable item: it must score it
+        label = json.dumps({"tests": TESTS, "checker": checker})
+        r = c.post("/get_reward", params={"verifier": "code"}, json={
+            "query": ["Q: " + hostile["response"]], "prompts": ["Q: "], "labels": [label]})
+        assert r.status_code == 200, r.text
+        assert r.json()["rewards"] == [0.0], r.json()
 
 
 def test_no_process_of_the_candidate_runs_beside_the_checker(srv: ServerProcess) -> None:
