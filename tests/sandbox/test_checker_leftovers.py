@@ -8,7 +8,9 @@ the per-test kill of the test's group misses it, and that child fills the contai
 limit with sleeping processes before the program prints its (wrong) answer and exits. The
 checker then could not start: the item was ``bad_tests`` (null), the null was cached for
 identical copies, ``/v1/rewards`` answered ``[1.0, null]`` and ``/get_reward`` 503 on every
-retry. Every process of the candidate's uid now dies before a checker runs.
+retry (runc). Under gVisor, whose pids limit counts its own host threads, as many processes
+kill the container instead (runtime_error, 0, as before); there a checker that looks for the
+candidate's processes shows that they are now killed before it runs (they were not).
 """
 
 from __future__ import annotations
