@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import Field, field_validator
 
@@ -37,10 +37,14 @@ from reward_server.verifiers.math.settings import MathSettings
 from reward_server.verifiers.math.verdict import Verdict
 
 RESTATED = "the question's own expression, copied: an answer states what it equals"
+T = TypeVar("T")
 INLINE_TRIAGE_CHARS = 8192  # a larger request is triaged on a thread (a few ms of worst case)
-# two: the interpreter runs one at a time anyway; its own pool so that a megabyte batch
-# never queues the default executor's other users (the pool's close, blocking I/O)
-_TRIAGE_THREADS = ThreadPoolExecutor(2, thread_name_prefix="math-triage")
+TRIAGE_SLICE_CHARS = 256 * 1024  # per hand-off to the thread
+TRIAGE_SLICE_ITEMS = 256
+# one: the interpreter runs one thread at a time anyway, and two busy ones pass it between
+# themselves while the event loop waits for it; its own pool, so that a megabyte batch never
+# queues the default executor's other users (the pool's close, blocking I/O)
+_TRIAGE_THREADS = ThreadPoolExecutor(1, thread_name_prefix="math-triage")
 # what an empty reference is made of: spaces, '#', '$', empty boxes; any other character
 # says it is not, found at C speed (this runs on the event loop, on up to 2 MiB)
 _EMPTY_REFERENCE = re.compile(r"(?:\s|#|\$|\\(?:boxed|fbox)\s*\{\s*\})*")
@@ -108,6 +112,27 @@ def _chars(item: MathItem) -> int:
     return len(item.response) + len(item.answer) + len(item.question or "")
 
 
+def _slices(items: Sequence[MathItem]) -> Iterator[Sequence[MathItem]]:
+    """``items`` in slices of about ``TRIAGE_SLICE_CHARS`` of text (tens of milliseconds of
+    worst-case triage each): one hand-off to the thread per slice, not per item."""
+    start, chars = 0, 0
+    for end, item in enumerate(items, 1):
+        chars += _chars(item)
+        if chars >= TRIAGE_SLICE_CHARS or end - start >= TRIAGE_SLICE_ITEMS:
+            yield items[start:end]
+            start, chars = end, 0
+    if start < len(items):
+        yield items[start:]
+
+
+async def _ready(value: T) -> T:
+    return value
+
+
+async def _nth(results: Awaitable[list[T]], k: int) -> T:
+    return (await results)[k]
+
+
 @dataclass(frozen=True)
 class PoolJob:
     """An item that needs a worker: its answer, its reference and the tolerance."""
@@ -152,21 +177,19 @@ class MathVerifier(Verifier):
         one request runs once, whether or not the result cache is on. The comparison is a
         pure function of the job, so each copy gets the verdict it would get alone."""
         shared: dict[PoolJob, asyncio.Future[MathResult]] = {}
-        offload = sum(map(_chars, items)) > INLINE_TRIAGE_CHARS
-        return list(await asyncio.gather(*(self._verify_one(item, shared, offload)
-                                           for item in items)))
+        return list(await asyncio.gather(*(self._verify_one(triaged, shared)
+                                           for triaged in self._triaged(items))))
 
-    async def _verify_one(self, item: MathItem,
-                          shared: dict[PoolJob, asyncio.Future[MathResult]],
-                          offload: bool = False) -> MathResult:
+    async def _verify_one(self, triaged: Awaitable[MathResult | PoolJob],
+                          shared: dict[PoolJob, asyncio.Future[MathResult]]) -> MathResult:
         started = time.perf_counter()
-        triaged = await self._triaged(item, offload)
-        if isinstance(triaged, MathResult):
-            result = triaged
+        verdict_or_job = await triaged
+        if isinstance(verdict_or_job, MathResult):
+            result = verdict_or_job
         else:
-            job = shared.get(triaged)
+            job = shared.get(verdict_or_job)
             if job is None:
-                job = shared[triaged] = asyncio.ensure_future(self.run_job(triaged))
+                job = shared[verdict_or_job] = asyncio.ensure_future(self.run_job(verdict_or_job))
             else:  # not computed afresh: a hit, as a copy coalesced in the cache is
                 metrics.CACHE_HITS.labels(self.name).inc()
             result = await job
@@ -174,19 +197,26 @@ class MathVerifier(Verifier):
         metrics.ITEM_LATENCY.labels(self.name).observe(time.perf_counter() - started)
         return result
 
-    async def _triaged(self, item: MathItem, offload: bool) -> MathResult | PoolJob:
-        """``triage``, on a thread for a request with more than ``INLINE_TRIAGE_CHARS`` of
-        text. Its scans are linear, yet a field at the size limit can cost a few hundred
-        milliseconds of Python (2 MiB of ``\\frac{``, each brace a step), and a batch's
-        items all start in one turn of the event loop (5,000 small ones of 2 ms each held it
-        10 s): neither the loop nor another request should wait for that. A thread lets the
-        loop in every few milliseconds (the interpreter's switch interval). A small request
-        costs microseconds, less than the hand-off, and runs inline, so it never queues
-        behind a large one's items on the thread."""
-        if not offload:
-            return self.triage(item)
-        return await asyncio.get_running_loop().run_in_executor(
-            _TRIAGE_THREADS, self.triage, item)
+    def _triaged(self, items: Sequence[MathItem]) -> list[Awaitable[MathResult | PoolJob]]:
+        """Each item's ``triage``, inline for a request with at most ``INLINE_TRIAGE_CHARS``
+        of text, else on a thread, a slice of items per hand-off. The scans are linear, yet
+        a field at the size limit can cost a few hundred milliseconds of Python (2 MiB of
+        ``\\frac{``, each brace a step), and a batch's items all start in one turn of the
+        event loop (2,500 small ones of 2 ms each held it 5.8 s): neither the loop nor
+        another request should wait for that. A thread lets the loop in every few
+        milliseconds (the interpreter's switch interval). A small request costs
+        microseconds, less than the hand-off, and never queues behind a large one."""
+        if sum(map(_chars, items)) <= INLINE_TRIAGE_CHARS:
+            return [_ready(self.triage(item)) for item in items]
+        loop = asyncio.get_running_loop()
+        out: list[Awaitable[MathResult | PoolJob]] = []
+        for piece in _slices(items):
+            done = loop.run_in_executor(_TRIAGE_THREADS, self._triage_all, piece)
+            out += [_nth(done, k) for k in range(len(piece))]
+        return out
+
+    def _triage_all(self, items: Sequence[MathItem]) -> list[MathResult | PoolJob]:
+        return [self.triage(item) for item in items]
 
     def triage(self, item: MathItem) -> MathResult | PoolJob:
         """The verdict when it needs no worker (no answer, too long, two plain numbers),
