@@ -35,6 +35,9 @@ log = logging.getLogger("sandbox.runner")
 OUTSIDE_SLACK_S = 15.0
 # Under gVisor, how many times an item whose used container died runs again (runner._run_job)
 GVISOR_RERUNS = 1
+# How many times an item runs again when the harness failed after its program started
+# (runner._run_job): a failure that happens once was not shown to be the program's
+FAILED_RUN_RERUNS = 1
 PER_TEST_SLACK_S = 0.5
 
 
@@ -210,7 +213,8 @@ class Sandbox:
         """The verdict, and the build the harness sent back when asked for it."""
         failure = "Docker engines went away"
         reruns = GVISOR_RERUNS
-        for _ in range(len(self.pool.pools) + 1 + GVISOR_RERUNS):
+        failed_reruns = FAILED_RUN_RERUNS
+        for _ in range(len(self.pool.pools) + 1 + GVISOR_RERUNS + FAILED_RUN_RERUNS):
             pooled = await self.pool.acquire()
             try:
                 reply = await self.pool.request(pooled, job, budget)
@@ -237,6 +241,15 @@ class Sandbox:
                 self.pool.release(pooled, healthy=False)
                 raise
             result = self._result(pooled, reply, count)
+            if (result is not None and failed_reruns > 0 and isinstance(reply, dict)
+                    and reply.get("candidate_failed")):
+                # the harness itself failed after the program started: the program's doing
+                # (0), or the container's or the harness's? Once more in a fresh container
+                # (this one is replaced), and only a second failure is the program's
+                log.warning("sandbox run failed in %s after the program started: %s; running "
+                            "the item again", pooled.id, result.detail)
+                failed_reruns -= 1
+                continue
             if result is not None:
                 return result, valid_build(reply.get("build")) if isinstance(reply, dict) else None
             # the harness failed before any program ran: not the candidate's doing. The
