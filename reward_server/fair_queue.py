@@ -51,7 +51,12 @@ from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from cachetools import TTLCache
+
 from reward_server import metrics
+
+IDLE_MEMORY_S = 60.0  # how long an idle caller's share is remembered
+IDLE_CALLERS = 10_000  # at most this many remembered (least recently idle go first)
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: one per request
@@ -60,6 +65,9 @@ class RequestScope:
     budget_s: float | None
     deadline: float | None  # time.monotonic(); None: no budget
     caller: Hashable = None  # who sent it (routes.caller_of); None: one anonymous caller
+    # per gate: the caller's busy seconds there when this request first came, so its clock
+    # skips the caller's own work from the request's start, whichever item is waiting
+    busy_at_arrival: dict[FairGate, float] = field(default_factory=dict, repr=False)
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
@@ -106,9 +114,10 @@ class _Request:
     served_s: float  # slot-seconds of finished items, from the level it joined at
     waiting: deque[_Waiter] = field(default_factory=deque)
     running: dict[int, float] = field(default_factory=dict)  # grant -> monotonic start
+    started_sum: float = 0.0  # of the running items' starts: served() in O(1)
 
     def served(self, now: float) -> float:
-        return self.served_s + sum(now - start for start in self.running.values())
+        return self.served_s + len(self.running) * now - self.started_sum
 
     def head_since(self) -> float:
         return self.waiting[0].queued_at
@@ -124,13 +133,12 @@ class _Caller:
     floor: float = 0.0  # its least-served request's level, for requests that join
     busy_s: float = 0.0  # seconds with at least one item running, up to busy_since
     busy_since: float | None = None
-
-    def running(self) -> int:
-        return sum(len(r.running) for r in self.requests.values())
+    running: int = 0
+    waiting: int = 0
+    started_sum: float = 0.0
 
     def served(self, now: float) -> float:
-        return self.served_s + sum(now - start for r in self.requests.values()
-                                   for start in r.running.values())
+        return self.served_s + self.running * now - self.started_sum
 
     def busy(self, now: float) -> float:
         return self.busy_s + (0.0 if self.busy_since is None else now - self.busy_since)
@@ -169,16 +177,22 @@ class FairGate:
         self.slots = slots
         self.name = name
         self._callers: dict[Hashable, _Caller] = {}
+        # a caller that went idle: its level, busy seconds and request floor, for a while,
+        # so a trainer that posts batch after batch keeps what it was served (else each
+        # batch would join level with the least served, and the gate share items, not time)
+        self._idle: TTLCache[Hashable, tuple[float, float, float]] = TTLCache(
+            IDLE_CALLERS, ttl=IDLE_MEMORY_S)
         self._grants = itertools.count(1)
         self._floor = 0.0  # the least-served caller's level, kept when none is in flight
+        self._running = self._waiting = 0
 
     @property
     def running(self) -> int:
-        return sum(c.running() for c in self._callers.values())
+        return self._running
 
     @property
     def waiting(self) -> int:
-        return sum(len(r.waiting) for c in self._callers.values() for r in c.requests.values())
+        return self._waiting
 
     @property
     def requests(self) -> int:
@@ -191,10 +205,12 @@ class FairGate:
         return len(self._callers)
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[Held]:
+    async def slot(self, budgeted: bool = True) -> AsyncIterator[Held]:
         """Hold one slot for the body. Raises ``BudgetSpent`` if the current request's
-        caller is shut out past the request's budget while this item waits."""
-        caller, request, grant = await self._acquire()
+        caller is shut out past the request's budget while this item waits. ``budgeted``
+        False: a later turn of an item that already ran (its own budget bounds it; a cut
+        would throw away tests that ran and make them null)."""
+        caller, request, grant = await self._acquire(budgeted)
         held = Held()
         try:
             yield held
@@ -206,27 +222,32 @@ class FairGate:
         caller = self._callers.get(key)
         if caller is None:
             self._floor = _level(list(self._callers.values()), self._floor, now)
-            caller = self._callers[key] = _Caller(key, self._floor)
+            level, busy_s, floor = self._idle.pop(key, (self._floor, 0.0, 0.0))
+            caller = self._callers[key] = _Caller(key, max(level, self._floor), busy_s=busy_s,
+                                                  floor=floor)
         request = caller.requests.get(scope)
         if request is None:
             caller.floor = _level(list(caller.requests.values()), caller.floor, now)
             request = caller.requests[scope] = _Request(scope, caller.floor)
         return caller, request
 
-    async def _acquire(self) -> tuple[_Caller, _Request, int]:
+    async def _acquire(self, budgeted: bool) -> tuple[_Caller, _Request, int]:
         scope = current_request()
         now = time.monotonic()
         caller, request = self._join(scope, now)
         waiter = _Waiter(asyncio.get_running_loop().create_future(), now)
         request.waiting.append(waiter)
-        busy_at_start = caller.busy(now)
+        caller.waiting += 1
+        self._waiting += 1
+        busy_at_arrival = (None if scope is None or not budgeted
+                           else scope.busy_at_arrival.setdefault(self, caller.busy(now)))
         self._dispatch()
         try:
             while not waiter.future.done():
-                # the budget, plus the time the caller has held slots while this item waited
-                left = scope.remaining() if scope is not None else None
+                # the budget, plus the time the caller has held slots since the request came
+                left = scope.remaining() if busy_at_arrival is not None else None
                 if left is not None:
-                    left += caller.busy(time.monotonic()) - busy_at_start
+                    left += caller.busy(time.monotonic()) - busy_at_arrival
                     if left <= 0:
                         raise TimeoutError
                 await asyncio.wait({waiter.future}, timeout=left)
@@ -237,6 +258,8 @@ class FairGate:
             else:
                 waiter.future.cancel()
                 request.waiting.remove(waiter)
+                caller.waiting -= 1
+                self._waiting -= 1
                 self._forget_if_idle(caller, request)
                 self._publish()
             if isinstance(exc, TimeoutError) and scope is not None:
@@ -249,19 +272,23 @@ class FairGate:
 
     def _dispatch(self) -> None:
         now = time.monotonic()
-        while self.running < self.slots:
-            ready = [c for c in self._callers.values() if c.ready()]
-            if not ready:
-                break
+        while self._running < self.slots and self._waiting:
+            ready = [c for c in self._callers.values() if c.waiting]
             caller = min(ready, key=lambda c: (c.served(now), c.head_since()))
             request = min(caller.ready(), key=lambda r: (r.served(now), r.head_since()))
             waiter = request.waiting.popleft()
+            caller.waiting -= 1
+            self._waiting -= 1
             if waiter.future.done():  # its waiter gave up
                 continue
             grant = next(self._grants)
             if caller.busy_since is None:
                 caller.busy_since = now
             request.running[grant] = now
+            request.started_sum += now
+            caller.running += 1
+            caller.started_sum += now
+            self._running += 1
             metrics.QUEUE_WAIT.labels(self.name).observe(now - waiter.queued_at)
             waiter.future.set_result(grant)
         self._publish()
@@ -269,11 +296,15 @@ class FairGate:
     def _release(self, caller: _Caller, request: _Request, grant: int,
                  cost_s: float | None = None) -> None:
         now = time.monotonic()
-        held_s = now - request.running.pop(grant)
-        cost = held_s if cost_s is None else cost_s
+        started = request.running.pop(grant)
+        request.started_sum -= started
+        caller.running -= 1
+        caller.started_sum -= started
+        self._running -= 1
+        cost = now - started if cost_s is None else cost_s
         request.served_s += cost
         caller.served_s += cost
-        if caller.running() == 0 and caller.busy_since is not None:
+        if caller.running == 0 and caller.busy_since is not None:
             caller.busy_s += now - caller.busy_since
             caller.busy_since = None
         self._forget_if_idle(caller, request)
@@ -287,6 +318,7 @@ class FairGate:
         if not caller.requests:
             self._floor = _level(list(self._callers.values()), self._floor, now)
             self._callers.pop(caller.key, None)
+            self._idle[caller.key] = (caller.served(now), caller.busy(now), caller.floor)
 
     def _publish(self) -> None:
         metrics.QUEUE_WAITING.labels(self.name).set(self.waiting)

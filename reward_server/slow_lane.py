@@ -65,7 +65,9 @@ class Turn:
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[Held]:
-        async with self._lane.gate.slot() as held:
+        # only the first turn waits under the request's budget: a later one belongs to an
+        # item that ran, whose own budget bounds it (a cut would make its tests null)
+        async with self._lane.gate.slot(budgeted=self.turns == 0) as held:
             if self.turns == 0 and (found := self._lane.remembered(self._key)) is not None:
                 held.cost_s = 0.0
                 raise _FromMemory(found)

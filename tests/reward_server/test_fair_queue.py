@@ -5,6 +5,7 @@ a slot (cancelled waiters, budget cuts, work outside any request)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -176,3 +177,57 @@ async def test_request_scope_is_inherited_by_tasks_and_counted_in_flight() -> No
 def test_a_gate_needs_a_slot() -> None:
     with pytest.raises(ValueError, match="at least one slot"):
         FairGate(0, "unit")
+
+
+async def test_a_later_turn_of_an_item_is_never_cut_by_the_budget() -> None:
+    """A turn after the first belongs to an item that ran: its own work (0.6 s, past the
+    0.5 s budget) must not count as shut-out time, or its tests that ran would be thrown
+    away as a null the moment another caller holds the slot."""
+    gate = FairGate(1, "unit")
+
+    async def two_turns() -> str:
+        async with gate.slot():
+            await asyncio.sleep(0.6)
+        async with gate.slot(budgeted=False):
+            await asyncio.sleep(0.01)
+        return "ran"
+
+    async def other() -> None:
+        with request_scope(None, "other"):
+            await asyncio.sleep(0.55)
+            async with gate.slot():
+                await asyncio.sleep(0.1)
+
+    with request_scope(0.5, "me"):
+        others = asyncio.ensure_future(other())
+        assert await two_turns() == "ran"
+        await others
+
+
+async def test_a_caller_that_posts_request_after_request_keeps_what_it_was_served() -> None:
+    """A trainer posts a batch, waits for it, posts the next: it has nothing at the gate for
+    a few ms each time. Forgotten then, it would join level with the least served each time
+    and the gate would share items, not time (B's 10 x 20 ms alternating with A's 300 ms)."""
+    gate, log = FairGate(1, "unit"), []
+    done = asyncio.Event()
+
+    async def sequential() -> None:
+        k = 0
+        while not done.is_set():
+            with request_scope(60.0, "A"):
+                async with gate.slot():
+                    log.append(f"A{k}")
+                    await asyncio.sleep(0.3)
+            k += 1
+            await asyncio.sleep(0.005)
+
+    a = asyncio.ensure_future(sequential())
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    await in_request(60.0, *(lambda k=k: item(gate, f"B{k}", 0.02, log) for k in range(10)),
+                     caller="B")
+    took = time.monotonic() - started
+    done.set()
+    await a
+    assert took < 1.0, (took, log)  # round-robin by items: 10 x 0.32 s
+    assert log.index("B9") < log.index("A1"), log  # B had 0.2 s, A 0.3 s
