@@ -42,24 +42,31 @@ def main(argv: list[str] | None = None) -> None:
         first = str(exc).strip().splitlines()
         print(f"reward-server: invalid settings: {' '.join(first[:3])}", file=sys.stderr)
         raise SystemExit(2) from None
-    except PluginError as exc:  # fail here, in one line, not in each worker
+    except (PluginError, ValueError) as exc:  # in one line, not in each worker
         print(f"reward-server: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
     import uvicorn
 
+    # the fair gates tell callers apart by address: X-Forwarded-For only from trusted proxies
+    proxies = {"proxy_headers": bool(settings.forwarded_allow_ips),
+               "forwarded_allow_ips": settings.forwarded_allow_ips or None}
     if settings.workers > 1:
-        os.environ[SETTINGS_FILE_ENV] = _settings_file(settings)
+        path = os.environ[SETTINGS_FILE_ENV] = _settings_file(settings)
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="reward-prom-"))
-        uvicorn.run(
-            "reward_server.app:create_app", factory=True, host=settings.host,
-            port=settings.port, workers=settings.workers, log_level=settings.log_level,
-        )
+        try:
+            uvicorn.run(
+                "reward_server.app:create_app", factory=True, host=settings.host,
+                port=settings.port, workers=settings.workers, log_level=settings.log_level,
+                **proxies,
+            )
+        finally:
+            os.unlink(path)  # it holds the token in clear
     else:
         from reward_server.app import create_app
 
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                    log_level=settings.log_level)
+                    log_level=settings.log_level, **proxies)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,9 @@ import os
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, SecretStr, create_model
+from pydantic import BaseModel, Field, SecretBytes, SecretStr, create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
@@ -43,7 +43,13 @@ class ServerSettings(BaseSettings):
     workers: int = Field(
         1, ge=1, description="uvicorn worker processes; each owns its own verifier pools."
     )
-    log_level: str = Field("info", description="uvicorn log level.")
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = Field(
+        "info", description="uvicorn log level.")
+    forwarded_allow_ips: str = Field(
+        "", description="Proxies whose X-Forwarded-For names the client (comma-separated "
+        "addresses, or '*'), as uvicorn's --forwarded-allow-ips. The fair gates share the "
+        "workers per client address, so a client must not name itself: '' trusts no one "
+        "(the peer's address is the caller); the compose stack sets its nginx.")
     api_token: SecretStr | None = Field(
         None, description="If set, every route but /healthz needs 'Authorization: Bearer <token>'."
     )
@@ -94,13 +100,25 @@ class ServerSettings(BaseSettings):
         return self.section("math").resolved_workers()  # type: ignore[attr-defined]
 
     def dump_secret(self) -> dict[str, Any]:
-        """Every field as JSON data, secrets in clear: for the worker processes' file only."""
-        data = self.model_dump(mode="json")
-        for name in type(self).model_fields:
-            value = getattr(self, name)
-            if isinstance(value, SecretStr):
-                data[name] = value.get_secret_value()
-        return data
+        """Every field as JSON data, secrets in clear (at any depth, a plug-in's included):
+        for the worker processes' file only."""
+        return {name: _revealed(getattr(self, name)) for name in type(self).model_fields}
+
+
+def _revealed(value: Any) -> Any:
+    """JSON data of a settings value, with every secret's value in clear."""
+    if isinstance(value, SecretStr | SecretBytes):
+        secret = value.get_secret_value()
+        return secret.decode() if isinstance(secret, bytes) else secret
+    if isinstance(value, BaseModel):
+        return {name: _revealed(getattr(value, name)) for name in type(value).model_fields}
+    if isinstance(value, dict):
+        return {str(k): _revealed(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_revealed(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return json.loads(json.dumps(value, default=str))  # paths, enums: their text
 
 
 def sections_of(verifiers: Mapping[str, type[Verifier]]) -> dict[str, type[BaseModel]]:

@@ -196,7 +196,7 @@ def test_a_stream_of_small_requests_does_not_starve_another_callers_batch(
     """A client posts a new one-item slow request every 0.4 s; each new request used to join
     level with the least-served and win, so a batch served once waited behind all of them
     until its budget cut it to nulls ([1.0, null x 7] after 60 s). Shared per caller, the
-    stream pays for its own items."""
+    stream pays for its own items, whatever caller it claims to be."""
     stop = threading.Event()
     streamed: list[httpx.Response] = []
     posts: list[threading.Thread] = []
@@ -206,8 +206,11 @@ def test_a_stream_of_small_requests_does_not_starve_another_callers_batch(
         while not stop.is_set():
             item = {"response": f"\\boxed{{{2 + k % 7}^{{{6 + k % 3}^{{{8 + k}^{{9}}}}}}}}",
                     "answer": "3"}
-            posts.append(threading.Thread(target=lambda item=item: streamed.append(httpx.post(
-                server.url + "/v1/verify/math", json={"items": [item]}, timeout=300))))
+            # and a new X-Forwarded-For each time: from a client it names no one (only a
+            # proxy given in --forwarded-allow-ips is believed), so the stream is one caller
+            posts.append(threading.Thread(target=lambda item=item, k=k: streamed.append(
+                httpx.post(server.url + "/v1/verify/math", json={"items": [item]},
+                           headers={"X-Forwarded-For": f"10.0.0.{k % 250}"}, timeout=300))))
             posts[-1].start()
             k += 1
             stop.wait(0.4)

@@ -87,3 +87,49 @@ def test_workers_get_one_serialized_settings_object(monkeypatch: pytest.MonkeyPa
     finally:
         get_settings.cache_clear()
         path.unlink()
+
+
+def test_a_sections_nested_secrets_reach_the_workers_in_clear() -> None:
+    """A plug-in's section may hold secrets in lists and models: the workers' file must
+    carry their values, not pydantic's '**********'."""
+    from pydantic import BaseModel, SecretStr
+
+    from reward_server.settings import compose_settings
+
+    class Creds(BaseModel):
+        user: str = "v"
+        password: SecretStr = SecretStr("")
+
+    class Section(BaseModel):
+        tokens: list[SecretStr] = []
+        creds: Creds = Creds()
+
+    cls = compose_settings({"vault": Section})
+    settings = cls(vault_tokens=[SecretStr("a1"), SecretStr("a2")],
+                   vault_creds=Creds(password=SecretStr("nested")))
+    data = settings.dump_secret()
+    assert data["vault_tokens"] == ["a1", "a2"] and data["vault_creds"]["password"] == "nested"
+    loaded = cls.model_validate(json.loads(json.dumps(data)))
+    section = loaded.section("vault")
+    assert [t.get_secret_value() for t in section.tokens] == ["a1", "a2"]
+    assert section.creds.password.get_secret_value() == "nested"
+
+
+@pytest.mark.parametrize("args", [["--log-level", "bogus"],
+                                  ["--plugins", '["clash_plugin:SamePrefix"]', "--help"],
+                                  ["--plugins", '["clash_plugin:SameSetting"]']])
+def test_bad_settings_are_one_line_not_a_traceback(tmp_path: Path, args: list[str]) -> None:
+    (tmp_path / "clash_plugin.py").write_text(
+        "from pydantic import BaseModel\n"
+        "from reward_server.verifiers.math import MathVerifier\n"
+        "class S(BaseModel):\n    x: int = 1\n"
+        "class SamePrefix(MathVerifier):\n    name = 'other'\n    settings_prefix = 'math'\n"
+        "    settings_model = S\n"
+        "class Budget(BaseModel):\n    budget_s: float = 1.0\n"
+        "class SameSetting(MathVerifier):\n    name = 'request'\n    settings_model = Budget\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    out = subprocess.run([sys.executable, "-m", "reward_server.cli", *args], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, (out.stdout[-500:], out.stderr[-2000:])
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, (
+        out.stderr)
