@@ -63,6 +63,12 @@ class Channel:
         return b"".join(chunks)
 
     def close(self) -> None:
+        """Close the channel; a request blocked reading it (on another thread) wakes with
+        ChannelClosed: ``close`` alone would leave its read waiting out its whole budget."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # not connected, or closed already
         try:
             self._sock.close()
         except OSError:

@@ -52,6 +52,7 @@ HARNESS_CAPS = ["SETUID", "SETGID", "KILL", "CHOWN"]
 T = TypeVar("T")
 
 BUILD_HINT = "run: bash sandbox/build_image.sh"
+ENGINE_RECHECK_S = 1.0  # a failed health ping is asked again after this, before the pool is dropped
 ENGINE_HINT = "start the engine (bash sandbox/ensure_docker.sh) or set DOCKER_HOST"
 
 
@@ -326,11 +327,19 @@ class ContainerPool:
                 self.unavailable_reason = None
                 backoff = 1.0
             await self._sleep(self.config.health_interval_s)
-            if self._mine and not await self.engine_alive():
+            if self._mine and await self._engine_gone():
                 self.engine_lost()
             elif self._client is not None and time.monotonic() > next_reap:
                 await self._reap_orphans(include_own=False)
                 next_reap = time.monotonic() + self.config.reap_interval_s
+
+    async def _engine_gone(self) -> bool:
+        """Two pings a second apart failed. One is not an outage (a busy engine on a loaded
+        machine may miss it), and dropping the pool costs every execution in flight."""
+        if await self.engine_alive():
+            return False
+        await asyncio.sleep(ENGINE_RECHECK_S)
+        return not await self.engine_alive()
 
     async def engine_alive(self) -> bool:
         if self._client is None:
@@ -497,8 +506,12 @@ class EnginePool:
         return await pooled.pool.request(pooled, message, timeout_s)
 
     async def container_lost(self, pooled: PooledContainer) -> bool:
-        """A container's channel closed under a run: True when its engine is gone too (an
-        outage, not the program's doing); that engine's containers are then dropped."""
+        """A container's channel closed under a run: True when that was not the program's
+        doing: its engine is gone too (that engine's containers are then dropped), or the pool
+        had dropped the container itself (``engine_lost`` after one failed health ping,
+        shutdown), whatever the engine answers now."""
+        if pooled not in pooled.pool._mine:
+            return True
         if await pooled.pool.engine_alive():
             return False
         pooled.pool.engine_lost()

@@ -1,0 +1,78 @@
+"""An execution in flight when the pool drops its containers (``ContainerPool.engine_lost``)
+is the pool's loss, not the program's; and one failed health ping no longer drops them.
+
+Before: one failed ping dropped the pool, and the run in flight, its channel closed under a
+blocked read, waited out its whole budget (20.5 s here) and was scored ``timeout``: 0 for a
+correct program, on an engine that was fine."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from sandbox import runner
+from sandbox.config import SandboxConfig
+from sandbox.errors import SandboxUnavailable
+from sandbox.runner import Execution, Sandbox
+
+pytestmark = pytest.mark.usefixtures("docker_ready")
+
+SLOW_CORRECT = Execution("python", "import time\ntime.sleep(2)\nprint(int(input()) + 1)\n",
+                         (runner.TestCase("1", "2"),))
+
+
+async def _during_a_run(config: SandboxConfig,
+                        meanwhile: Callable[[Sandbox], Awaitable[None]]) -> tuple[Any, float]:
+    """``SLOW_CORRECT``'s result (or the SandboxUnavailable it raised) and how long it took,
+    with ``meanwhile`` done a second into the run."""
+    sandbox = Sandbox(config)
+    await sandbox.start()
+    try:
+        deadline = time.monotonic() + 120
+        while sandbox.pool.idle == 0:
+            assert time.monotonic() < deadline, sandbox.pool.unavailable_reason
+            await asyncio.sleep(0.2)
+        started = time.monotonic()
+        run = asyncio.create_task(sandbox.execute(SLOW_CORRECT))
+        await asyncio.sleep(1.0)
+        await meanwhile(sandbox)
+        try:
+            result: Any = await run
+        except SandboxUnavailable as exc:
+            result = exc
+        return result, time.monotonic() - started
+    finally:
+        await sandbox.stop()
+
+
+def test_a_run_in_a_container_the_pool_dropped_is_unscorable_at_once() -> None:
+    async def drop(sandbox: Sandbox) -> None:
+        sandbox.pool.pools[0].engine_lost()  # what the maintainer does for an engine gone
+
+    result, elapsed = asyncio.run(_during_a_run(SandboxConfig(pool_size=1), drop))
+    assert isinstance(result, SandboxUnavailable), result  # null: the program did not cause it
+    assert elapsed < 10, elapsed
+
+
+def test_one_failed_health_ping_leaves_the_pool_and_the_run_alone() -> None:
+    async def fail_one_ping(sandbox: Sandbox) -> None:
+        pool = sandbox.pool.pools[0]
+        real_ping, failed = pool._client.ping, []
+
+        def ping() -> bool:
+            if not failed:  # the engine's answer, once: it missed a ping while busy
+                failed.append(True)
+                raise OSError("the engine did not answer this ping")
+            return real_ping()
+
+        pool._client.ping = ping
+
+    config = SandboxConfig(pool_size=1, health_interval_s=0.2)
+    result, elapsed = asyncio.run(_during_a_run(config, fail_one_ping))
+    assert not isinstance(result, SandboxUnavailable), result
+    assert [t.status for t in result.tests] == ["passed"], result
+    assert elapsed < 10, elapsed
