@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -179,20 +180,23 @@ class Sandbox:
         return job, count, inside + OUTSIDE_SLACK_S
 
     async def execute(self, ex: Execution, yield_after_s: float | None = None,
-                      spent_s: float = 0.0) -> ExecutionResult:
+                      spent_s: float = 0.0,
+                      others_waiting: Callable[[], bool] | None = None) -> ExecutionResult:
         """Run ``ex``; raises SandboxUnavailable when no container can be had. A compiled
         language's source that another execution built (or is building) is not compiled
         again: its build is unpacked instead (sandbox/builds.py).
 
         ``yield_after_s``: a stdin/stdout item's turn; past it, between two tests, the
-        harness answers with the tests that ran (``yielded``) and the caller runs the rest
-        (``replace(ex, tests=...)``) with ``spent_s``, the item's budget its turns used."""
+        harness answers with the tests that ran. If ``others_waiting()``, the result says
+        ``yielded`` and the caller runs the rest (``replace(ex, tests=...)``) with
+        ``spent_s``, the item's budget its turns used; else the next turn runs at once in
+        the same container (its build and checker already there)."""
         if resolve(ex.language) is None:
             raise ValueError(f"unknown language {ex.language!r}")
         job, count, budget = self._job(ex, yield_after_s, spent_s)
         key = build_key(job)
         if key is None:
-            return (await self._run_job(job, count, budget))[0]
+            return (await self._run_job(job, count, budget, others_waiting))[0]
         build, leader = await self.builds.claim(key)
         if build is not None and "compile_error" in build:
             return ExecutionResult(COMPILE_ERROR, [], build["compile_error"])
@@ -202,14 +206,15 @@ class Sandbox:
             job = {**job, "want_artifacts": True}
         made = None
         try:
-            result, made = await self._run_job(job, count, budget)
+            result, made = await self._run_job(job, count, budget, others_waiting)
         finally:
             if leader:
                 self.builds.publish(key, made)
         return result
 
-    async def _run_job(self, job: dict, count: int,
-                       budget: float) -> tuple[ExecutionResult, Build | None]:
+    async def _run_job(self, job: dict, count: int, budget: float,
+                       others_waiting: Callable[[], bool] | None = None
+                       ) -> tuple[ExecutionResult, Build | None]:
         """The verdict, and the build the harness sent back when asked for it."""
         failure = "Docker engines went away"
         reruns = GVISOR_RERUNS
@@ -218,6 +223,8 @@ class Sandbox:
             pooled = await self.pool.acquire()
             try:
                 reply = await self.pool.request(pooled, job, budget)
+                if _yielded(reply) and not (others_waiting and others_waiting()):
+                    reply = await self._more_turns(pooled, job, reply, budget, others_waiting)
             except ChannelClosed as exc:
                 if await self.pool.container_lost(pooled):
                     continue  # its engine went away: run on another engine, if one is left
@@ -256,6 +263,33 @@ class Sandbox:
             # container is replaced; try another before calling the item unscorable.
             failure = f"sandbox harness failed: {_text(reply.get('detail'))}"
         raise SandboxUnavailable(self.pool.unavailable_reason or failure)
+
+    async def _more_turns(self, pooled: PooledContainer, job: dict, reply: dict, budget: float,
+                          others_waiting: Callable[[], bool] | None) -> Any:
+        """The item's next turns in the same container, as long as no other item waits: each
+        gets the tests the last did not run, what is left of the budget, the build. One
+        reply with the tests of every turn (``job`` is left as it was: a rerun starts the
+        whole item again)."""
+        ran: list = []
+        spent_s = 0.0
+        build = reply.get("build")
+        turn = job
+        while _yielded(reply) and not (others_waiting and others_waiting()):
+            ran += reply["tests"]
+            spent_s += _elapsed(reply)
+            build = reply.get("build") or build
+            turn = {**turn, "tests": turn["tests"][len(reply["tests"]):], "continues": True,
+                    "budget_s": max(turn["budget_s"] - _elapsed(reply), 1e-3)}
+            if valid_build(build) is not None:
+                turn = {**turn, "artifacts": build["files"], "want_artifacts": False}
+            reply = await self.pool.request(pooled, turn, budget)
+            if not isinstance(reply, dict):
+                return reply  # malformed: _result fails every test
+        merged = {**reply, "tests": ran + list(reply.get("tests") or []),
+                  "elapsed_s": spent_s + _elapsed(reply)}
+        if build is not None:
+            merged["build"] = build  # for sandbox/builds.py, which asked for it
+        return merged
 
     def _died(self, pooled: PooledContainer, exc: Exception, count: int) -> ExecutionResult:
         # The harness is PID 1, which nothing inside can kill, and the engine is up: the
@@ -306,6 +340,16 @@ def parse_reply(reply: Any) -> ExecutionResult | None:
                for t in tests],
         yielded=reply.get("yielded") is True,
         elapsed_s=float(elapsed) if isinstance(elapsed, int | float) else 0.0)
+
+
+def _yielded(reply: Any) -> bool:
+    return (isinstance(reply, dict) and reply.get("yielded") is True
+            and isinstance(reply.get("tests"), list))
+
+
+def _elapsed(reply: dict) -> float:
+    value = reply.get("elapsed_s", 0.0)
+    return float(value) if isinstance(value, int | float) else 0.0
 
 
 def _text(value: Any) -> str:

@@ -23,7 +23,7 @@ from .statuses import (
     TIMEOUT,
     WRONG_ANSWER,
 )
-from .verdicts import over_budget, skipped, time_left, turn_over, yielded
+from .verdicts import over_budget, restarted_clock, skipped, time_left, turn_over, yielded
 from .zygote import run_forked
 
 
@@ -60,7 +60,13 @@ def run_stdio(job, workdir, env, zygote=None):
     checker = Checker(job["checker"], job) if job.get("checker") else None
     try:
         if checker is not None:
-            checker.build()
+            if job.get("continues"):
+                # a later turn in a new container compiles the checker again: our
+                # scheduling's cost, not the item's, so not under (or from) its budget
+                with restarted_clock(job):
+                    checker.build()
+            else:
+                checker.build()
         result = run_tests(job, workdir, env, zygote, checker)
         if job.get("build") is not None:
             result["build"] = job["build"]

@@ -3,7 +3,9 @@ not run."""
 
 from __future__ import annotations
 
+import math
 import time
+from contextlib import contextmanager
 
 from .statuses import OK, SKIPPED, TIMEOUT
 
@@ -15,10 +17,29 @@ def time_left(job):
 
 def turn_over(job, ran):
     """Between tests, once the job's turn (``yield_after_s``) has passed: the harness answers
-    with the tests it ran and ``yielded``, and the host runs the rest in a later turn, so an
-    item of many slow tests holds a container for about one test's limit at a time while
-    other items wait, not for its whole budget."""
-    return ran > 0 and job.get("yield_at") is not None and time.monotonic() >= job["yield_at"]
+    with the tests it ran and ``yielded``, and the host runs the rest in a later turn (in
+    this container when no other item waits), so an item of many slow tests holds a
+    container for about one test's limit at a time while other items wait, not for its whole
+    budget. Not once the item's budget is spent: its remaining tests are over budget now."""
+    now = time.monotonic()
+    return (ran > 0 and job.get("yield_at") is not None and now >= job["yield_at"]
+            and now < job["deadline"])
+
+
+@contextmanager
+def restarted_clock(job):
+    """The item's clock stopped for the body: its deadline, start and turn move on by the
+    time the body took."""
+    started, deadline = time.monotonic(), job["deadline"]
+    job["deadline"] = math.inf
+    try:
+        yield
+    finally:
+        took = time.monotonic() - started
+        job["deadline"] = deadline + took
+        job["started"] += took
+        if job.get("yield_at") is not None:
+            job["yield_at"] += took
 
 
 def yielded(job, results):

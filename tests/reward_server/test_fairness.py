@@ -301,11 +301,19 @@ def test_an_item_of_many_slow_tests_lets_another_callers_item_in_between(
     assert b["elapsed"] < 1.5 + RESTART_S / 2, b["elapsed"]
 
 
-@pytest.mark.parametrize("language", ["python", "c"])
+CHECKER = ("#include <fstream>\n#include <string>\nint main(int argc, char** argv) {\n"
+           "  std::ifstream out(argv[2]), ans(argv[3]); std::string a, b;\n"
+           "  out >> a; ans >> b; return a == b ? 0 : 1;\n}\n")
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["alone", "others-waiting"])
+@pytest.mark.parametrize("language", ["python", "c", "checker"])
 def test_an_item_that_takes_several_turns_gets_the_verdict_it_would_in_one(
-        one_container: ServerProcess, language: str) -> None:
+        one_container: ServerProcess, language: str, busy: bool) -> None:
     """Turns change nothing but the container's schedule: every test is run once, in order,
-    against the same build, and the item's budget carries over."""
+    against the same build (and checker), and the item's budget carries over. Alone, the
+    next turn runs in the same container; with others waiting, it goes back to the gate
+    (maybe to another container, the checker compiled again off the item's clock)."""
     programs = {
         "python": "import time\nn = int(input())\ntime.sleep(0.3)\nprint(n * n)\n",
         "c": "#include <stdio.h>\n#include <unistd.h>\nint main(void) { long n; "
@@ -313,13 +321,35 @@ def test_an_item_that_takes_several_turns_gets_the_verdict_it_would_in_one(
     }
     tests = [{"input": str(k), "output": str(k * k)} for k in range(9)]
     tests[6]["output"] = "wrong"  # one failing test in a later turn
-    item = {"response": f"```{language}\n{programs[language]}```", "language": language,
+    runs_in = "python" if language == "checker" else language
+    item = {"response": f"```{runs_in}\n{programs[runs_in]}```", "language": runs_in,
             "tests": tests}
+    if language == "checker":
+        item["checker"] = {"language": "cpp", "source": CHECKER}
+    stop = threading.Event()
+
+    def others() -> None:  # another caller's quick items, one after another
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as c:
+            k = 0
+            while not stop.is_set():
+                c.post(one_container.url + "/v1/verify/code", timeout=120, json={"items": [
+                    {"response": f"```python\nprint({k})\n```", "tests": [{"output": str(k)}]}]})
+                k += 1
+
     turns = metric(httpx.get(one_container.url + "/metrics").text,
                    "reward_turns_yielded_total", "code")
-    [result] = verify_code(one_container.url, item)
-    assert metric(httpx.get(one_container.url + "/metrics").text,
-                  "reward_turns_yielded_total", "code") >= turns + 2  # 2.7 s in 1 s turns
+    thread = threading.Thread(target=others)
+    if busy:
+        thread.start()
+    try:
+        [result] = verify_code(one_container.url, item)
+    finally:
+        stop.set()
+        if busy:
+            thread.join()
+    yielded = metric(httpx.get(one_container.url + "/metrics").text,
+                     "reward_turns_yielded_total", "code") - turns
+    assert (yielded >= 1) if busy else (yielded == 0), yielded  # 2.7 s in 1 s turns
     assert (result["status"], result["passed"], result["total"]) == ("ok", 8, 9), result
     assert [t["status"] for t in result["tests"]] == ["passed"] * 6 + ["wrong_answer"] + [
         "passed"] * 2

@@ -221,3 +221,28 @@ def test_candidate_names_never_shadow_builtins_or_the_tests_own() -> None:
     install(namespace, Candidate(), forged)
     assert namespace == {}
     assert not valid_hello({"ready": True, "names": [[1, None, None]], "modules": {}})
+
+
+def test_a_turn_ends_between_tests_only_while_the_items_budget_lasts() -> None:
+    """Past the item's deadline its remaining tests are over budget now: a later turn with
+    no budget left would only fail to set up (a checker that cannot compile in 0 s: null)."""
+    from sandbox.harness import verdicts
+
+    now = time.monotonic()
+    job = {"yield_at": now - 1, "deadline": now + 10, "started": now - 2}
+    assert verdicts.turn_over(job, ran=1)
+    assert not verdicts.turn_over(job, ran=0)  # at least one test a turn
+    assert not verdicts.turn_over({**job, "deadline": now - 0.1}, ran=1)
+    assert not verdicts.turn_over({**job, "yield_at": None}, ran=1)
+
+
+def test_a_later_turns_setup_does_not_run_on_the_items_clock() -> None:
+    from sandbox.harness import verdicts
+
+    now = time.monotonic()
+    job = {"yield_at": now + 1, "deadline": now + 2, "started": now}
+    with verdicts.restarted_clock(job):
+        assert job["deadline"] == float("inf")  # the checker's compile gets its own limit
+        time.sleep(0.2)
+    assert job["deadline"] >= now + 2.2 and job["yield_at"] >= now + 1.2
+    assert job["started"] >= now + 0.2

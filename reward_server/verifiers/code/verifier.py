@@ -37,7 +37,8 @@ from sandbox.harness.statuses import (
 SPARE_CONTAINERS = 1  # per engine, beyond pool_size (see CodeVerifier.start)
 # An item's turn on a container before it lets a waiting item in, between two of its tests:
 # another request waits about this plus one test's limit, not an item's whole budget (60 s).
-# Honest items finish inside it; a turn costs one harness round trip (milliseconds).
+# Honest items finish inside it; a turn costs one harness round trip (milliseconds), and with
+# no item waiting the next turn runs in the same container (build and checker kept).
 TURN_S = 1.0
 
 
@@ -91,17 +92,22 @@ class CodeVerifier(Verifier):
         metrics.ITEM_LATENCY.labels(self.name).observe(time.perf_counter() - started)
         return result
 
+    def _others_waiting(self) -> bool:
+        return self._lane.gate.waiting > 0
+
     async def _run(self, execution: Execution, turn: Turn) -> Done[CodeResult]:
         """A container when the lane gives this request its turn; an item of stdin/stdout
-        tests that outlasts ``TURN_S`` goes back to the gate between two tests and runs the
-        rest in its next turn (the harness stops it there; its budget carries over). A test's
+        tests that outlasts ``TURN_S`` while other items wait goes back to the gate between
+        two tests and runs the rest in its next turn (the harness stops it there; its budget
+        carries over); with nobody waiting it goes on in the same container. A test's
         wall-clock timeout may have been the machine's load: believed the second time."""
         tests: list[TestResult] = []
         spent_s, rest = 0.0, execution
         while True:
             async with turn.slot():
                 try:
-                    run = await self.sandbox.execute(rest, TURN_S, spent_s)
+                    run = await self.sandbox.execute(rest, TURN_S, spent_s,
+                                                     others_waiting=self._others_waiting)
                 except SandboxUnavailable as exc:
                     return Done(CodeResult(score=None, passed=0, total=execution.test_count,
                                            status=SANDBOX_UNAVAILABLE, detail=str(exc)))
