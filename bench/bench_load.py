@@ -342,9 +342,10 @@ def soak(args: argparse.Namespace) -> None:
     by minute, and whether any reward was wrong or missing."""
     import tempfile
 
-    from bench.record import record
+    from bench.record import commit, record
     from reward_server.testing import run_server, sandbox_containers, wait_for_sandbox
 
+    measured_on = commit()
     env = {"REWARD_SERVER_MATH_WORKERS": "0", "REWARD_SERVER_SANDBOX_POOL_SIZE":
            str(args.pool_size), "REWARD_SERVER_CACHE_SIZE": str(args.cache_size)}
     duration_s = args.soak_minutes * 60
@@ -366,7 +367,8 @@ def soak(args: argparse.Namespace) -> None:
                "error_examples": report.error_examples[:10]}
     path = record("bench_load_soak", figures, {
         "clients": args.clients, "minutes": args.soak_minutes, "code_share": args.code_share,
-        "pool_size": args.pool_size, "cache_size": args.cache_size}, publish=args.publish)
+        "pool_size": args.pool_size, "cache_size": args.cache_size}, publish=args.publish,
+        measured_on=measured_on)
     print(f"wrote {path}")
     if s["errors"] or leaked:
         raise SystemExit(1)

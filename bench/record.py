@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "docs" / "benchmarks"
 
 
-def _commit() -> str:
+def commit() -> str:
+    """The code's commit (``+changes`` when the tree differs): take it when the bench starts,
+    since the tree may change while a long one runs."""
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
                              capture_output=True, check=True).stdout.strip()
@@ -45,10 +47,12 @@ def _memory_gb() -> float | None:
 
 
 def record(name: str, figures: dict[str, Any], settings: dict[str, Any],
-           publish: bool = False) -> Path:
-    """Write ``{date, commit, machine, settings, figures}``; returns the run's file."""
+           publish: bool = False, measured_on: str | None = None) -> Path:
+    """Write ``{date, commit, machine, settings, figures}``; returns the run's file.
+    ``measured_on``: the commit when the bench started (default: now)."""
     now = datetime.datetime.now(datetime.UTC)
-    data = {"bench": name, "date": now.isoformat(timespec="seconds"), "commit": _commit(),
+    data = {"bench": name, "date": now.isoformat(timespec="seconds"),
+            "commit": measured_on or commit(),
             "machine": machine(), "settings": settings, "figures": figures}
     text = json.dumps(data, indent=2) + "\n"
     path = ROOT / "bench" / "results" / f"{name}-{now:%Y%m%dT%H%M%S}.json"
