@@ -247,7 +247,8 @@ class FairGate:
                 # the budget, plus the time the caller has held slots since the request came
                 left = scope.remaining() if busy_at_arrival is not None else None
                 if left is not None:
-                    left += caller.busy(time.monotonic()) - busy_at_arrival
+                    # (never below 0: a caller forgotten past IDLE_MEMORY_S starts again at 0)
+                    left += max(0.0, caller.busy(time.monotonic()) - busy_at_arrival)
                     if left <= 0:
                         raise TimeoutError
                 await asyncio.wait({waiter.future}, timeout=left)
