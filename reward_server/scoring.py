@@ -41,23 +41,22 @@ def check_field_sizes(items: Sequence[Any], settings: ServerSettings) -> None:
 
 
 def _oversized(value: Any, path: str, limit: int) -> tuple[str, int] | None:
-    if isinstance(value, str):
-        # a str of n characters holds at most 4n UTF-8 bytes: encode only when it may matter
-        if len(value) * 4 > limit and (size := len(value.encode("utf-8", "replace"))) > limit:
-            return path, size
-        return None
-    if isinstance(value, BaseModel):
-        value = {name: getattr(value, name) for name in type(value).model_fields}
-    if isinstance(value, Mapping):
-        for key, sub in value.items():
-            found = _oversized(sub, f"{path}.{key}", limit)
-            if found:
-                return found
-    elif isinstance(value, list | tuple):
-        for k, sub in enumerate(value):
-            found = _oversized(sub, f"{path}[{k}]", limit)
-            if found:
-                return found
+    """The first string over ``limit`` bytes and its path; a walk with a stack of its own
+    (a raw item may nest as deep as the body parser allows, past the recursion limit here)."""
+    stack = [(value, path)]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            # a str of n characters holds at most 4n UTF-8 bytes: encode only when it may matter
+            if len(value) * 4 > limit and (size := len(value.encode("utf-8", "replace"))) > limit:
+                return path, size
+            continue
+        if isinstance(value, BaseModel):
+            value = {name: getattr(value, name) for name in type(value).model_fields}
+        if isinstance(value, Mapping):
+            stack.extend((sub, f"{path}.{key}") for key, sub in reversed(list(value.items())))
+        elif isinstance(value, list | tuple):
+            stack.extend((sub, f"{path}[{k}]") for k, sub in reversed(list(enumerate(value))))
     return None
 
 
