@@ -71,14 +71,14 @@ class ServerSettings(BaseSettings):
     # gets 0. 60 s answers a request starved by others well inside the client's 120 s timeout.
     request_budget_s: float = Field(
         60.0, ge=0, description="Seconds a request's items may wait while other callers' items "
-        "hold every worker; items still waiting then come back 'timeout' (score null, not "
-        "run). Time spent on the caller's own items does not count. 0: no budget.",
+        "hold every worker; items still waiting then come back 'not_run' (score null: they "
+        "never ran). Time spent on the caller's own items does not count. 0: no budget.",
     )
     timeout_memory_s: float = Field(
         600.0, ge=0, description="Seconds an item that timed out is remembered, so copies of "
-        "it come back 'timeout' without running again. Only a timeout load cannot cause (a "
-        "math check that used its limit in CPU time) is believed at once; any other on its "
-        "second occurrence. 0: off.",
+        "it come back 'timeout' without running again. Only what load cannot cause is "
+        "believed at once (a math check that used 90% of its limit in CPU time, or ran out of "
+        "memory); any other timeout on its second occurrence. 0: off.",
     )
 
     plugins: list[str] = Field(
