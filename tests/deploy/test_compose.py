@@ -80,7 +80,7 @@ def test_stack_serves_math_and_code_from_two_replicas(stack: tuple[str, str, lis
               "tests": [{"input": "2 3", "output": "5"}, {"input": "10 -1", "output": "9"}]}]
     r = httpx.post(f"{url}/v1/rewards", json={"items": items}, timeout=120)
     assert r.status_code == 200, r.text
-    assert r.json()["rewards"] == [1.0, 1.0]
+    assert r.json()["rewards"] == [1.0, 1.0], str(r.json()["results"][1])
     r = httpx.post(f"{url}/get_reward", json={"query": ["Q: \\boxed{7}"], "prompts": ["Q: "],
                                               "labels": ["7"]}, timeout=60)
     assert r.json()["rewards"] == [1.0]

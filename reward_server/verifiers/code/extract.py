@@ -5,33 +5,33 @@ closes with a line that is ```` ``` ````. A completion cut off inside a block (n
 fence) contributes the text after its opening fence.
 
 The scan runs on the event loop, so it must not cost a Python step per line (a megabyte
-of newlines is a million of them): one regular expression reads the whole text, block
-after block, and keeps the last block's lines (a repeated group keeps its last match). It
-is linear with no backtracking: a line either opens a block or not, and inside a block
-either closes it or not; the quantifiers are possessive."""
+of newlines is a million of them): a regular expression finds the fence lines (``` at a
+line's start), and only those are looked at, in order. No possessive quantifier or atomic
+group: Python 3.11 before 3.11.5 (Debian 12's, which the offline server image runs) matches
+them wrongly (gh-106052), which read every fenced program as its whole response."""
 
 from __future__ import annotations
 
 import re
 
 FENCE = "```"
-
-# Whitespace but the newline ([^\S\n]) is what str.strip() takes off a line's ends.
-_CLOSING = r"[^\S\n]*```[^\S\n]*(?=\n|\Z)"
-_BLOCKS = re.compile(
-    r"(?:"
-    r"(?:(?![^\S\n]*```)[^\n]*\n)*+"  # lines outside a block
-    r"[^\S\n]*```[^\n]*"  # the opening line
-    r"((?:\n(?!" + _CLOSING + r")[^\n]*)*+)"  # the block's lines, each after its newline
-    r"(?:\n" + _CLOSING + r")?\n?"  # the closing line (none: cut off inside the block)
-    r")*+"
-)
+# a line that starts with a fence (after spaces): an opening line outside a block, and a
+# closing line inside one when nothing but spaces follows the fence
+_FENCE_LINE = re.compile(r"^[^\S\n]*```[^\n]*", re.M)
 
 
 def extract_code(response: str) -> str:
     if FENCE not in response:
         return response.strip("\n")
-    lines = _BLOCKS.match(response).group(1)  # type: ignore[union-attr]  # matches ""
-    if lines is None:
+    block: str | None = None
+    opened_at: int | None = None  # where the open block's text starts (its opening's end)
+    for line in _FENCE_LINE.finditer(response):
+        if opened_at is None:
+            opened_at = line.end()
+        elif line.group().strip() == FENCE:
+            block, opened_at = response[opened_at:line.start()], None
+    if opened_at is not None:  # cut off inside a block
+        block = response[opened_at:]
+    if block is None:
         return response.strip("\n")
-    return lines[1:].strip("\n")
+    return block[1:].strip("\n")
