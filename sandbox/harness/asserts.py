@@ -4,8 +4,8 @@ names the test code takes from it are proxies.
 
 Order: ``test_setup`` (trusted code from the dataset) runs first, then the statements of
 ``test_code`` that do not reach the candidate; a failure there is the dataset's (``bad_tests``,
-a null reward). Then the candidate loads, and from there on every failure is a failed test
-(issue 10).
+a null reward). Then the candidate loads, and from there on every failure is a failed test:
+a wrong program must not buy itself a null.
 """
 
 from __future__ import annotations

@@ -196,7 +196,7 @@ def tail(data, limit):
 
 def printable(value):
     """``value`` with every string valid Unicode: a lone surrogate a program put in a message
-    or a return value becomes the text ``\\ud800``, so no verdict fails to encode (issue 10)."""
+    or a return value becomes the text ``\\ud800``, so no verdict fails to encode."""
     if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
     if isinstance(value, dict):
