@@ -14,17 +14,36 @@ from __future__ import annotations
 
 import ast
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
 from sandbox import LANGUAGES
 from sandbox.runner import Call, Execution, TestCase
 
-if TYPE_CHECKING:
-    from reward_server.verifiers.code.schemas import CodeItem
+
+class ItemFields(Protocol):
+    """The fields of a code item these functions read (``schemas.CodeItem`` has them; this
+    module does not import it, so the schema can build its execution here at validation)."""
+
+    language: str
+    tests: list[Any] | None
+    test_code: str | None
+    entry_point: str | None
+    test_setup: str | None
+    test_list: list[str] | None
+    test_setup_code: str | None
+    challenge_test_list: list[str] | None
+    fn_name: str | None
+    call_input: Literal["list", "lines"]
+    checker: Any
+    tolerance: float | None
+    time_limit_s: float | None
+    memory_mb: int | None
+    all_or_nothing: bool
 
 
-def check_form(item: CodeItem) -> None:
-    """Exactly one form of tests, and the fields that form needs; raises ValueError."""
+def check_form(item: ItemFields) -> None:
+    """Exactly one form of tests, and the fields that form needs; raises ValueError (the
+    calls' JSON is checked where it is decoded, in ``execution_of``)."""
     forms = [name for name in ("tests", "test_code", "test_list")
              if getattr(item, name) is not None]
     if len(forms) != 1:
@@ -55,10 +74,8 @@ def check_form(item: CodeItem) -> None:
                 if not isinstance(test.input, str) or not isinstance(test.output, str):
                     raise ValueError(f"tests[{i}]: 'input' and 'output' are text for stdin/"
                                      "stdout tests (JSON values need 'fn_name')")
-        else:
-            if item.entry_point not in (None, item.fn_name):
-                raise ValueError("give 'fn_name' or 'entry_point', not two different names")
-            calls_of(item)
+        elif item.entry_point not in (None, item.fn_name):
+            raise ValueError("give 'fn_name' or 'entry_point', not two different names")
     if item.test_list is not None and not item.test_list + (item.challenge_test_list or []):
         raise ValueError("'test_list' is empty")
     if item.test_code is not None and item.entry_point is None and defines_check(
@@ -75,7 +92,7 @@ def defines_check(test_code: str) -> bool:
     return any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body)
 
 
-def setup_of(item: CodeItem) -> str | None:
+def setup_of(item: ItemFields) -> str | None:
     return item.test_setup if item.test_setup is not None else item.test_setup_code
 
 
@@ -114,7 +131,7 @@ def nests_deeper(value: Any, limit: int) -> bool:
     return False
 
 
-def calls_of(item: CodeItem) -> tuple[Call, ...]:
+def calls_of(item: ItemFields) -> tuple[Call, ...]:
     calls = []
     for i, test in enumerate(item.tests or ()):
         if item.call_input == "lines" and isinstance(test.input, str):
@@ -130,8 +147,10 @@ def calls_of(item: CodeItem) -> tuple[Call, ...]:
     return tuple(calls)
 
 
-def execution_of(item: CodeItem, source: str) -> Execution:
-    """The sandbox execution for ``item`` with the program ``source``."""
+def execution_of(item: ItemFields, source: str) -> Execution:
+    """The sandbox execution for ``item`` with the program ``source``; ValueError naming the
+    field for a call's input or output that is not JSON (built once, when the item is
+    validated: ``schemas.CodeItem.execution``)."""
     common = {"language": item.language, "source": source, "time_limit_s": item.time_limit_s,
               "memory_mb": item.memory_mb, "stop_on_failure": item.all_or_nothing,
               "test_setup": setup_of(item)}

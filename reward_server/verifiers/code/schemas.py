@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
 from reward_server.verifiers.base import ItemBase, ResultBase
-from reward_server.verifiers.code.formats import check_form
+from reward_server.verifiers.code.formats import check_form, execution_of
+from sandbox import Execution
 from sandbox.harness.statuses import CodeStatus, TestStatus
 from sandbox.languages import known_names, resolve
 
@@ -82,6 +83,7 @@ class CodeItem(ItemBase):
                                  "run stops at the first failure (later tests: skipped).")
 
     _language = field_validator("language")(canonical_language)
+    _execution: Execution = PrivateAttr()
 
     @model_validator(mode="after")
     def _one_form(self) -> CodeItem:
@@ -89,7 +91,14 @@ class CodeItem(ItemBase):
         if self.checker is not None and (self.tests is None or self.fn_name is not None):
             raise ValueError("'checker' goes with stdin/stdout 'tests' (CodeContests, "
                              "Codeforces), not with function or assertion tests")
+        self._execution = execution_of(self, source="")  # the calls decoded once, here
         return self
+
+    @property
+    def execution(self) -> Execution:
+        """The sandbox execution of this item's tests, without the program (the verifier
+        adds the one it extracts from ``response``)."""
+        return self._execution
 
 
 class CodeTestResult(BaseModel):
