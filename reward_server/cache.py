@@ -57,6 +57,16 @@ class ResultCache(Generic[V]):
             self._done[key] = value
         return value, False
 
+    def peek(self, key: Hashable) -> tuple[V | None, bool]:
+        """``(value, True)`` if ``key`` is cached, else ``(None, False)``."""
+        if self.enabled and key in self._done:
+            return self._done[key], True
+        return None, False
+
+    def put(self, key: Hashable, value: V) -> None:
+        if self.enabled:
+            self._done[key] = value
+
     def __len__(self) -> int:
         return len(self._done)
 

@@ -17,6 +17,7 @@ verifier's *not run* verdict (null, status ``not_run``), never a 0 it did not ea
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -49,11 +50,12 @@ class LaneVerdicts(Generic[V]):
     remembered: Callable[[V, float], V]  # a timed-out item's copy, answered from memory (age s)
 
 
-class _FromMemory(Exception):
-    """A copy timed out while this item waited for its turn: answered without running."""
+class _Answered(Exception):
+    """Decided when this item got its first turn: a copy timed out meanwhile (``value``), a
+    copy's result was cached meanwhile (``value``), or a copy is running now (``follow``)."""
 
-    def __init__(self, value: object) -> None:
-        self.value = value
+    def __init__(self, value: object = None, follow: asyncio.Future | None = None) -> None:
+        self.value, self.follow = value, follow
 
 
 class Turn:
@@ -62,26 +64,33 @@ class Turn:
     def __init__(self, lane: SlowLane, key: Hashable) -> None:  # type: ignore[type-arg]
         self._lane, self._key = lane, key
         self.turns = 0
+        self.running: asyncio.Future | None = None  # copies follow it once it runs
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[Held]:
         # only the first turn waits under the request's budget: a later one belongs to an
         # item that ran, whose own budget bounds it (a cut would make its tests null)
         async with self._lane.gate.slot(budgeted=self.turns == 0) as held:
-            if self.turns == 0 and (found := self._lane.remembered(self._key)) is not None:
-                held.cost_s = 0.0
-                raise _FromMemory(found)
+            if self.turns == 0:
+                self._lane.first_turn(self, held)
             self.turns += 1
             yield held
 
 
 class SlowLane(Generic[V]):
+    """Copies of an item (same key) in flight at once run once, but a copy follows only a
+    computation that is already running: one still waiting at the gate waits in its own
+    caller's place, so a copy never inherits another caller's place in the queue (an honest
+    item behind a hostile batch that holds the same answer), and whichever copy gets a
+    worker first runs it for all."""
+
     def __init__(self, name: str, slots: int, cache_size: int, remember_timeouts_s: float,
                  verdicts: LaneVerdicts[V]) -> None:
         self.name = name  # the metrics' verifier label
         self.gate = FairGate(slots, name)
         self.verdicts = verdicts
         self._cache: ResultCache[V] = ResultCache(cache_size)
+        self._running: dict[Hashable, asyncio.Future[V]] = {}
         self._timeouts: TimeoutMemory[V] = TimeoutMemory(remember_timeouts_s)
 
     async def run(self, key: Hashable, work: Callable[[Turn], Awaitable[Done[V]]],
@@ -89,13 +98,16 @@ class SlowLane(Generic[V]):
         """The item's result: cached, remembered, or ``work``'s when the gate lets it run;
         ``not_run(reason)`` (null, status ``NOT_RUN``) if its request's budget left it
         waiting. ``key`` holds everything the result depends on."""
-        try:
-            value, hit = await self._cache.get_or_compute(
-                key, lambda: self._compute(key, work), cacheable=self.verdicts.cacheable)
-        except BudgetSpent as exc:
-            return not_run(str(exc))
+        value, hit = self._cache.peek(key)
+        if not hit and (running := self._running.get(key)) is not None:
+            value, hit = await self._follow(running)
+        if not hit:
+            try:
+                value, hit = await self._compute(key, work)
+            except BudgetSpent as exc:
+                return not_run(str(exc))
         (metrics.CACHE_HITS if hit else metrics.CACHE_MISSES).labels(self.name).inc()
-        return value
+        return value  # type: ignore[return-value]
 
     def remembered(self, key: Hashable) -> V | None:
         found = self._timeouts.get(key)
@@ -104,13 +116,59 @@ class SlowLane(Generic[V]):
         metrics.TIMEOUTS_REMEMBERED.labels(self.name).inc()
         return self.verdicts.remembered(*found)
 
-    async def _compute(self, key: Hashable, work: Callable[[Turn], Awaitable[Done[V]]]) -> V:
-        if (found := self.remembered(key)) is not None:
-            return found
+    def first_turn(self, turn: Turn, held: Held) -> None:
+        """At an item's first turn: answered by a copy meanwhile, or it runs, and copies
+        that come now follow it."""
+        if (found := self.remembered(turn._key)) is not None:
+            held.cost_s = 0.0
+            raise _Answered(found)
+        value, hit = self._cache.peek(turn._key)
+        if hit:
+            held.cost_s = 0.0
+            raise _Answered(value)
+        if (running := self._running.get(turn._key)) is not None:
+            held.cost_s = 0.0
+            raise _Answered(follow=running)
+        if self._cache.enabled:
+            turn.running = self._running[turn._key] = asyncio.get_running_loop().create_future()
+
+    async def _follow(self, running: asyncio.Future[V]) -> tuple[V | None, bool]:
         try:
-            done = await work(Turn(self, key))
-        except _FromMemory as exc:
-            return exc.value  # type: ignore[return-value]
+            return await asyncio.shield(running), True
+        except Exception:  # noqa: BLE001 - the copy running it failed: compute our own
+            return None, False
+
+    async def _compute(self, key: Hashable, work: Callable[[Turn], Awaitable[Done[V]]]
+                       ) -> tuple[V, bool]:
+        if (found := self.remembered(key)) is not None:
+            return found, True
+        turn = Turn(self, key)
+        try:
+            done = await work(turn)
+        except _Answered as answered:
+            if answered.follow is None:
+                return answered.value, True  # type: ignore[return-value]
+            value, hit = await self._follow(answered.follow)
+            return (value, hit) if hit else await self._compute(key, work)  # type: ignore[return-value]
+        except BaseException as exc:
+            self._settle(turn, exc=exc)
+            raise
         if done.timeout is not None:
             self._timeouts.put(key, done.value, certain=done.timeout)
-        return done.value
+        if self.verdicts.cacheable(done.value):
+            self._cache.put(key, done.value)
+        self._settle(turn, value=done.value)
+        return done.value, False
+
+    def _settle(self, turn: Turn, value: V | None = None, exc: BaseException | None = None
+                ) -> None:
+        running = turn.running
+        if running is None:
+            return
+        if self._running.get(turn._key) is running:
+            del self._running[turn._key]
+        if exc is not None:
+            running.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+            running.exception()  # retrieved: followers compute for themselves
+        else:
+            running.set_result(value)  # type: ignore[arg-type]

@@ -162,3 +162,37 @@ async def test_work_in_several_turns_lets_another_caller_in_between() -> None:
 
     assert await asyncio.gather(long_request(), short_request()) == ["long", "short"]
     assert log.index("S") == 2, log  # after the turn that was running when it came
+
+
+async def test_a_copy_waits_in_its_own_callers_place_not_in_the_queue_of_the_first() -> None:
+    """Caller B's item is identical to one queued deep in caller A's batch: it follows that
+    computation only once it runs. Coalesced onto A's queued copy, it used to wait for A's
+    whole batch (2.2 s, past its budget, never cut); in its own place it waits one item."""
+    log: list[str] = []
+
+    def work_of(tag: str):
+        async def work(turn: Turn) -> Done[str]:
+            async with turn.slot():
+                log.append(tag)
+                await asyncio.sleep(0.2)
+            return Done("ok")
+        return work
+
+    lane: SlowLane[str] = SlowLane("unit", 1, 1000, 600.0, LaneVerdicts(
+        cacheable=lambda v: True, remembered=lambda v, age: v))
+
+    async def batch_a() -> list[str]:
+        with request_scope(60.0, "A"):
+            return await asyncio.gather(*(lane.run(("a", k), work_of(f"a{k}"), str)
+                                          for k in range(10)),
+                                        lane.run("common", work_of("a-common"), str))
+
+    a = asyncio.ensure_future(batch_a())
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    with request_scope(0.3, "B"):
+        out = await lane.run("common", work_of("b-common"), lambda why: f"not run: {why}")
+    waited = time.monotonic() - started
+    assert (out, await a) == ("ok", ["ok"] * 11)
+    assert waited < 0.8, (waited, log)  # a0's turn, then its own
+    assert log.count("a-common") + log.count("b-common") == 1, log  # and it ran once
