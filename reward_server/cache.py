@@ -1,61 +1,28 @@
 """Result cache shared by the requests of one server process.
 
-A group of G completions often ends in the same few answers; those are computed once. The
-cache also coalesces identical keys that are in flight at the same time, so 16 copies of an
-answer in one batch start one computation, not 16. ``TimeoutMemory`` keeps what the result
-cache must not: items that ran out of time, for a while.
+A group of G completions often ends in the same few answers; those are computed once (copies
+in flight at the same time share one computation: ``slow_lane``). ``TimeoutMemory`` keeps
+what the result cache must not: items that ran out of time, for a while.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Hashable
 from typing import Generic, TypeVar
 
 from cachetools import LRUCache, TTLCache
-
-from reward_server.fair_queue import BudgetSpent
 
 V = TypeVar("V")
 
 
 class ResultCache(Generic[V]):
+    """The results the candidate decided, by key (LRU); ``maxsize`` 0: off."""
+
     def __init__(self, maxsize: int) -> None:
         self.enabled = maxsize > 0
         self._done: LRUCache[Hashable, V] = LRUCache(maxsize=max(maxsize, 1))
-        self._pending: dict[Hashable, asyncio.Future[V]] = {}
-
-    async def get_or_compute(
-        self, key: Hashable, compute: Callable[[], Awaitable[V]], cacheable: Callable[[V], bool]
-    ) -> tuple[V, bool]:
-        """``(value, hit)``. Values failing ``cacheable`` (timeouts: the machine may have been
-        busy) are shared with concurrent waiters but not kept."""
-        if not self.enabled:
-            return await compute(), False
-        if key in self._done:
-            return self._done[key], True
-        pending = self._pending.get(key)
-        if pending is not None:
-            try:
-                return await asyncio.shield(pending), True
-            except BudgetSpent:  # the first caller's request ran out of time, not this one
-                return await self.get_or_compute(key, compute, cacheable)
-        future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
-        self._pending[key] = future
-        try:
-            value = await compute()
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # mark retrieved: waiters re-raise it themselves
-            raise
-        finally:
-            self._pending.pop(key, None)
-        future.set_result(value)
-        if cacheable(value):
-            self._done[key] = value
-        return value, False
 
     def peek(self, key: Hashable) -> tuple[V | None, bool]:
         """``(value, True)`` if ``key`` is cached, else ``(None, False)``."""

@@ -3,7 +3,8 @@ container), written once for every verifier that has workers.
 
 An item's way through it, in order:
 
-1. the result cache (``cache.ResultCache``): an answer computed before, or in flight now;
+1. the result cache (``cache.ResultCache``): an answer computed before, or a copy's that is
+   running now (see ``SlowLane``);
 2. the memory of timeouts (``cache.TimeoutMemory``): a copy of an item that ran out of time
    a moment ago is answered at once, without a worker;
 3. the fair gate (``fair_queue.FairGate``): whose item takes the next free worker. Work may

@@ -18,7 +18,6 @@ import psutil
 import pytest
 
 from reward_server.cache import ResultCache, TimeoutMemory
-from reward_server.fair_queue import BudgetSpent
 from reward_server.process_pool import MAX_OUTSIDE_LOSSES, TimeoutPool
 
 pytestmark = pytest.mark.slow  # worker processes, killed and replaced: seconds a test
@@ -167,55 +166,17 @@ def test_timeout_memory_expires_and_can_be_off() -> None:
     assert off.get("k") is None
 
 
-async def test_cache_follower_of_a_request_cut_by_its_budget_computes_for_itself() -> None:
-    cache: ResultCache[str] = ResultCache(maxsize=10)
-    calls = 0
-
-    async def cut() -> str:
-        await asyncio.sleep(0.05)
-        raise BudgetSpent("not run: budget")
-
-    async def compute() -> str:
-        nonlocal calls
-        calls += 1
-        return "v"
-
-    leader = asyncio.ensure_future(cache.get_or_compute("k", cut, lambda v: True))
-    await asyncio.sleep(0.01)
-    follower = await cache.get_or_compute("k", compute, lambda v: True)
-    with pytest.raises(BudgetSpent):
-        await leader
-    assert follower == ("v", False) and calls == 1
-
-
-async def test_cache_coalesces_in_flight_and_skips_uncacheable() -> None:
-    cache: ResultCache[str] = ResultCache(maxsize=10)
-    calls = 0
-
-    async def compute() -> str:
-        nonlocal calls
-        calls += 1
-        await asyncio.sleep(0.05)
-        return "v"
-
-    out = await asyncio.gather(*(cache.get_or_compute("k", compute, lambda v: True)
-                                 for _ in range(5)))
-    assert calls == 1 and [v for v, _ in out] == ["v"] * 5
-    assert sorted(hit for _, hit in out) == [False, True, True, True, True]
-    assert await cache.get_or_compute("k", compute, lambda v: True) == ("v", True)
-    await cache.get_or_compute("t", compute, lambda v: False)
-    await cache.get_or_compute("t", compute, lambda v: False)
-    assert calls == 3  # an uncacheable value (a timeout) is computed again next time
-
-
-async def test_cache_off_computes_every_time() -> None:
-    cache: ResultCache[int] = ResultCache(maxsize=0)
-
-    async def compute() -> int:
-        return 1
-
-    for _ in range(3):
-        assert await cache.get_or_compute("k", compute, lambda v: True) == (1, False)
+def test_cache_keeps_what_it_is_given_and_nothing_when_off() -> None:
+    cache: ResultCache[str] = ResultCache(maxsize=2)
+    assert cache.peek("k") == (None, False)
+    cache.put("k", "v")
+    assert cache.peek("k") == ("v", True)
+    cache.put("a", "1")
+    cache.put("b", "2")  # least recently used goes
+    assert cache.peek("k") == (None, False) and len(cache) == 2
+    off: ResultCache[str] = ResultCache(maxsize=0)
+    off.put("k", "v")
+    assert off.peek("k") == (None, False)
 
 
 def test_prestart_starts_every_worker_before_the_first_task() -> None:

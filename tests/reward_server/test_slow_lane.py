@@ -196,3 +196,34 @@ async def test_a_copy_waits_in_its_own_callers_place_not_in_the_queue_of_the_fir
     assert (out, await a) == ("ok", ["ok"] * 11)
     assert waited < 0.8, (waited, log)  # a0's turn, then its own
     assert log.count("a-common") + log.count("b-common") == 1, log  # and it ran once
+
+
+async def test_copies_in_flight_run_once_and_what_is_not_cacheable_runs_again() -> None:
+    calls: list[str] = []
+
+    async def work(turn: Turn) -> Done[str]:
+        async with turn.slot():
+            calls.append("run")
+            await asyncio.sleep(0.05)
+        return Done("v")
+
+    lane: SlowLane[str] = SlowLane("unit", 2, 100, 0, LaneVerdicts(
+        cacheable=lambda v: v != "t", remembered=lambda v, age: v))
+    assert await asyncio.gather(*(lane.run("k", work, str) for _ in range(5))) == ["v"] * 5
+    assert len(calls) == 1  # the first to run ran it for all; the next four followed it
+    assert await lane.run("k", work, str) == "v" and len(calls) == 1  # cached
+
+    async def uncacheable(turn: Turn) -> Done[str]:
+        async with turn.slot():
+            calls.append("t")
+        return Done("t")
+
+    await lane.run("t", uncacheable, str)
+    await lane.run("t", uncacheable, str)
+    assert calls.count("t") == 2  # a timeout (the moment's doing) is computed again
+
+    off: SlowLane[str] = SlowLane("unit", 2, 0, 0, LaneVerdicts(
+        cacheable=lambda v: True, remembered=lambda v, age: v))
+    calls.clear()
+    await asyncio.gather(*(off.run("k", work, str) for _ in range(3)))
+    assert len(calls) == 3  # cache off: every copy computed
