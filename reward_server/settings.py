@@ -95,10 +95,6 @@ class ServerSettings(BaseSettings):
         return model.model_validate(
             {name: getattr(self, f"{prefix}_{name}") for name in model.model_fields})
 
-    def resolved_math_workers(self) -> int:
-        """Kept for callers of the flat name; the math section's ``resolved_workers``."""
-        return self.section("math").resolved_workers()  # type: ignore[attr-defined]
-
     def dump_secret(self) -> dict[str, Any]:
         """Every field as JSON data, secrets in clear (at any depth, a plug-in's included):
         for the worker processes' file only."""
