@@ -25,7 +25,7 @@ from .candidate import (
 )
 from .compare import call_output_matches, int_keys
 from .processes import kill_group, oom_kills
-from .protocol import recv_frame
+from .protocol import SETUP_MODULE, recv_frame, setup_classes
 from .statuses import (
     BAD_TESTS,
     MEMORY_LIMIT,
@@ -116,9 +116,8 @@ def parse(job):
     return setup, job_statements(code_setup, tests)
 
 
-def run_before_candidate(setup, steps, namespace, names):
-    """Run ``test_setup`` whole, then the leading statements of the test code that do not
-    reach the candidate; return the steps left. Raises BadTests."""
+def run_setup(setup, namespace):
+    """Run ``test_setup`` whole; return the classes it defined. Raises BadTests."""
     for node in setup:
         try:
             exec(as_module(node, "test_setup"), namespace)
@@ -126,6 +125,12 @@ def run_before_candidate(setup, steps, namespace, names):
             raise BadTests("test_setup calls the solution; it runs before it loads") from None
         except Exception as exc:  # noqa: BLE001 - the dataset's setup is broken
             raise BadTests(f"test_setup failed: {type(exc).__name__}: {exc}") from None
+    return setup_classes(namespace)
+
+
+def run_before_candidate(steps, namespace, names):
+    """Run the leading statements of the test code that do not reach the candidate; return
+    the steps left. Raises BadTests."""
     steps = list(steps)
     while steps and not is_test(steps[0]) and not mentions(steps[0], names):
         try:
@@ -166,13 +171,14 @@ def short(value, limit=200):
 def run_asserts(job, workdir, env, zygote=None):
     entry = job.get("entry_point")
     candidate = Candidate()
-    namespace = {"__name__": "__test__", "__builtins__": builtins}
+    namespace = {"__name__": SETUP_MODULE, "__builtins__": builtins}
     try:
         setup, steps = parse(job)
         count = sum(map(is_test, steps))
         if entry:  # after test_setup too: a prompt's stub never stands for the solution
             namespace["candidate"] = namespace[entry] = candidate.function(entry)
-        steps = run_before_candidate(setup, steps, namespace, {"candidate", entry})
+        candidate.classes = run_setup(setup, namespace)
+        steps = run_before_candidate(steps, namespace, {"candidate", entry})
         if entry:
             namespace["candidate"] = namespace[entry] = candidate.function(entry)
     except BadTests as exc:
@@ -261,7 +267,7 @@ def run_one(call, candidate, job, stderr_tail):
     except CandidateCrashed as exc:
         status, message = RUNTIME_ERROR, str(exc)
     except Exception as exc:  # noqa: BLE001 - the solution raised through the proxy
-        status, message = RUNTIME_ERROR, f"{type(exc).__name__}: {exc}"
+        status, message = RUNTIME_ERROR, candidate.describe(exc)
     if candidate.failure is not None and status in (PASSED, WRONG_ANSWER):
         # the test swallowed the solution's crash or timeout (``except:``): still its failure
         status = TIMEOUT if isinstance(candidate.failure, CandidateTimeout) else RUNTIME_ERROR

@@ -27,7 +27,7 @@ import types
 
 from . import PACKAGE_PARENT
 from .processes import candidate_started, kill_group, limit_child
-from .protocol import decode, encode, recv_frame, send_frame
+from .protocol import decode, encode, recv_frame, send_frame, set_state
 
 # Standard modules whose names the test code may take from the candidate's imports: pure
 # computation, no I/O at import (``this`` would print to PID 1's stdout, the verdict channel).
@@ -73,6 +73,8 @@ class Candidate:
     def __init__(self):
         self.process = self.to_child = self.from_child = self.deadline = None
         self.failure = None  # the CandidateCrashed/CandidateTimeout of the current test
+        self.last_raised = None  # (the exception raised for the solution's, its text)
+        self.classes = {}  # what the trusted test setup defined: protocol.setup_classes
 
     def fail(self, error):
         """Remember ``error`` for the test that caused it (``asserts.run_one`` checks, so a
@@ -98,12 +100,36 @@ class Candidate:
         if not isinstance(reply, dict) or len(reply) != 1 or not ({"error", "value"} & set(reply)):
             raise self.fail(CandidateCrashed("the solution's process broke the protocol"))
         if "error" in reply:
-            raise raised(str(reply["error"])[:500])
+            raise self.exception_for(reply["error"])
         try:
             return decode(reply["value"])
         except (ValueError, TypeError, OverflowError, RecursionError, AttributeError):
             raise self.fail(CandidateCrashed(
                 "the solution returned a value that is not plain data")) from None
+
+    def exception_for(self, error):
+        """The exception to raise in the test code for the solution's ``error`` reply
+        (``candidate_server.error_reply``); remembered with the solution's own text for the
+        test's verdict (``describe``)."""
+        try:
+            text, names, value = error["text"], error["types"], error["value"]
+            args, state = decode(value)
+            if not (type(text) is str and type(names) is list and len(names) <= 32
+                    and all(type(n) is str for n in names) and type(args) is list
+                    and type(state) is dict):
+                raise ValueError
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError, AttributeError):
+            return self.fail(CandidateCrashed("the solution's process broke the protocol"))
+        exc = raised(text[:500], names, tuple(args), state, self.classes)
+        self.last_raised = (exc, text[:500])
+        return exc
+
+    def describe(self, exc):
+        """An exception in a test's verdict: the solution's own words for one it raised."""
+        if self.last_raised is not None and self.last_raised[0] is exc:
+            text, shown = self.last_raised[1], type(exc).__name__
+            return text if text.partition(":")[0] == shown else f"{text} (as {shown})"
+        return f"{type(exc).__name__}: {exc}"
 
     def start(self, job, workdir, env, stderr_fd, zygote=None):
         """The candidate server, as the candidate's uid in its work dir; its stdout and stderr
@@ -155,21 +181,74 @@ class Candidate:
 ENDS_ITERATION = (StopIteration, StopAsyncIteration)
 
 
-def raised(error):
-    """The solution's exception as the test code should see it: a builtin exception type
-    by its name (a test's ``except ValueError`` or ``pytest.raises``-style check of a
-    correct solution must work), else RuntimeError. Raising a builtin exception is nothing
-    the solution could not do anyway, except one that ends an iteration (``ENDS_ITERATION``):
-    in the test code's iteration, not the solution's."""
-    name, _, message = error.partition(": ")
-    kind = getattr(builtins, name, None) if name.isidentifier() else None
-    if not (isinstance(kind, type) and issubclass(kind, Exception)) or issubclass(
-            kind, ENDS_ITERATION):
-        kind, message = RuntimeError, f"the solution raised {error}"
+def raised(text, names=None, args=None, state=None, classes=None):
+    """The solution's exception as the test code should see it (a test's ``except
+    ValueError`` or ``pytest.raises``-style check of a correct solution must work): an
+    instance of the first of its classes' ``names`` (nearest first) that is a builtin
+    exception, a class the trusted test setup defined (``classes``), or one of a trusted
+    standard module's; with its ``args`` and attributes. None of those classes' own code runs
+    to make it (``rebuilt``). Raising such an exception is nothing the solution could not do
+    anyway, except one that ends an iteration (``ENDS_ITERATION``): in the test code's
+    iteration, not the solution's; that, and a class the test process does not know, is a
+    RuntimeError. Without ``names``, the one in ``text`` ("Name: message")."""
+    if names is None:
+        name, _, message = text.partition(": ")
+        names, args = [name], (message,)
+    for name in names:
+        kind = exception_class(name, classes or {})
+        if kind is None:
+            continue
+        if issubclass(kind, ENDS_ITERATION):
+            break
+        exc = rebuilt(kind, args, state or {})
+        if exc is not None:
+            return exc
+    return RuntimeError(f"the solution raised {text}")
+
+
+def exception_class(name, classes):
+    """The test process's own exception class the solution's ``name`` stands for, or None:
+    a class of the trusted setup's by its name (the test code's ``except MyError`` names
+    that one), a builtin, or ``module.Name`` of a trusted standard module this process has
+    imported already (nothing is imported by a name from the solution)."""
+    if type(name) is not str or len(name) > 200:
+        return None
+    if "." in name:
+        module, _, attr = name.rpartition(".")
+        if module.split(".")[0] not in TRUSTED_MODULES or not attr.isidentifier() or \
+                attr.startswith("_") or not isinstance(sys.modules.get(module), types.ModuleType):
+            return None
+        kind = getattr(sys.modules[module], attr, None)
+    elif name in classes:
+        kind = classes[name]
+    else:
+        kind = getattr(builtins, name, None) if name.isidentifier() else None
+    return kind if isinstance(kind, type) and issubclass(kind, Exception) else None
+
+
+def rebuilt(kind, args, state):
+    """An instance of ``kind`` with ``args`` and the attributes ``state``, or None. A builtin
+    is called (C code, on plain data: what a solution could raise anyway); any other class is
+    made by its nearest builtin base's ``__new__``, so neither its ``__new__`` nor its
+    ``__init__`` runs, only what the solution's data says is set."""
+    base = next(k for k in kind.__mro__ if getattr(builtins, k.__name__, None) is k)
+    exc = None
+    if base is kind:
+        try:
+            exc = kind(*args)
+        except Exception:  # noqa: BLE001 - arguments its constructor does not take
+            exc = None
     try:
-        return kind(message)
-    except Exception:  # noqa: BLE001 - a builtin whose constructor wants other arguments
-        return RuntimeError(f"the solution raised {error}")
+        if exc is None:
+            exc = base.__new__(kind)
+            BaseException.args.__set__(exc, args)
+    except Exception:  # noqa: BLE001
+        return None
+    try:
+        set_state(exc, list(state.items()))
+    except ValueError:
+        pass  # its attributes do not fit the class: it keeps its type and args
+    return exc
 
 
 class CandidateFunction:

@@ -8,11 +8,13 @@ machine).
 
 from __future__ import annotations
 
+import builtins
 import types
 
 from .protocol import (
     CANDIDATE_FRAME_BYTES,
     JOB_FRAME_BYTES,
+    SETUP_MODULE,
     decode,
     encode,
     recv_frame,
@@ -34,6 +36,35 @@ CALL_PREAMBLE = (
     "import operator\nimport io\nimport sys\nimport json\nsys.setrecursionlimit(6*10**5)\n"
 )
 MAX_NAMES = 4000
+MAX_TYPES = 16  # of an exception's classes, nearest first: the tests need the first they know
+# What a class defined here is called on the wire: by its bare name (the setup's, the
+# solution's); a class of another module as ``module.qualname``.
+LOCAL_MODULES = ("solution", SETUP_MODULE)
+
+
+def class_name(cls):
+    name = cls.__name__
+    if getattr(builtins, name, None) is cls or cls.__module__ in LOCAL_MODULES:
+        return name
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def error_reply(exc):
+    """How the solution's exception reaches the test process: its classes' names, nearest
+    first (the test process raises the first one it may: ``candidate.raised``), its ``args``
+    and attributes as plain data, and its text for the test's verdict."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"[:500]
+    except Exception:  # noqa: BLE001 - its own __str__ failed
+        text = type(exc).__name__[:500]
+    names = [class_name(k) for k in type(exc).__mro__[:MAX_TYPES]]
+    try:
+        state = {k: v for k, v in vars(exc).items()
+                 if isinstance(k, str) and not k.startswith("__")}  # not __notes__
+        value = encode([list(exc.args), state])
+    except Exception:  # noqa: BLE001 - arguments that are not plain data: its text stands
+        value = encode([[text.partition(": ")[2]], {}])
+    return {"error": {"text": text, "types": names, "value": value}}
 
 
 def resolve(namespace, name):
@@ -99,9 +130,10 @@ def serve_candidate(entry_point, preamble=False):
             result = function(*decode(request["args"]), **decode(request["kwargs"]))
             reply = {"value": encode(result)}
         except BaseException as exc:  # noqa: BLE001
-            reply = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+            reply = error_reply(exc)
         try:
             send_frame(4, reply, max_bytes=CANDIDATE_FRAME_BYTES)
         except ValueError as exc:  # the test process would refuse it: say so, and stay in step
-            send_frame(4, {"error": f"ReplyTooLarge: the return value is too large to send "
-                                    f"to the tests: {exc}"})
+            send_frame(4, {"error": {
+                "text": f"ReplyTooLarge: the reply is too large to send to the tests: {exc}",
+                "types": [], "value": encode([[], {}])}})

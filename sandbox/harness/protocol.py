@@ -14,6 +14,7 @@ import os
 import selectors
 import struct
 import time
+import types
 
 # A job from the host (trusted): the tests' inputs and expected outputs.
 JOB_FRAME_BYTES = 64 * 1024 * 1024
@@ -29,6 +30,8 @@ MAX_DEPTH = 100
 # interrupted (100,000 such ints held a container 26 s).
 MAX_SAME_HASH = 8
 HASH_MODULUS = (1 << 61) - 1  # sys.hash_info.modulus on 64-bit builds
+# The attributes one object (an exception, an instance of a setup class) may carry across.
+MAX_ATTRIBUTES = 64
 
 
 def encode(value, depth=0):
@@ -145,6 +148,67 @@ class _Decoder:
                 raise ValueError(f"more than {MAX_SAME_HASH} distinct values share one hash")
             others.append(whole)
         return value
+
+
+# The module name the trusted test setup runs as, in the test process and the solution's: the
+# classes it defines say so in their ``__module__``.
+SETUP_MODULE = "__test__"
+
+
+def setup_classes(namespace):
+    """The classes the test setup defined in ``namespace`` (after running it, before anything
+    else runs there), each by its own name: the only classes whose instances and exceptions may
+    be rebuilt from the solution's data."""
+    return {name: value for name, value in namespace.items()
+            if type(value) is type and value.__module__ == SETUP_MODULE
+            and value.__name__ == name}
+
+
+def attribute_name(name):
+    """Whether ``name`` may be an attribute that crosses: a plain identifier, no dunder (an
+    instance's ``__class__`` or ``__dict__`` entry is nothing honest state needs)."""
+    return (type(name) is str and len(name) <= 100 and name.isidentifier()
+            and not name.startswith("__"))
+
+
+def class_attribute(cls, name):
+    """What ``cls`` itself (its MRO) holds under ``name``, or None; read from each class's own
+    ``__dict__``, so nothing of the class's runs."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None
+
+
+def set_state(instance, pairs):
+    """Give ``instance`` the attributes ``pairs`` (name, value) as an object's own state:
+    slots through their member descriptors, the rest straight into its ``__dict__``; no
+    ``__setattr__``, property or ``__init__`` of its class runs. Checked whole before any is
+    set: ValueError for too many, a bad name, or one that would shadow a method or property of
+    the class (its callables must stay its own)."""
+    cls, slots, plain = type(instance), [], {}
+    if len(pairs) > MAX_ATTRIBUTES:
+        raise ValueError(f"more than {MAX_ATTRIBUTES} attributes")
+    try:
+        own = object.__getattribute__(instance, "__dict__")
+    except AttributeError:
+        own = None
+    for name, value in pairs:
+        if not attribute_name(name):
+            raise ValueError("an attribute name that is not a plain identifier")
+        held = class_attribute(cls, name)
+        if type(held) is types.MemberDescriptorType:
+            slots.append((held, value))
+        elif held is not None and (callable(held) or hasattr(type(held), "__get__")):
+            raise ValueError(f"attribute {name!r} would shadow {cls.__name__}'s own")
+        elif type(own) is not dict:
+            raise ValueError(f"{cls.__name__} has no attribute {name!r}")
+        else:
+            plain[name] = value
+    for descriptor, value in slots:
+        descriptor.__set__(instance, value)
+    if plain:
+        own.update(plain)
 
 
 def send_frame(fd, obj, max_bytes=None):

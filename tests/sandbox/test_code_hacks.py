@@ -93,3 +93,48 @@ def test_a_correct_solution_raises_what_the_test_expects(code_http: httpx.Client
         result = verify(code_http, {"response": fenced(source), "test_code": test,
                                     "entry_point": "f"})
         assert result["score"] == score, result
+
+
+# The solution writes its own reply frame on the candidate server's reply pipe (fd 4): an
+# error whose class names are whatever it likes.
+FORGE_ERROR = (
+    "import json, os, struct\n"
+    "def f(n):\n"
+    "    body = json.dumps({'error': {'text': 'Forged: x', 'types': TYPES,\n"
+    "                                 'value': {'l': [{'l': []}, {'d': []}]}}}).encode()\n"
+    "    os.write(4, struct.pack('>I', len(body)) + body)\n"
+    "    return True\n")
+
+
+@pytest.mark.parametrize("types", [
+    ["StopIteration"], ["StopAsyncIteration", "Exception"], ["KeyboardInterrupt"],
+    ["SystemExit"], ["GeneratorExit"], ["BaseException"], ["os.system"], ["builtins.eval"],
+    ["EndOfTests"], ["Stop"],
+])
+def test_a_forged_exception_class_cannot_end_the_tests_iteration_or_escape_it(
+        code_http: httpx.Client, types: list[str]) -> None:
+    """``all(map(f, ...))`` would pass if a call ended the map (StopIteration); a
+    BaseException would pass an ``except Exception`` by and stop the harness. The setup's own
+    classes are no way round: one that ends an iteration, or is no Exception, is refused too."""
+    setup = "class EndOfTests(BaseException):\n    pass\n\nclass Stop(StopIteration):\n    pass\n"
+    result = verify(code_http, {
+        "response": fenced(FORGE_ERROR.replace("TYPES", repr(types))),
+        "test_list": ["assert all(map(f, [1, 2]))"], "test_setup_code": setup})
+    assert result["score"] == 0.0 and result["status"] == "ok", result
+    assert result["tests"][0]["status"] == "runtime_error", result
+    assert "RuntimeError" in result["tests"][0]["stderr"] or "Forged" in result["tests"][0][
+        "stderr"], result
+
+
+def test_a_solutions_class_named_after_a_builtin_origin_is_not_eval(
+        code_http: httpx.Client) -> None:
+    """An exception class that says it is ``builtins.eval`` is raised as its nearest builtin
+    base; nothing is looked up by the name it gives."""
+    solution = ("class Boom(KeyError):\n    pass\n"
+                "Boom.__module__, Boom.__qualname__ = 'builtins', 'eval'\n"
+                "def f(n):\n    raise Boom('__import__(\"os\").getuid()')\n")
+    test = ("def check(candidate):\n    try:\n        candidate(1)\n"
+            "    except KeyError as e:\n        assert type(e) is KeyError, type(e)\n")
+    result = verify(code_http, {"response": fenced(solution), "test_code": test,
+                                "entry_point": "f"})
+    assert result["score"] == 1.0, result
