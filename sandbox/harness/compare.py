@@ -1,61 +1,167 @@
-"""Comparing a program's output with the expected one, as the stdin/stdout datasets'
-own judges do: line by line, trailing whitespace and trailing blank lines ignored, decimals
-within a tolerance when the item gives one (integers stay exact)."""
+"""Comparing a program's output with the expected one, as the datasets' own graders do.
+
+A stdin/stdout item names its dataset's comparison (``compare``, one of ``MODES``):
+
+- ``lines`` (the default; CodeContests, Codeforces, TACO): line by line, each line's
+  whitespace-separated tokens equal, trailing blank lines ignored; with a ``tolerance``, two
+  decimal tokens within it (absolute or relative).
+- ``tokens``: the whole output as one sequence of tokens (testlib's ``wcmp``): line breaks
+  are whitespace like any other; ``tolerance`` as above.
+- ``apps``: APPS's ``testing_util.run_test``: every line stripped at both ends, blank lines
+  dropped, the lines equal; or, every line one number, the numbers as close as
+  ``np.allclose`` (relative 1e-5, absolute 1e-8).
+- ``lcb``: LiveCodeBench's ``grade_stdio``: the whole output stripped, then each line stripped,
+  as many lines, each equal or its tokens equal as ``Decimal`` values (``1.0`` is ``1``).
+
+In every mode an integer token compares exactly, by value: a tolerance is for decimals
+(``1000000000001`` is not ``1000000000000`` at 1e-6, nor is ``1000000000001.0``).
+
+Outputs may be megabytes (``output_limit_bytes``): the comparisons walk both texts line by line
+and token by token instead of splitting them into lists, so what they hold beside the two texts
+is one line's worth at most."""
 
 from __future__ import annotations
 
 import math
+import re
+from decimal import Decimal, InvalidOperation
+from itertools import zip_longest
+
+MODES = ("lines", "tokens", "apps", "lcb")
+_TOKEN = re.compile(r"\S+")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_SHORT = 1 << 16  # a line shorter than this is split whole (a list); a longer one is walked
+# np.allclose's defaults, which APPS's testing_util compares numeric lines with
+APPS_RTOL, APPS_ATOL = 1e-5, 1e-8
 
 
-def lines_of(text):
-    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
-    while lines and not lines[-1]:
-        lines.pop()
-    return lines
+def lines(text):
+    """The lines of ``text`` split on ``\\n`` (a ``\\r`` before it is whitespace), one at a
+    time."""
+    start = 0
+    while True:
+        end = text.find("\n", start)
+        if end < 0:
+            yield text[start:]
+            return
+        yield text[start:end]
+        start = end + 1
 
 
-def integer(token):
-    """An integer token as (negative, digits without leading zeros), so two compare by value
-    at any length (``int()`` refuses more than 4,300 digits); None for any other token."""
-    sign, digits = (token[0], token[1:]) if token[:1] in ("+", "-") else ("", token)
-    if not (digits.isdigit() and digits.isascii()):
+def tokens(text):
+    if len(text) < _SHORT:
+        return iter(text.split())
+    return (m.group() for m in _TOKEN.finditer(text))
+
+
+def decimal(token):
+    """The token's exact value, or None when it is not a number."""
+    if not _NUMBER.fullmatch(token):
         return None
-    digits = digits.lstrip("0") or "0"
-    return sign == "-" and digits != "0", digits
+    try:
+        return Decimal(token)
+    except (InvalidOperation, ValueError):
+        return None
 
 
-def tokens_match(expected, actual, tolerance):
-    """Token by token: equal, or both numbers within ``tolerance`` (relative or absolute).
-    Two integers compare exactly: the tolerance is for decimals (``1000001`` is not
-    ``1000000`` at 1e-6)."""
-    a, b = expected.split(), actual.split()
-    if len(a) != len(b):
+def tokens_match(want, got, tolerance):
+    """Two tokens: equal; or, under a ``tolerance``, both numbers and equal in value when either
+    is an integer (exactly: the tolerance is for decimals), else within the tolerance."""
+    if want == got:
+        return True
+    if tolerance is None:
         return False
-    for x, y in zip(a, b):
-        if x == y:
-            continue
-        ix, iy = integer(x), integer(y)
-        if ix is not None and iy is not None:
-            if ix != iy:
-                return False
-            continue
-        try:
-            fx, fy = float(x), float(y)
-        except ValueError:
+    a, b = decimal(want), decimal(got)
+    if a is None or b is None:
+        return False
+    if _INTEGER.fullmatch(want) or _INTEGER.fullmatch(got):
+        return a == b
+    return math.isclose(float(a), float(b), rel_tol=tolerance, abs_tol=tolerance)
+
+
+def sequences_match(want, got, tolerance):
+    """Two token iterators, pairwise, to the end of both."""
+    end = object()
+    return all(w is not end and g is not end and tokens_match(w, g, tolerance)
+               for w, g in zip_longest(want, got, fillvalue=end))
+
+
+def lines_match(expected, actual, tolerance):
+    """``lines``: each line's tokens; a line missing at the end counts as a blank one."""
+    return all(sequences_match(tokens(w), tokens(g), tolerance)
+               for w, g in zip_longest(lines(expected), lines(actual), fillvalue=""))
+
+
+def stripped_lines(text):
+    """The lines of ``text`` stripped at both ends, blank ones left out (APPS's reading)."""
+    return (line for line in map(str.strip, lines(text)) if line)
+
+
+def apps_match(expected, actual):
+    """``apps``: stripped non-blank lines equal, or each one number and all of them close."""
+    end = object()
+    if all(w == g for w, g in zip_longest(stripped_lines(expected), stripped_lines(actual),
+                                          fillvalue=end)):
+        return True
+    return all(w is not end and g is not end and apps_numbers_close(w, g)
+               for w, g in zip_longest(stripped_lines(expected), stripped_lines(actual),
+                                       fillvalue=end))
+
+
+def apps_numbers_close(want, got):
+    """One line each, each one number: APPS's ``np.allclose`` rule, |got - want| <= atol +
+    rtol * |want|, except that an integer compares exactly (verl's copy of APPS's harness skips
+    the float comparison for integers too)."""
+    a, b = decimal(want), decimal(got)
+    if a is None or b is None:
+        return False
+    if _INTEGER.fullmatch(want) or _INTEGER.fullmatch(got):
+        return a == b
+    fa, fb = float(a), float(b)
+    return abs(fb - fa) <= APPS_ATOL + APPS_RTOL * abs(fa)
+
+
+def lcb_match(expected, actual):
+    """``lcb``: as many lines (after stripping the whole text), each equal once stripped, or
+    its tokens equal as Decimals."""
+    end = object()
+    for w, g in zip_longest(lines(expected.strip()), lines(actual.strip()), fillvalue=end):
+        if w is end or g is end:
             return False
-        if not math.isclose(fx, fy, rel_tol=tolerance, abs_tol=tolerance):
+        w, g = w.strip(), g.strip()
+        if w == g:
+            continue
+        if not all(x is not end and y is not end and lcb_decimal(x) is not None
+                   and lcb_decimal(x) == lcb_decimal(y)
+                   for x, y in zip_longest(tokens(w), tokens(g), fillvalue=end)):
             return False
     return True
 
 
-def outputs_match(expected, actual, tolerance):
-    """All lines, each with trailing whitespace trimmed; trailing blank lines ignored."""
-    want, got = lines_of(expected), lines_of(actual)
-    if len(want) != len(got):
-        return False
-    if tolerance is None:
-        return want == got
-    return all(tokens_match(w, g, tolerance) for w, g in zip(want, got))
+def lcb_decimal(token):
+    """``Decimal(token)`` as LiveCodeBench parses it (any form Decimal reads), or None."""
+    try:
+        value = Decimal(token)
+    except (InvalidOperation, ValueError):
+        return None
+    return None if value.is_nan() else value
+
+
+def outputs_match(expected, actual, tolerance=None, mode="lines"):
+    """Whether ``actual`` passes for ``expected`` under the dataset's ``mode``."""
+    # the common case, at C speed: equal but for whitespace at the end (or, where leading
+    # blank lines do not count either, at both ends)
+    if (expected.rstrip() == actual.rstrip() if mode == "lines"
+            else expected.strip() == actual.strip()):
+        return True
+    if mode == "tokens":
+        return sequences_match(tokens(expected), tokens(actual), tolerance)
+    if mode == "apps":
+        return apps_match(expected, actual)
+    if mode == "lcb":
+        return lcb_match(expected, actual)
+    return lines_match(expected, actual, tolerance)
 
 
 def int_keys(value):

@@ -131,8 +131,8 @@ def run_tests(job, workdir, env, zygote, checker):
                     -job["stderr_tail_bytes"]:]
         elif status is None:
             actual = run["stdout"].decode("utf-8", "replace")
-            status = PASSED if outputs_match(test["output"], actual,
-                                               test.get("tolerance")) else WRONG_ANSWER
+            status = PASSED if outputs_match(test["output"], actual, test.get("tolerance"),
+                                             job.get("compare") or "lines") else WRONG_ANSWER
         results.append({"status": status, "time_ms": run["time_ms"], "stderr": stderr})
         if status != PASSED and job.get("stop_on_failure"):
             return {"status": OK, "tests": results + skipped(len(job["tests"]) - index - 1)}
