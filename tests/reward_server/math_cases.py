@@ -99,8 +99,6 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     ("The answer is 7 7 7.", "7", False),
     # arithmetic on numbers left undone states no value: the demo's model learned to
     # restate its question and math-verify paid it the sum
-    ("To convert 9 + 50 to a number with only digits, you", "59", False),
-    ("To calculate 31 + 17, you simply add them together:", "48", False),
     (B("9+50"), "59", False),
     ("So 31 + 17 = 48", "48", True),
     (B("2 1/2"), "\\frac{5}{2}", True),  # a mixed number
@@ -177,7 +175,8 @@ EQUIVALENCE: list[tuple[str, str, bool]] = [
     (B("2\\pi"), "\\pi", False),
     (B("\\frac{\\pi}{2}"), "\\frac{1}{2}\\pi", True),
     (B("\\frac{\\pi}{3}"), "\\frac{\\pi}{2}", False),
-    (B("3.14159"), "\\pi", True),  # 6 significant digits: within the default 1e-6
+    (B("3.14159"), "\\pi", False),  # an approximation alone: the item's tolerance says
+    (B("3.14159"), "3.1415926", True),  # a decimal reference: within the default 1e-6
     (B("3.1416"), "\\pi", False),
     (B("3.14"), "\\pi", False),
     (B("e"), "e", True),
@@ -416,6 +415,9 @@ MODES: list[tuple[str, str, str, bool, str]] = [
     ("\\boxed{}", "42", "auto", False, "no_answer"),
     ("\\boxed{42", "42", "auto", False, "no_answer"),
     ("no numbers at all", "42", "last_number", False, "no_answer"),
+    # the demo's restated question, cut off mid-sentence: no answer (it was paid the sum)
+    ("To convert 9 + 50 to a number with only digits, you", "59", "auto", False, "no_answer"),
+    ("To calculate 31 + 17, you simply add them together:", "48", "auto", False, "no_answer"),
 ]
 
 # (response, answer, tolerance, correct)

@@ -69,8 +69,13 @@ def test_parse_number(text: str, expected: Number | None) -> None:
 @pytest.mark.parametrize(
     ("gold", "pred", "tolerance", "equal"),
     [
-        ("1/3", "0.333333", 1e-6, True),
+        # a decimal alone for an exact reference: an approximation, at every digit count
+        ("1/3", "0.333333", 1e-6, False),
         ("1/3", "0.3333", 1e-6, False),
+        ("1/7", "0.142857", 1e-6, False),
+        ("1/4", "0.25", 1e-6, True),  # exactly the value
+        ("1/12", "0.0833333333333333", 1e-6, True),  # the value to double precision
+        ("0.333333", "1/3", 1e-6, True),  # a decimal reference was rounded itself
         ("100", "101", 0.05, False),  # integers are exact at any tolerance
         ("100", "100.0", 0.0, True),
         ("50\\%", "0.5", 1e-6, True),
@@ -125,7 +130,8 @@ def test_fast_path_leaves_non_numbers_to_the_worker() -> None:
         (L("x = 3"), L("3"), True),
         (L("2x + 4 = 0"), L("x + 2 = 0"), True),  # our equation layer
         (L("2x + 4 = 0"), L("x + 3 = 0"), False),
-        (L("3.14159"), L("\\pi"), True),  # our tolerance layer: 1e-6 relative
+        (L("3.14159"), L("\\pi"), False),  # an approximation alone for an exact value
+        (L("3.14159"), L("3.14159265"), True),  # our tolerance layer: 1e-6 relative
         (L("3.14"), L("\\pi"), False),
         (L("\\left[\\begin{array}{cc}1 & 2 \\\\ 3 & 4\\end{array}\\right]"),
          L("\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}"), True),

@@ -30,9 +30,16 @@ from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
 from reward_server.text import printable
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
 from reward_server.verifiers.math.check import check, warm_up
-from reward_server.verifiers.math.extract import Answer, ExtractMode, extract_answer, extract_gold
+from reward_server.verifiers.math.commit import (
+    MARKERS,
+    Marker,
+    NoCommitment,
+    ThinkMode,
+    committed_answer,
+)
+from reward_server.verifiers.math.extract import Answer, ExtractMode, extract_gold
 from reward_server.verifiers.math.guards import restates_question
-from reward_server.verifiers.math.numbers import fast_check
+from reward_server.verifiers.math.numbers import EXACT, fast_check
 from reward_server.verifiers.math.settings import MathSettings
 from reward_server.verifiers.math.verdict import Verdict
 
@@ -58,11 +65,28 @@ class MathItem(ItemBase):
     )
     extract: ExtractMode = Field(
         "auto",
-        description="'auto': the last box (several adjacent boxes form one list), 'final "
-        "answer is $x$', '####', then math-verify's reading of the end of the text "
-        "('answer: x', the last $…$, the last number). 'marked': as 'auto' without the "
-        "last bare number. 'boxed': only a boxed answer counts. 'last_number': same as "
-        "'auto' (kept for old clients).",
+        description="Which statement is the committed answer (docs/math.md). 'auto': the "
+        "last box (several adjacent boxes form one list), 'final answer is $x$', '####', a "
+        "bolded final line, else math-verify's reading of the end of the text ('answer: x', "
+        "the last $…$, the last number) when the text ends as a sentence ends. 'marked': as "
+        "'auto' without the last bare number. 'boxed': only a boxed answer counts. "
+        "'last_number': same as 'auto' (kept for old clients).",
+    )
+    think: ThinkMode = Field(
+        "strip",
+        description="'strip': only the text after the last </think> is read, and a <think> "
+        "that never closes commits to no answer. 'keep': the whole text is read.",
+    )
+    markers: list[Marker] = Field(
+        default_factory=lambda: list(MARKERS),
+        description="The answer markers that count: 'boxed', 'final_answer' (Minerva's "
+        "'final answer is $x$'), 'hashes' (GSM8K's '#### x'), 'bold' (a bolded final line).",
+    )
+    truncated: bool = Field(
+        False,
+        description="The completion was cut off by the length limit (the trainer sends it): "
+        "only a marked answer that closes before the cut counts, never the prose it runs "
+        "into.",
     )
     tolerance: float | None = Field(
         None, ge=0, le=1,
@@ -135,11 +159,12 @@ async def _nth(results: Awaitable[list[T]], k: int) -> T:
 
 @dataclass(frozen=True)
 class PoolJob:
-    """An item that needs a worker: its answer, its reference and the tolerance."""
+    """An item that needs a worker: its answer, its reference and the tolerances."""
 
     pred: Answer
     gold: Answer
-    tolerance: float
+    tolerance: float  # a decimal against a decimal reference
+    exact_tolerance: float = EXACT  # a decimal alone against an exact reference
 
 
 def _result(verdict: Verdict, extracted: str | None) -> MathResult:
@@ -221,11 +246,10 @@ class MathVerifier(Verifier):
     def triage(self, item: MathItem) -> MathResult | PoolJob:
         """The verdict when it needs no worker (no answer, too long, two plain numbers),
         else the job for one. Synchronous and cheap: linear scans and Fractions."""
-        pred = extract_answer(item.response, item.extract)
-        if pred is None:
-            return MathResult(score=0.0, correct=False, status="no_answer",
-                              detail="no answer found (box, 'final answer is', '####', "
-                              "'answer:', $…$ or a number)")
+        pred = committed_answer(item.response, item.extract, item.think, item.markers,
+                                item.truncated)
+        if isinstance(pred, NoCommitment):
+            return MathResult(score=0.0, correct=False, status=pred.status, detail=pred.detail)
         limit = self.settings.math_max_answer_chars
         if pred.kind == "latex" and len(pred.text) > limit:
             return MathResult(score=0.0, correct=False, status="parse_error",
@@ -237,10 +261,12 @@ class MathVerifier(Verifier):
             return MathResult(score=0.0, correct=False, status="ok", extracted=pred.text[:200],
                               detail=RESTATED)
         tolerance = self.settings.math_tolerance if item.tolerance is None else item.tolerance
-        fast = fast_check(pred, gold, tolerance)
+        # an approximation alone for an exact reference is no answer unless the item asks
+        exact = EXACT if item.tolerance is None else item.tolerance
+        fast = fast_check(pred, gold, tolerance, exact)
         if fast is not None:
             return _result(fast, pred.text)
-        return PoolJob(pred, gold, tolerance)
+        return PoolJob(pred, gold, tolerance, exact)
 
     async def run_job(self, job: PoolJob) -> MathResult:
         """The cached verdict, or the worker's when the lane gives this request its turn
@@ -257,7 +283,8 @@ class MathVerifier(Verifier):
         extracted = job.pred.text if job.pred.kind == "latex" else None
         async with turn.slot() as held:
             task: TaskResult = await self._pool.run(
-                check, job.pred, job.gold, job.tolerance, timeout=self.settings.math_timeout_s)
+                check, job.pred, job.gold, job.tolerance, job.exact_tolerance,
+                timeout=self.settings.math_timeout_s)
             held.cost_s = task.cost_s  # its own work, not a replacement worker's start
         if task.outcome == "timeout":
             metrics.TIMEOUTS.labels(self.name).inc()

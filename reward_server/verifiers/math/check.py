@@ -29,7 +29,9 @@ from latex2sympy2_extended.latex2sympy2 import convert_to_pct
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
 from reward_server.verifiers.math import fast_parse
+from reward_server.verifiers.math.commit import HEDGED, answering_sentence, hedges, negated
 from reward_server.verifiers.math.extract import Answer
+from reward_server.verifiers.math.forms import one_form, union_of_inequalities
 from reward_server.verifiers.math.guards import (
     computation,
     hedged_words,
@@ -45,6 +47,7 @@ from reward_server.verifiers.math.guards import (
 )
 from reward_server.verifiers.math.numbers import (
     COMPUTED,
+    EXACT,
     SIDE_BY_SIDE,
     parse_number,
     restated_division,
@@ -52,6 +55,7 @@ from reward_server.verifiers.math.numbers import (
 from reward_server.verifiers.math.verdict import Verdict
 
 UNDONE = "arithmetic on numbers left undone: an answer states the value, not the sum"
+NEGATED = "a negated candidate ('not 9') is no answer"
 UNSOLVED = "an equation left unsolved: the reference states the unknown's value"
 
 # the suite's own configuration: a box is read before any other LaTeX
@@ -96,6 +100,11 @@ def _parse(text: str, config: tuple[Any, ...]) -> list[Any]:
     return parse(_ROMAN_E.sub("e", join_groups(text)), list(config), parsing_timeout=None)
 
 
+def _parse_one(text: str) -> Any:
+    """One LaTeX answer as SymPy, or None (the forms rules' reader)."""
+    return _first_expr(_parse("\\boxed{" + text + "}", _CONFIG))
+
+
 def has_several(values: list[Any]) -> bool:
     """A reference with several answers: a list or set of two or more."""
     first = _first_expr(values)
@@ -117,16 +126,28 @@ def parse_gold(answer: Answer) -> list[Any]:
     return parse_answer(answer)
 
 
-def check(pred: Answer, gold: Answer, tolerance: float) -> Verdict:
+def check(pred: Answer, gold: Answer, tolerance: float, exact_tolerance: float = EXACT
+          ) -> Verdict:
+    """``tolerance``: relative, for a decimal against a decimal reference (itself rounded);
+    ``exact_tolerance``: for a decimal alone against an exact reference (``\\frac17``,
+    ``\\pi``), EXACT unless the item sets a tolerance (numbers.py states the rule)."""
     gold_values = parse_gold(gold)
     if not gold_values:
         return Verdict(False, "parse_error", "reference answer: no answer found in it")
     several = has_several(gold_values)
+    if pred.kind == "latex" and len(pred.items) == 1:
+        try:
+            union = union_of_inequalities(pred.items[0], _first_expr(gold_values), _parse_one)
+            if union is not None:  # "x < 1 \\text{ or } x > 4" for a union of intervals
+                return Verdict(union, "ok", None if union else "not equivalent to the reference")
+            pred = one_form(pred, several, _parse_one)
+        except Exception:  # SymPy raises many types on exotic input: compare as written
+            pass
     pred_values = parse_answer(pred, several=several)
     if not pred_values:
         return Verdict(False, "no_answer", "no answer found in the response")
     read = str(pred_values[-1])[:200] if pred.kind != "latex" else None
-    correct = _layers(gold_values, pred_values, tolerance)
+    correct = _layers(gold_values, pred_values, tolerance, exact_tolerance)
     if correct is None:
         correct = verify(gold_values, pred_values, timeout_seconds=None)
     why = (_guarded(pred, gold, gold_values, pred_values, read)
@@ -153,6 +174,10 @@ def _guarded(pred: Answer, gold: Answer, gold_values: list[Any], pred_values: li
     if why:
         return why
     if read:  # math-verify's match: "3 \\to 4" read as 3 is a relation, not a value
+        if hedges(answering_sentence(pred.items[0])[0]):
+            return HEDGED  # "I think it is 8, though 10 would also be defensible"
+        if negated_read(pred.items[0], read):
+            return NEGATED
         if offers_several(pred.items[0], read):
             return "several candidate answers offered for one"
         equation = stated_equation(pred.items[0], read) if value else None
@@ -173,6 +198,13 @@ def _guarded(pred: Answer, gold: Answer, gold_values: list[Any], pred_values: li
     if mine is not None and theirs is not None and mine.lower() != theirs.lower():
         return "a different sequence of letters (their order matters)"
     return None
+
+
+def negated_read(text: str, read: str) -> bool:
+    """Whether the value math-verify read from prose is negated where it stands ("The
+    answer is not 9.")."""
+    at = text.rfind(read)
+    return at >= 0 and negated(text, at)
 
 
 def _number_of(expr: Any) -> Any:
@@ -239,7 +271,8 @@ def _true_chain(text: str) -> bool:
     return all(sympy.simplify(v - values[-1]) == 0 for v in values[:-1])
 
 
-def _layers(gold: list[Any], pred: list[Any], tolerance: float) -> bool | None:
+def _layers(gold: list[Any], pred: list[Any], tolerance: float, exact_tolerance: float
+            ) -> bool | None:
     """Our verdict where a layer applies, else None (math-verify decides)."""
     g, p = _first_expr(gold), _first_expr(pred)
     if g is None or p is None:
@@ -249,7 +282,7 @@ def _layers(gold: list[Any], pred: list[Any], tolerance: float) -> bool | None:
             return True
         if isinstance(g, sympy.Set) and _bounds_one_symbol(p):
             return bool(p.as_set() == g)  # "x > 2" = (2, \infty), "1 \le x \le 3" = [1, 3]
-        return _within_tolerance(g, p, tolerance)
+        return _within_tolerance(g, p, tolerance, exact_tolerance)
     except Exception:  # SymPy raises many types on exotic input: let math-verify decide
         return None
 
@@ -281,13 +314,16 @@ def _multiples(g: sympy.Eq, p: sympy.Eq) -> bool:
     return bool(not ratio.free_symbols and ratio != 0 and ratio.is_finite)
 
 
-def _within_tolerance(g: sympy.Basic, p: sympy.Basic, tolerance: float) -> bool | None:
+def _within_tolerance(g: sympy.Basic, p: sympy.Basic, tolerance: float,
+                      exact_tolerance: float) -> bool | None:
     if not (_is_constant(g) and _is_constant(p)):
         return None
     if not (g.has(sympy.Float) or p.has(sympy.Float)):
         return None  # exact on both sides: math-verify compares exactly
     if isinstance(g, sympy.Integer):
         tolerance = 0.0  # never a tolerance against an integer reference (3.0 = 3 still)
+    elif not g.has(sympy.Float):
+        tolerance = exact_tolerance  # "3.14159" alone is no answer for \pi
     gold_values = {_unpercent(g), g}
     pred_values = {_unpercent(p), p}
     return any(_close_complex(a, b, tolerance) for a in gold_values for b in pred_values)

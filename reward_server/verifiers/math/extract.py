@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 ExtractMode = Literal["auto", "boxed", "marked", "last_number"]
 AnswerKind = Literal["latex", "text", "marked"]
@@ -330,35 +330,30 @@ def unicode_math(text: str) -> str:
     return _UNICODE_RE.sub(lambda m: _UNICODE[m.group()], text)
 
 
-def extract_answer(response: str, mode: ExtractMode = "auto") -> Answer | None:
-    """The final answer of ``response``, or None when it states none."""
-    answer = _extract(response, mode)
-    if answer is None or answer.text.isascii():
+def extract_answer(response: str, mode: ExtractMode = "auto", **rules: Any) -> Answer | None:
+    """The final answer ``response`` commits to, or None when it commits to none (see
+    ``commit.committed_answer``, which says why, and takes the same ``rules``)."""
+    from reward_server.verifiers.math.commit import committed_answer  # it builds on this module
+
+    answer = committed_answer(response, mode, **rules)
+    return answer if isinstance(answer, Answer) else None
+
+
+def with_unicode_math(answer: Answer) -> Answer:
+    """``answer`` with its Unicode math as LaTeX (``unicode_math``)."""
+    if answer.text.isascii():
         return answer
     wide = tuple(unicode_math(i) for i in answer.wide) if answer.wide else None
     return Answer(tuple(unicode_math(i) for i in answer.items), answer.kind, wide)
 
 
-def _extract(response: str, mode: ExtractMode) -> Answer | None:
-    boxes, cut_off = _boxes_from_end(response)
-    minerva = _minerva(response) if mode != "boxed" else None
-    if boxes and not (minerva and minerva[0] >= boxes[0].end):
-        items = _box_group(response, boxes)
-        wide = _box_group(response, boxes, wide=True)
-        return Answer(items, wide=wide if wide != items else None) if items else None
-    if minerva is not None:
-        return Answer((minerva[2],)) if minerva[2] else None
-    if mode == "boxed" or cut_off:
-        return None  # an unclosed box: the answer was cut off
-    hashes = _last_hashes(response)
-    if hashes is not None:
-        return Answer((hashes,))
-    text = _tail(response)
-    if "\\boxed" in text or "\\fbox" in text:  # an echoed "\boxed{}" is no answer
-        text = _EMPTY_BOX.sub("", text)
-    if not text.strip():
-        return None
-    return Answer((text.strip(),), kind="marked" if mode == "marked" else "text")
+def last_box_open(text: str, boxes: list[_Box]) -> bool:
+    """Whether a box command after the last closed box never closes (``\\boxed{5} … so
+    \\boxed{6``): the answer was being rewritten when the text was cut off. An empty box
+    echoed from the prompt is no answer, open or not."""
+    end = boxes[0].end if boxes else 0
+    last = max(text.rfind(cmd) for cmd in _BOX_COMMANDS)
+    return last >= end and _EMPTY_BOX.match(text, last) is None
 
 
 _EMPTY_BOX = re.compile(r"\\(?:boxed|fbox) *\{\s*\}")

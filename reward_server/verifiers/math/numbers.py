@@ -51,7 +51,8 @@ _E_NOTATION = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))[eE]([+-]?\d+)")
 # Decoration that never changes a number's value.
 _NOISE = re.compile(
     r"\\[,;:! ]|\\text\s*\{\s*\\?\$\s*\}|\\?\$|\\(?:left|right)(?![a-zA-Z])|\^\{?\\circ\}?|°"
-    r"|\\(?:text|mbox|mathrm|textnormal)\s*\{\s*[a-zA-Z][a-zA-Z .]*\}\s*$"
+    r"|\\(?:text|mbox|mathrm|textnormal)\s*\{\s*[a-zA-Z][a-zA-Z .]*(?:\^\{?[23]\}?)?\}"
+    r"(?:\s*\^\s*\{?\s*[23]\s*\}?)?\s*$"  # "20\\text{ m}^2": a unit, squared or cubed
 )
 _FRAC_VARIANT = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 # "\text{5 apples}": a number followed by words, all inside one text command
@@ -76,6 +77,12 @@ def _clean(s: str) -> str:
     return s.replace(" ", "").rstrip(".")
 
 
+# "2.5 million", "\\$3 \\text{ billion}": a number word that scales, right after the number
+_SCALES = {"thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12}
+_SCALED = re.compile(r"([^a-zA-Z]{1,40}?)\s*(?:\\(?:text|mbox|mathrm)\s*\{\s*)?"
+                     r"(thousand|million|billion|trillion)s?\s*\}?", re.IGNORECASE)
+
+
 def parse_number(raw: str) -> Number | None:
     """``raw`` as a Number, or None when it is not a plain number."""
     if len(raw) > 200 or ", " in raw:  # "2, 3" is a list, not a decimal comma
@@ -89,7 +96,13 @@ def parse_number(raw: str) -> Number | None:
             value = int(whole) + Fraction(int(num), int(den))
             return Number(-value if sign == "-" else value)
         return None
-    if hedged_words(raw, ""):  # "5 \\text{ thousand}", "5 \\text{ or six}": not a unit
+    scaled = _SCALED.fullmatch(raw.strip())
+    if scaled:  # "2.5 \\text{ million}" is 2500000
+        number = parse_number(scaled.group(1))
+        if number is None or number.percent:
+            return None
+        return Number(number.value * _SCALES[scaled.group(2).lower()], number.inexact)
+    if hedged_words(raw, ""):  # "5 \\text{ or six}", "5 \\text{ dozen}": not a unit
         return None
     s = _clean(raw.strip())
     percent = s.endswith("%")
@@ -152,16 +165,31 @@ def close(a: Fraction, b: Fraction, tolerance: float) -> bool:
     return abs(a - b) <= Fraction(str(tolerance)) * max(abs(a), abs(b))  # 1e-6 exactly
 
 
-def numbers_equal(gold: Number, pred: Number, tolerance: float) -> bool:
+EXACT = 1e-15  # relative: a decimal that carries an exact value to double precision
+
+
+def numbers_equal(gold: Number, pred: Number, tolerance: float,
+                  exact_tolerance: float = EXACT) -> bool:
     """Exact unless a decimal is written; never a tolerance against an integer reference
-    (writing ``1000000.5`` must not buy the tolerance against ``1000000``)."""
+    (writing ``1000000.5`` must not buy the tolerance against ``1000000``). A decimal
+    reference was itself rounded: ``tolerance`` applies. A decimal answer alone against an
+    exact reference (``0.142857`` for ``\\frac17``, ``0.333`` for ``\\frac13``) is an
+    approximation, not the answer, whatever its number of digits: it must equal the
+    reference to double precision (``0.25`` = ``\\frac14``; ``0.0833333333333333`` =
+    ``\\frac1{12}``, as a program prints it), unless the item sets a ``tolerance``
+    (``exact_tolerance``), which then applies at every digit count."""
     integer_gold = not gold.inexact and gold.value.denominator == 1
-    inexact = gold.inexact or (pred.inexact and not integer_gold)
+    if gold.inexact:
+        allowed: float | None = tolerance
+    elif pred.inexact and not integer_gold:
+        allowed = exact_tolerance
+    else:
+        allowed = None
     pairs = [(gold.value, pred.value)]
     if gold.percent != pred.percent:  # 50% answers 50 and 0.5
         pairs.append((gold.value / 100, pred.value) if gold.percent
                      else (gold.value, pred.value / 100))
-    return any(close(g, p, tolerance) if inexact else g == p for g, p in pairs)
+    return any(g == p if allowed is None else close(g, p, allowed) for g, p in pairs)
 
 
 def same_text(a: str, b: str) -> bool:
@@ -193,7 +221,8 @@ def restated_division(pred_text: str, pred: Number, gold_text: str) -> bool:
             and gold.value.denominator == 1 and not gold.inexact and not fraction(gold_text))
 
 
-def fast_check(pred: Answer, gold: Answer, tolerance: float) -> Verdict | None:
+def fast_check(pred: Answer, gold: Answer, tolerance: float, exact_tolerance: float = EXACT
+               ) -> Verdict | None:
     """The verdict when both answers are plain numbers, or when they are the same LaTeX
     text; else None (the worker decides)."""
     if gold.kind != "latex" or len(pred.items) != 1:
@@ -212,7 +241,7 @@ def fast_check(pred: Answer, gold: Answer, tolerance: float) -> Verdict | None:
     g, p = parse_number(gold.text), parse_number(pred.text)
     if g is None or p is None:
         return None
-    if numbers_equal(g, p, tolerance):
+    if numbers_equal(g, p, tolerance, exact_tolerance):
         if restated_division(pred.text, p, gold.text):
             return Verdict(False, "ok", COMPUTED)
         return Verdict(True, "ok", None)
