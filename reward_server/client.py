@@ -5,7 +5,10 @@ most ``batch_size`` items, and spread over every server URL given (a chunk per s
 least), sent concurrently. Connect errors, timeouts, 429 and 5xx are retried: a chunk whose
 server failed moves at once to another server (the failed one is set aside for
 ``cooldown_s``); when every server has failed, it waits with exponential backoff and jitter.
-Any other 4xx is the caller's mistake and raised at once with the server's message. A chunk
+Any other 4xx is the caller's mistake and raised at once with the server's message. An item
+the server cannot take (a missing field, a test in a shape its verifier does not accept)
+comes back as a result of its own, status ``invalid_item`` and reward None, so it costs no
+other item its reward; ``on_invalid="error"`` makes it a ``RewardRequestError`` instead. A chunk
 lands in the result exactly once, at its own positions, whichever server answered it, so a
 retried chunk is never counted twice. After ``max_attempts`` tries (or ``retry_for_s``
 seconds) the call raises ``RewardServerUnavailable``: a failed call is never silently a
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -71,6 +75,11 @@ class RewardServerUnavailable(RewardClientError):
     """No answer after every attempt (connection refused, timeouts, 429, 5xx)."""
 
 
+# the statuses of an item the server refused (reward_server/admission.py; the client does not
+# import the server)
+REFUSALS = ("invalid_item", "response_too_long")
+
+
 class _Retryable(Exception):
     def __init__(self, response: httpx.Response) -> None:
         super().__init__(f"HTTP {response.status_code}: {response.text[:200]}")
@@ -106,11 +115,33 @@ def _chunks(items: Sequence[Any], size: int, servers: int) -> Iterator[Sequence[
         yield items[start : start + size]
 
 
+def _at(offset: int, text: str) -> str:
+    """A chunk's ``items[k]`` as the caller's position of that item."""
+    return re.sub(r"items\[(\d+)\]", lambda m: f"items[{int(m[1]) + offset}]", text)
+
+
+def _placed(offset: int, part: dict[str, Any]) -> dict[str, Any]:
+    """A chunk's answer whose refusals name the caller's positions, not the chunk's."""
+    if offset:
+        for result in part["results"]:
+            if isinstance(result.get("detail"), str) and result.get("status") in REFUSALS:
+                result["detail"] = _at(offset, result["detail"])
+    return part
+
+
 def _merge(parts: Sequence[dict[str, Any]]) -> Rewards:
     return Rewards(
         rewards=[r for part in parts for r in part["rewards"]],
         results=[r for part in parts for r in part["results"]],
     )
+
+
+def _offsets(chunks: list[list[Any]]) -> Iterator[tuple[int, list[Any]]]:
+    """Each chunk with the caller's position of its first item."""
+    offset = 0
+    for chunk in chunks:
+        yield offset, chunk
+        offset += len(chunk)
 
 
 def split_urls(text: str) -> list[str]:
@@ -191,7 +222,11 @@ class _Route:
 class _Options:
     def __init__(self, base_url: str | Sequence[str], token: str | None, timeout: float,
                  batch_size: int, max_attempts: int | None, retry_for_s: float | None,
-                 backoff_s: float, max_backoff_s: float, cooldown_s: float) -> None:
+                 backoff_s: float, max_backoff_s: float, cooldown_s: float,
+                 on_invalid: str) -> None:
+        if on_invalid not in ("null", "error"):
+            raise ValueError(f"on_invalid is 'null' or 'error', not {on_invalid!r}")
+        self.query = "?on_invalid=error" if on_invalid == "error" else ""
         if batch_size < 1 or (max_attempts is not None and max_attempts < 1):
             raise ValueError("batch_size and max_attempts must be at least 1")
         self.endpoints = Endpoints(base_url, cooldown_s)
@@ -234,6 +269,8 @@ _CLIENT_ARGS = """
     ``base_url``: one server URL or several (the batch is spread over them, with failover).
     ``max_attempts``/``retry_for_s``: give up after that many tries of a chunk, or after
     that long, whichever comes first (None: no limit of that kind).
+    ``on_invalid``: an item the server cannot take gets reward None and status
+    ``invalid_item`` ("null"), or refuses the call with ``RewardRequestError`` ("error").
 """
 
 
@@ -245,10 +282,10 @@ class RewardClient:
                  timeout: float = 120.0, batch_size: int = 512,
                  max_attempts: int | None = 5, retry_for_s: float | None = None,
                  backoff_s: float = 0.5, max_backoff_s: float = 10.0, cooldown_s: float = 5.0,
-                 max_concurrency: int = 8, transport: httpx.BaseTransport | None = None
-                 ) -> None:
+                 max_concurrency: int = 8, transport: httpx.BaseTransport | None = None,
+                 on_invalid: str = "null") -> None:
         self._o = _Options(base_url, token, timeout, batch_size, max_attempts, retry_for_s,
-                           backoff_s, max_backoff_s, cooldown_s)
+                           backoff_s, max_backoff_s, cooldown_s, on_invalid)
         self._http = httpx.Client(headers=self._o.headers, timeout=self._o.timeout,
                                   transport=transport)
         self._threads = ThreadPoolExecutor(max_concurrency, thread_name_prefix="reward-client")
@@ -266,20 +303,26 @@ class RewardClient:
         except (_Retryable, httpx.TransportError) as exc:
             raise self._o.unavailable(path, exc) from exc
 
+    def _post(self, path: str, offset: int, chunk: list[Any]) -> dict[str, Any]:
+        try:
+            return _placed(offset, self._request("POST", path, {"items": chunk}))
+        except RewardRequestError as exc:
+            raise RewardRequestError(exc.status_code, _at(offset, exc.detail)) from None
+
     def _scatter(self, path: str, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         chunks = self._o.chunks(items)
         if len(chunks) == 1:
-            return [self._request("POST", path, {"items": chunks[0]})]
-        futures = [self._threads.submit(self._request, "POST", path, {"items": chunk})
-                   for chunk in chunks]
+            return [self._post(path, 0, chunks[0])]
+        futures = [self._threads.submit(self._post, path, offset, chunk)
+                   for offset, chunk in _offsets(chunks)]
         return [f.result() for f in futures]
 
     def rewards(self, items: Sequence[dict[str, Any]]) -> Rewards:
         """Score a mixed batch; each item names its ``verifier``."""
-        return _merge(self._scatter("/v1/rewards", items))
+        return _merge(self._scatter("/v1/rewards" + self._o.query, items))
 
     def verify(self, verifier: str, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [r for part in self._scatter(f"/v1/verify/{verifier}", items)
+        return [r for part in self._scatter(f"/v1/verify/{verifier}{self._o.query}", items)
                 for r in part["results"]]
 
     def verifiers(self) -> list[dict[str, Any]]:
@@ -308,9 +351,10 @@ class AsyncRewardClient:
                  max_attempts: int | None = 5, retry_for_s: float | None = None,
                  backoff_s: float = 0.5, max_backoff_s: float = 10.0, cooldown_s: float = 5.0,
                  max_concurrency: int = 8,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 on_invalid: str = "null") -> None:
         self._o = _Options(base_url, token, timeout, batch_size, max_attempts, retry_for_s,
-                           backoff_s, max_backoff_s, cooldown_s)
+                           backoff_s, max_backoff_s, cooldown_s, on_invalid)
         self._http = httpx.AsyncClient(headers=self._o.headers, timeout=self._o.timeout,
                                        transport=transport)
         self._slots = asyncio.Semaphore(max_concurrency)
@@ -329,18 +373,25 @@ class AsyncRewardClient:
             except (_Retryable, httpx.TransportError) as exc:
                 raise self._o.unavailable(path, exc) from exc
 
+    async def _post(self, path: str, offset: int, chunk: list[Any]) -> dict[str, Any]:
+        try:
+            return _placed(offset, await self._request("POST", path, {"items": chunk}))
+        except RewardRequestError as exc:
+            raise RewardRequestError(exc.status_code, _at(offset, exc.detail)) from None
+
     async def _scatter(self, path: str, items: Sequence[dict[str, Any]]
                        ) -> list[dict[str, Any]]:
         return list(await asyncio.gather(*(
-            self._request("POST", path, {"items": chunk}) for chunk in self._o.chunks(items)
+            self._post(path, offset, chunk) for offset, chunk in _offsets(self._o.chunks(items))
         )))
 
     async def rewards(self, items: Sequence[dict[str, Any]]) -> Rewards:
-        return _merge(await self._scatter("/v1/rewards", items))
+        return _merge(await self._scatter("/v1/rewards" + self._o.query, items))
 
     async def verify(self, verifier: str, items: Sequence[dict[str, Any]]
                      ) -> list[dict[str, Any]]:
-        return [r for part in await self._scatter(f"/v1/verify/{verifier}", items)
+        path = f"/v1/verify/{verifier}{self._o.query}"
+        return [r for part in await self._scatter(path, items)
                 for r in part["results"]]
 
     async def verifiers(self) -> list[dict[str, Any]]:

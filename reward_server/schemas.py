@@ -6,20 +6,22 @@ from typing import Any
 
 from pydantic import BaseModel, Field, create_model
 
+from reward_server.admission import Refused
 from reward_server.verifiers.base import ItemBase, ResultBase
 
 
 class RewardsRequest(BaseModel):
-    items: list[dict[str, Any]] = Field(
+    items: list[Any] = Field(
         description="Each item names its verifier ('verifier': 'math') plus that verifier's "
-        "fields, as in POST /v1/verify/<verifier>."
+        "fields, as in POST /v1/verify/<verifier>; an item that is not one gets a result of "
+        "its own (status invalid_item)."
     )
 
 
 class RewardsResponse(BaseModel):
     rewards: list[float | None] = Field(
         description="One reward per item, in order; null when the item could not be scored "
-        "for a reason outside the response (e.g. sandbox unavailable)."
+        "for a reason outside the response (sandbox unavailable, an invalid item)."
     )
     results: list[dict[str, Any]] = Field(
         description="Each verifier's full result, plus 'verifier'."
@@ -51,5 +53,7 @@ def verify_models(
     """The body and response models of ``POST /v1/verify/<name>``."""
     title = "".join(part.capitalize() for part in name.split("_"))
     request = create_model(f"{title}VerifyRequest", items=(list[item_model], ...))  # type: ignore[valid-type]
-    response = create_model(f"{title}VerifyResponse", results=(list[result_model], ...))  # type: ignore[valid-type]
+    # an item that fails its checks gets a Refused result in its place (admission.py)
+    response = create_model(f"{title}VerifyResponse",
+                            results=(list[result_model | Refused], ...))  # type: ignore[valid-type]
     return request, response

@@ -1,4 +1,5 @@
-"""Between the routes and the verifiers: request limits and mixed-batch dispatch."""
+"""Between the routes and the verifiers: each item admitted or refused on its own
+(admission.py), then a mixed batch dispatched to its verifiers, in item order."""
 
 from __future__ import annotations
 
@@ -7,57 +8,21 @@ from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
-from reward_server.errors import (
-    InvalidItems,
-    PayloadTooLarge,
-    UnknownVerifier,
-    format_validation_errors,
+from reward_server.admission import (
+    INVALID_ITEM,
+    OnInvalid,
+    Refused,
+    admit,
+    admit_all,
+    check_field_sizes,
+    check_item_count,
+    raise_refusals,
+    refused,
 )
+from reward_server.errors import UnknownVerifier
 from reward_server.fair_queue import request_scope
 from reward_server.settings import ServerSettings
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
-
-
-def check_item_count(count: int, settings: ServerSettings) -> None:
-    if count > settings.max_items_per_request:
-        raise PayloadTooLarge(
-            f"items: {count} items exceed the limit of {settings.max_items_per_request} per "
-            "request (REWARD_SERVER_MAX_ITEMS_PER_REQUEST); split the batch"
-        )
-
-
-def check_field_sizes(items: Sequence[Any], settings: ServerSettings) -> None:
-    limit = settings.max_field_bytes
-    for index, item in enumerate(items):
-        found = _oversized(item, f"items[{index}]", limit)
-        if found is not None:
-            path, size = found
-            raise PayloadTooLarge(
-                f"{path}: {size} bytes exceed the limit of {limit} bytes per field "
-                "(REWARD_SERVER_MAX_FIELD_BYTES)"
-            )
-
-
-def _oversized(value: Any, path: str, limit: int) -> tuple[str, int] | None:
-    """The first string over ``limit`` bytes and its path; a walk with a stack of its own
-    (a raw item may nest as deep as the body parser allows, past the recursion limit here)."""
-    stack = [(value, path)]
-    while stack:
-        value, path = stack.pop()
-        if isinstance(value, str):
-            # a str of n characters holds at most 4n UTF-8 bytes: encode only when it may matter
-            if len(value) * 4 > limit and (size := len(value.encode("utf-8", "replace"))) > limit:
-                return path, size
-            continue
-        if isinstance(value, BaseModel):
-            value = {name: getattr(value, name) for name in type(value).model_fields}
-        if isinstance(value, Mapping):
-            stack.extend((sub, f"{path}.{key}") for key, sub in reversed(list(value.items())))
-        elif isinstance(value, list | tuple):
-            stack.extend((sub, f"{path}[{k}]") for k, sub in reversed(list(enumerate(value))))
-    return None
 
 
 class Scorer:
@@ -74,44 +39,58 @@ class Scorer:
             known = ", ".join(sorted(self.verifiers)) or "none"
             raise UnknownVerifier(f"unknown verifier {name!r}; known verifiers: {known}") from None
 
-    async def verify(self, name: str, items: Sequence[ItemBase],
-                     caller: Hashable = None) -> list[ResultBase]:
-        check_item_count(len(items), self.settings)
-        check_field_sizes(items, self.settings)
-        verifier = self.get(name)
-        with request_scope(self.settings.request_budget_s, caller):  # one request to the pools
-            return await verifier.verify(items)
-
-    async def score_mixed(
-        self, raw_items: Sequence[dict[str, Any]], caller: Hashable = None
-    ) -> list[tuple[str, ResultBase]]:
-        """Validate a mixed batch, run each verifier's share concurrently, keep item order."""
+    async def verify(self, name: str, raw_items: Sequence[Any], caller: Hashable = None,
+                     on_invalid: OnInvalid = "null") -> list[ResultBase]:
+        """One verifier's batch; an item that fails its checks gets a ``Refused`` result."""
         check_item_count(len(raw_items), self.settings)
-        check_field_sizes(raw_items, self.settings)
+        verifier = self.get(name)
+        admitted = admit_all(verifier.item_model, raw_items, self.settings, name, on_invalid)
+        items = [a for a in admitted if not isinstance(a, Refused)]
+        with request_scope(self.settings.request_budget_s, caller):  # one request to the pools
+            results = iter(await verifier.verify(items) if items else [])
+        return [a if isinstance(a, Refused) else next(results) for a in admitted]
+
+    async def score_mixed(self, raw_items: Sequence[Any], caller: Hashable = None,
+                          on_invalid: OnInvalid = "null"
+                          ) -> list[tuple[str | None, ResultBase]]:
+        """Admit a mixed batch item by item, run each verifier's share concurrently, keep
+        item order; a refused item is ``(its verifier's name or None, Refused)``."""
+        check_item_count(len(raw_items), self.settings)
+        if on_invalid == "error":
+            check_field_sizes(raw_items, self.settings)
         groups: dict[str, list[tuple[int, ItemBase]]] = defaultdict(list)
-        errors: list[str] = []
+        out: list[tuple[str | None, ResultBase] | None] = [None] * len(raw_items)
         for index, raw in enumerate(raw_items):
-            name = raw.get("verifier")
-            if not isinstance(name, str):
-                errors.append(f"items[{index}].verifier: a verifier name (string) is required")
-                continue
-            verifier = self.get(name)
-            fields = {k: v for k, v in raw.items() if k != "verifier"}
-            try:
-                groups[name].append((index, verifier.item_model.model_validate(fields)))
-            except ValidationError as exc:
-                errors.append(format_validation_errors(exc.errors(), ("items", index)))
-        if errors:
-            raise InvalidItems("; ".join(errors))
+            name, admitted = self._admit_mixed(raw, index, on_invalid)
+            if isinstance(admitted, Refused):
+                out[index] = (name, admitted)
+            else:
+                groups[name].append((index, admitted))  # type: ignore[index]
+        if on_invalid == "error":
+            raise_refusals([result for _, result in filter(None, out)])
 
         async def run(name: str, batch: list[tuple[int, ItemBase]]) -> list[tuple[int, ResultBase]]:
             results = await self.verifiers[name].verify([item for _, item in batch])
             return [(index, result) for (index, _), result in zip(batch, results, strict=True)]
 
-        out: list[tuple[str, ResultBase] | None] = [None] * len(raw_items)
         with request_scope(self.settings.request_budget_s, caller):  # one request to the pools
             shares = await asyncio.gather(*(run(n, b) for n, b in groups.items()))
         for name, scored in zip(groups, shares, strict=True):
             for index, result in scored:
                 out[index] = (name, result)
         return out  # type: ignore[return-value]
+
+    def _admit_mixed(self, raw: Any, index: int, on_invalid: OnInvalid
+                     ) -> tuple[str | None, ItemBase | Refused]:
+        name = raw.get("verifier") if isinstance(raw, dict) else None
+        if not isinstance(name, str):
+            return None, refused(INVALID_ITEM, f"items[{index}].verifier: a verifier name "
+                                 "(string) is required", None)
+        if name not in self.verifiers:
+            if on_invalid == "error":
+                self.get(name)  # the 404 that names the verifiers there are
+            known = ", ".join(sorted(self.verifiers))
+            return name, refused(INVALID_ITEM, f"items[{index}].verifier: unknown verifier "
+                                 f"{name!r}; known verifiers: {known}", None)
+        fields = {k: v for k, v in raw.items() if k != "verifier"}
+        return name, admit(self.verifiers[name].item_model, fields, index, self.settings, name)

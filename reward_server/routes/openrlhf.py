@@ -13,7 +13,11 @@ JSON object label gives item fields (``{"tests": [...]}``, ``{"answer": "3", "ex
 The answer is ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``, one entry per
 query; ``extra_logs`` holds per-query lists (``correct``, ``unscorable``) that OpenRLHF
 averages into its logs. An item that could not be scored (sandbox unavailable) makes the
-whole call a 503, which OpenRLHF retries, unless ``?on_unscorable=zero`` asks for 0.
+whole call a 503, which OpenRLHF retries, unless ``?on_unscorable=zero`` asks for 0. A
+query whose label is not a valid item (a missing field, a test in a shape the verifier does
+not take) makes the call a 422 naming the query, which OpenRLHF does not retry: a reward
+list has no null, and a bad label scored 0 would train on a made-up reward. Set
+``?on_invalid=zero`` to score such queries 0 instead, counted in ``extra_logs["invalid"]``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field, model_validator
 
 from reward_server.adapters.items import label_fields
+from reward_server.admission import INVALID_ITEM
 from reward_server.errors import ApiError, InvalidItems
 from reward_server.routes import caller_of
 
@@ -73,17 +78,30 @@ async def get_reward(request: Request, body: OpenRLHFRequest,
                      verifier: str = Query("math", description="Verifier for every query."),
                      on_unscorable: Literal["error", "zero"] = Query(
                          "error", description="An unscorable item: 503 (OpenRLHF retries) "
-                         "or a reward of 0.")) -> OpenRLHFResponse:
+                         "or a reward of 0."),
+                     on_invalid: Literal["error", "zero"] = Query(
+                         "error", description="A query whose label is not a valid item: "
+                         "422 naming it, or a reward of 0.")) -> OpenRLHFResponse:
+    request.app.state.scorer.get(verifier)  # a 404 naming the verifiers there are
     n = len(body.query)
     prompts = body.prompts or [None] * n
     labels = body.labels or [None] * n
-    items = [item_of(q, p, lab, verifier) for q, p, lab in zip(body.query, prompts, labels,
-                                                                strict=True)]
+    items: list[dict[str, Any]] = []
+    for i, (q, p, lab) in enumerate(zip(body.query, prompts, labels, strict=True)):
+        try:
+            items.append(item_of(q, p, lab, verifier))
+        except ValueError as exc:  # a label in a shape no item takes (input_output)
+            if on_invalid == "error":
+                raise InvalidItems(f"labels[{i}]: {exc}") from None
+            items.append({"verifier": verifier, "label_error": str(exc)})  # refused below
     try:
-        scored = await request.app.state.scorer.score_mixed(items, caller_of(request))
+        scored = await request.app.state.scorer.score_mixed(
+            items, caller_of(request), "error" if on_invalid == "error" else "null")
     except InvalidItems as exc:  # say it in OpenRLHF's terms: queries, not items
         raise InvalidItems(exc.message.replace("items[", "query[")) from None
-    rewards = [result.score for _, result in scored]
+    invalid = [result.status == INVALID_ITEM for _, result in scored]
+    rewards = [0.0 if bad else result.score for (_, result), bad in zip(scored, invalid,
+                                                                         strict=True)]
     unscorable = [score is None for score in rewards]
     if any(unscorable) and on_unscorable == "error":
         first = next(r for (_, r), u in zip(scored, unscorable, strict=True) if u)
@@ -95,4 +113,5 @@ async def get_reward(request: Request, body: OpenRLHFRequest,
                for (_, r), s in zip(scored, rewards, strict=True)]
     return OpenRLHFResponse(rewards=values, scores=values,
                             extra_logs={"correct": correct,
-                                        "unscorable": [float(u) for u in unscorable]})
+                                        "unscorable": [float(u) for u in unscorable],
+                                        "invalid": [float(b) for b in invalid]})

@@ -2,6 +2,7 @@
 
 from fastapi import APIRouter, Request, Response
 
+from reward_server.admission import OnInvalidQuery
 from reward_server.routes import caller_of
 from reward_server.schemas import RewardsRequest, RewardsResponse
 
@@ -9,8 +10,10 @@ router = APIRouter()
 
 
 @router.post("/v1/rewards", response_model=RewardsResponse, tags=["verify"])
-async def rewards(request: Request, body: RewardsRequest) -> Response:
-    scored = await request.app.state.scorer.score_mixed(body.items, caller_of(request))
+async def rewards(request: Request, body: RewardsRequest,
+                  on_invalid: OnInvalidQuery = "null") -> Response:
+    scored = await request.app.state.scorer.score_mixed(body.items, caller_of(request),
+                                                        on_invalid)
     payload = RewardsResponse(
         rewards=[result.score for _, result in scored],
         results=[{"verifier": name, **result.model_dump()} for name, result in scored],

@@ -1,28 +1,71 @@
 """``POST /v1/verify/<name>``, one route per registered verifier, built from its schemas.
 
-(No ``from __future__ import annotations`` here: FastAPI reads the body type from the
-endpoint's annotation, which must be the per-verifier model object itself.)"""
+The body is read here, not by FastAPI: FastAPI would refuse the whole batch for one item
+that fails the verifier's schema, and each item is admitted on its own instead
+(reward_server/admission.py). The OpenAPI page still shows the verifier's own item schema.
+
+(No ``from __future__ import annotations`` here: FastAPI reads the parameter types from the
+endpoint's annotations.)"""
+
+import json
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ValidationError
 
+from reward_server.admission import OnInvalidQuery
+from reward_server.errors import InvalidItems, format_validation_errors
 from reward_server.routes import caller_of
 from reward_server.schemas import verify_models
 from reward_server.verifiers.base import Verifier
 
 
+class RawBatch(BaseModel):
+    items: list[Any]
+
+
+def body_schema(path: str, model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema for the operation's request body, its definitions kept inside
+    it (the refs point into the body itself, so no component has to be registered)."""
+    pointer = path.replace("~", "~0").replace("/", "~1")
+    template = (f"#/paths/{pointer}/post/requestBody/content/application~1json/schema/$defs/"
+                "{model}")
+    schema = model.model_json_schema(ref_template=template)
+    return {"requestBody": {"required": True,
+                            "content": {"application/json": {"schema": schema}}}}
+
+
+def parse_body(raw: bytes) -> RawBatch:
+    """The body as FastAPI reads one (``json.loads``, then the model), its errors as a 422."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidItems(f"body: malformed JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidItems("body: nests too deeply to parse") from None
+    try:
+        return RawBatch.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidItems(format_validation_errors(exc.errors())) from None
+
+
 def verifier_router(name: str, cls: type[Verifier]) -> APIRouter:
     request_model, response_model = verify_models(name, cls.item_model, cls.result_model)
+    path = f"/v1/verify/{name}"
     router = APIRouter()
 
-    async def endpoint(request: Request, body: request_model) -> Response:  # type: ignore[valid-type]
+    async def endpoint(request: Request, on_invalid: OnInvalidQuery = "null") -> Response:
+        body = parse_body(await request.body())
         results = await request.app.state.scorer.verify(  # type: ignore[attr-defined]
-            name, body.items, caller_of(request))
+            name, body.items, caller_of(request), on_invalid)
         payload = response_model(results=results)
         return Response(payload.model_dump_json(), media_type="application/json")
 
     router.add_api_route(
-        f"/v1/verify/{name}", endpoint, methods=["POST"], response_model=response_model,
+        path, endpoint, methods=["POST"], response_model=response_model,
         summary=f"Score a batch with the {name} verifier",
         description=cls.description or None, tags=["verify"],
+        openapi_extra=body_schema(path, request_model),
     )
     return router
+

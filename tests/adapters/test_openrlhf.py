@@ -27,7 +27,8 @@ def test_get_reward_protocol(http: httpx.Client) -> None:
     assert r.status_code == 200, r.text
     out = r.json()
     assert out["rewards"] == [1.0, 0.0, 1.0] and out["scores"] == out["rewards"]
-    assert out["extra_logs"] == {"correct": [1.0, 0.0, 1.0], "unscorable": [0.0, 0.0, 0.0]}
+    assert out["extra_logs"] == {"correct": [1.0, 0.0, 1.0], "unscorable": [0.0, 0.0, 0.0],
+                                 "invalid": [0.0, 0.0, 0.0]}
     # the prompt is cut off: an answer inside the prompt is not the model's
     r = http.post("/get_reward", json={"query": ["The answer is \\boxed{4}. Now: 3"],
                                        "prompts": ["The answer is \\boxed{4}. Now: "],
@@ -50,6 +51,23 @@ def test_get_reward_bad_input_is_a_clear_4xx(http: httpx.Client) -> None:
     assert r.status_code == 404 and "chess" in r.text
     r = http.post("/get_reward", json={"query": ["a"]})  # math without an answer
     assert r.status_code == 422 and "query[0]" in r.text
+
+
+def test_get_reward_scores_the_good_queries_around_a_bad_label(http: httpx.Client) -> None:
+    """A label no item takes is a 422 naming the query (OpenRLHF does not retry a 4xx, and
+    its reward list has no null), or with ?on_invalid=zero a 0 that extra_logs counts."""
+    good = json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})
+    body = {"query": ["p: #### 7", "p: x", "p: " + ADD, "p: y"], "prompts": ["p: "] * 4,
+            "labels": ["7", json.dumps({"inputs": ["1"], "outputs": []}), good,
+                       json.dumps({"tests": "nope"})]}
+    r = http.post("/get_reward", json=body, params={"verifier": "code"})
+    assert r.status_code == 422
+    assert r.json()["detail"] == "labels[1]: input_output: 1 inputs but 0 outputs"
+    r = http.post("/get_reward", json=body, params={"verifier": "code", "on_invalid": "zero"})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["rewards"][1:] == [0.0, 1.0, 0.0]  # query 0 is no code item either
+    assert out["extra_logs"]["invalid"] == [1.0, 1.0, 0.0, 1.0]
 
 
 def test_openrlhf_executor_gets_rewards_from_us(server: ServerProcess) -> None:
@@ -82,4 +100,4 @@ def test_openrlhf_executor_gets_rewards_from_us(server: ServerProcess) -> None:
     label = json.dumps({"answer": "7", "extract": "last_number"})
     result = asyncio.run(executor.execute("say 3: ", label, params, 256, tokenizer, Engine()))
     assert result["reward"] == [1.0] and result["scores"] == [1.0]
-    assert result["extra_logs"] == {"correct": [1.0], "unscorable": [0.0]}
+    assert result["extra_logs"] == {"correct": [1.0], "unscorable": [0.0], "invalid": [0.0]}

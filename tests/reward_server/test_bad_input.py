@@ -42,8 +42,9 @@ def test_too_many_items(limited: ServerProcess) -> None:
 
 
 def test_field_too_large_names_the_field(limited: ServerProcess) -> None:
+    """(By default the item gets a result of its own instead: test_item_errors.py.)"""
     items = [{"response": "ok", "answer": "1"}, {"response": "é" * 60, "answer": "1"}]
-    r = httpx.post(limited.url + "/v1/verify/math", json={"items": items})
+    r = httpx.post(limited.url + "/v1/verify/math?on_invalid=error", json={"items": items})
     assert r.status_code == 413
     assert _detail(r).startswith("items[1].response: 120 bytes exceed the limit of 100")
 
@@ -72,11 +73,6 @@ def test_body_too_large_without_content_length(limited: ServerProcess) -> None:
     [
         (b'{"items": [', "malformed JSON"),
         (b'{"items": 5}', "items: Input should be a valid list"),
-        (b'{"items": [{"response": "x"}]}', "items[0].answer: Field required"),
-        (b'{"items": [{"response": 5, "answer": "1"}]}', "items[0].response: Input should be a valid string"),
-        (b'{"items": [{"response": "x", "answer": "1", "extract": "nope"}]}', "items[0].extract"),
-        (b'{"items": [{"response": "x", "answer": "1", "tolerance": -1}]}', "items[0].tolerance"),
-        (b'{"items": [{"response": "x", "answer": "1", "bogus": 1}]}', "items[0].bogus: Extra inputs"),
         (b"[]", "body"),
         (b"", "body"),
     ],
@@ -87,11 +83,36 @@ def test_malformed_verify_body(http: httpx.Client, body: bytes, fragment: str) -
     assert fragment in _detail(r)
 
 
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b'{"items": [{"response": "x"}]}', "items[0].answer: Field required"),
+        (b'{"items": [{"response": 5, "answer": "1"}]}', "items[0].response: Input should be a valid string"),
+        (b'{"items": [{"response": "x", "answer": "1", "extract": "nope"}]}', "items[0].extract"),
+        (b'{"items": [{"response": "x", "answer": "1", "tolerance": -1}]}', "items[0].tolerance"),
+        (b'{"items": [{"response": "x", "answer": "1", "bogus": 1}]}', "items[0].bogus: Extra inputs"),
+    ],
+)
+def test_malformed_item(http: httpx.Client, body: bytes, fragment: str) -> None:
+    """A bad item: its own result naming the field, or with on_invalid=error a 422."""
+    r = http.post("/v1/verify/math", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    result = r.json()["results"][0]
+    assert result["status"] == "invalid_item" and result["score"] is None
+    assert fragment in result["detail"]
+    r = http.post("/v1/verify/math", params={"on_invalid": "error"}, content=body,
+                  headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert fragment in _detail(r)
+
+
 def test_rewards_item_errors(http: httpx.Client) -> None:
-    r = http.post("/v1/rewards", json={"items": [{"response": "x", "answer": "1"}]})
+    strict = {"on_invalid": "error"}
+    r = http.post("/v1/rewards", params=strict,
+                  json={"items": [{"response": "x", "answer": "1"}]})
     assert r.status_code == 422
     assert "items[0].verifier" in _detail(r)
-    r = http.post("/v1/rewards", json={"items": [
+    r = http.post("/v1/rewards", params=strict, json={"items": [
         {"verifier": "math", "response": "x", "answer": "1"},
         {"verifier": "math", "response": "x"},
     ]})
@@ -100,7 +121,8 @@ def test_rewards_item_errors(http: httpx.Client) -> None:
 
 
 def test_unknown_verifier(http: httpx.Client) -> None:
-    r = http.post("/v1/rewards", json={"items": [{"verifier": "chess", "response": "e4"}]})
+    r = http.post("/v1/rewards", params={"on_invalid": "error"},
+                  json={"items": [{"verifier": "chess", "response": "e4"}]})
     assert r.status_code == 404
     assert _detail(r) == "unknown verifier 'chess'; known verifiers: code, math"
     assert http.post("/v1/verify/chess", json={"items": []}).status_code == 404
@@ -177,10 +199,16 @@ _DEEP_CALLS = {
 
 @pytest.mark.parametrize("path", ["/v1/verify/code", "/v1/rewards"])
 @pytest.mark.parametrize("case", list(_DEEP_CALLS))
-def test_a_test_value_nested_too_deeply_is_a_422_naming_the_field(
+def test_a_test_value_nested_too_deeply_is_refused_naming_the_field(
         http: httpx.Client, path: str, case: str) -> None:
     test, field = _DEEP_CALLS[case]
-    r = http.post(path, content=_call_body(test, rewards=path == "/v1/rewards"),
+    body = _call_body(test, rewards=path == "/v1/rewards")
+    r = http.post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    result = r.json()["results"][0]
+    assert result["status"] == "invalid_item"
+    assert result["detail"] == f"items[0]: Value error, {field}: nests deeper than 64"
+    r = http.post(path, params={"on_invalid": "error"}, content=body,
                   headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text
     assert _detail(r) == f"items[0]: Value error, {field}: nests deeper than 64"

@@ -45,7 +45,8 @@ async def test_async_batches_concurrently(server: ServerProcess) -> None:
 
 
 def test_client_errors_carry_the_server_message(server: ServerProcess) -> None:
-    with RewardClient(server.url) as client, pytest.raises(RewardRequestError) as err:
+    with RewardClient(server.url, on_invalid="error") as client, \
+            pytest.raises(RewardRequestError) as err:
         client.rewards([{"verifier": "nope"}])
     assert err.value.status_code == 404
     assert "known verifiers: code, math" in str(err.value)

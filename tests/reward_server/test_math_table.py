@@ -63,7 +63,7 @@ def test_lone_surrogate_does_not_fail_the_batch(http: httpx.Client, path: str) -
 @pytest.mark.parametrize("answer", ["", "#### ", "$$", "\\boxed{}"])
 def test_empty_reference_is_bad_input(http: httpx.Client, answer: str) -> None:
     """The dataset's fault, not a 0 the completion earned: a 422 naming the field."""
-    response = http.post("/v1/verify/math",
+    response = http.post("/v1/verify/math?on_invalid=error",
                          json={"items": [{"response": "\\boxed{3}", "answer": answer}]})
     assert response.status_code == 422, response.text
     assert "answer" in response.text and "empty" in response.text

@@ -46,7 +46,8 @@ def test_entry_point_plugin_adds_an_endpoint(tmp_path: Path) -> None:
         names = [v["name"] for v in httpx.get(srv.url + "/v1/verifiers").json()["verifiers"]]
         assert names == ["code", "exact_match", "math"]
         r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": [{"response": "x"}]})
-        assert r.status_code == 422 and "items[0].answer" in r.json()["detail"]
+        result = r.json()["results"][0]  # a plug-in's bad item is refused like any other
+        assert result["status"] == "invalid_item" and "items[0].answer" in result["detail"]
 
 
 def test_a_plugins_settings_section_is_a_flag_and_reaches_it(tmp_path: Path) -> None:

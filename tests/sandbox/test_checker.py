@@ -183,10 +183,10 @@ def test_bad_checker_items(srv: ServerProcess) -> None:
     with httpx.Client(base_url=srv.url, timeout=60) as c:
         for checker, fragment in [({"language": "cobol", "source": "x"}, "unknown language"),
                                   ({"language": "cpp"}, "checker.source")]:
-            r = c.post("/v1/verify/code", json={"items": [
+            r = c.post("/v1/verify/code?on_invalid=error", json={"items": [
                 {"response": RIGHT, "tests": TESTS, "checker": checker}]})
             assert r.status_code == 422 and fragment in r.text, r.text
-        r = c.post("/v1/verify/code", json={"items": [
+        r = c.post("/v1/verify/code?on_invalid=error", json={"items": [
             {"response": "def f(x): return x", "fn_name": "f",
              "tests": [{"input": "[1]", "output": "1"}], "checker": {"source": CHECKER}}]})
         assert r.status_code == 422 and "'checker' goes with" in r.text, r.text

@@ -201,6 +201,6 @@ def test_parallel_batch(code_http: httpx.Client) -> None:
     ],
 )
 def test_bad_items(code_http: httpx.Client, item: dict[str, Any], fragment: str) -> None:
-    r = code_http.post("/v1/verify/code", json={"items": [item]})
+    r = code_http.post("/v1/verify/code?on_invalid=error", json={"items": [item]})
     assert r.status_code == 422
     assert fragment in r.json()["detail"]

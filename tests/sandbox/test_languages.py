@@ -257,7 +257,7 @@ def test_an_alias_runs_its_language(srv: ServerProcess, alias: str, language: st
 
 def test_unknown_language_names_the_known_ones(srv: ServerProcess) -> None:
     with srv.client() as c:
-        r = c.post("/v1/verify/code", json={"items": [
+        r = c.post("/v1/verify/code?on_invalid=error", json={"items": [
             {"response": "x", "language": "cobol", "tests": [{"output": ""}]}]})
     assert r.status_code == 422
     assert "unknown language 'cobol'; known: python (py, python3), cpp (c++, cxx)" \

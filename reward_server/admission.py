@@ -1,0 +1,130 @@
+"""Which items of a batch go on to their verifier: the request limits, and each item's size
+and schema checked on its own.
+
+A trainer batches a step's completions from many dataset rows; one malformed row (a missing
+field, a test in a shape the verifier does not take) must not cost it every other reward of
+the step. So by default an item that fails its checks gets a result of its own: status
+``invalid_item``, score null (the row is at fault, not the completion), and a detail that
+names the field as a 422 would. A response over the size limit is the completion's own doing,
+so it scores 0 (``response_too_long``), never null. A caller that prefers the whole request
+refused asks for ``on_invalid=error``: the first oversized field is a 413 and every schema
+error one 422, as the limits below say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from fastapi import Query
+from pydantic import BaseModel, Field, ValidationError
+
+from reward_server import metrics
+from reward_server.errors import InvalidItems, PayloadTooLarge, format_validation_errors
+from reward_server.settings import ServerSettings
+from reward_server.verifiers.base import ItemBase, ResultBase
+
+OnInvalid = Literal["null", "error"]
+OnInvalidQuery = Annotated[OnInvalid, Query(
+    description="An item that fails its checks: a result of its own ('null': status "
+    "invalid_item, score null; a response over the size limit scores 0), or 'error': the "
+    "whole request is a 413/422.")]
+
+INVALID_ITEM = "invalid_item"
+RESPONSE_TOO_LONG = "response_too_long"
+REFUSAL_STATUSES = (INVALID_ITEM, RESPONSE_TOO_LONG)
+
+
+class Refused(ResultBase):
+    """The result of an item that was not scored by its verifier."""
+
+    score: float | None = Field(description="null for invalid_item; 0 for response_too_long.")
+    status: Literal["invalid_item", "response_too_long"]
+    detail: str = Field(description="What is wrong, naming the field (items[3].answer: ...).")
+
+
+def check_item_count(count: int, settings: ServerSettings) -> None:
+    if count > settings.max_items_per_request:
+        raise PayloadTooLarge(
+            f"items: {count} items exceed the limit of {settings.max_items_per_request} per "
+            "request (REWARD_SERVER_MAX_ITEMS_PER_REQUEST); split the batch"
+        )
+
+
+def too_large_message(path: str, size: int, limit: int) -> str:
+    return (f"{path}: {size} bytes exceed the limit of {limit} bytes per field "
+            "(REWARD_SERVER_MAX_FIELD_BYTES)")
+
+
+def check_field_sizes(items: Sequence[Any], settings: ServerSettings) -> None:
+    limit = settings.max_field_bytes
+    for index, item in enumerate(items):
+        found = oversized(item, f"items[{index}]", limit)
+        if found is not None:
+            raise PayloadTooLarge(too_large_message(*found, limit))
+
+
+def oversized(value: Any, path: str, limit: int) -> tuple[str, int] | None:
+    """The first string over ``limit`` bytes and its path; a walk with a stack of its own
+    (a raw item may nest as deep as the body parser allows, past the recursion limit here)."""
+    stack = [(value, path)]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            # a str of n characters holds at most 4n UTF-8 bytes: encode only when it may matter
+            if len(value) * 4 > limit and (size := len(value.encode("utf-8", "replace"))) > limit:
+                return path, size
+            continue
+        if isinstance(value, BaseModel):
+            value = {name: getattr(value, name) for name in type(value).model_fields}
+        if isinstance(value, Mapping):
+            stack.extend((sub, f"{path}.{key}") for key, sub in reversed(list(value.items())))
+        elif isinstance(value, list | tuple):
+            stack.extend((sub, f"{path}[{k}]") for k, sub in reversed(list(enumerate(value))))
+    return None
+
+
+def refused(status: str, detail: str, verifier: str | None) -> Refused:
+    # a name the server does not know is not a label: a client must not grow the metrics
+    metrics.ITEMS.labels(verifier or "none", status).inc()
+    score = 0.0 if status == RESPONSE_TOO_LONG else None
+    return Refused(score=score, status=status, detail=detail)  # type: ignore[arg-type]
+
+
+def admit(model: type[ItemBase], fields: Any, index: int, settings: ServerSettings,
+          verifier: str) -> ItemBase | Refused:
+    """``fields`` as the verifier's item, or the result that says why not."""
+    where = f"items[{index}]"
+    if not isinstance(fields, Mapping):
+        return refused(INVALID_ITEM, f"{where}: an item is a JSON object, not "
+                       f"{type(fields).__name__}", verifier)
+    found = oversized(fields, where, settings.max_field_bytes)
+    if found is not None:
+        path, size = found
+        status = RESPONSE_TOO_LONG if path == f"{where}.response" else INVALID_ITEM
+        return refused(status, too_large_message(path, size, settings.max_field_bytes),
+                       verifier)
+    try:
+        return model.model_validate(fields)
+    except ValidationError as exc:
+        return refused(INVALID_ITEM, format_validation_errors(exc.errors(), ("items", index)),
+                       verifier)
+
+
+def admit_all(model: type[ItemBase], raw_items: Sequence[Any], settings: ServerSettings,
+              verifier: str, on_invalid: OnInvalid) -> list[ItemBase | Refused]:
+    """Every item of a one-verifier batch admitted or refused; with ``on_invalid='error'``
+    the first refusal refuses the request instead (413 for a size, one 422 for all schema
+    errors)."""
+    if on_invalid == "error":
+        check_field_sizes(raw_items, settings)
+    admitted = [admit(model, raw, i, settings, verifier) for i, raw in enumerate(raw_items)]
+    if on_invalid == "error":
+        raise_refusals(admitted)
+    return admitted
+
+
+def raise_refusals(admitted: Sequence[ItemBase | Refused | None]) -> None:
+    errors = [a.detail for a in admitted if isinstance(a, Refused)]
+    if errors:
+        raise InvalidItems("; ".join(errors))
