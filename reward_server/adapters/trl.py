@@ -10,17 +10,21 @@ rewards; all of a step's completions go out as one batch (split and spread over 
 server URLs by the client). Columns named like the verifier's item fields (``answer``,
 ``tests``, ...) are passed through; ``columns`` maps other names. The prompt goes along as
 the item's ``question`` where the verifier has that field (math: a copied question scores
-0). An item the server could not score (sandbox unavailable) comes back as None, which TRL
-turns into NaN and leaves out;
-a server that stays down raises, stopping training instead of training on made-up rewards.
+0). APPS's ``input_output`` column (TACO, PrimeIntellect) becomes the item's tests as APPS's
+grader reads it. An item the server could not score (sandbox unavailable), or a row it cannot
+take (a missing field: a warning names it), comes back as None, which TRL turns into NaN
+and leaves out, so one bad row costs no other completion its reward; a server that stays
+down raises, stopping training instead of training on made-up rewards.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reward_server.adapters.items import build_item, completion_text, item_fields
+from reward_server.admission import INVALID_ITEM
 from reward_server.client import AsyncRewardClient
 
 
@@ -56,15 +60,28 @@ class ServerReward:
                 "question" not in self.columns.values() and len(prompts) == len(completions):
             # the math verifier refuses an answer that copies its question's expression
             data["question"] = [completion_text(p) for p in prompts]
-        items = [build_item(self.verifier, completion_text(c),
-                            {k: v[i] for k, v in data.items()}, self._fields, self.columns,
-                            self.params)
-                 for i, c in enumerate(completions)]
-        out = await client.rewards(items)
-        if log_metric is not None and out.rewards:
-            unscorable = sum(r is None for r in out.rewards) / len(out.rewards)
+        items: dict[int, dict[str, Any]] = {}
+        problems: list[str] = []
+        for i, c in enumerate(completions):
+            try:
+                items[i] = build_item(self.verifier, completion_text(c),
+                                      {k: v[i] for k, v in data.items()}, self._fields,
+                                      self.columns, self.params)
+            except ValueError as exc:  # a column in a shape the item cannot take
+                problems.append(f"row {i}: {exc}")
+        out = await client.rewards(list(items.values()))
+        rewards: list[float | None] = [None] * len(completions)
+        for i, reward, result in zip(items, out.rewards, out.results, strict=True):
+            rewards[i] = reward
+            if result.get("status") == INVALID_ITEM:
+                problems.append(f"row {i}: {result.get('detail')}")
+        if problems:
+            warnings.warn(f"{self.__name__}: {len(problems)} of {len(completions)} rows "
+                          f"could not be scored: {problems[0]}", stacklevel=2)
+        if log_metric is not None and rewards:
+            unscorable = sum(r is None for r in rewards) / len(rewards)
             log_metric(f"{self.__name__}/unscorable_rate", unscorable)
-        return out.rewards
+        return rewards
 
     async def aclose(self) -> None:
         if self._client is not None:

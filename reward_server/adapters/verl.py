@@ -13,31 +13,43 @@ reward loop awaits it and many run at once; concurrent calls are gathered into b
 to ``REWARD_SERVER_BATCH`` items (or whatever arrived within ``REWARD_SERVER_BATCH_WAIT_MS``)
 so the server sees batches, not single items. The verifier comes from ``extra_info
 ["verifier"]``, else from the data source (``DATA_SOURCES`` below), else math. For math the
-ground truth is the answer; for code it is the tests (a JSON list of {input, output}, or a
-dict of item fields such as test_code and entry_point). Returns veRL's dict: ``score`` plus
-``acc`` and ``status`` for its logs; an item the server could not score raises (veRL would
-otherwise train on a made-up number).
+ground truth is the answer; for code it is what veRL's own code scorers (``prime_code``,
+``sandbox_fusion``) read: the row's ``input_output`` (``{"inputs", "outputs", "fn_name"?}``,
+as a JSON string or a dict), or else a JSON list of {input, output}, or a dict of item fields
+such as test_code and entry_point. Returns veRL's dict: ``score`` plus ``acc`` and ``status``
+for its logs. An item the server could not score raises ``Unscorable``, and a row it cannot
+take raises ``InvalidItem`` naming the field (veRL would otherwise train on a made-up
+number); either raises for that call only, never for the calls batched with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import weakref
 from typing import Any
 
 from reward_server.adapters.items import label_fields
-from reward_server.client import AsyncRewardClient, RewardClient, split_urls
+from reward_server.admission import INVALID_ITEM
+from reward_server.client import AsyncRewardClient, RewardClient, RewardRequestError, split_urls
 
 DATA_SOURCES = {  # data_source prefixes (veRL's dataset names) -> verifier
     "openai/gsm8k": "math", "lighteval/MATH": "math", "DigitalLearningGmbH/MATH": "math",
     "math": "math", "codecontests": "code", "apps": "code", "taco": "code",
-    "livecodebench": "code", "humaneval": "code", "mbpp": "code", "code": "code",
+    "codeforces": "code", "livecodebench": "code", "humaneval": "code", "mbpp": "code",
+    "code": "code", "primeintellect": "code", "deepmind/code_contests": "code",
+    "codeparrot/apps": "code", "baai/taco": "code", "open-r1/codeforces": "code",
 }
 
 
 class Unscorable(RuntimeError):
     """The server could not score the item (e.g. the sandbox is unavailable)."""
+
+
+class InvalidItem(ValueError):
+    """The server cannot take the row as an item (a missing field, a test in a shape the
+    verifier does not accept); the message names the field."""
 
 
 def verifier_for(data_source: str, extra_info: dict[str, Any] | None) -> str:
@@ -89,14 +101,26 @@ class Batcher:
     async def _score(self, batch: list[tuple[dict[str, Any], asyncio.Future]]) -> None:
         try:
             out = await self.client.rewards([item for item, _ in batch])
-        except Exception as exc:  # every caller in the batch sees the failure
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
+        except RewardRequestError as exc:
+            if len(batch) > 1:  # one call's item refused the request: find it by halves
+                half = len(batch) // 2
+                await asyncio.gather(self._score(batch[:half]), self._score(batch[half:]))
+                return
+            self._fail(batch, InvalidItem(re.sub(r"items\[\d+\](?:\.|: )?", "", exc.detail)))
+            return
+        except Exception as exc:  # the server is down: every caller in the batch sees it
+            self._fail(batch, exc)
             return
         for (_, future), reward, result in zip(batch, out.rewards, out.results, strict=True):
             if not future.done():
                 future.set_result({**result, "reward": reward})
+
+
+    @staticmethod
+    def _fail(batch: list[tuple[dict[str, Any], asyncio.Future]], exc: Exception) -> None:
+        for _, future in batch:
+            if not future.done():
+                future.set_exception(exc)
 
 
 _batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher] = (
@@ -121,6 +145,8 @@ def _batcher() -> Batcher:
 
 
 def _as_verl(result: dict[str, Any]) -> dict[str, Any]:
+    if result.get("status") == INVALID_ITEM:  # its place in our batch means nothing to veRL
+        raise InvalidItem(re.sub(r"items\[\d+\](?:\.|: )?", "", str(result.get("detail"))))
     if result["reward"] is None:
         raise Unscorable(f"{result.get('status')}: {result.get('detail')}")
     reward = float(result["reward"])

@@ -76,6 +76,32 @@ def test_the_prompt_travels_as_the_question(server: ServerProcess) -> None:
     assert asyncio.run(run()) == [0.0, 1.0]
 
 
+def test_apps_input_output_column_and_a_bad_row_cost_no_other_reward(server: ServerProcess
+                                                                      ) -> None:
+    """A TACO/APPS dataset's own ``input_output`` column is the tests, read as APPS reads it;
+    a row whose columns no item takes (its lists do not pair up, or a test misses a field)
+    is None with a warning naming it, and the rows around it are scored."""
+    code = ServerReward(server.url, verifier="code")
+    good = json.dumps({"inputs": ["2 3\n"], "outputs": ["5\n"]})
+    calls = json.dumps({"fn_name": "add", "inputs": [[1, 2]], "outputs": [[3]]})
+    columns = {"input_output": [good, json.dumps({"inputs": ["1"], "outputs": []}), calls,
+                                good, None],
+               "tests": [None, None, None, None, [{"input": "2 3"}]]}
+    completions = [ADD, ADD, "```python\ndef add(a, b):\n    return a + b\n```", "print(1)",
+                   ADD]
+
+    async def run() -> list:
+        try:
+            return await code(prompts=["p"] * 5, completions=completions, **columns)
+        finally:
+            await code.aclose()
+
+    with pytest.warns(UserWarning, match=r"code_reward: 2 of 5 rows could not be scored: "
+                      r"row 1: input_output: 1 inputs but 0 outputs"):
+        rewards = asyncio.run(run())
+    assert rewards == [1.0, None, 1.0, 0.0, None]
+
+
 def test_unknown_verifier_and_dead_server_fail_loudly(server: ServerProcess) -> None:
     from reward_server.client import RewardServerUnavailable
 
