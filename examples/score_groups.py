@@ -20,6 +20,10 @@ CODE_GROUP = [
     "```python\nprint(7)\n```",
 ]
 
+# prompt -> (reference, completions). The prompt travels with each completion as the item's
+# ``question`` (TRL and veRL hand it to reward functions too): the question's own expression,
+# boxed (``(x+1)^2-2x`` for "Simplify (x+1)^2 - 2x"), equals its answer, and only the question
+# tells that it is a copy, not an answer.
 GROUPS = {
     "Natalia sold clips to 48 friends in April, and half as many in May. How many in all?": (
         "72",
@@ -27,10 +31,24 @@ GROUPS = {
          "In total \\boxed{72}", "The answer is 72.", "48 + 48/2 = \\boxed{72}",
          "I am not sure.", "April 48, May 24, total $72$", "#### 96"],
     ),
-    "Simplify (x+1)^2 - 2x.": (
+    "Simplify $(x+1)^2 - 2x$.": (
         "x^2+1",
         ["\\boxed{x^2 + 1}", "\\boxed{1 + x^2}", "\\boxed{x^2+2x+1}", "\\boxed{(x+1)^2-2x}",
          "\\boxed{x^2 - 1}", "\\boxed{x^2+1 \\text{ or } x^2}", "$x^2+1$", "\\boxed{x^{2}+1}"],
+    ),
+    # a reasoning model: only what follows </think> is its answer; a hedge commits to none
+    "How many positive divisors does 12 have?": (
+        "6",
+        ["<think>\n1, 2, 3, 4, 6, 12: that is 6. Or is 12 itself excluded? Then \\boxed{5}."
+         "\n</think>\nThe divisors are 1, 2, 3, 4, 6 and 12, so the answer is $\\boxed{6}$.",
+         "<think>\n1, 2, 3, 4, 6, 12: \\boxed{6}.\n</think>\nExcluding 12 itself, "
+         "the answer is $\\boxed{5}$.",
+         "<think>\nThe divisors are 1, 2, 3, 4, 6, 12, so \\boxed{6}. But wait, should",
+         "Counting 12 itself there are \\boxed{6}; otherwise \\boxed{5}.",
+         "I think it is 5, though 6 would also be defensible.",
+         "The answer is not 5 but 6.",
+         "Its divisors are 1, 2, 3, 4, 6 and 12.\n\n**Answer: 6**",
+         "```python\nprint(len([d for d in range(1, 13) if 12 % d == 0]))  # 6\n```"],
     ),
 }
 
@@ -52,8 +70,8 @@ def main() -> int:
                     print(f"demo: no reward server answered at {args.url}", file=sys.stderr)
                     return 1
                 time.sleep(0.5)
-        items = [{"verifier": "math", "response": c, "answer": answer}
-                 for answer, completions in GROUPS.values() for c in completions]
+        items = [{"verifier": "math", "response": c, "answer": answer, "question": prompt}
+                 for prompt, (answer, completions) in GROUPS.items() for c in completions]
         items += [{"verifier": "code", "response": c, "tests": CODE_TESTS} for c in CODE_GROUP]
         out = client.rewards(items)
 
@@ -67,7 +85,9 @@ def main() -> int:
         for completion, reward, result in zip(completions, rewards, results, strict=True):
             advantage = (reward - mean) / (std + 1e-4)
             shown = completion.replace("\n", " ")[-38:]
-            print(f"  r={reward:.0f} A={advantage:+.2f}  {result['status']:<10} {shown!r}")
+            why = f"  ({result['detail']})" if result.get("detail") and not reward else ""
+            print(f"  r={reward:.0f} A={advantage:+.2f}  {result['status']:<10} {shown!r}"
+                  f"{why[:64]}")
     print("\nRead two integers, print their sum (2 stdin/stdout tests), run in the sandbox:")
     for completion, reward, result in zip(CODE_GROUP, out.rewards[k:], out.results[k:],
                                           strict=True):

@@ -175,3 +175,25 @@ def test_a_copied_question_is_paid_without_the_question() -> None:
 def test_an_answer_with_its_question_still_scores_1(question: str, response: str,
                                                     answer: str) -> None:
     assert score(response, answer, question=question) == 1.0
+
+
+# The equivalent forms (forms.py) compare one side of an answer: a question copied into that
+# side is still a copy (the exact side of an approximation, either side of an "or").
+@pytest.mark.parametrize(("question", "response", "answer"), [
+    ("Simplify $\\sqrt{50}$.", "\\boxed{\\sqrt{50} \\approx 7.07}", "5\\sqrt{2}"),
+    ("Simplify $\\sqrt{50}$.", "\\boxed{x = \\sqrt{50} \\approx 7.07}", "5\\sqrt{2}"),
+    ("Simplify $\\frac{14}{4}$.", "\\boxed{\\frac{14}{4} \\text{ or } 3.5}", "\\frac{7}{2}"),
+    ("Simplify $(x+1)^2 - 2x$.", "\\boxed{x^2+1 = (x+1)^2 - 2x}", "x^2+1"),
+])
+def test_a_copied_question_in_another_form_scores_0(question: str, response: str,
+                                                    answer: str) -> None:
+    assert score(response, answer, question=question) == 0.0
+
+
+@pytest.mark.parametrize(("question", "response", "answer"), [
+    ("Simplify $\\sqrt{50}$.", "\\boxed{5\\sqrt{2} \\approx 7.07}", "5\\sqrt{2}"),
+    ("Expand $(x-1)(x+4)$.", "\\boxed{(x-1)(x+4) = x^2+3x-4}", "x^2+3x-4"),
+])
+def test_an_answer_in_two_forms_with_its_question_scores_1(question: str, response: str,
+                                                           answer: str) -> None:
+    assert score(response, answer, question=question) == 1.0

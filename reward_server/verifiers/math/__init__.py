@@ -38,6 +38,7 @@ from reward_server.verifiers.math.commit import (
     committed_answer,
 )
 from reward_server.verifiers.math.extract import Answer, ExtractMode, extract_gold
+from reward_server.verifiers.math.forms import written_forms
 from reward_server.verifiers.math.guards import restates_question
 from reward_server.verifiers.math.numbers import EXACT, fast_check
 from reward_server.verifiers.math.settings import MathSettings
@@ -257,7 +258,8 @@ class MathVerifier(Verifier):
                               detail=f"answer longer than {limit} characters")
         gold = extract_gold(item.answer)
         if item.question and pred.kind == "latex" and any(
-                restates_question(answer, item.question, item.answer) for answer in pred.items):
+                restates_question(form, item.question, item.answer)
+                for answer in pred.items for form in (answer, *written_forms(answer))):
             return MathResult(score=0.0, correct=False, status="ok", extracted=pred.text[:200],
                               detail=RESTATED)
         tolerance = self.settings.math_tolerance if item.tolerance is None else item.tolerance

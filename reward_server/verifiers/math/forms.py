@@ -153,6 +153,19 @@ def union_of_inequalities(answer: str, gold: Any, parse: Parse) -> bool | None:
     return bool(union == gold)
 
 
+def written_forms(answer: str) -> list[str]:
+    """The forms the rules above may compare in place of ``answer``, as written (text only,
+    for the server process): the exact side of an approximation, each side of an "or". A
+    question copied into one of them (``\\sqrt{50} \\approx 7.07`` for "Simplify
+    $\\sqrt{50}$") is still a copy."""
+    forms = []
+    if _APPROX.search(answer):
+        forms.append(_APPROX.split(answer)[0].rpartition("=")[2].strip())
+    if _OR.search(answer):
+        forms += [side.strip().strip(",").strip() for side in _OR.split(answer)]
+    return [form for form in forms if form and form != answer]
+
+
 def one_form(answer: Answer, several: bool, parse: Parse) -> Answer:
     """``answer`` as the one form to compare (the rules above), or as it is."""
     if answer.kind != "latex" or len(answer.items) != 1:
