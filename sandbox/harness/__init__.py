@@ -7,7 +7,8 @@ meets them: ``serve`` (the loop), ``jobs`` (one execution and its clean-up), ``s
 ``asserts`` (the two kinds of job; ``candidate`` and ``candidate_server``, the two ends of
 the assertion proxy; ``checker``, a dataset's output checker), ``zygote`` (the Python fork
 server), ``processes`` (one process under limits), ``compare`` (outputs, return values),
-``protocol`` (frames, the plain-data codec),
+``protocol`` (frames, the plain-data codec), ``objects`` (the test setup's objects on
+that codec's wire),
 ``verdicts`` (tests not run), ``statuses`` (every status, shared with the host), ``slate``
 (the clean slate between executions).
 

@@ -24,8 +24,9 @@ from .candidate import (
     valid_hello,
 )
 from .compare import call_output_matches, int_keys
+from .objects import SETUP_MODULE, setup_classes
 from .processes import kill_group, oom_kills
-from .protocol import SETUP_MODULE, recv_frame, setup_classes
+from .protocol import recv_frame
 from .statuses import (
     BAD_TESTS,
     MEMORY_LIMIT,
@@ -148,7 +149,7 @@ def test_call(step, namespace, candidate, entry):
     if step == CHECK:
         return lambda: namespace["check"](candidate.function(entry))
     if isinstance(step, Call):
-        function = candidate.function(entry)
+        function = candidate.function(entry, plain=True)
 
         def call():
             output = function(*step.args)

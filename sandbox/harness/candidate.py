@@ -26,8 +26,9 @@ import sys
 import types
 
 from . import PACKAGE_PARENT
+from .objects import set_state
 from .processes import candidate_started, kill_group, limit_child
-from .protocol import decode, encode, recv_frame, send_frame, set_state
+from .protocol import decode, encode, recv_frame, send_frame
 
 # Standard modules whose names the test code may take from the candidate's imports: pure
 # computation, no I/O at import (``this`` would print to PID 1's stdout, the verdict channel).
@@ -82,15 +83,17 @@ class Candidate:
         self.failure = error
         return error
 
-    def function(self, name):
-        return CandidateFunction(self, name)
+    def function(self, name, plain=False):
+        """A proxy for the solution's ``name``; ``plain``: its return value must be plain data,
+        no object of the setup's (a call-based test's expected value is JSON)."""
+        return CandidateFunction(self, name, plain)
 
-    def call(self, name, args, kwargs):
+    def call(self, name, args, kwargs, plain=False):
         if self.process is None:
             raise CandidateNotLoaded
         try:
-            send_frame(self.to_child, {"name": name, "args": encode(args),
-                                       "kwargs": encode(kwargs)})
+            send_frame(self.to_child, {"name": name,
+                                       "call": encode([list(args), kwargs], self.classes)})
             reply = recv_frame(self.from_child, self.deadline)
         except TimeoutError:
             raise self.fail(CandidateTimeout("the solution ran past the time limit")) from None
@@ -102,10 +105,11 @@ class Candidate:
         if "error" in reply:
             raise self.exception_for(reply["error"])
         try:
-            return decode(reply["value"])
-        except (ValueError, TypeError, OverflowError, RecursionError, AttributeError):
+            return decode(reply["value"], None if plain else self.classes)
+        except (ValueError, TypeError, OverflowError, RecursionError, AttributeError) as exc:
             raise self.fail(CandidateCrashed(
-                "the solution returned a value that is not plain data")) from None
+                f"the solution returned a value that is not plain data or objects of the "
+                f"test setup's classes: {str(exc)[:200]}")) from None
 
     def exception_for(self, error):
         """The exception to raise in the test code for the solution's ``error`` reply
@@ -113,7 +117,7 @@ class Candidate:
         test's verdict (``describe``)."""
         try:
             text, names, value = error["text"], error["types"], error["value"]
-            args, state = decode(value)
+            args, state = decode(value, self.classes)
             if not (type(text) is str and type(names) is list and len(names) <= 32
                     and all(type(n) is str for n in names) and type(args) is list
                     and type(state) is dict):
@@ -135,9 +139,18 @@ class Candidate:
         """The candidate server, as the candidate's uid in its work dir; its stdout and stderr
         go to ``stderr_fd``. Forked from the warm zygote when it is up (no interpreter start,
         no imports: ~10x faster on a loaded machine), else a fresh interpreter."""
+        self.spawn(job, workdir, env, stderr_fd, zygote)
+        if self.classes:  # its first frame: the setup, to run before the solution
+            try:
+                send_frame(self.to_child, {"setup": job.get("test_setup") or ""})
+            except OSError:
+                pass  # it died: its hello says so
+
+    def spawn(self, job, workdir, env, stderr_fd, zygote):
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         self.to_child, self.from_child = to_child_w, from_child_r
+        setup = bool(self.classes)
         candidate_started()
         try:
             if zygote is not None and zygote.alive():
@@ -146,7 +159,7 @@ class Candidate:
                     self.process = zygote.serve(
                         [devnull, stderr_fd, stderr_fd, to_child_r, from_child_w],
                         job["memory_mb"], workdir, env, job.get("entry_point"),
-                        job.get("calls") is not None)
+                        job.get("calls") is not None, setup)
                     return
                 except (OSError, EOFError, ValueError, KeyError, TimeoutError):
                     kill_group(zygote.process)  # replaced after this execution
@@ -156,9 +169,9 @@ class Candidate:
                     "os.dup2(os.open(os.devnull, os.O_RDONLY), 0); os.dup2(2, 1); "
                     "sys.path.insert(0, {p!r}); "
                     "from harness.candidate_server import serve_candidate; "
-                    "serve_candidate({e!r}, {c!r})"
+                    "serve_candidate({e!r}, {c!r}, {s!r})"
                     ).format(r=to_child_r, w=from_child_w, p=PACKAGE_PARENT,
-                             e=job.get("entry_point"), c=job.get("calls") is not None)
+                             e=job.get("entry_point"), c=job.get("calls") is not None, s=setup)
             self.process = subprocess.Popen(
                 [sys.executable, "-I", "-c", code], stdin=subprocess.DEVNULL, stdout=stderr_fd,
                 stderr=stderr_fd, env=env, preexec_fn=limit_child(job["memory_mb"], None, workdir),
@@ -254,13 +267,13 @@ def rebuilt(kind, args, state):
 class CandidateFunction:
     """Stands for one of the solution's functions inside the test code."""
 
-    __slots__ = ("candidate", "name")
+    __slots__ = ("candidate", "name", "plain")
 
-    def __init__(self, candidate, name):
-        self.candidate, self.name = candidate, name
+    def __init__(self, candidate, name, plain=False):
+        self.candidate, self.name, self.plain = candidate, name, plain
 
     def __call__(self, *args, **kwargs):
-        return self.candidate.call(self.name, args, kwargs)
+        return self.candidate.call(self.name, args, kwargs, self.plain)
 
     def __repr__(self):
         return f"<the solution's {self.name}>"

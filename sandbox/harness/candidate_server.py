@@ -1,9 +1,9 @@
 """The candidate server: the solution's module, loaded in a process of its own (the
 candidate's uid, its work dir), answering the trusted test process's calls (``candidate``).
 
-It imports as little as it can (``protocol`` only): it starts once per assertion job, and
-every module it imports is start-up time (``subprocess`` alone cost 80-300 ms on a loaded
-machine).
+It imports as little as it can (``protocol`` and ``objects`` only): it starts once per
+assertion job, and every module it imports is start-up time (``subprocess`` alone cost
+80-300 ms on a loaded machine).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import builtins
 import types
 
+from .objects import SETUP_MODULE, setup_classes
 from .protocol import (
     CANDIDATE_FRAME_BYTES,
     JOB_FRAME_BYTES,
-    SETUP_MODULE,
     decode,
     encode,
     recv_frame,
@@ -49,7 +49,7 @@ def class_name(cls):
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def error_reply(exc):
+def error_reply(exc, classes=None):
     """How the solution's exception reaches the test process: its classes' names, nearest
     first (the test process raises the first one it may: ``candidate.raised``), its ``args``
     and attributes as plain data, and its text for the test's verdict."""
@@ -61,7 +61,7 @@ def error_reply(exc):
     try:
         state = {k: v for k, v in vars(exc).items()
                  if isinstance(k, str) and not k.startswith("__")}  # not __notes__
-        value = encode([list(exc.args), state])
+        value = encode([list(exc.args), state], classes)
     except Exception:  # noqa: BLE001 - arguments that are not plain data: its text stands
         value = encode([[text.partition(": ")[2]], {}])
     return {"error": {"text": text, "types": names, "value": value}}
@@ -96,17 +96,35 @@ def exported(namespace):
     return names, modules
 
 
-def serve_candidate(entry_point, preamble=False):
+def run_setup(source):
+    """The trusted test setup, as the test process ran it (its own module, ``SETUP_MODULE``):
+    the classes it defines, which the arguments' objects are rebuilt as and the solution may
+    use by name, as in MBPP's one module. Only its classes: its other names stay the tests'."""
+    namespace = {"__name__": SETUP_MODULE, "__builtins__": __builtins__}
+    exec(compile(source, "test_setup", "exec"), namespace)
+    return setup_classes(namespace)
+
+
+def serve_candidate(entry_point, preamble=False, setup=False):
     """Child process: load the solution, then answer proxy calls on fds 3 (in) and 4 (out).
 
     stdin is /dev/null and stdout goes to stderr, so the solution's prints cannot reach the
     protocol by accident. ``preamble``: run ``CALL_PREAMBLE`` first, in the same namespace
-    (the solution's line numbers stay its own)."""
+    (the solution's line numbers stay its own). ``setup``: the first frame is the test setup,
+    whose classes are defined before the solution's code runs."""
     source = open("solution.py", encoding="utf-8").read()
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    classes = {}
     try:
+        if setup:
+            try:
+                classes = run_setup(recv_frame(3, max_bytes=JOB_FRAME_BYTES)["setup"])
+            except Exception as exc:  # noqa: BLE001 - it ran in the test process
+                raise RuntimeError(f"test_setup failed in the solution's process: "
+                                   f"{type(exc).__name__}: {exc}") from None
         if preamble:
             exec(compile(CALL_PREAMBLE, "preamble", "exec"), namespace)
+        namespace.update(classes)
         exec(compile(source, "solution.py", "exec"), namespace)
         entry = resolve(namespace, entry_point) if entry_point else None
         names, modules = exported(namespace)
@@ -127,10 +145,10 @@ def serve_candidate(entry_point, preamble=False):
             function = entry if name == entry_point else resolve(namespace, name)
             if function is None:
                 raise NameError(f"name {name!r} is not defined")
-            result = function(*decode(request["args"]), **decode(request["kwargs"]))
-            reply = {"value": encode(result)}
+            args, kwargs = decode(request["call"], classes)
+            reply = {"value": encode(function(*args, **kwargs), classes)}
         except BaseException as exc:  # noqa: BLE001
-            reply = error_reply(exc)
+            reply = error_reply(exc, classes)
         try:
             send_frame(4, reply, max_bytes=CANDIDATE_FRAME_BYTES)
         except ValueError as exc:  # the test process would refuse it: say so, and stay in step

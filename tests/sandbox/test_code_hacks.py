@@ -138,3 +138,62 @@ def test_a_solutions_class_named_after_a_builtin_origin_is_not_eval(
     result = verify(code_http, {"response": fenced(solution), "test_code": test,
                                 "entry_point": "f"})
     assert result["score"] == 1.0, result
+
+
+# --- objects of the test setup's classes -------------------------------------------------------
+
+NODE_SETUP = (
+    "class Node:\n    def __init__(self, val, left=None, right=None):\n"
+    "        self.val, self.left, self.right = val, left, right\n"
+    "    def __eq__(self, other):\n        return isinstance(other, Node) and (\n"
+    "            self.val, self.left, self.right) == (other.val, other.left, other.right)\n"
+    "    def size(self):\n        return 1\n\n"
+    "class Oops(ValueError):\n    pass\n\nTREE = Node(2, Node(1), Node(3))\n")
+# The solution writes its reply frame itself: a value whose objects say whatever it likes.
+FORGE_VALUE = (
+    "import json, os, struct\n"
+    "def f(tree):\n"
+    "    body = json.dumps({'value': VALUE}).encode()\n"
+    "    os.write(4, struct.pack('>I', len(body)) + body)\n"
+    "    return tree\n")
+
+
+@pytest.mark.parametrize("value", [
+    "{'g': [{'o': 0}, [['Yes', []]]]}",  # a class the setup does not define
+    "{'g': [{'o': 0}, [['Oops', []]]]}",  # the setup's, but an exception
+    "{'g': [{'o': 0}, [['int', []]]]}",
+    "{'g': [{'o': 0}, [['Node', [['size', {'i': '1'}]]]]]}",  # shadows its method
+    "{'g': [{'o': 0}, [['Node', [['__class__', None]]]]]}",
+    "{'g': [{'o': 0}, [['Node', [['a%d' % i, None] for i in range(100000)]]]]}",
+    "{'g': [{'o': 0}, [['Node', []]] * 200000]}",
+    "{'g': [{'o': 5}, [['Node', []]]]}",
+], ids=["not-in-setup", "exception-class", "builtin", "shadows-method", "dunder",
+        "attribute-bomb", "object-bomb", "bad-index"])
+def test_a_forged_object_fails_its_test(code_http: httpx.Client, value: str) -> None:
+    result = verify(code_http, {
+        "response": fenced(FORGE_VALUE.replace("VALUE", value)), "test_setup_code": NODE_SETUP,
+        "test_list": ["assert f(TREE) == TREE"]})
+    assert result["score"] == 0.0 and result["status"] == "ok", result
+    assert result["tests"][0]["status"] == "runtime_error", result
+
+
+@pytest.mark.parametrize("solution", [
+    # its own Node, named as the setup's, whose == is always True: it crosses as the setup's
+    "class Node:\n    def __init__(self, val):\n        self.val = val\n"
+    "    def __eq__(self, other):\n        return True\n"
+    "def f(tree):\n    return Node(0)\n",
+    # another class renamed after the setup's
+    "class Yes:\n    def __eq__(self, other):\n        return True\n"
+    "Yes.__name__ = Yes.__qualname__ = 'Node'\ndef f(tree):\n    return Yes()\n",
+    # the setup's own class, with 100,000 attributes
+    "def f(tree):\n    n = Node(0)\n    for i in range(100000):\n        setattr(n, f'a{i}', i)\n"
+    "    return n\n",
+    # a cycle into the setup's recursive ==
+    "def f(tree):\n    n = Node(2)\n    n.left = n.right = n\n    return n\n",
+], ids=["own-class-always-equal", "renamed-class", "attribute-bomb", "cycle"])
+def test_the_setups_objects_cannot_be_faked_or_used_to_stall(code_http: httpx.Client,
+                                                            solution: str) -> None:
+    result = verify(code_http, {"response": fenced(solution), "test_setup_code": NODE_SETUP,
+                                "test_list": ["assert f(TREE) == TREE"]})
+    assert result["score"] == 0.0 and result["status"] == "ok", result
+    assert result["tests"][0]["status"] in ("wrong_answer", "runtime_error"), result

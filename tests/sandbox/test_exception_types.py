@@ -210,13 +210,16 @@ MBPP_RAISES: dict[str, Any] = {
 
 def test_mbpp_setup_exception_is_caught_by_the_setups_class(srv: ServerProcess) -> None:
     """The solution's own class of the setup's name (MBPP runs both in one module, where the
-    solution's shadows the setup's): the test's ``except InvalidInput`` catches it; a plain
-    ValueError is not an InvalidInput."""
+    solution's shadows the setup's), or the setup's used by name: the test's ``except
+    InvalidInput`` catches it; a plain ValueError is not an InvalidInput."""
     own = ("class InvalidInput(ValueError):\n    pass\n\n"
            "def safe_div(a, b):\n    if b == 0:\n        raise InvalidInput('division by zero')\n"
            "    return a // b\n")
     plain = own.replace("raise InvalidInput", "raise ValueError")
-    good, wrong = verify_code(srv.url, {**MBPP_RAISES, "response": fenced(own)},
-                              {**MBPP_RAISES, "response": fenced(plain)})
+    setups = own.split("\n\n", 1)[1]  # no class of its own: the setup's, by name
+    good, wrong, by_name = verify_code(srv.url, {**MBPP_RAISES, "response": fenced(own)},
+                                       {**MBPP_RAISES, "response": fenced(plain)},
+                                       {**MBPP_RAISES, "response": fenced(setups)})
     assert (good["score"], good["total"]) == (1.0, 3), good
+    assert (by_name["score"], by_name["total"]) == (1.0, 3), by_name
     assert [t["status"] for t in wrong["tests"]] == ["passed", "runtime_error", "runtime_error"]
