@@ -43,8 +43,18 @@ class SandboxConfig:
     # An item's whole run (compile and every test) stops here: one slow item cannot hold a
     # container for tests x limit while other items wait for it
     item_budget_s: float = 60.0
+    # The most an item may ask for (``budget_s``): a CodeContests row of 200 tests at a
+    # quarter of a second each needs 50 s of a correct program; a stdin/stdout item takes
+    # turns (TURN_S), so a long one holds a container about one test at a time
+    max_item_budget_s: float = 300.0
     compile_memory_mb: int = 768
-    output_limit_bytes: int = 1024 * 1024
+    # Per test, stdout (and stderr) past this is output_limit. CodeContests' answers run to
+    # megabytes (a correct 1.4 MB one failed at 1 MiB); the harness (PID 1) holds one test's
+    # output, up to about 3x this while it is copied and decoded, beside a candidate of at
+    # most max_memory_mb in the container's memory_mb, so the maximum an item may ask for
+    # (``output_limit_mb``) stays well under what that leaves.
+    output_limit_bytes: int = 8 * 1024 * 1024
+    max_output_limit_bytes: int = 32 * 1024 * 1024
     stderr_tail_bytes: int = 2048
     # How long an execution may wait for a free container before it is unscorable
     acquire_timeout_s: float = 120.0

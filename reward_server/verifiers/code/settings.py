@@ -54,12 +54,18 @@ class SandboxSettings(BaseModel):
                                    description="Per-program memory when an item sets none.")
     max_memory_mb: int = Field(SandboxConfig.max_memory_mb, ge=32,
                                description="The most per-program memory an item can ask for.")
-    output_limit_bytes: int = Field(SandboxConfig.output_limit_bytes, ge=1024,
-                                    description="Output one test may write (output_limit past it).")
+    output_limit_bytes: int = Field(SandboxConfig.output_limit_bytes, ge=1024, description=(
+        "Output one test may write when an item sets none (output_limit past it)."))
+    max_output_limit_bytes: int = Field(SandboxConfig.max_output_limit_bytes, ge=1024,
+                                        le=256 * 1024 * 1024, description=(
+        "The most output per test an item can ask for (output_limit_mb); the harness holds "
+        "about 3x this while it compares, in the container's memory."))
     acquire_timeout_s: float = Field(SandboxConfig.acquire_timeout_s, gt=0, description=(
         "How long an execution may wait for a free container before it is unscorable."))
     item_budget_s: float = Field(SandboxConfig.item_budget_s, gt=0, le=600, description=(
         "Wall-clock budget of one item, compile and all tests: tests it leaves unrun time out."))
+    max_item_budget_s: float = Field(SandboxConfig.max_item_budget_s, gt=0, le=3600, description=(
+        "The most wall-clock budget an item can ask for (budget_s)."))
     reap_interval_s: float = Field(SandboxConfig.reap_interval_s, gt=0, description=(
         "How often containers of dead server processes are looked for and removed."))
     runtime: str | None = Field(None, description="OCI runtime registered with the engine, "
