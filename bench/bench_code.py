@@ -35,6 +35,7 @@ from reward_server.testing import run_server, wait_for_sandbox  # noqa: E402
 from sandbox.config import SandboxConfig  # noqa: E402
 from sandbox.languages import LANGUAGES  # noqa: E402
 from sandbox.pool import HARNESS_CAPS, HARNESS_USER  # noqa: E402
+from sandbox.testing import SUM_PROGRAMS  # noqa: E402
 
 TRIVIAL = "print(1)  # {i}"
 TRIVIAL_TESTS = [{"input": "", "output": "1"}]
@@ -75,8 +76,6 @@ def via_server(url: str, program: str, tests: list[dict]) -> Any:
 
 def language_call(url: str, language: str) -> Any:
     """The 10-test problem in ``language``; a distinct comment makes each source new."""
-    from tests.sandbox.test_languages import SUM_PROGRAMS
-
     comment = "#" if language == "python" else "//"
     client = httpx.Client(base_url=url, timeout=300)
 
@@ -106,8 +105,6 @@ def language_rows(url: str, n: int, concurrency: int) -> dict[str, dict[str, flo
 def batch_rows(url: str, language: str, copies: int, rounds: int) -> dict[str, dict[str, float]]:
     """One request of ``copies`` items with different tests: the same source in each (it
     compiles once: sandbox/builds.py) against as many distinct sources (each compiles)."""
-    from tests.sandbox.test_languages import SUM_PROGRAMS
-
     client = httpx.Client(base_url=url, timeout=600)
     rows = {}
     for name, same in ((f"{language}: {copies} copies, one batch", True),

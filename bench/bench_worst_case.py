@@ -38,10 +38,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.record import record  # noqa: E402
 from reward_server.settings import Settings  # noqa: E402
+from reward_server.testing import run_server  # noqa: E402
 from reward_server.verifiers.code.extract import extract_code  # noqa: E402
 from reward_server.verifiers.math import MathItem, MathVerifier  # noqa: E402
 from reward_server.worst_case import FIELD_BYTES, math_cases, reference_cases  # noqa: E402
-from tests.conftest import run_server  # noqa: E402
 
 
 class _Cap(Exception):

@@ -1,4 +1,5 @@
-"""A second Docker engine on this machine, for the tests and benchmarks of several engines and
+"""What the sandbox's tests and benchmarks share: one small program per language, and a second
+Docker engine on this machine, for the tests and benchmarks of several engines and
 of an engine that stops (in the package, so bench/ needs nothing from tests/): its own
 socket, data and exec roots, no bridge and no iptables (sandbox containers have no network),
 with the sandbox image copied over from the main engine. Where
@@ -26,6 +27,29 @@ RUNSC = "runsc"
 # gVisor (sandbox/seccomp-gvisor.json: denies POSIX message queues, whose names gVisor keeps
 # between executions).
 RUNSC_ARGS = ["--network=none", "--oci-seccomp"]
+
+# A program that sums two integers read from stdin, one per language: adding a language to
+# sandbox/languages.py needs a row here (the language tests and bench/bench_code.py run them).
+SUM_PROGRAMS = {
+    "python": "a, b = map(int, input().split())\nprint(a + b)",
+    "cpp": "#include <iostream>\nint main() { long a, b; std::cin >> a >> b; "
+           "std::cout << a + b << std::endl; }",
+    "c": "#include <stdio.h>\nint main(void) { long a, b;\n"
+         "  if (scanf(\"%ld %ld\", &a, &b) != 2) return 1;\n  printf(\"%ld\\n\", a + b); }",
+    # not called Main, as many datasets' Java solutions are not
+    "java": "import java.util.*;\n\npublic class Solution {\n"
+            "  public static void main(String[] args) {\n"
+            "    Scanner in = new Scanner(System.in);\n"
+            "    System.out.println(in.nextLong() + in.nextLong());\n  }\n}",
+    "javascript": "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/)"
+                  ".map(BigInt);\nconsole.log(String(a + b));",
+    "go": "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tvar a, b int64\n"
+          "\tfmt.Scan(&a, &b)\n\tfmt.Println(a + b)\n}",
+    "rust": "use std::io::Read;\nfn main() {\n    let mut s = String::new();\n"
+            "    std::io::stdin().read_to_string(&mut s).unwrap();\n"
+            "    let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();\n"
+            "    println!(\"{}\", v[0] + v[1]);\n}",
+}
 
 
 class ExtraEngine:

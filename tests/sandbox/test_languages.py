@@ -11,34 +11,13 @@ from typing import Any
 import pytest
 
 from sandbox.languages import LANGUAGES, known_names, resolve
+from sandbox.testing import SUM_PROGRAMS
 from sandbox.toolchains.java_build import top_level_types
 from tests.conftest import ServerProcess, run_server, verify_code, wait_for_sandbox
 from tests.sandbox.test_hostile_code import POOL, assert_clean
 
 SUM_TESTS = [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -4", "output": "6"},
              {"input": "4000000000 5000000000", "output": "9000000000"}]
-
-# One row per language: adding a language to sandbox/languages.py needs a row here.
-SUM_PROGRAMS = {
-    "python": "a, b = map(int, input().split())\nprint(a + b)",
-    "cpp": "#include <iostream>\nint main() { long a, b; std::cin >> a >> b; "
-           "std::cout << a + b << std::endl; }",
-    "c": "#include <stdio.h>\nint main(void) { long a, b;\n"
-         "  if (scanf(\"%ld %ld\", &a, &b) != 2) return 1;\n  printf(\"%ld\\n\", a + b); }",
-    # not called Main, as many datasets' Java solutions are not
-    "java": "import java.util.*;\n\npublic class Solution {\n"
-            "  public static void main(String[] args) {\n"
-            "    Scanner in = new Scanner(System.in);\n"
-            "    System.out.println(in.nextLong() + in.nextLong());\n  }\n}",
-    "javascript": "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/)"
-                  ".map(BigInt);\nconsole.log(String(a + b));",
-    "go": "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tvar a, b int64\n"
-          "\tfmt.Scan(&a, &b)\n\tfmt.Println(a + b)\n}",
-    "rust": "use std::io::Read;\nfn main() {\n    let mut s = String::new();\n"
-            "    std::io::stdin().read_to_string(&mut s).unwrap();\n"
-            "    let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();\n"
-            "    println!(\"{}\", v[0] + v[1]);\n}",
-}
 
 # A program that does not compile, and a fragment of the message the detail must carry.
 BROKEN = {
