@@ -82,7 +82,8 @@ def test_leetcodedataset_entry_point_is_the_method(entry_point: str) -> None:
               entry_point=entry_point, prompt="from typing import *\ninf = float('inf')\n"
               ).execution
     assert ex.entry_point == "twoSum"
-    assert ex.preamble == "from typing import *\ninf = float('inf')"
+    # before the solution, and in the test process (the tests call its helpers)
+    assert ex.preamble == ex.test_setup == "from typing import *\ninf = float('inf')"
     assert item(fn_name="Solution().twoSum", tests=[{"input": "[]", "output": "1"}]
                 ).execution.entry_point == "twoSum"
 
@@ -102,6 +103,11 @@ def test_prompt_goes_before_the_program_on_a_line_of_its_own() -> None:
 def test_apps_lists_of_lines_are_joined() -> None:
     ex = item(tests=[{"input": ["3", "1 2 3"], "output": ["6", "3"]}]).execution
     assert (ex.tests[0].input, ex.tests[0].output, ex.compare) == ("3\n1 2 3", "6\n3", "lines")
+
+
+def test_a_stdin_programs_prompt_is_only_its_preamble() -> None:
+    ex = item(tests=[{"input": "", "output": "1"}], prompt="import sys").execution
+    assert (ex.preamble, ex.test_setup) == ("import sys", None)
 
 
 @pytest.mark.parametrize(("given", "args"), [

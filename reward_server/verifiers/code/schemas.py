@@ -56,7 +56,8 @@ class CodeItem(ItemBase):
     prompt: str | None = Field(
         None, description="Text the dataset's harness puts before the completion, which runs "
         "prompt + program: HumanEval's prompt (a completion that is only the function's body "
-        "continues it), LeetCodeDataset's prompt (imports, inf, ListNode/TreeNode).")
+        "continues it), LeetCodeDataset's prompt (imports, inf, ListNode/TreeNode). With "
+        "Python asserts or calls it is also trusted setup of the test process (its helpers).")
     test_setup: str | None = Field(
         None, description="Trusted Python run in the test process before the test code "
         "(MBPP's test_setup_code; HumanEval prompt helpers the dataset trusts over the "
