@@ -24,6 +24,11 @@ from typing import Any, Protocol
 from reward_server.client import RewardClient
 from trainer.config import RewardSpec
 
+# Verifiers told which completions the length limit cut (their items take ``truncated``): the
+# math verifier then pays no answer that runs into the cut (docs/trainer.md, "What the trainer
+# sends"); the others read a cut completion as they read any other.
+TRUNCATION_AWARE = frozenset({"math"})
+
 
 class RewardError(RuntimeError):
     """A completion could not be turned into reward items (a missing dataset column)."""
@@ -73,11 +78,20 @@ class RewardScorer:
         self.client = client
         self._threads = ThreadPoolExecutor(max_workers, thread_name_prefix="rewards")
 
-    def items(self, texts: list[str], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def items(self, texts: list[str], rows: list[dict[str, Any]],
+              truncated: list[bool] | None = None) -> list[dict[str, Any]]:
+        """One item per (verifier, completion). ``truncated``: per completion, whether
+        ``max_completion_length`` cut it (no EOS); a cut one carries ``truncated: true`` to
+        the verifiers that read it, so that an answer the cut ran into is never paid."""
+        cut = truncated if truncated is not None else [False] * len(texts)
+        if len(cut) != len(texts):
+            raise ValueError(f"{len(cut)} truncation flags for {len(texts)} completions")
         out = []
         for spec in self.specs:
-            for text, row in zip(texts, rows, strict=True):
+            for text, row, was_cut in zip(texts, rows, cut, strict=True):
                 item: dict[str, Any] = {"verifier": spec.verifier, "response": text}
+                if was_cut and spec.verifier in TRUNCATION_AWARE:
+                    item["truncated"] = True
                 for column, name in spec.columns.items():
                     if column not in row:
                         raise RewardError(f"reward {spec.verifier!r} needs the dataset column "
@@ -87,11 +101,12 @@ class RewardScorer:
                 out.append(item)
         return out
 
-    def score(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1
-              ) -> ScoredBatch:
-        """``group_size``: completions of one prompt, contiguous (G when training)."""
+    def score(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1,
+              truncated: list[bool] | None = None) -> ScoredBatch:
+        """``group_size``: completions of one prompt, contiguous (G when training);
+        ``truncated``: which ones the length limit cut (``Rollout.truncated``)."""
         n = len(texts)
-        result = self.client.rewards(self.items(texts, rows))
+        result = self.client.rewards(self.items(texts, rows, truncated))
         columns = [(spec.weight, result.rewards[k * n : (k + 1) * n])
                    for k, spec in enumerate(self.specs)]
         batch = ScoredBatch(rewards=combine_scores(columns, group_size), correct=[True] * n)
@@ -101,9 +116,9 @@ class RewardScorer:
                 batch.correct[i] = batch.correct[i] and score is not None and score >= 1.0
         return batch
 
-    def submit(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1
-               ) -> Future[ScoredBatch]:
-        return self._threads.submit(self.score, texts, rows, group_size)
+    def submit(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1,
+               truncated: list[bool] | None = None) -> Future[ScoredBatch]:
+        return self._threads.submit(self.score, texts, rows, group_size, truncated)
 
     def close(self) -> None:
         self._threads.shutdown(wait=True, cancel_futures=True)
@@ -112,11 +127,11 @@ class RewardScorer:
 class Scorer(Protocol):
     """What the trainer needs of a reward source."""
 
-    def score(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1
-              ) -> ScoredBatch: ...
+    def score(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1,
+              truncated: list[bool] | None = None) -> ScoredBatch: ...
 
-    def submit(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1
-               ) -> Future[ScoredBatch]: ...
+    def submit(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1,
+               truncated: list[bool] | None = None) -> Future[ScoredBatch]: ...
 
     def close(self) -> None: ...
 
@@ -130,17 +145,18 @@ class FunctionScorer:
         self.fn, self.name = fn, name
         self._threads = ThreadPoolExecutor(1, thread_name_prefix="rewards")
 
-    def score(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1
-              ) -> ScoredBatch:
+    def score(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1,
+              truncated: list[bool] | None = None) -> ScoredBatch:
+        """``truncated`` is not the function's to know (its signature is TRL's)."""
         scores = self.fn(texts, rows)  # one function: a null is the whole reward
         return ScoredBatch(
             rewards=[math.nan if s is None else float(s) for s in scores],
             per_verifier={self.name: list(scores)},
             correct=[s is not None and s >= 1.0 for s in scores])
 
-    def submit(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1
-               ) -> Future[ScoredBatch]:
-        return self._threads.submit(self.score, texts, rows, group_size)
+    def submit(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1,
+               truncated: list[bool] | None = None) -> Future[ScoredBatch]:
+        return self._threads.submit(self.score, texts, rows, group_size, truncated)
 
     def close(self) -> None:
         self._threads.shutdown(wait=True)

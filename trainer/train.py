@@ -173,7 +173,8 @@ class GRPOTrainer:
             t_generate += time.perf_counter() - t0
             self._warn_cut(rollout)
             rollouts.append(rollout)
-            futures.append(self.scorer.submit(rollout.texts, rollout.rows, c.num_generations))
+            futures.append(self.scorer.submit(rollout.texts, rollout.rows, c.num_generations,
+                                              rollout.truncated.tolist()))
         t0 = time.perf_counter()
         scored = [f.result() for f in futures]  # a failed reward call raises here, loudly
         t_wait = time.perf_counter() - t0

@@ -48,9 +48,9 @@ def main() -> None:
         completions: list[str] = []
         submit = trainer.scorer.submit
 
-        def recording_submit(texts, rows, group_size=1):  # type: ignore[no-untyped-def]
+        def recording_submit(texts, rows, group_size=1, truncated=None):  # type: ignore[no-untyped-def]
             completions.extend(texts)
-            return submit(texts, rows, group_size)
+            return submit(texts, rows, group_size, truncated)
 
         trainer.scorer.submit = recording_submit  # type: ignore[method-assign]
         trainer.train()

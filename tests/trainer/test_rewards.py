@@ -1,18 +1,25 @@
 """Combining several verifiers' scores: a null (what the completion could not cause) moves no
-advantage and erases nothing the other verifiers said."""
+advantage and erases nothing the other verifiers said. And what the trainer sends about a
+completion the length limit cut: ``truncated``, so that an answer the cut ran into is never
+paid."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
+from reward_server.client import RewardClient
+from tests.trainer.conftest import seven_rows
 from trainer.advantages import group_advantages
-from trainer.config import RewardSpec
-from trainer.rewards import RewardScorer, combine_scores
+from trainer.config import GRPOConfig, RewardSpec
+from trainer.models import load_model
+from trainer.rewards import FunctionScorer, RewardScorer, ScoredBatch, combine_scores
+from trainer.train import GRPOTrainer, seed_everything
 
 
 def test_one_null_verifier_does_not_null_the_reward() -> None:
@@ -64,3 +71,80 @@ def test_scorer_with_two_verifiers() -> None:
     assert batch.rewards == pytest.approx([0.5, 1.5])  # was NaN for the first
     assert batch.per_verifier == {"math": [0.0, 1.0], "format": [None, 1.0]}
     assert batch.correct == [False, True]
+
+
+# --- what the trainer sends about completions the length limit cut ------------------------
+
+def test_a_cut_completion_carries_truncated_to_the_math_verifier_only() -> None:
+    specs = [RewardSpec(verifier="math"), RewardSpec(verifier="code", columns={})]
+    items = RewardScorer(specs, client=None).items(  # type: ignore[arg-type]
+        ["cut", "whole"], [{"answer": "1"}, {"answer": "1"}], truncated=[True, False])
+    assert [item.get("truncated") for item in items] == [True, None, None, None]
+    assert "truncated" not in RewardScorer(specs, client=None).items(  # type: ignore[arg-type]
+        ["a"], [{"answer": "1"}])[0]
+
+
+def test_a_reward_spec_can_opt_out_of_sending_truncated() -> None:
+    spec = RewardSpec(verifier="math", params={"truncated": False})
+    items = RewardScorer([spec], client=None).items(  # type: ignore[arg-type]
+        ["cut"], [{"answer": "1"}], truncated=[True])
+    assert items[0]["truncated"] is False
+
+
+def test_truncation_flags_must_match_the_completions() -> None:
+    with pytest.raises(ValueError, match="2 truncation flags for 1"):
+        RewardScorer([RewardSpec(verifier="math")], client=None).items(  # type: ignore[arg-type]
+            ["a"], [{"answer": "1"}], truncated=[True, False])
+
+
+# Completions cut by max_completion_length, as a small model writes them: the number at the
+# cut is luck, a marked answer closed before the cut is not.
+CUT = [
+    ("48 + 24 = 72", True, 0.0),  # "72" may have been "720"
+    ("Natalia sold 48 + 24 = 72 clips in", True, 0.0),
+    ("<think>\nSo 48 + 24 = \\boxed{72}", True, 0.0),  # still thinking
+    ("So the answer is \\boxed{72}. To double-check, 48", True, 1.0),
+    ("She sold 72 clips.\n#### 72\nNext, consider the", True, 1.0),
+    ("48 + 24 = 72", False, 1.0),  # the same text, ended by the model
+]
+
+
+def test_a_cut_off_answer_is_never_paid_through_the_server(reward_client: RewardClient) -> None:
+    scorer = RewardScorer([RewardSpec(verifier="math")], reward_client)
+    try:
+        batch = scorer.score([t for t, _, _ in CUT], [{"answer": "72"}] * len(CUT),
+                             truncated=[cut for _, cut, _ in CUT])
+        unflagged = scorer.score([t for t, _, _ in CUT], [{"answer": "72"}] * len(CUT))
+    finally:
+        scorer.close()
+    assert batch.per_verifier["math"] == [want for _, _, want in CUT]
+    # without the flag, the text alone: the first line ends as a sentence may end
+    assert unflagged.per_verifier["math"][0] == 1.0
+
+
+class RecordingScorer(FunctionScorer):
+    def __init__(self) -> None:
+        super().__init__(lambda texts, rows: [0.0] * len(texts))
+        self.truncated: list[bool] = []
+
+    def score(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1,
+              truncated: list[bool] | None = None) -> ScoredBatch:
+        assert truncated is not None and len(truncated) == len(texts)
+        self.truncated += truncated
+        return super().score(texts, rows, group_size, truncated)
+
+
+def test_the_trainer_sends_each_completions_truncation(tmp_path: Path) -> None:
+    """``Rollout.truncated`` (no EOS within max_completion_length) reaches the scorer, one
+    flag per completion, in the completions' order."""
+    config = GRPOConfig(model="tiny", dataset="unused", output_dir=str(tmp_path),
+                        num_generations=4, max_completion_length=3, progress_bar=False,
+                        device="cpu", prompts_per_step=2, generation_chunk=1)
+    seed_everything(0)
+    model, tokenizer = load_model("tiny", torch.float32, 0)
+    scorer = RecordingScorer()
+    trainer = GRPOTrainer(model, tokenizer, seven_rows(), config, None, scorer=scorer)
+    rollout, *_ = trainer._sample(trainer.stream.take(2))
+    scorer.close()
+    assert scorer.truncated == rollout.truncated.tolist()
+    assert len(scorer.truncated) == 8 and any(scorer.truncated)  # 3 tokens: most are cut

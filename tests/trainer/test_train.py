@@ -11,7 +11,7 @@ import torch
 from reward_server.client import RewardClient, RewardServerUnavailable
 from tests.conftest import free_port
 from tests.trainer.conftest import seven_rows
-from trainer.config import GRPOConfig
+from trainer.config import GRPOConfig, RewardSpec
 from trainer.models import load_model
 from trainer.train import GRPOTrainer, seed_everything
 
@@ -20,7 +20,9 @@ def make_trainer(tmp_path: Path, client: RewardClient, **overrides: Any) -> GRPO
     options: dict[str, Any] = dict(
         model="tiny", dataset="unused", output_dir=str(tmp_path / "run"), max_steps=25,
         prompts_per_step=4, num_generations=8, generation_chunk=2, max_completion_length=6,
-        learning_rate=3e-3, micro_batch_size=32, progress_bar=False)
+        learning_rate=3e-3, micro_batch_size=32, progress_bar=False,
+        # the tiny model never stops (no EOS in 6 tokens): the task pays a cut text's last token
+        rewards=[RewardSpec(verifier="math", params={"extract": "last_number", "truncated": False})])
     options.update(overrides)
     config = GRPOConfig(**options)
     seed_everything(config.seed)
