@@ -58,6 +58,10 @@ def math_cases(size: int = FIELD_BYTES, question_chars: int = QUESTION_CHARS,
         "answer is": _fill(size, "the answer is "),
         "unicode roots": _fill(size, "√("),
         "unicode in hashes": _fill(size, "√(½", "#### "),
+        # the committed-answer scans (verifiers/math/commit.py)
+        "think tags": _fill(size, "<think>"), "fences": _fill(size, "```"),
+        "bold runs": _fill(size, "**a**"), "negations": _fill(size, "not 9 but "),
+        "comparisons": _fill(size, ", 6 fewer"), "two readings": _fill(size, "\\boxed{1} if "),
     }
     cases: dict[str, dict[str, Any]] = {
         name: {"response": text, "answer": "3"} for name, text in response_shapes.items()
