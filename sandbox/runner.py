@@ -67,7 +67,6 @@ class Execution:
 
     language: str
     source: str
-    preamble: str = ""
     tests: tuple[TestCase, ...] = ()
     test_code: str | None = None
     entry_point: str | None = None
@@ -84,6 +83,7 @@ class Execution:
     compare: str = "lines"
     checker: tuple[str, str] | None = None  # (language, source): judges stdin/stdout outputs
     stop_on_failure: bool = False  # all-or-nothing: the first failure decides, skip the rest
+    preamble: str = ""  # the dataset's text before the program: what runs is ``program``
 
     @property
     def program(self) -> str:
