@@ -114,6 +114,10 @@ TRAILING: list[Row] = [
     ("trailing", "### Solution\nThe sum is 5 + 7 = 12.\n\n**Final Answer:** 12", "13", {}, False,
      "ok"),
     ("trailing", "**Step 3:** the sum is 12", "12", {}, True, "ok"),  # a bold label states nothing
+    # a bold sentence is prose, read as prose
+    ("trailing", "48 + 24 = 72.\n\n**Therefore, Natalia sold 72 clips in total.**", "72", {}, True,
+     "ok"),
+    ("trailing", "**Answer: The total is $x = 12$ apples in all**", "12", {}, True, "ok"),
 ]
 
 ROOTS = "\\frac{3+\\sqrt{7}}{2}, \\frac{3-\\sqrt{7}}{2}"

@@ -148,6 +148,7 @@ def ends_complete(text: str) -> bool:
 
 _BOLD = re.compile(r"\*\*([^*\n]{1,300})\*\*")
 _LABEL = re.compile(r"\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:：]?\s*", re.IGNORECASE)
+_MATH_SPAN = re.compile(r"\$[^$]*\$|\\\(.*?\\\)")
 _WORDS_ONLY = re.compile(r"[A-Za-z][A-Za-z '\-]*[a-z][A-Za-z '\-]*")
 
 
@@ -171,7 +172,10 @@ def bold_final_line(text: str) -> tuple[str, ...] | None:
             content = content[label.end():]
         elif content.endswith(":"):
             continue  # a label of something else
-        content = _as_latex(content.strip().rstrip(".").strip())
+        content = content.strip().rstrip(".").strip()
+        if len(_MATH_SPAN.sub("x", content).split()) > 4:
+            return None  # a bold sentence ("**So she sold 72 clips.**"): prose, read as prose
+        content = _as_latex(content)
         if content and content not in found:
             found.append(content)
     return tuple(found) or None
