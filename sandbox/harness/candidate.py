@@ -75,7 +75,7 @@ class Candidate:
         self.process = self.to_child = self.from_child = self.deadline = None
         self.failure = None  # the CandidateCrashed/CandidateTimeout of the current test
         self.last_raised = None  # (the exception raised for the solution's, its text)
-        self.classes = {}  # what the trusted test setup defined: protocol.setup_classes
+        self.classes = {}  # what the trusted test setup defined: objects.setup_classes
 
     def fail(self, error):
         """Remember ``error`` for the test that caused it (``asserts.run_one`` checks, so a

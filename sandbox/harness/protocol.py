@@ -1,6 +1,6 @@
 """The wire: length-prefixed JSON frames (between the runner and the harness, the harness and
-its candidate server), the plain-data codec of the assertion proxy, and the text escaping that
-keeps every verdict encodable.
+its candidate server), the codec of the assertion proxy (plain data, and the test setup's
+objects: ``objects``), and the text escaping that keeps every verdict encodable.
 
 What the trusted side reads from the candidate server is bounded (``recv_frame``'s default,
 ``decode``): the harness is PID 1, and a reply it cannot afford to read must be the

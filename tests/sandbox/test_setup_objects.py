@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 
 from sandbox.harness import objects, protocol
-from tests.conftest import ServerProcess, run_server, verify_code, wait_for_sandbox
+from tests.conftest import (
+    SandboxRuntime,
+    ServerProcess,
+    run_server,
+    verify_code,
+    wait_for_sandbox,
+)
 
 SETUP = """
 calls = []
@@ -221,8 +227,10 @@ SERVER_ENV = {"REWARD_SERVER_CACHE_SIZE": "0"}
 
 
 @pytest.fixture(scope="module")
-def srv(docker_ready: None) -> Iterator[ServerProcess]:
-    with tempfile.TemporaryDirectory() as tmp, run_server(Path(tmp), env=SERVER_ENV) as server:
+def srv(sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
+    """Under runc, then under gVisor (tests/conftest.py)."""
+    env = {**sandbox_runtime.env, **SERVER_ENV}
+    with tempfile.TemporaryDirectory() as tmp, run_server(Path(tmp), env=env) as server:
         wait_for_sandbox(server.url, timeout_s=180)
         yield server
 
