@@ -221,6 +221,30 @@ def test_too_many_objects_are_refused_at_once() -> None:
     assert time.monotonic() - started < 0.5
 
 
+def test_colliding_ints_spread_over_objects_are_counted_together() -> None:
+    """One value's hash count spans every object's state: nine nodes holding one colliding
+    int each are refused as nine such ints in one list are."""
+    ns, classes = setup_side()
+    P = protocol.HASH_MODULUS
+    nodes = [ns["ListNode"]([i * P]) for i in range(1, 10)]
+    with pytest.raises(ValueError, match="share one hash"):
+        cross(nodes, classes, classes)
+
+
+def test_an_exception_carries_the_setups_objects() -> None:
+    from sandbox.harness.candidate import Candidate
+    from sandbox.harness.candidate_server import error_reply
+
+    ns, classes = setup_side()
+    _, received = setup_side()
+    candidate = Candidate()
+    candidate.classes = received
+    reply = json.loads(json.dumps(error_reply(ValueError(ns["ListNode"](7)), classes)))
+    exc = candidate.exception_for(reply["error"])
+    assert type(exc) is ValueError and type(exc.args[0]) is received["ListNode"]
+    assert exc.args[0].val == 7
+
+
 # --- through the server and the sandbox --------------------------------------------------------
 
 SERVER_ENV = {"REWARD_SERVER_CACHE_SIZE": "0"}
