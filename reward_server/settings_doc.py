@@ -42,11 +42,15 @@ def _rows(cls: type[ServerSettings], names: list[str]) -> list[str]:
 
 
 def builtin_settings_class() -> type[ServerSettings]:
-    """The settings of this package's own verifiers (installed plug-ins aside)."""
-    from reward_server.verifiers.code import CodeVerifier
-    from reward_server.verifiers.math import MathVerifier
+    """The settings of this package's own verifiers: the entry points it registers (other
+    installed plug-ins aside)."""
+    from importlib.metadata import entry_points
 
-    return compose_settings(sections_of({"code": CodeVerifier, "math": MathVerifier}))
+    from reward_server.verifiers.registry import ENTRY_POINT_GROUP
+
+    own = {ep.name: ep.load() for ep in entry_points(group=ENTRY_POINT_GROUP)
+           if ep.value.startswith("reward_server.")}
+    return compose_settings(sections_of(own))
 
 
 def render(cls: type[ServerSettings]) -> str:

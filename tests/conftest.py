@@ -7,6 +7,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,8 +22,13 @@ from reward_server.testing import (  # noqa: F401  (the tests import them from h
     verify_code,
     wait_for_sandbox,
 )
+from reward_server.verifiers.registry import ENTRY_POINT_GROUP
 
 ROOT = Path(__file__).resolve().parent.parent
+# The verifiers this installation registers (its own built-ins, the same entry points a
+# plug-in uses), as the server's 404 lists them
+BUILT_IN_VERIFIERS = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+KNOWN_VERIFIERS = "known verifiers: " + ", ".join(BUILT_IN_VERIFIERS)
 T = TypeVar("T")
 
 # --- Test tiers ------------------------------------------------------------------------------

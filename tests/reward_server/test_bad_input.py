@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import ServerProcess, run_server
+from tests.conftest import KNOWN_VERIFIERS, ServerProcess, run_server
 
 LIMITS = {
     "REWARD_SERVER_MAX_ITEMS_PER_REQUEST": "5",
@@ -124,7 +124,7 @@ def test_unknown_verifier(http: httpx.Client) -> None:
     r = http.post("/v1/rewards", params={"on_invalid": "error"},
                   json={"items": [{"verifier": "chess", "response": "e4"}]})
     assert r.status_code == 404
-    assert _detail(r) == "unknown verifier 'chess'; known verifiers: code, math"
+    assert _detail(r) == f"unknown verifier 'chess'; {KNOWN_VERIFIERS}"
     assert http.post("/v1/verify/chess", json={"items": []}).status_code == 404
 
 

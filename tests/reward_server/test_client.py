@@ -15,7 +15,7 @@ from reward_server.client import (
     RewardRequestError,
     RewardServerUnavailable,
 )
-from tests.conftest import ServerProcess, free_port
+from tests.conftest import KNOWN_VERIFIERS, ServerProcess, free_port
 
 ITEMS = [{"verifier": "math", "response": f"\\boxed{{{i}}}", "answer": str(i % 3)}
          for i in range(10)]
@@ -49,7 +49,7 @@ def test_client_errors_carry_the_server_message(server: ServerProcess) -> None:
             pytest.raises(RewardRequestError) as err:
         client.rewards([{"verifier": "nope"}])
     assert err.value.status_code == 404
-    assert "known verifiers: code, math" in str(err.value)
+    assert KNOWN_VERIFIERS in str(err.value)
 
 
 def test_unreachable_server_fails_clearly_after_n_attempts() -> None:

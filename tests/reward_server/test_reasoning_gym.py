@@ -1,0 +1,209 @@
+"""The reasoning_gym verifier through the real server: every task of the pinned library
+scored as the library scores it in-process, the answer conventions, the guard against
+scorers that run the answer as code, a stuck scorer, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ServerProcess, run_server
+
+reasoning_gym = pytest.importorskip("reasoning_gym")
+
+ENTRIES_PER_TASK = 2
+SKIP_TASKS = {"composite"}  # a mixture of the others; it needs a list of them to build
+WRONG = "zzz not it"
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    env = {"REWARD_SERVER_REASONING_GYM_TIMEOUT_S": "3"}
+    with run_server(tmp_path_factory.mktemp("rg"), env=env) as server:
+        yield server
+
+
+def _entries() -> list[tuple[str, dict[str, Any], Any]]:
+    """(task, entry, the dataset object) for every task, as the library produces them."""
+    from reasoning_gym.factory import DATASETS
+
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for task in sorted(set(DATASETS) - SKIP_TASKS):
+            dataset = reasoning_gym.create_dataset(task, size=ENTRIES_PER_TASK, seed=11)
+            out += [(task, dataset[i], dataset) for i in range(ENTRIES_PER_TASK)]
+    return out
+
+
+def _in_process(dataset: Any, answer: str, entry: dict[str, Any]) -> float:
+    """The library's score; a scorer that raises on the answer (prime_factorization's on
+    text that is no number) gives it nothing."""
+    try:
+        return float(dataset.score_answer(answer, entry))
+    except Exception:  # noqa: BLE001
+        return 0.0
+
+
+def _post(srv: ServerProcess, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    r = httpx.post(srv.url + "/v1/verify/reasoning_gym", timeout=300,
+                   content=json.dumps({"items": items}, default=str),
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    return r.json()["results"]
+
+
+def test_every_task_scores_as_the_library_scores_it_in_process(srv: ServerProcess) -> None:
+    """Each task's own answer and a wrong one, sent as JSON (an entry's tuples become
+    lists): the server's score equals the library's on the entry as it produced it."""
+    entries = _entries()
+    items, expected = [], []
+    for task, entry, dataset in entries:
+        for answer in ([entry["answer"]] if isinstance(entry["answer"], str) else []) + [WRONG]:
+            items.append({"response": f"<think>...</think>\n<answer>{answer}</answer>",
+                          "entry": entry})
+            expected.append((task, answer, _in_process(dataset, answer, entry)))
+    results = _post(srv, items)
+    differ = [(task, answer[:40], want, got["score"], got.get("detail"))
+              for (task, answer, want), got in zip(expected, results, strict=True)
+              if got["score"] != want]
+    assert not differ, differ
+    own = [want for (_, answer, want) in expected if answer != WRONG]
+    assert sum(s == 1.0 for s in own) / len(own) > 0.95  # the tasks' answers do score 1
+    assert len({task for task, _, _ in entries}) >= 100
+
+
+def test_the_answer_is_the_last_answer_tag_after_thinking(srv: ServerProcess) -> None:
+    entry = reasoning_gym.create_dataset("basic_arithmetic", size=1, seed=1)[0]
+    right, wrong = entry["answer"], str(int(entry["answer"]) + 1)
+    cases = [  # (response, extra item fields, score, status)
+        (f"<answer>{right}</answer>", {}, 1.0, "ok"),
+        (f"<answer>{wrong}</answer> on second thought <answer>{right}</answer>", {}, 1.0, "ok"),
+        (f"<think><answer>{right}</answer></think> <answer>{wrong}</answer>", {}, 0.0, "ok"),
+        (f"<think>it is <answer>{right}</answer>", {}, 0.0, "no_answer"),  # cut off thinking
+        (f"<think>x</think><answer>{right}</answer>", {"think": "keep"}, 1.0, "ok"),
+        (f"The answer is {right}.", {}, 0.0, "no_answer"),
+        (f"so \\boxed{{{right}}}", {"extract": "boxed"}, 1.0, "ok"),
+        (f"work\n\n{right}\n", {"extract": "last_line"}, 1.0, "ok"),
+        (f"  {right} ", {"extract": "whole"}, 1.0, "ok"),
+    ]
+    results = _post(srv, [{"response": r, "entry": entry, **f} for r, f, _, _ in cases])
+    assert [(x["score"], x["status"]) for x in results] == [(s, st) for *_, s, st in cases]
+
+
+def test_flat_fields_as_a_dataset_row_ships_them(srv: ServerProcess) -> None:
+    """A dataset saved from reasoning-gym has question, answer and metadata columns (what TRL
+    hands a reward function): the same fields, flat."""
+    dataset = reasoning_gym.create_dataset("letter_counting", size=1, seed=2)
+    entry = dataset[0]
+    results = _post(srv, [{"response": f"<answer>{entry['answer']}</answer>", **entry},
+                          {"response": "<answer>-1</answer>", "answer": entry["answer"],
+                           "metadata": entry["metadata"], "task": "letter_counting"}])
+    # the library's own partial credit for a number that is wrong (0.5 here) comes through
+    assert [r["score"] for r in results] == [1.0, dataset.score_answer("-1", entry)] != [1.0, 1.0]
+
+
+# Answers that run as code in the library's own scorers (eval of the answer; SymPy's parse_expr,
+# which ends in eval): each would leave a file behind in the server's worker.
+PAYLOADS = [
+    "__import__('os').system('touch {marker}')",
+    "open('{marker}', 'w').write('x')",
+    "[__import__('os').system('touch {marker}') for _ in [1]]",
+    "getattr(__import__('os'), 'system')('touch {marker}')",
+    "(lambda: __import__('os').system('touch {marker}'))()",
+    "sympify(\"__import__('os').system('touch {marker}')\")",
+    "S(\"__import__('os').system('touch {marker}')\")",
+    "lambdify([], \"__import__('os').system('touch {marker}')\")()",
+]
+EVAL_TASKS = ["string_insertion", "spiral_matrix", "binary_matrix", "n_queens", "countdown",
+              "puzzle24", "polynomial_multiplication", "simple_integration",
+              "intermediate_integration"]
+
+
+def test_no_answer_runs_as_code_in_the_scorers_that_would_run_it(srv: ServerProcess,
+                                                                  tmp_path: Path) -> None:
+    items, markers = [], []
+    for task in EVAL_TASKS:
+        entry = reasoning_gym.create_dataset(task, size=1, seed=5)[0]
+        for k, payload in enumerate(PAYLOADS):
+            marker = tmp_path / f"{task}-{k}"
+            markers.append(marker)
+            items.append({"response": f"<answer>{payload.format(marker=marker)}</answer>",
+                          "entry": entry})
+    results = _post(srv, items)
+    assert not [m.name for m in markers if m.exists()]
+    assert all(r["status"] in ("ok", "error") for r in results), results
+    assert max(r["score"] for r in results) < 0.1  # at most a task's credit for the format
+    # the guard leaves honest answers alone in those same tasks
+    honest = [{"response": f"<answer>{e['answer']}</answer>", "entry": e} for e in (
+        reasoning_gym.create_dataset(t, size=1, seed=5)[0] for t in EVAL_TASKS)]
+    assert [r["score"] for r in _post(srv, honest)] == [1.0] * len(EVAL_TASKS)
+
+
+def test_a_stuck_scorer_times_out_alone(srv: ServerProcess) -> None:
+    """An answer a scorer cannot finish with (SymPy evaluating a power of a billion digits,
+    in C, where no signal stops it) times out (0); the answers handed to the worker with it
+    are scored."""
+    entry = reasoning_gym.create_dataset("polynomial_multiplication", size=1, seed=3)[0]
+    good = [{"response": f"<answer>{entry['answer']}</answer>", "entry": entry},
+            {"response": "<answer>x</answer>", "entry": entry}]
+    stuck = {"response": "<answer>3**(10**9) + x</answer>",
+             "entry": entry}
+    results = _post(srv, [good[0], stuck, good[1]])
+    assert [r["status"] for r in results] == ["ok", "timeout", "ok"], results
+    assert [r["score"] for r in results] == [1.0, 0.0, 0.0]
+    # a copy a moment later is answered from memory, without holding a worker again
+    again = _post(srv, [stuck])[0]
+    assert again["status"] == "timeout" and "remembered" in again["detail"]
+
+
+def test_bad_items_name_the_field(srv: ServerProcess) -> None:
+    entry = reasoning_gym.create_dataset("basic_arithmetic", size=1, seed=1)[0]
+    bad = [
+        ({"response": "x", "task": "chess", "metadata": {}}, "unknown task 'chess'; known: ab,"),
+        ({"response": "x"}, "'entry' (or 'metadata', with 'answer') is required"),
+        ({"response": "x", "metadata": {"a": 1}}, "'task' is required"),
+        ({"response": "x", "entry": entry, "answer": "3"}, "not both"),
+        ({"response": "x", "entry": entry, "extract": "last"}, "items[4].extract"),
+    ]
+    results = _post(srv, [item for item, _ in bad])
+    for (_, fragment), result in zip(bad, results, strict=True):
+        assert result["status"] == "invalid_item" and fragment in result["detail"], result
+
+
+def test_mixed_with_math_in_one_request(srv: ServerProcess) -> None:
+    entry = reasoning_gym.create_dataset("basic_arithmetic", size=1, seed=1)[0]
+    r = httpx.post(srv.url + "/v1/rewards", json={"items": [
+        {"verifier": "math", "response": "\\boxed{4}", "answer": "4"},
+        {"verifier": "reasoning_gym", "response": f"<answer>{entry['answer']}</answer>",
+         "entry": entry},
+    ]})
+    assert r.json()["rewards"] == [1.0, 1.0]
+    info = {v["name"]: v for v in httpx.get(srv.url + "/v1/verifiers").json()["verifiers"]}
+    assert "entry" in info["reasoning_gym"]["item_schema"]["properties"]
+
+
+def test_without_the_extra_the_server_starts_and_says_what_to_install(tmp_path: Path
+                                                                       ) -> None:
+    """A PYTHONPATH entry that shadows the library with a module that fails to import: the
+    server still serves math, and a reasoning_gym item is unscorable, naming the extra."""
+    shadow = tmp_path / "shadow" / "reasoning_gym"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('not installed (test)')\n")
+    path = os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")])
+    with run_server(tmp_path, env={"PYTHONPATH": path}) as server:
+        r = httpx.post(server.url + "/v1/rewards", json={"items": [
+            {"verifier": "math", "response": "\\boxed{4}", "answer": "4"},
+            {"verifier": "reasoning_gym", "response": "<answer>1</answer>", "task": "x",
+             "metadata": {}}]})
+    out = r.json()
+    assert out["rewards"] == [1.0, None]
+    assert out["results"][1]["status"] == "unavailable"
+    assert "verifiable-rewards[reasoning-gym]" in out["results"][1]["detail"]
