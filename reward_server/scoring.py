@@ -16,6 +16,7 @@ from reward_server.admission import (
     admit_all,
     check_field_sizes,
     check_item_count,
+    may_hold_oversized,
     raise_refusals,
     refused,
 )
@@ -40,28 +41,32 @@ class Scorer:
             raise UnknownVerifier(f"unknown verifier {name!r}; known verifiers: {known}") from None
 
     async def verify(self, name: str, raw_items: Sequence[Any], caller: Hashable = None,
-                     on_invalid: OnInvalid = "null") -> list[ResultBase]:
-        """One verifier's batch; an item that fails its checks gets a ``Refused`` result."""
+                     on_invalid: OnInvalid = "null", body_bytes: int | None = None
+                     ) -> list[ResultBase]:
+        """One verifier's batch; an item that fails its checks gets a ``Refused`` result.
+        ``body_bytes``: the request body's size, when known (admission.may_hold_oversized)."""
         check_item_count(len(raw_items), self.settings)
         verifier = self.get(name)
-        admitted = admit_all(verifier.item_model, raw_items, self.settings, name, on_invalid)
+        admitted = admit_all(verifier.item_model, raw_items, self.settings, name, on_invalid,
+                             body_bytes)
         items = [a for a in admitted if not isinstance(a, Refused)]
         with request_scope(self.settings.request_budget_s, caller):  # one request to the pools
             results = iter(await verifier.verify(items) if items else [])
         return [a if isinstance(a, Refused) else next(results) for a in admitted]
 
     async def score_mixed(self, raw_items: Sequence[Any], caller: Hashable = None,
-                          on_invalid: OnInvalid = "null"
+                          on_invalid: OnInvalid = "null", body_bytes: int | None = None
                           ) -> list[tuple[str | None, ResultBase]]:
         """Admit a mixed batch item by item, run each verifier's share concurrently, keep
         item order; a refused item is ``(its verifier's name or None, Refused)``."""
         check_item_count(len(raw_items), self.settings)
-        if on_invalid == "error":
+        walk = may_hold_oversized(body_bytes, self.settings)
+        if on_invalid == "error" and walk:
             check_field_sizes(raw_items, self.settings)
         groups: dict[str, list[tuple[int, ItemBase]]] = defaultdict(list)
         out: list[tuple[str | None, ResultBase] | None] = [None] * len(raw_items)
         for index, raw in enumerate(raw_items):
-            name, admitted = self._admit_mixed(raw, index, on_invalid)
+            name, admitted = self._admit_mixed(raw, index, on_invalid, walk)
             if isinstance(admitted, Refused):
                 out[index] = (name, admitted)
             else:
@@ -80,7 +85,7 @@ class Scorer:
                 out[index] = (name, result)
         return out  # type: ignore[return-value]
 
-    def _admit_mixed(self, raw: Any, index: int, on_invalid: OnInvalid
+    def _admit_mixed(self, raw: Any, index: int, on_invalid: OnInvalid, walk: bool
                      ) -> tuple[str | None, ItemBase | Refused]:
         name = raw.get("verifier") if isinstance(raw, dict) else None
         if not isinstance(name, str):
@@ -93,4 +98,5 @@ class Scorer:
             return name, refused(INVALID_ITEM, f"items[{index}].verifier: unknown verifier "
                                  f"{name!r}; known verifiers: {known}", None)
         fields = {k: v for k, v in raw.items() if k != "verifier"}
-        return name, admit(self.verifiers[name].item_model, fields, index, self.settings, name)
+        return name, admit(self.verifiers[name].item_model, fields, index, self.settings, name,
+                           walk)

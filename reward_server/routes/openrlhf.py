@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field, model_validator
 from reward_server.adapters.items import label_fields
 from reward_server.admission import INVALID_ITEM
 from reward_server.errors import ApiError, InvalidItems
-from reward_server.routes import caller_of
+from reward_server.routes import body_bytes, caller_of
 
 router = APIRouter()
 
@@ -96,7 +96,8 @@ async def get_reward(request: Request, body: OpenRLHFRequest,
             items.append({"verifier": verifier, "label_error": str(exc)})  # refused below
     try:
         scored = await request.app.state.scorer.score_mixed(
-            items, caller_of(request), "error" if on_invalid == "error" else "null")
+            items, caller_of(request), "error" if on_invalid == "error" else "null",
+            body_bytes(request))
     except InvalidItems as exc:  # say it in OpenRLHF's terms: queries, not items
         raise InvalidItems(exc.message.replace("items[", "query[")) from None
     invalid = [result.status == INVALID_ITEM for _, result in scored]

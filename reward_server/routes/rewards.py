@@ -3,7 +3,7 @@
 from fastapi import APIRouter, Request, Response
 
 from reward_server.admission import OnInvalidQuery
-from reward_server.routes import caller_of
+from reward_server.routes import body_bytes, caller_of
 from reward_server.schemas import RewardsRequest, RewardsResponse
 
 router = APIRouter()
@@ -13,7 +13,7 @@ router = APIRouter()
 async def rewards(request: Request, body: RewardsRequest,
                   on_invalid: OnInvalidQuery = "null") -> Response:
     scored = await request.app.state.scorer.score_mixed(body.items, caller_of(request),
-                                                        on_invalid)
+                                                        on_invalid, body_bytes(request))
     payload = RewardsResponse(
         rewards=[result.score for _, result in scored],
         results=[{"verifier": name, **result.model_dump()} for name, result in scored],

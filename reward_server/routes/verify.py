@@ -55,9 +55,9 @@ def verifier_router(name: str, cls: type[Verifier]) -> APIRouter:
     router = APIRouter()
 
     async def endpoint(request: Request, on_invalid: OnInvalidQuery = "null") -> Response:
-        body = parse_body(await request.body())
+        raw = await request.body()
         results = await request.app.state.scorer.verify(  # type: ignore[attr-defined]
-            name, body.items, caller_of(request), on_invalid)
+            name, parse_body(raw).items, caller_of(request), on_invalid, len(raw))
         payload = response_model(results=results)
         return Response(payload.model_dump_json(), media_type="application/json")
 
