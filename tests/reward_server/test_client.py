@@ -15,7 +15,7 @@ from reward_server.client import (
     RewardRequestError,
     RewardServerUnavailable,
 )
-from tests.conftest import KNOWN_VERIFIERS, ServerProcess, free_port
+from tests.conftest import BUILT_IN_VERIFIERS, KNOWN_VERIFIERS, ServerProcess, free_port
 
 ITEMS = [{"verifier": "math", "response": f"\\boxed{{{i}}}", "answer": str(i % 3)}
          for i in range(10)]
@@ -31,7 +31,7 @@ def test_sync_batches_and_keeps_order(server: ServerProcess) -> None:
                                          for i in ITEMS])
         assert [r["score"] for r in results] == EXPECTED
         assert client.health()["status"] == "ok"
-        assert [v["name"] for v in client.verifiers()] == ["code", "math"]
+        assert [v["name"] for v in client.verifiers()] == BUILT_IN_VERIFIERS
 
 
 async def test_async_batches_concurrently(server: ServerProcess) -> None:
