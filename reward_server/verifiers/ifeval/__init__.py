@@ -124,12 +124,12 @@ class IfEvalVerifier(Verifier):
 
     def check_local(self, item: IfEvalItem) -> IfEvalResult:
         """The item's result, checked in this process (cached)."""
-        key = cache_key(item.response, item.specs, item.strict)
+        key = cache_key(item.response, item.specs, item.strict) if self._cache.enabled else None
         with self._cache_lock:
             followed, hit = self._cache.peek(key)
         if not hit:
             followed = tuple(evaluate(item.response, item.specs, item.strict))
-            if None not in followed:
+            if None not in followed and key is not None:
                 with self._cache_lock:
                     self._cache.put(key, followed)
         (metrics.CACHE_HITS if hit else metrics.CACHE_MISSES).labels(self.name).inc()
