@@ -48,10 +48,10 @@ def input_output_fields(value: dict[str, Any]) -> dict[str, Any]:
     """An ``input_output`` object as code item fields, read the way the graders that use it
     read it (APPS's ``testing_util``, veRL's ``prime_code`` and ``sandbox_fusion``): without
     ``fn_name``, stdin/stdout tests whose input or output given as a list of lines is those
-    lines joined; with it, calls of ``fn_name`` whose input is the JSON list of arguments
-    (APPS, TACO) or, as text, one JSON argument per line (PrimeIntellect, veRL). ValueError
-    naming ``input_output`` when the two lists do not pair up: a test dropped or made up
-    would change the reward."""
+    lines joined, compared in the ``apps`` mode; with it, calls of ``fn_name`` whose input
+    is the JSON list of arguments (APPS, TACO) or, as text, one JSON argument per line
+    (PrimeIntellect, veRL). ValueError naming ``input_output`` when the two lists do not
+    pair up: a test dropped or made up would change the reward."""
     inputs, outputs = value["inputs"], value["outputs"]
     if not isinstance(inputs, list) or not isinstance(outputs, list):
         raise ValueError("input_output: 'inputs' and 'outputs' are lists")
@@ -61,8 +61,10 @@ def input_output_fields(value: dict[str, Any]) -> dict[str, Any]:
     if not fn_name:
         def text(v: Any) -> Any:
             return "\n".join(map(str, v)) if isinstance(v, list) else v
+        # compared as testing_util compares stdout (stripped lines, blank ones dropped, or
+        # numbers as np.allclose), the grader these rows were written for
         return {"tests": [{"input": text(i), "output": text(o)}
-                          for i, o in zip(inputs, outputs, strict=True)]}
+                          for i, o in zip(inputs, outputs, strict=True)], "compare": "apps"}
     fields: dict[str, Any] = {
         "fn_name": fn_name,
         "tests": [{"input": i, "output": o} for i, o in zip(inputs, outputs, strict=True)]}

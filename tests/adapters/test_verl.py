@@ -111,6 +111,9 @@ VERL_ROWS = {
     "codecontests, text": (
         "codecontests", {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]},
         ADD, "```python\nprint(0)\n```"),
+    "apps, text with a blank line its grader drops": (
+        "apps", {"inputs": ["2\n1 2\n3 4\n"], "outputs": ["3\n\n7\n"]},
+        SUM_PAIRS, "```python\nprint(3)\nprint(8)\n```"),
     "apps, lines as lists": (
         "apps", {"inputs": [["2", "1 2", "3 4"]], "outputs": [["3", "7"]]},
         SUM_PAIRS, "```python\nprint(3)\nprint(8)\n```"),
@@ -129,8 +132,8 @@ VERL_ROWS = {
         "        return [0, 0]\n```"),
 }
 
-PRIME_CODE_READS = ("codecontests, text", "primeintellect, one JSON argument per line, a "
-                    "Solution method")
+PRIME_CODE_READS = ("codecontests, text", "apps, text with a blank line its grader drops",
+                    "primeintellect, one JSON argument per line, a Solution method")
 
 
 def _prime_code_score(solution: str, ground_truth: dict) -> float:
