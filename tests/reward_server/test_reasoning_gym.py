@@ -207,3 +207,47 @@ def test_without_the_extra_the_server_starts_and_says_what_to_install(tmp_path: 
     assert out["rewards"] == [1.0, None]
     assert out["results"][1]["status"] == "unavailable"
     assert "verifiable-rewards[reasoning-gym]" in out["results"][1]["detail"]
+
+
+def test_tricks_the_librarys_own_scorers_pay_are_not_paid(srv: ServerProcess) -> None:
+    """countdown misses numbers written 309e0, puzzle24 never checks which numbers were used,
+    spell_backward's float sum misses its own penalty: each paid in-process, not here."""
+    countdown = reasoning_gym.create_dataset("countdown", size=1, seed=1)
+    puzzle = reasoning_gym.create_dataset("puzzle24", size=1, seed=1)
+    c, p = countdown[0], puzzle[0]
+    numbers, target = c["metadata"]["numbers"], c["metadata"]["target"]
+    forged = "*".join(map(str, numbers)) + f"*0e0+{target}e0"
+    words = {n: reasoning_gym.create_dataset("spell_backward", size=40, seed=n) for n in (1,)}
+    spell = next(e for e in words[1] if len(e["answer"]) == 7)
+    cases = [  # (task's dataset, entry, answer, what the library pays, what we pay)
+        (countdown, c, forged, 1.0, 0.01),
+        (countdown, c, c["answer"], 1.0, 1.0),
+        (puzzle, p, "4*6*1*1", 1.0, 0.01),
+        (puzzle, p, p["answer"], 1.0, 1.0),
+        (words[1], spell, spell["answer"] + "zzz", 0.9999999999999998, 0.8),
+        (words[1], spell, spell["answer"], 1.0, 1.0),
+    ]
+    for dataset, entry, answer, paid, _ in cases:
+        assert dataset.score_answer(answer, entry) == paid, (answer, paid)
+    results = _post(srv, [{"response": f"<answer>{a}</answer>", "entry": e}
+                          for _, e, a, _, _ in cases])
+    assert [r["score"] for r in results] == [ours for *_, ours in cases]
+
+
+def test_an_entry_made_with_another_config_is_scored_with_it(srv: ServerProcess) -> None:
+    """arc_agi with the board written as lists: its own answer is 0 under the default board
+    format, 1 under the config the dataset was made with."""
+    import dataclasses
+
+    from reasoning_gym.arc.board_format import BoardFormattingOptions
+
+    dataset = reasoning_gym.create_dataset(
+        "arc_agi", size=1, seed=1,
+        board_format_opts=BoardFormattingOptions(col_delimiter=",", array_brackets=True))
+    entry = dataset[0]
+    config = json.loads(json.dumps(dataclasses.asdict(dataset.config), default=str))
+    item = {"response": f"<answer>{entry['answer']}</answer>", "entry": entry}
+    results = _post(srv, [item, {**item, "config": config},
+                          {**item, "config": {"no_such_field": 1}}])
+    assert [r["score"] for r in results] == [0.0, 1.0, None]
+    assert results[2]["status"] == "bad_entry" and "config" in results[2]["detail"]

@@ -99,6 +99,16 @@ def test_code_does_not(code: str) -> None:
         check_expression_code(code, NAMES)
 
 
+def test_sympys_own_names_that_change_state_are_not_callable() -> None:
+    from reward_server.verifiers.reasoning_gym.guard import _callable_names
+
+    names = _callable_names()
+    assert {"sqrt", "Rational", "Integer", "Symbol", "factorial", "Max"} <= names
+    for code in ("seterr(True)", "init_session()", "var('x')", "lambdify(Symbol('x'), 1)"):
+        with pytest.raises(UnsafeAnswer):
+            check_expression_code(code, names)
+
+
 def test_the_installed_guard_covers_every_sympy_string_path() -> None:
     """In a fresh process (the guard patches the process for good): sympify, S, parse_expr and
     simplify of a string all refuse code once the guard is in, and all ran it before."""

@@ -99,8 +99,9 @@ _EXPRESSION_NODES = (
 
 def _callable_names() -> frozenset[str]:
     """SymPy's expression classes and functions, by the names ``from sympy import *`` binds:
-    a class that derives from ``Basic``, or a function defined in ``sympy.functions`` or
-    ``sympy.core`` (sqrt, root, Max, ...)."""
+    a class that derives from ``Basic``, or a function defined in ``sympy.functions`` (sqrt,
+    root, ...). Not the helpers of ``sympy.core``: ``seterr`` there changes how every later
+    division is evaluated in the worker."""
     import sympy
     from sympy import Basic
 
@@ -110,8 +111,7 @@ def _callable_names() -> frozenset[str]:
         module = getattr(obj, "__module__", "") or ""
         if isinstance(obj, type) and issubclass(obj, Basic):
             names.add(name)
-        elif callable(obj) and module.startswith(("sympy.functions", "sympy.core.numbers",
-                                                  "sympy.core.power", "sympy.core.mod")):
+        elif callable(obj) and module.startswith("sympy.functions"):
             names.add(name)
     return frozenset(names - _REFUSED_CALLS)
 

@@ -9,10 +9,14 @@ module for its names only.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import math
 from collections.abc import Callable
 from typing import Any
+
+from reward_server.verifiers.reasoning_gym import corrections
 
 EXTRA_HINT = "pip install 'verifiable-rewards[reasoning-gym]'"
 
@@ -25,7 +29,7 @@ def warm_up() -> None:
         guard.install()
     except ImportError:  # the verifier reports it at start (task_names)
         return
-    scorer("basic_arithmetic")
+    scorer("basic_arithmetic", "null")
 
 
 def task_names() -> list[str]:
@@ -36,12 +40,31 @@ def task_names() -> list[str]:
 
 
 @functools.cache
-def scorer(task: str) -> Callable[[Any, dict[str, Any]], float]:
-    """The task's ``score_answer``, from one dataset object per task and worker (building
-    one can read data files)."""
-    from reasoning_gym import get_score_answer_fn
+def scorer(task: str, config: str = "null") -> Callable[[Any, dict[str, Any]], float]:
+    """The task's ``score_answer``, from one dataset object per (task, config) and worker
+    (building one can read data files). ``config``: JSON of the dataset's config, as the
+    entries were generated with (several scorers read it: arc_agi's board format,
+    decimal_arithmetic's places), or null for the library's default."""
+    from reasoning_gym.factory import DATASETS
 
-    return get_score_answer_fn(task)
+    dataset_cls, config_cls = DATASETS[task]
+    fields = json.loads(config)
+    if fields is None:
+        return dataset_cls(config=config_cls()).score_answer
+    return dataset_cls(config=_config(config_cls, fields)).score_answer
+
+
+def _config(config_cls: type, fields: dict[str, Any]) -> Any:
+    """``config_cls(**fields)``, a nested options object (a dataclass default given as an
+    object) built as its own class."""
+    defaults = config_cls()
+    built = {}
+    for name, value in fields.items():
+        default = getattr(defaults, name, None)
+        if isinstance(value, dict) and dataclasses.is_dataclass(default):
+            value = type(default)(**value)
+        built[name] = value
+    return config_cls(**built)
 
 
 def _tuples(value: Any) -> Any:
@@ -66,26 +89,33 @@ def restored(task: str, entry: dict[str, Any]) -> dict[str, Any]:
     return {**entry, "metadata": metadata}
 
 
-def score_one(task: str, answer: str, entry: dict[str, Any]) -> tuple[str, float, str | None]:
-    """``(status, score, detail)`` for one answer: ``ok`` with the library's score, ``error``
-    (0) when its scorer raised on this answer but takes the entry's own answer, or
-    ``bad_entry`` (null) when it raises on the entry's own answer too: the row's fault."""
+def score_one(task: str, answer: str, entry: dict[str, Any], config: str = "null"
+              ) -> tuple[str, float, str | None]:
+    """``(status, score, detail)`` for one answer: ``ok`` with the library's score (with our
+    ``corrections``), ``error`` (0) when its scorer raised on this answer but takes the
+    entry's own answer, or ``bad_entry`` (null) when it raises on the entry's own answer
+    too, or the config does not build: the row's fault."""
     entry = restored(task, entry)
-    score_answer = scorer(task)
     try:
-        score = float(score_answer(answer, entry))
+        score_answer = scorer(task, config)
+    except Exception as exc:  # noqa: BLE001 - a config the task's dataclass refuses
+        return "bad_entry", math.nan, f"the task's config does not build: {exc!r}"[:500]
+    try:
+        score = corrections.score(task, answer, entry, score_answer)
     except Exception as exc:  # noqa: BLE001 - the library's, on text the model wrote
         try:
             score_answer(entry.get("answer"), entry)
         except Exception as own:  # noqa: BLE001
             return "bad_entry", math.nan, f"the task's scorer fails on this entry: {own!r}"[:500]
         return "error", 0.0, f"the task's scorer raised on this answer: {exc!r}"[:500]
+    if -1e-9 <= score < 0.0 or 1.0 < score <= 1.0 + 1e-9:  # a sum of 1/n in floating point
+        score = min(max(score, 0.0), 1.0)
     if not 0.0 <= score <= 1.0:
         return "bad_entry", math.nan, f"the task's scorer gave {score}, not a score in [0, 1]"
     return "ok", score, None
 
 
-def score_many(jobs: list[tuple[str, str, dict[str, Any]]]
+def score_many(jobs: list[tuple[str, str, dict[str, Any], str]]
                ) -> list[tuple[str, float, str | None]]:
     """``score_one`` for each job, in one call (one hand-off to a worker for many items)."""
     from reward_server.verifiers.reasoning_gym import guard

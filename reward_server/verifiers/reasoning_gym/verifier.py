@@ -60,10 +60,14 @@ class ReasoningGymItem(ItemBase):
                                  "it), the last \\boxed{…}, the last line, or the whole text.")
     think: ThinkMode = Field("strip", description="'strip': only text after the last "
                              "</think> is read; an unclosed <think> has no answer.")
+    config: dict[str, Any] | None = Field(None, description="The config the entry's dataset "
+                                          "was made with (its fields as JSON), where it is not "
+                                          "the library's default: several scorers read it.")
 
     _entry: dict[str, Any] = PrivateAttr()
     _task: str = PrivateAttr()
     _entry_key: str = PrivateAttr()
+    _config_key: str = PrivateAttr()
 
     @model_validator(mode="after")
     def _one_entry(self) -> ReasoningGymItem:
@@ -86,6 +90,7 @@ class ReasoningGymItem(ItemBase):
             raise ValueError(f"unknown task {task!r}; known: {', '.join(sorted(KNOWN_TASKS))}")
         self._entry, self._task = entry, task
         self._entry_key = json.dumps(entry, sort_keys=True, default=str)
+        self._config_key = json.dumps(self.config, sort_keys=True, default=str)
         return self
 
 
@@ -101,7 +106,8 @@ class ReasoningGymResult(ResultBase):
     detail: str | None = None
 
 
-Job = tuple[str, str, str]  # (task, answer, entry as canonical JSON): what a score depends on
+# (task, answer, entry, config, each as canonical JSON): what a score depends on
+Job = tuple[str, str, str, str]
 
 
 def _result(status: str, score: float, detail: str | None, extracted: str | None
@@ -169,7 +175,7 @@ class ReasoningGymVerifier(Verifier):
                 out[k] = _result("no_answer", 0.0, "no answer in the completion "
                                  f"(extract={item.extract!r})", None)
             else:
-                job = (item._task, answer, item._entry_key)
+                job = (item._task, answer, item._entry_key, item._config_key)
                 cached, hit = self._cache.peek(job)
                 if hit:
                     metrics.CACHE_HITS.labels(self.name).inc()
@@ -196,7 +202,7 @@ class ReasoningGymVerifier(Verifier):
             return [value.model_copy(update={"detail": f"{value.detail} (the same answer, "
                                              f"{age_s:.0f} s ago; remembered)"})]
         assert self._pool is not None, "ReasoningGymVerifier.start() was not awaited"
-        payload = [(task, answer, entry) for (task, answer, _), entry in zip(
+        payload = [(task, answer, entry, config) for (task, answer, _, config), entry in zip(
             jobs, entries, strict=True)]
         try:
             async with self._gate.slot() as held:
@@ -204,16 +210,16 @@ class ReasoningGymVerifier(Verifier):
                                             timeout=self.config.timeout_s)  # type: ignore[union-attr]
                 held.cost_s = task.cost_s
         except BudgetSpent as exc:
-            return [_result(NOT_RUN, math.nan, str(exc), a) for _, a, _ in jobs]
+            return [_result(NOT_RUN, math.nan, str(exc), job[1]) for job in jobs]
         if task.outcome == "ok":
-            results = [_result(s, v, d, a) for (s, v, d), (_, a, _) in zip(
+            results = [_result(s, v, d, job[1]) for (s, v, d), job in zip(
                 task.value, jobs, strict=True)]
             metrics.CACHE_MISSES.labels(self.name).inc(len(jobs))
             for job, result in zip(jobs, results, strict=True):
                 self._cache.put(job, result)
             return results
         if task.outcome == "unavailable":  # the pool's loss: no answer's doing
-            return [_result("unavailable", math.nan, task.detail, a) for _, a, _ in jobs]
+            return [_result("unavailable", math.nan, task.detail, job[1]) for job in jobs]
         if len(jobs) > 1:  # which answer it was: each alone, under its own limit
             return [r for one in await asyncio.gather(*(
                 self._chunk([j], [e]) for j, e in zip(jobs, entries, strict=True))) for r in one]
