@@ -10,7 +10,8 @@ the server cannot take (a missing field, a test in a shape its verifier does not
 comes back as a result of its own, status ``invalid_item`` and reward None, so it costs no
 other item its reward; ``on_invalid="error"`` makes it a ``RewardRequestError`` instead. A chunk
 lands in the result exactly once, at its own positions, whichever server answered it, so a
-retried chunk is never counted twice. After ``max_attempts`` tries (or ``retry_for_s``
+retried chunk is never counted twice. A chunk whose body is over the server's limit (413) is
+halved until each half fits. After ``max_attempts`` tries (or ``retry_for_s``
 seconds) the call raises ``RewardServerUnavailable``: a failed call is never silently a
 reward of 0.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json as jsonlib
 import math
 import re
 import threading
@@ -127,6 +129,21 @@ def _placed(offset: int, part: dict[str, Any]) -> dict[str, Any]:
             if isinstance(result.get("detail"), str) and result.get("status") in REFUSALS:
                 result["detail"] = _at(offset, result["detail"])
     return part
+
+
+def _body(payload: Any) -> dict[str, Any]:
+    """The request's body as ASCII JSON: httpx writes its ``json=`` as UTF-8, which a lone
+    surrogate in a completion (a model can emit one) cannot be encoded to, and the whole
+    call failed; escaped, the server reads it and scores that item."""
+    if payload is None:
+        return {}
+    return {"content": jsonlib.dumps(payload).encode("ascii"),
+            "headers": {"content-type": "application/json"}}
+
+
+def _joined(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """Two halves' answers as one chunk's."""
+    return {key: first[key] + second[key] for key in first if isinstance(first[key], list)}
 
 
 def _merge(parts: Sequence[dict[str, Any]]) -> Rewards:
@@ -299,7 +316,7 @@ class RewardClient:
         try:
             for attempt in Retrying(**self._o.retry_kwargs(route)):
                 with attempt, route.next_server() as url:
-                    return _check(self._http.request(method, url + path, json=json))
+                    return _check(self._http.request(method, url + path, **_body(json)))
         except (_Retryable, httpx.TransportError) as exc:
             raise self._o.unavailable(path, exc) from exc
 
@@ -307,6 +324,10 @@ class RewardClient:
         try:
             return _placed(offset, self._request("POST", path, {"items": chunk}))
         except RewardRequestError as exc:
+            if exc.status_code == 413 and len(chunk) > 1:  # a body over the server's limit
+                half = len(chunk) // 2
+                return _joined(self._post(path, offset, chunk[:half]),
+                               self._post(path, offset + half, chunk[half:]))
             raise RewardRequestError(exc.status_code, _at(offset, exc.detail)) from None
 
     def _scatter(self, path: str, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -369,7 +390,8 @@ class AsyncRewardClient:
             try:
                 async for attempt in AsyncRetrying(**self._o.retry_kwargs(route)):
                     with attempt, route.next_server() as url:
-                        return _check(await self._http.request(method, url + path, json=json))
+                        return _check(await self._http.request(method, url + path,
+                                                               **_body(json)))
             except (_Retryable, httpx.TransportError) as exc:
                 raise self._o.unavailable(path, exc) from exc
 
@@ -377,6 +399,12 @@ class AsyncRewardClient:
         try:
             return _placed(offset, await self._request("POST", path, {"items": chunk}))
         except RewardRequestError as exc:
+            if exc.status_code == 413 and len(chunk) > 1:  # a body over the server's limit
+                half = len(chunk) // 2
+                first, second = await asyncio.gather(
+                    self._post(path, offset, chunk[:half]),
+                    self._post(path, offset + half, chunk[half:]))
+                return _joined(first, second)
             raise RewardRequestError(exc.status_code, _at(offset, exc.detail)) from None
 
     async def _scatter(self, path: str, items: Sequence[dict[str, Any]]

@@ -94,13 +94,14 @@ async def get_reward(request: Request, body: OpenRLHFRequest,
             if on_invalid == "error":
                 raise InvalidItems(f"labels[{i}]: {exc}") from None
             items.append({"verifier": verifier, "label_error": str(exc)})  # refused below
-    try:
-        scored = await request.app.state.scorer.score_mixed(
-            items, caller_of(request), "error" if on_invalid == "error" else "null",
-            body_bytes(request))
-    except InvalidItems as exc:  # say it in OpenRLHF's terms: queries, not items
-        raise InvalidItems(exc.message.replace("items[", "query[")) from None
+    # each item admitted on its own even for a 422: a response over the size limit is that
+    # query's 0 (response_too_long), not a 413 that costs every query of the call
+    scored = await request.app.state.scorer.score_mixed(items, caller_of(request), "null",
+                                                        body_bytes(request))
     invalid = [result.status == INVALID_ITEM for _, result in scored]
+    if any(invalid) and on_invalid == "error":  # in OpenRLHF's terms: queries, not items
+        details = [r.detail or "" for (_, r), bad in zip(scored, invalid, strict=True) if bad]
+        raise InvalidItems("; ".join(details).replace("items[", "query["))
     rewards = [0.0 if bad else result.score for (_, result), bad in zip(scored, invalid,
                                                                          strict=True)]
     unscorable = [score is None for score in rewards]

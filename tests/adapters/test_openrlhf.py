@@ -53,6 +53,16 @@ def test_get_reward_bad_input_is_a_clear_4xx(http: httpx.Client) -> None:
     assert r.status_code == 422 and "query[0]" in r.text
 
 
+def test_an_over_long_response_is_that_querys_0_not_a_413_for_the_call(http: httpx.Client
+                                                                        ) -> None:
+    long = "p: " + "x" * (2 * 1024 * 1024 + 10) + " #### 7"
+    r = http.post("/get_reward", json={"query": ["p: #### 7", long], "prompts": ["p: "] * 2,
+                                       "labels": ["7", "7"]})
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["rewards"] == [1.0, 0.0]
+    assert r.json()["extra_logs"]["invalid"] == [0.0, 0.0]
+
+
 def test_get_reward_scores_the_good_queries_around_a_bad_label(http: httpx.Client) -> None:
     """A label no item takes is a 422 naming the query (OpenRLHF does not retry a 4xx, and
     its reward list has no null), or with ?on_invalid=zero a 0 that extra_logs counts."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -15,7 +16,7 @@ from reward_server.client import (
     RewardRequestError,
     RewardServerUnavailable,
 )
-from tests.conftest import BUILT_IN_VERIFIERS, KNOWN_VERIFIERS, ServerProcess, free_port
+from tests.conftest import BUILT_IN_VERIFIERS, KNOWN_VERIFIERS, ServerProcess, free_port, run_server
 
 ITEMS = [{"verifier": "math", "response": f"\\boxed{{{i}}}", "answer": str(i % 3)}
          for i in range(10)]
@@ -50,6 +51,42 @@ def test_client_errors_carry_the_server_message(server: ServerProcess) -> None:
         client.rewards([{"verifier": "nope"}])
     assert err.value.status_code == 404
     assert KNOWN_VERIFIERS in str(err.value)
+
+
+def test_a_lone_surrogate_in_a_completion_is_sent_and_scored(server: ServerProcess) -> None:
+    """httpx writes json= as UTF-8, which a lone surrogate cannot be encoded to: the whole
+    call raised. Sent as escaped ASCII, that item is scored and so is its batch."""
+    items = [{"verifier": "math", "response": "\ud800 so \\boxed{1}", "answer": "1"},
+             ITEMS[0]]
+    with RewardClient(server.url) as client:
+        out = client.rewards(items)
+    assert len(out.rewards) == 2 and out.rewards[1] == 1.0
+    assert out.results[0]["status"] in ("ok", "no_answer", "parse_error")
+
+
+@pytest.fixture(scope="module")
+def small_body(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with run_server(tmp_path_factory.mktemp("small_body"),
+                    env={"REWARD_SERVER_MAX_BODY_BYTES": "3000"}) as srv:
+        yield srv
+
+
+def test_a_chunk_over_the_body_limit_is_halved_until_it_fits(small_body: ServerProcess
+                                                             ) -> None:
+    items = [{"verifier": "math", "response": f"{'.' * 600} \\boxed{{{i}}}",
+              "answer": str(i)} for i in range(8)]  # ~5 KB in one chunk, ~700 B each
+    with RewardClient(small_body.url) as client:
+        assert client.rewards(items).rewards == [1.0] * 8
+
+    async def run() -> list[float | None]:
+        async with AsyncRewardClient(small_body.url) as client:
+            return (await client.rewards(items)).rewards
+
+    assert asyncio.run(run()) == [1.0] * 8
+    too_big = [{"verifier": "math", "response": "." * 4000, "answer": "1"}]
+    with RewardClient(small_body.url) as client, pytest.raises(RewardRequestError,
+                                                                match="413"):
+        client.rewards(too_big)  # one item over the limit: nothing left to halve
 
 
 def test_unreachable_server_fails_clearly_after_n_attempts() -> None:
