@@ -85,7 +85,7 @@ class IfEvalVerifier(Verifier):
         self._cache: ResultCache[Verdicts] = ResultCache(self.settings.cache_size)
         self._cache_lock = threading.Lock()  # the loop and the thread both use it
         # pebble starts the worker at the first large response: none, no process
-        self._pool = TimeoutPool(WORKERS, MEMORY_MB, language.warm_up)
+        self._pool = TimeoutPool(WORKERS, MEMORY_MB, language.warm_up, name="ifeval-worker")
         self._lane: SlowLane[IfEvalResult] = SlowLane(
             self.name, self._pool.slots, 0, self.settings.timeout_memory_s, _LANE_VERDICTS)
         await asyncio.to_thread(language.warm_up)  # langdetect's profiles, a second

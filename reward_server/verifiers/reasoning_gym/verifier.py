@@ -129,7 +129,8 @@ class ReasoningGymVerifier(Verifier):
 
     async def start(self) -> None:
         config: ReasoningGymSettings = self.config  # type: ignore[assignment]
-        self._pool = TimeoutPool(config.workers, config.memory_mb, library.warm_up)
+        self._pool = TimeoutPool(config.workers, config.memory_mb, library.warm_up,
+                                 name="rgym-worker")
         self._gate = FairGate(self._pool.slots, self.name)
         self._cache: ResultCache[ReasoningGymResult] = ResultCache(self.settings.cache_size)
         self._timeouts: TimeoutMemory[ReasoningGymResult] = TimeoutMemory(
