@@ -11,7 +11,7 @@ from functools import cached_property
 from typing import Any
 
 from sandbox.builds import Build, Builds, build_key, valid_build
-from sandbox.channel import ChannelClosed, ChannelTimeout
+from sandbox.channel import ChannelClosed, ChannelMisframed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness.checker import CHECK_TIME_LIMIT_S
@@ -39,6 +39,9 @@ GVISOR_RERUNS = 1
 # How many times an item runs again when the harness failed after its program started
 # (runner._run_job): a failure that happens once was not shown to be the program's
 FAILED_RUN_RERUNS = 1
+# How many times an item runs again in a fresh container when its reply was misframed
+# (runner._run_job): once an item's own run misframes twice, its code wrote on the channel
+MISFRAMED_RERUNS = 1
 PER_TEST_SLACK_S = 0.5
 
 
@@ -237,12 +240,27 @@ class Sandbox:
         failure = "Docker engines went away"
         reruns = GVISOR_RERUNS
         failed_reruns = FAILED_RUN_RERUNS
-        for _ in range(len(self.pool.pools) + 1 + GVISOR_RERUNS + FAILED_RUN_RERUNS):
+        misframed_reruns, stale_reruns = MISFRAMED_RERUNS, 1
+        for _ in range(len(self.pool.pools) + 1 + GVISOR_RERUNS + FAILED_RUN_RERUNS
+                       + MISFRAMED_RERUNS + 1):
             pooled = await self.pool.acquire()
             try:
                 reply = await self.pool.request(pooled, job, budget)
                 if _yielded(reply) and not (others_waiting and others_waiting()):
                     reply = await self._more_turns(pooled, job, reply, budget, others_waiting)
+            except ChannelMisframed as exc:
+                # the stream is no longer framed: what it holds next is nobody's verdict
+                log.warning("sandbox container %s: misframed channel: %s", pooled.id, exc)
+                self.pool.release(pooled, healthy=False)
+                if not exc.sent and stale_reruns > 0:
+                    stale_reruns -= 1  # left by an earlier execution: not this item's doing
+                    continue
+                if misframed_reruns > 0:  # its own run, once: in a fresh container
+                    misframed_reruns -= 1
+                    continue
+                return ExecutionResult("ok", [
+                    TestResult(RUNTIME_ERROR, 0.0, "the item's code wrote on the sandbox's "
+                               "verdict channel") for _ in range(count)]), None
             except ChannelClosed as exc:
                 if await self.pool.container_lost(pooled):
                     continue  # its engine went away: run on another engine, if one is left
