@@ -62,6 +62,9 @@ def math_cases(size: int = FIELD_BYTES, question_chars: int = QUESTION_CHARS,
         "think tags": _fill(size, "<think>"), "fences": _fill(size, "```"),
         "bold runs": _fill(size, "**a**"), "negations": _fill(size, "not 9 but "),
         "comparisons": _fill(size, ", 6 fewer"), "two readings": _fill(size, "\\boxed{1} if "),
+        # (the rest of those scans' shapes are timed in test_math_commit.py: the table must
+        # fit one request's body limit)
+        "answer tags": _fill(size, "<answer>1</answer>"), "fence lines": _fill(size, "```\n```"),
     }
     cases: dict[str, dict[str, Any]] = {
         name: {"response": text, "answer": "3"} for name, text in response_shapes.items()

@@ -212,8 +212,96 @@ MARKERS: list[Row] = [
      False, "no_answer"),
 ]
 
+GRPO_R = "<reasoning>\nIn April 48, in May 24; 48 + 24 = 72.\n</reasoning>\n"
+ANSWER_TAG: list[Row] = [
+    # the GRPO/open-r1 format: the last <answer>…</answer> is an explicit marker
+    ("answer_tag", GRPO_R + "<answer>\n72\n</answer>", "72", {}, True, "ok"),
+    ("answer_tag", "<reasoning>48 + 24 = 72</reasoning><answer>72</answer>", "72", {}, True, "ok"),
+    ("answer_tag", "<think>\n48 + 24 = 72\n</think>\n<answer>72</answer>", "72", {}, True, "ok"),
+    ("answer_tag", GRPO_R + "<answer>72</answer>", "24", {}, False, "ok"),
+    ("answer_tag", "<think>\nSo 72.\n</think>\n<answer>$\\frac{1}{2}$</answer>", "\\frac12", {},
+     True, "ok"),
+    # a box inside it is the answer; so is a box after it (the last marker wins)
+    ("answer_tag", GRPO_R + "<answer>The total is \\boxed{72}.</answer>", "72", {}, True, "ok"),
+    ("answer_tag", "<answer>70</answer> Wait, I forgot 2: \\boxed{72}", "72", {}, True, "ok"),
+    ("answer_tag", "<answer>70</answer> Wait, I forgot 2: \\boxed{72}", "70", {}, False, "ok"),
+    # the last span counts; one cut off is no answer; markers can leave it out
+    ("answer_tag", "<answer>24</answer>\nNo, the total:\n<answer>72</answer>", "72", {}, True,
+     "ok"),
+    ("answer_tag", GRPO_R + "<answer>\n7", "7", {}, False, "no_answer"),
+    ("answer_tag", GRPO_R + "<answer>72</answer>", "72", {"markers": ["boxed"]}, False,
+     "no_answer"),
+    ("answer_tag", "The answer is 72. <answer>72</answer>", "72", {"truncated": True}, True, "ok"),
+]
+
+ENDINGS: list[Row] = [
+    # an explicit answer statement ends the text: no final full stop needed
+    ("ending", "Comparing the four options, only B works. Therefore, the correct option is B",
+     "B", {}, True, "ok"),
+    ("ending", "Comparing the four options, only B works. Therefore, the correct option is B",
+     "C", {}, False, "ok"),
+    ("ending", "因此，答案是 72。", "72", {}, True, "ok"),
+    ("ending", "48 加 24 等于 72。", "72", {}, True, "ok"),
+    ("ending", "因此，答案是 72。", "70", {}, False, "ok"),
+    # the trainer says it was not cut: the model stopped there, its last number counts
+    ("ending", "Adding these together we get 72 and then we", "72", {"truncated": False}, True,
+     "ok"),
+    ("ending", "Adding these together we get 72 and then we", "72", {}, False, "no_answer"),
+]
+
+MENTIONS: list[Row] = [
+    # a fence opens a line; a tag is a block when it pairs (or opens a line)
+    ("mention", "In Markdown, code is fenced with ```. Here the total is \\boxed{72}.", "72", {},
+     True, "ok"),
+    ("mention", "Wrap it in <code> tags. The total is \\boxed{72}.", "72", {}, True, "ok"),
+    ("mention", "The <output> tag shows the result. The total is \\boxed{72}.", "72", {}, True,
+     "ok"),
+    ("mention", "Let me run it.\n<code>\nprint(48 + 24)  # 72", "72", {}, False, "no_answer"),
+    ("mention", "In Markdown, code is fenced with ```. Here the total is \\boxed{72}.", "70", {},
+     False, "ok"),
+]
+
+TRUNCATED += [
+    # a bolded label's value at the cut may be longer; a final "." may be a decimal point
+    ("truncated", "So we add them.\n\n**Final Answer:** 7", "7", CUT, False, "no_answer"),
+    ("truncated", "So we add them.\n\n**Answer:** 7", "7", CUT, False, "no_answer"),
+    ("truncated", "So we add them.\n\n**Answer: 7**", "7", CUT, True, "ok"),
+    ("truncated", "Adding them up, the answer is 7.", "7", CUT, False, "no_answer"),
+    ("truncated", "Adding them up, the answer is 7. Now we", "7", CUT, True, "ok"),
+]
+
+THINK += [
+    # a reasoning block reopened after the last close and never closed: cut off thinking
+    ("think", "<think>\ndraft\n</think>\n<think>\nsecond \\boxed{9}", "9", {}, False,
+     "no_answer"),
+]
+
+EQUIVALENT += [
+    # against a decimal reference (itself rounded) the answer's rounding compares
+    ("forms", "\\boxed{\\frac{2}{3} \\approx 0.67}", "0.67", {}, True, "ok"),
+    ("forms", "\\boxed{\\sqrt2 \\approx 1.41}", "1.41", {}, True, "ok"),
+    ("forms", "\\boxed{\\frac13 \\approx 0.33}", "0.33", {}, True, "ok"),
+    ("forms", "\\boxed{\\frac13 \\approx 0.33}", "0.34", {}, False, "ok"),
+]
+
+DECIMALS += [
+    # the one rule wherever the decimal sits: named, in a tuple, set, interval or matrix
+    ("decimal", "\\boxed{x = 0.333333}", "\\frac13", {}, False, "ok"),
+    ("decimal", "\\boxed{p = 0.142857}", "\\frac17", {}, False, "ok"),
+    ("decimal", "\\boxed{A = 3.141593}", "\\pi", {}, False, "ok"),
+    ("decimal", "The answer is $x = 0.333333$.", "\\frac13", {}, False, "ok"),
+    ("decimal", "\\boxed{(0.333333, 0.5)}", "(\\frac13, \\frac12)", {}, False, "ok"),
+    ("decimal", "\\boxed{\\{0.333333, 0.5\\}}", "\\{\\frac13, \\frac12\\}", {}, False, "ok"),
+    ("decimal", "\\boxed{[0.333333, 1]}", "[\\frac13, 1]", {}, False, "ok"),
+    ("decimal", "\\boxed{\\begin{pmatrix} 0.333333 & 0.5 \\end{pmatrix}}",
+     "\\begin{pmatrix} \\frac13 & \\frac12 \\end{pmatrix}", {}, False, "ok"),
+    ("decimal", "\\boxed{x = 0.25}", "\\frac14", {}, True, "ok"),
+    ("decimal", "\\boxed{(0.25, 0.5)}", "(\\frac14, \\frac12)", {}, True, "ok"),
+    ("decimal", "\\boxed{x = 0.333}", "\\frac13", {"tolerance": 1e-2}, True, "ok"),
+]
+
 ROWS: list[Row] = (THINK + HEDGES + NEGATION + NO_COMMITMENT + TRAILING + EQUIVALENT + DECIMALS
-                   + TRUNCATED + MARKERS)
+                   + TRUNCATED + MARKERS + ANSWER_TAG + ENDINGS + MENTIONS)
 ITEMS = [{"response": r, "answer": a, **extra} for _, r, a, extra, _, _ in ROWS]
 
 
@@ -256,6 +344,13 @@ def test_every_kind_has_rows_both_ways() -> None:
     "1 or 2 though " * (FIELD_BYTES // 14),
     " " * FIELD_BYTES + "isn't 9",
     "<|im_end|>" * (FIELD_BYTES // 10),
+    "<answer>" * (FIELD_BYTES // 8),
+    "<answer></answer>" * (FIELD_BYTES // 17),
+    "~~~\n" * (FIELD_BYTES // 4),
+    "```\n```" * (FIELD_BYTES // 7),
+    "x<code>" * (FIELD_BYTES // 7),
+    "[THINK]" * (FIELD_BYTES // 7),
+    "not quite " * (FIELD_BYTES // 10),
 ])
 def test_the_commitment_scans_are_linear(hostile: str) -> None:
     started = time.perf_counter()

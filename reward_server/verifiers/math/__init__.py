@@ -80,14 +80,16 @@ class MathItem(ItemBase):
     )
     markers: list[Marker] = Field(
         default_factory=lambda: list(MARKERS),
-        description="The answer markers that count: 'boxed', 'final_answer' (Minerva's "
+        description="The answer markers that count: 'answer_tag' (the last <answer>…</answer>), "
+        "'boxed', 'final_answer' (Minerva's "
         "'final answer is $x$'), 'hashes' (GSM8K's '#### x'), 'bold' (a bolded final line).",
     )
-    truncated: bool = Field(
-        False,
-        description="The completion was cut off by the length limit (the trainer sends it): "
+    truncated: bool | None = Field(
+        None,
+        description="Whether the length limit cut the completion (the trainer knows). true: "
         "only a marked answer that closes before the cut counts, never the prose it runs "
-        "into.",
+        "into. false: it ended where the model stopped, so its last number counts however "
+        "the text ends. Not sent: a text that stops mid-sentence is taken as cut.",
     )
     tolerance: float | None = Field(
         None, ge=0, le=1,

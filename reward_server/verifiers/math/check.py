@@ -30,6 +30,7 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, veri
 
 from reward_server.verifiers.math import fast_parse
 from reward_server.verifiers.math.commit import HEDGED, answering_sentence, hedges, negated
+from reward_server.verifiers.math.decimals import APPROXIMATED, decimal_verdict
 from reward_server.verifiers.math.extract import Answer
 from reward_server.verifiers.math.forms import one_form, union_of_inequalities
 from reward_server.verifiers.math.guards import (
@@ -140,7 +141,9 @@ def check(pred: Answer, gold: Answer, tolerance: float, exact_tolerance: float =
             union = union_of_inequalities(pred.items[0], _first_expr(gold_values), _parse_one)
             if union is not None:  # "x < 1 \\text{ or } x > 4" for a union of intervals
                 return Verdict(union, "ok", None if union else "not equivalent to the reference")
-            pred = one_form(pred, several, _parse_one)
+            gold_expr = _first_expr(gold_values)
+            decimal_gold = isinstance(gold_expr, sympy.Basic) and gold_expr.has(sympy.Float)
+            pred = one_form(pred, several, _parse_one, decimal_gold)
         except Exception:  # SymPy raises many types on exotic input: compare as written
             pass
     pred_values = parse_answer(pred, several=several)
@@ -148,6 +151,11 @@ def check(pred: Answer, gold: Answer, tolerance: float, exact_tolerance: float =
         return Verdict(False, "no_answer", "no answer found in the response")
     read = str(pred_values[-1])[:200] if pred.kind != "latex" else None
     correct = _layers(gold_values, pred_values, tolerance, exact_tolerance)
+    if correct is None:  # "x = 0.333333", "(0.333333, 0.5)" for an exact reference
+        correct = decimal_verdict(_first_value(gold_values), _first_value(pred_values),
+                                  exact_tolerance)
+        if correct is False:
+            return Verdict(False, "ok", APPROXIMATED, read)
     if correct is None:
         correct = verify(gold_values, pred_values, timeout_seconds=None)
     why = (_guarded(pred, gold, gold_values, pred_values, read)
@@ -302,6 +310,11 @@ def _bounds_one_symbol(p: Any) -> bool:
 
 def _first_expr(values: list[Any]) -> Any:
     return next((v for v in values if isinstance(v, sympy.Basic)), None)
+
+
+def _first_value(values: list[Any]) -> Any:
+    """The first SymPy value, a matrix included (which is no ``sympy.Basic``)."""
+    return next((v for v in values if isinstance(v, sympy.Basic | sympy.MatrixBase)), None)
 
 
 def _multiples(g: sympy.Eq, p: sympy.Eq) -> bool:

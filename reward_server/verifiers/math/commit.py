@@ -29,6 +29,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from reward_server.verifiers.math.blocks import (
+    OPEN_ANSWER,
+    after_reasoning,
+    answer_span,
+    without_code,
+)
 from reward_server.verifiers.math.extract import (
     _EMPTY_BOX,
     Answer,
@@ -44,8 +50,8 @@ from reward_server.verifiers.math.extract import (
 )
 
 ThinkMode = Literal["strip", "keep"]
-Marker = Literal["boxed", "final_answer", "hashes", "bold"]
-MARKERS: tuple[Marker, ...] = ("boxed", "final_answer", "hashes", "bold")
+Marker = Literal["answer_tag", "boxed", "final_answer", "hashes", "bold"]
+MARKERS: tuple[Marker, ...] = ("answer_tag", "boxed", "final_answer", "hashes", "bold")
 
 NO_ANSWER = "no answer found (box, 'final answer is', '####', 'answer:', $…$ or a number)"
 NO_BOX = "no boxed answer (extract: 'boxed')"
@@ -55,6 +61,8 @@ CUT_MID_SENTENCE = ("the text stops mid-sentence and marks no answer: its last n
 TWO_READINGS = "two different answers under two readings (otherwise, alternatively, if …)"
 HEDGED = "the answering sentence hedges between several values"
 LAST_BOX_OPEN = "the last box never closes: the answer was cut off"
+ANSWER_OPEN = "the <answer> tag never closes: the answer was cut off"
+NEGATED_BOX = "the box is negated ('the answer is not \\boxed{9}'): no answer"
 TRUNCATED = ("cut off at the length limit (truncated), and no marked answer closes before "
              "the cut")
 
@@ -68,51 +76,12 @@ class NoCommitment:
     status: Literal["no_answer", "ok"] = "no_answer"
 
 
-# --- 1. the reasoning block ----------------------------------------------------------------
+# --- 1-2. reasoning blocks, code and tool output (blocks.py) ----------------------------------
 
 def after_thinking(response: str, think: ThinkMode) -> str | None:
-    """The text after the last ``</think>``; the whole text when there is no reasoning
-    block (templates that open ``<think>`` in the prompt leave only its close in the
-    completion); None when a ``<think>`` never closes."""
-    if think == "keep":
-        return response
-    close = response.rfind("</think>")
-    if close >= 0:
-        return response[close + len("</think>"):]
-    return None if "<think>" in response else response
-
-
-# --- 2. code and tool output ---------------------------------------------------------------
-
-# (opener, closer): what a program or a tool says is no statement of the model's
-_BLOCKS = (("```", "```"), ("<tool_call>", "</tool_call>"),
-           ("<tool_response>", "</tool_response>"), ("<code>", "</code>"),
-           ("<output>", "</output>"), ("<interpreter>", "</interpreter>"))
-
-
-def without_code(text: str) -> str:
-    """``text`` with code blocks and tool output cut out (an unclosed one to the end), each
-    left as a paragraph break so that no list or sentence joins across it. One ``find``
-    per block edge: linear."""
-    if "```" not in text and "<" not in text:
-        return text
-    for opener, closer in _BLOCKS:
-        if opener not in text:
-            continue
-        pieces, at = [], 0
-        while True:
-            start = text.find(opener, at)
-            if start < 0:
-                pieces.append(text[at:])
-                break
-            pieces.append(text[at:start])
-            end = text.find(closer, start + len(opener))
-            if end < 0:
-                break
-            pieces.append("\n\n")
-            at = end + len(closer)
-        text = "".join(pieces)
-    return text
+    """The text after the last reasoning block (``blocks.after_reasoning``); the whole text
+    for ``think="keep"``; None when a reasoning block never closes."""
+    return response if think == "keep" else after_reasoning(response)
 
 
 # --- 3. how the text ends ------------------------------------------------------------------
@@ -122,7 +91,7 @@ _TEMPLATE_TAIL = re.compile(r"(?:\s|<\|[a-z_]{1,20}\|>(?:user|assistant|system)?
 # what a finished text may end with: a sentence mark, a closed math span or bracket, a
 # number (with a currency or unit sign), or a number and up to two words of unit
 _ENDS_COMPLETE = re.compile(
-    r"(?:[.!?…)\]}$%€£°²³*]|\\\)|\\\]|\d"
+    r"(?:[.!?…)\]}$%€£°²³*。！？．]|\\\)|\\\]|\d"
     r"|[\d$}][ \t]*[A-Za-z²³/]{1,12}(?:[ \t]+[A-Za-z]{1,12})?)\Z")
 _FUNCTION_WORDS = {"and", "then", "so", "but", "or", "the", "a", "an", "to", "of", "we",
                    "is", "are", "by", "with", "which", "that", "for", "in", "on", "it", "this",
@@ -198,7 +167,9 @@ def _as_latex(content: str) -> str:
 _ALTERNATIVE = re.compile(
     r"\b(?:otherwise|alternatively|alternately|on the other hand|depending|either|"
     r"or if|if instead|if,? however|another (?:reading|interpretation|case)|"
-    r"(?:other|second|alternative) (?:reading|interpretation|case)|in case)\b", re.IGNORECASE)
+    r"(?:other|second|alternative) (?:reading|interpretation|case)|in case)\b"
+    r"|\bcase\s*\(?(?:\d{1,3}|[a-d]|[ivx]{1,4})(?![a-z\d])",  # "Case 1: … Case 2: …"
+    re.IGNORECASE)
 _CONDITION = re.compile(r"\b(?:if|when|assuming|suppose|for)\b", re.IGNORECASE)
 
 
@@ -217,20 +188,26 @@ _VALUE = re.compile(r"(?<![\w.])-?\d+(?:[.,]\d+)*(?![\w])|\$[^$\n\d]{0,40}\d[^$\
 _HEDGE = re.compile(
     r"\b(?:though|although|alternatively|otherwise|perhaps|maybe|possibly|either|unsure"
     r"|not sure|defensible|arguably|depending|or)\b", re.IGNORECASE)
-_ANCHOR = re.compile(r"answer\b[^\n.]{0,40}?(?:\bis\b|:)", re.IGNORECASE)
-_SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
+# "the answer is", "Answer:", "the correct option is", "答案是": a statement of the answer
+_ANCHOR = re.compile(r"(?:answer|option|choice)\b[^\n.]{0,40}?(?:\bis\b|:)"
+                     r"|答案[^\n。]{0,10}?(?:是|为|為|：|:)", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.!?](?:\s|$)|[。！？]|\n")
 
 
-def answering_sentence(text: str) -> tuple[str, bool, bool]:
+def answering_sentence(text: str, cut: bool = False) -> tuple[str, bool, bool]:
     """The sentence that answers: the last "answer is" / "answer:" statement's, else the
     last sentence of the text; whether it is a statement, and whether it ends before the
-    text does."""
+    text does. ``cut``: the text was cut off, so a "." that ends the text right after a
+    digit ends nothing (it may be the decimal point of 7.5)."""
     tail = without_template_tail(text[-2000:])
     anchor = None
     for anchor in _ANCHOR.finditer(tail):  # noqa: B007 - the last one
         pass
     if anchor is not None:
         end = _SENTENCE_END.search(tail, anchor.end())
+        if (cut and end is not None and end.end() == len(tail) and tail[end.start()] == "."
+                and tail[end.start() - 1].isdigit()):
+            end = None
         return tail[anchor.start(): end.start() if end else len(tail)], True, end is not None
     stripped = tail.rstrip().rstrip(".!?")
     start = 0
@@ -272,32 +249,69 @@ def rewrite_prose(text: str) -> str:
     return text
 
 
-_NEGATED = re.compile(r"(?:\bnot|n't|\bnever|\bno)\s+(?:be\s+|equal\s+(?:to\s+)?|exactly\s+)?"
-                      r"[$(\\]{0,3}\Z", re.IGNORECASE)
+# what negates the value right after it: "not", "not quite", "cannot be", "anything but"
+_NEGATION = (r"(?:\bnot|n't|\bnever|\bcannot|\banything\s+but|\bother\s+than|\brather\s+than"
+             r"|\binstead\s+of)\s+(?:(?:be|quite|simply|just|merely|really|necessarily|exactly"
+             r"|equal|to|possibly|actually|always)\s+){0,3}")
+_NEGATED = re.compile(r"(?:" + _NEGATION + r"|\bno\s+)[$(\\]{0,3}\Z", re.IGNORECASE)
+_NEGATED_BOX = re.compile(_NEGATION + r"(?:\$\$?|\\[(\[])?\s*\Z", re.IGNORECASE)
 
 
 def negated(text: str, at: int) -> bool:
     """Whether the value that starts at ``at`` in ``text`` is negated ("… is not 9")."""
-    return _NEGATED.search(text[max(0, at - 40): at]) is not None
+    return _NEGATED.search(text[max(0, at - 60): at]) is not None
 
 
 # --- the rules in order ----------------------------------------------------------------------
 
 def committed_answer(response: str, mode: ExtractMode = "auto", think: ThinkMode = "strip",
-                     markers: Sequence[Marker] = MARKERS, truncated: bool = False
+                     markers: Sequence[Marker] = MARKERS, truncated: bool | None = None
                      ) -> Answer | NoCommitment:
     """The answer ``response`` commits to, or why it commits to none (the module's rules).
 
-    ``truncated``: the completion was cut off by the length limit (the trainer knows): only
-    a marked answer that closes before the cut counts, never the prose around the cut."""
+    ``truncated``: True, the completion was cut off by the length limit (the trainer
+    knows): only a marked answer that closes before the cut counts, never the prose around
+    the cut. False: it was not (it ended where the model stopped), so the ends-as-a-sentence
+    rule, which guesses at a cut, is off. None (not said): that rule guesses."""
     text = after_thinking(response, think)
     if text is None:
         return NoCommitment(NEVER_CLOSED)
-    answer = _read(without_code(text), mode, markers, truncated)
+    text = without_code(text)
+    answer = None
+    if "answer_tag" in markers and OPEN_ANSWER in text:
+        answer = _tagged(text, mode, markers)
+    if answer is None:
+        answer = _read(text, mode, markers, truncated)
     return answer if isinstance(answer, NoCommitment) else with_unicode_math(answer)
 
 
-def _read(text: str, mode: ExtractMode, markers: Sequence[Marker], truncated: bool
+def _tagged(text: str, mode: ExtractMode, markers: Sequence[Marker]
+            ) -> Answer | NoCommitment | None:
+    """The answer of the last ``<answer>…</answer>`` span, an explicit marker as a box is
+    (its close proves it was not cut); None when there is none, or a box follows it (the
+    last marker wins). A box inside it is the answer; else its content, as LaTeX when it
+    is short (``72``, ``$\\frac12$``, ``x = 5``), as prose math-verify reads otherwise."""
+    span = answer_span(text)
+    if span is False:
+        return NoCommitment(ANSWER_OPEN)
+    if span is None or isinstance(span, bool):
+        return None
+    end, content = span
+    if "boxed" in markers and ("\\boxed" in text[end:] or "\\fbox" in text[end:]):
+        return None
+    if "boxed" in markers and ("\\boxed" in content or "\\fbox" in content):
+        return _read(content, "boxed", markers, False)
+    if mode == "boxed":
+        return NoCommitment(NO_BOX)
+    content = content.strip().rstrip(".").strip()
+    if not content:
+        return NoCommitment(NO_ANSWER)
+    if len(_MATH_SPAN.sub("x", content).split()) <= 4:
+        return Answer((_as_latex(content),))
+    return Answer((rewrite_prose(content),), kind="marked" if mode == "marked" else "text")
+
+
+def _read(text: str, mode: ExtractMode, markers: Sequence[Marker], truncated: bool | None
           ) -> Answer | NoCommitment:
     boxes, cut_off = _boxes_from_end(text) if "boxed" in markers else ([], False)
     minerva = _minerva(text) if mode != "boxed" and "final_answer" in markers else None
@@ -307,6 +321,8 @@ def _read(text: str, mode: ExtractMode, markers: Sequence[Marker], truncated: bo
         items = _box_group(text, boxes)
         if _boxes_disagree(text, boxes, items):
             return NoCommitment(TWO_READINGS, "ok")
+        if _NEGATED_BOX.search(text[max(0, boxes[0].start - 60): boxes[0].start]):
+            return NoCommitment(NEGATED_BOX, "ok")
         wide = _box_group(text, boxes, wide=True)
         return Answer(items, wide=wide if wide != items else None)
     if minerva is not None:
@@ -322,20 +338,27 @@ def _read(text: str, mode: ExtractMode, markers: Sequence[Marker], truncated: bo
         return Answer((hashes,))
     bold = bold_final_line(text) if "bold" in markers and "**" in text else None
     if bold is not None:
+        if truncated and _OPEN_AFTER_BOLD.search(text[text.rfind("**") + 2:]):
+            return NoCommitment(TRUNCATED)  # "**Final Answer:** 7" at the cut: maybe 72
         return Answer(bold)
     tail = _tail(text)
     if "\\boxed" in tail or "\\fbox" in tail:  # an echoed "\boxed{}" is no answer
         tail = _EMPTY_BOX.sub("", tail)
     if not tail.strip():
         return NoCommitment(NO_ANSWER)
-    sentence, anchored, closed = answering_sentence(tail)
+    sentence, anchored, closed = answering_sentence(tail, cut=bool(truncated))
     # "Answer: C" ends the text and states it; "The answer is 7, because when we" was cut
     stated = anchored and (closed or len(sentence.split()) <= 4)
     if truncated and not (anchored and closed):
         return NoCommitment(TRUNCATED)
-    if mode != "marked" and not stated and not ends_complete(tail):
+    if (mode != "marked" and truncated is None and not stated
+            and not ends_complete(tail)):
         return NoCommitment(CUT_MID_SENTENCE)
     return Answer((rewrite_prose(tail).strip(),), kind="marked" if mode == "marked" else "text")
+
+
+# after a bolded final line's last "**": a value still being written (not only punctuation)
+_OPEN_AFTER_BOLD = re.compile(r"[^\s.!?。*]")
 
 
 def _boxes_disagree(text: str, boxes: list[_Box], items: tuple[str, ...]) -> bool:

@@ -63,9 +63,12 @@ def _approximates(parse: Parse, exact_text: str, decimal_text: str) -> bool:
     return _constant(exact) and rounds_to(exact, decimal.group(1))
 
 
-def exact_before_approximation(answer: str, parse: Parse) -> str | None:
+def exact_before_approximation(answer: str, parse: Parse, decimal_side: bool = False
+                               ) -> str | None:
     """``3\\sqrt{2} \\approx 4.24`` -> ``3\\sqrt{2}``, when the decimal is the exact value
-    rounded (or cut) to its places; None otherwise (``3 \\approx 4`` stays a relation)."""
+    rounded (or cut) to its places; None otherwise (``3 \\approx 4`` stays a relation).
+    ``decimal_side``: the decimal instead (``4.24``), for a reference that is itself a
+    rounded decimal: the answer's rounding is what compares with it."""
     sides = _APPROX.split(answer)
     if len(sides) != 2:
         return None
@@ -75,7 +78,8 @@ def exact_before_approximation(answer: str, parse: Parse) -> str | None:
         name, _, exact = exact.rpartition("=")
     if not _approximates(parse, exact, decimal):
         return None
-    return (name + "= " + exact.strip()) if name is not None else exact.strip()
+    side = decimal if decimal_side else exact
+    return (name + "= " + side.strip()) if name is not None else side.strip()
 
 
 def equal_alternatives(answer: str, parse: Parse) -> str | None:
@@ -166,15 +170,21 @@ def written_forms(answer: str) -> list[str]:
     return [form for form in forms if form and form != answer]
 
 
-def one_form(answer: Answer, several: bool, parse: Parse) -> Answer:
-    """``answer`` as the one form to compare (the rules above), or as it is."""
+def one_form(answer: Answer, several: bool, parse: Parse, decimal_gold: bool = False
+             ) -> Answer:
+    """``answer`` as the one form to compare (the rules above), or as it is.
+    ``decimal_gold``: the reference is a decimal (rounded), so of an exact value and its
+    rounding the rounding is compared (``\\frac23 \\approx 0.67`` against ``0.67``)."""
     if answer.kind != "latex" or len(answer.items) != 1:
         return answer
     text = answer.items[0]
     if several:
         both = plus_minus(text)
         return Answer(both) if both else answer
-    for rule in (exact_before_approximation, equal_alternatives, last_side_of_identity):
+    form = exact_before_approximation(text, parse, decimal_gold)
+    if form is not None:
+        return Answer((form,))
+    for rule in (equal_alternatives, last_side_of_identity):
         form = rule(text, parse)
         if form is not None:
             return Answer((form,))
