@@ -300,7 +300,69 @@ DECIMALS += [
     ("decimal", "\\boxed{x = 0.333}", "\\frac13", {"tolerance": 1e-2}, True, "ok"),
 ]
 
-ROWS: list[Row] = (THINK + HEDGES + NEGATION + NO_COMMITMENT + TRAILING + EQUIVALENT + DECIMALS
+THINK += [
+    # the other reasoning formats are blocks too: a box in the draft is no answer
+    ("think", "<thinking>\nSo \\boxed{7}? No, I missed one.\n</thinking>\nThe answer is 8.", "8", {},
+     True, "ok"),
+    ("think", "<thinking>\nSo \\boxed{7}? No, I missed one.\n</thinking>\nThe answer is 8.", "7", {},
+     False, "ok"),
+    ("think", "[THINK]So \\boxed{7}? No, I missed one.[/THINK]\nThe answer is 8.", "8", {}, True,
+     "ok"),
+    ("think", "<|channel|>analysis<|message|>So \\boxed{7}? No: 8.<|end|><|start|>assistant"
+     "<|channel|>final<|message|>The answer is 8.<|return|>", "8", {}, True, "ok"),
+    ("think", "<|channel|>analysis<|message|>So \\boxed{7}? No: 8.<|end|>", "7", {}, False,
+     "no_answer"),
+    ("think", "<thinking>\nSo it is \\boxed{7}", "7", {}, False, "no_answer"),
+]
+
+NO_COMMITMENT += [
+    ("code", "~~~python\nprint(7)  # \\boxed{7}\n~~~\nThe answer is 8.", "8", {}, True, "ok"),
+    ("code", "~~~python\nprint(7)  # \\boxed{7}\n~~~\nThe answer is 8.", "7", {}, False, "ok"),
+]
+
+NEGATION += [
+    # the negated value is looked for where the answer is stated, as written
+    ("negation", "The answer is not 9. I double-checked all 9 cases.", "9", {}, False, "ok"),
+    ("negation", "The answer is not 1,000.", "1000", {}, False, "ok"),
+    ("negation", "The answer is not quite 9.", "9", {}, False, "ok"),
+    ("negation", "The answer is not simply 9.", "9", {}, False, "ok"),
+    ("negation", "The answer is anything but 9.", "9", {}, False, "ok"),
+    ("negation", "The answer is other than 9.", "9", {}, False, "ok"),
+    ("negation", "The answer cannot be 9.", "9", {}, False, "ok"),
+    ("negation", "The answer is not \\boxed{9}.", "9", {}, False, "ok"),
+    ("negation", "The answer is 1,000, not 999.", "1000", {}, True, "ok"),
+    ("negation", "It is not 9 but \\boxed{11}.", "11", {}, True, "ok"),
+]
+
+UNIT_WORDS = ["hundredths", "thousandths", "millionths", "billionth", "below zero", "negative",
+              "minus", "doubled", "tripled", "thrice", "to the power of two", "factorial",
+              "grand", "lakh"]
+WORDS: list[Row] = [
+    # a word that changes the value is no unit
+    *[("words", f"\\boxed{{5 \\text{{ {word}}}}}", "5", {}, False, "ok") for word in UNIT_WORDS],
+    ("words", "\\boxed{2 \\text{ quarters}}", "2", {}, False, "ok"),
+    ("words", "\\boxed{3 \\text{ halves}}", "3", {}, False, "ok"),
+    ("words", "\\boxed{4 \\text{ score}}", "4", {}, False, "ok"),
+    ("words", "\\boxed{5 \\text{ apples}}", "5", {}, True, "ok"),
+    # in prose too; a scale word scales, as in a box
+    ("words", "The answer is 5 thousand.", "5", {}, False, "ok"),
+    ("words", "The answer is 5 thousand.", "5000", {}, True, "ok"),
+    ("words", "The answer is 2 squared.", "2", {}, False, "ok"),
+    ("words", "The answer is 3 dozen.", "3", {}, False, "ok"),
+    ("words", "The answer is 5 times 4.", "5", {}, False, "ok"),
+    ("words", "The answer is 5 apples.", "5", {}, True, "ok"),
+    ("words", "The answer is 28 percent.", "28", {}, True, "ok"),
+]
+
+HEDGES += [
+    # two values in one box, or one box per case: a list, not one answer
+    ("hedge", "\\boxed{3 \\text{, } 4}", "4", {}, False, "ok"),
+    ("hedge", "\\boxed{3 \\hspace{1em} 4}", "4", {}, False, "ok"),
+    ("hedge", "Case 1: $n$ even, \\boxed{3}. Case 2: $n$ odd, \\boxed{4}.", "4", {}, False, "ok"),
+    ("hedge", "Case 1: $n$ even, \\boxed{3}. Case 2: $n$ odd, \\boxed{4}.", "3", {}, False, "ok"),
+]
+
+ROWS: list[Row] = (WORDS + THINK + HEDGES + NEGATION + NO_COMMITMENT + TRAILING + EQUIVALENT + DECIMALS
                    + TRUNCATED + MARKERS + ANSWER_TAG + ENDINGS + MENTIONS)
 ITEMS = [{"response": r, "answer": a, **extra} for _, r, a, extra, _, _ in ROWS]
 

@@ -29,11 +29,12 @@ from latex2sympy2_extended.latex2sympy2 import convert_to_pct
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
 from reward_server.verifiers.math import fast_parse
-from reward_server.verifiers.math.commit import HEDGED, answering_sentence, hedges, negated
+from reward_server.verifiers.math.commit import HEDGED, answering_sentence, hedges
 from reward_server.verifiers.math.decimals import APPROXIMATED, decimal_verdict
 from reward_server.verifiers.math.extract import Answer
 from reward_server.verifiers.math.forms import one_form, union_of_inequalities
 from reward_server.verifiers.math.guards import (
+    TEXT_SEPARATOR,
     computation,
     hedged_words,
     join_groups,
@@ -53,10 +54,12 @@ from reward_server.verifiers.math.numbers import (
     parse_number,
     restated_division,
 )
+from reward_server.verifiers.math.prose import multiplied_read, negated_read, scaled_read
 from reward_server.verifiers.math.verdict import Verdict
 
 UNDONE = "arithmetic on numbers left undone: an answer states the value, not the sum"
 NEGATED = "a negated candidate ('not 9') is no answer"
+MULTIPLIED = "a word after the number changes its value ('2 squared', '3 dozen', '5 times 4')"
 UNSOLVED = "an equation left unsolved: the reference states the unknown's value"
 
 # the suite's own configuration: a box is read before any other LaTeX
@@ -150,6 +153,12 @@ def check(pred: Answer, gold: Answer, tolerance: float, exact_tolerance: float =
     if not pred_values:
         return Verdict(False, "no_answer", "no answer found in the response")
     read = str(pred_values[-1])[:200] if pred.kind != "latex" else None
+    scaled = scaled_read(pred.items[0], read) if read else None
+    number = parse_number(scaled) if scaled else None
+    if number is not None:  # "The answer is 5 thousand.": 5000, as the boxed form reads
+        value = number.value
+        written = str(value.numerator) if value.denominator == 1 else str(float(value))
+        return check(Answer((written,)), gold, tolerance, exact_tolerance)
     correct = _layers(gold_values, pred_values, tolerance, exact_tolerance)
     if correct is None:  # "x = 0.333333", "(0.333333, 0.5)" for an exact reference
         correct = decimal_verdict(_first_value(gold_values), _first_value(pred_values),
@@ -186,6 +195,8 @@ def _guarded(pred: Answer, gold: Answer, gold_values: list[Any], pred_values: li
             return HEDGED  # "I think it is 8, though 10 would also be defensible"
         if negated_read(pred.items[0], read):
             return NEGATED
+        if multiplied_read(pred.items[0], read, gold.text):
+            return MULTIPLIED  # "The answer is 2 squared." read as 2
         if offers_several(pred.items[0], read):
             return "several candidate answers offered for one"
         equation = stated_equation(pred.items[0], read) if value else None
@@ -194,6 +205,8 @@ def _guarded(pred: Answer, gold: Answer, gold_values: list[Any], pred_values: li
         why = relation_for_value(read) if value else None
         return None if why and _true_chain(read) else why
     answer = pred.text
+    if TEXT_SEPARATOR.search(answer) and not TEXT_SEPARATOR.search(gold.text):
+        return "several candidate answers offered for one"  # "3 \\text{, } 4" read as 4
     if hedged_words(answer, gold.text):
         return "the answer hedges or qualifies itself in words"
     if side_by_side(answer) and not side_by_side(gold.text):
@@ -206,13 +219,6 @@ def _guarded(pred: Answer, gold: Answer, gold_values: list[Any], pred_values: li
     if mine is not None and theirs is not None and mine.lower() != theirs.lower():
         return "a different sequence of letters (their order matters)"
     return None
-
-
-def negated_read(text: str, read: str) -> bool:
-    """Whether the value math-verify read from prose is negated where it stands ("The
-    answer is not 9.")."""
-    at = text.rfind(read)
-    return at >= 0 and negated(text, at)
 
 
 def _number_of(expr: Any) -> Any:

@@ -49,12 +49,12 @@ def offers_several(text: str, read: str) -> bool:
     if anchor is not None:
         end = _SENTENCE_END.search(text, anchor.end())
         sentence = text[anchor.end() : end.start() if end else len(text)]
-        at = _mentions(sentence, read)
+        at = mentions(sentence, read)
         if at >= 0:  # more math after the value read ("3 = 4", "3 \\cdot 4"): not what it says
             rest = _COMMAND.sub(" ", sentence[at + len(read) :])
             return (_HEDGED.search(sentence) is not None or _MORE_MATH.match(rest) is not None
                     or part_of_run(sentence, at, at + len(read)))
-    start = _mentions(text, read)
+    start = mentions(text, read)
     if start < 0:
         return False
     end = start + len(read)
@@ -72,7 +72,7 @@ def stated_equation(text: str, read: str) -> str | None:
         return None
     end = _SENTENCE_END.search(text, anchor.end())
     sentence = text[anchor.end() : end.start() if end else len(text)]
-    at = _mentions(sentence, read)
+    at = mentions(sentence, read)
     if at < 0:
         return None
     before = sentence[:at].strip().strip("$")
@@ -84,7 +84,7 @@ def stated_equation(text: str, read: str) -> str | None:
 _EQUATED = re.compile(r"\d[^A-Za-z=]*=\s*$")
 
 
-def _mentions(text: str, read: str) -> int:
+def mentions(text: str, read: str) -> int:
     """Where ``read`` last stands on its own in ``text`` (not inside a longer number)."""
     start = text.rfind(read)
     while start >= 0:
@@ -101,7 +101,7 @@ def _mentions(text: str, read: str) -> int:
 # reads "7 7 7" as 21 and "12 345" as 357, and a plain reading as 777. A thousands
 # grouping ("12 345", "1\\,000 000": three digits in each group after the first) is one
 # number; any other run is several numbers, so no one value.
-_GAP = r"(?:[ \t~]|\\[,;:! ]|\\q?quad(?![a-zA-Z]))+"
+_GAP = r"(?:[ \t~]|\\[,;:! ]|\\q?quad(?![a-zA-Z])|\\[hk]space\*?\s*\{[^{}\n]{0,20}\})+"
 # possessive: no gap starts with a digit, so giving digits back never helps, and on a
 # megabyte of digits it cost a backtracking step each (one long regex call)
 _NUMERAL = r"\d++(?:\.\d++)?"
@@ -113,7 +113,7 @@ _GROUPED = re.compile(r"\d{1,3}(?:" + _GAP + r"\d{3})+(?:\.\d+)?")
 def side_by_side(text: str) -> bool:
     """Whether ``text`` sets numbers side by side with only spacing between them, other
     than as thousands groups (``7 7 7``, ``2 \\quad 3``; not ``12 345`` or ``1\\,000``)."""
-    return any(not _GROUPED.fullmatch(run.group()) or "quad" in run.group()
+    return any(not _GROUPED.fullmatch(run.group()) or _WIDE_GAP.search(run.group())
                for run in _DIGIT_RUN.finditer(text))
 
 
@@ -123,8 +123,14 @@ def join_groups(text: str) -> str:
     if not any(c in text for c in " \t~\\"):
         return text
     return _DIGIT_RUN.sub(lambda m: re.sub(_GAP, "", m.group())
-                          if _GROUPED.fullmatch(m.group()) and "quad" not in m.group()
+                          if _GROUPED.fullmatch(m.group()) and not _WIDE_GAP.search(m.group())
                           else m.group(), text)
+
+
+# a gap no one writes inside a number: it sets two numbers apart
+_WIDE_GAP = re.compile(r"quad|[hk]space")
+# "3 \text{, } 4": a separator written as text, between two values: a list
+TEXT_SEPARATOR = re.compile(r"\\(?:text|mbox|textrm|mathrm)\s*\{\s*[,;]\s*\}")
 
 
 def part_of_run(text: str, start: int, end: int) -> bool:
@@ -137,12 +143,18 @@ def part_of_run(text: str, start: int, end: int) -> bool:
 
 
 # A stated answer that hedges or disowns itself in words: "5 \text{ or six}",
-# "3 \text{ (wrong)}", "5 \text{ is not the answer}", "#### 3 (or 4)"; and number words that
-# multiply ("5 \text{ thousand}"), which a unit rule would drop.
+# "3 \text{ (wrong)}", "5 \text{ is not the answer}", "#### 3 (or 4)"; and words that change
+# the number's value ("5 \text{ thousand}", "5 \text{ thousandths}", "5 \text{ below zero}",
+# "2 \text{ squared}", "4 \text{ score}"), which a unit rule would drop.
+MULTIPLIER_WORDS = (
+    r"thousandths?|millionths?|billionths?|trillionths?|hundredths?|tenths?"
+    r"|thousands?|millions?|billions?|trillions?|hundreds?|dozens?|tens|score|grand"
+    r"|lakhs?|crores?|half|halves|quarters?|thirds|twice|thrice|doubled?|tripled?"
+    r"|quadrupled?|times|squared|cubed|power|factorial|negative|minus|below|plus"
+)
 _WORD_HEDGE = re.compile(
-    r"(?<![\\\w])(?:or|maybe|perhaps|possibly|not|wrong|incorrect|either|nor|unless|except"
-    r"|thousands?|millions?|billions?|trillions?|hundreds?|dozens?|tens|half|quarter"
-    r"|times|twice|squared|cubed)\b",
+    r"(?<![\\\w])(?:or|maybe|perhaps|possibly|not|wrong|incorrect|either|nor|unless|except|"
+    + MULTIPLIER_WORDS + r")\b",
     re.IGNORECASE,
 )
 
