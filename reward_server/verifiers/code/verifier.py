@@ -19,6 +19,7 @@ from reward_server import metrics
 from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
 from reward_server.verifiers.base import Verifier
 from reward_server.verifiers.code.extract import extract_code
+from reward_server.verifiers.code.formats import program_of
 from reward_server.verifiers.code.schemas import CodeItem, CodeResult, CodeTestResult
 from reward_server.verifiers.code.settings import SandboxSettings
 from sandbox import Execution, ExecutionResult, Sandbox, SandboxUnavailable, TestResult
@@ -70,7 +71,7 @@ class CodeVerifier(Verifier):
     async def _verify_one(self, item: CodeItem) -> CodeResult:
         started = time.perf_counter()
         source = extract_code(item.response)
-        execution = replace(item.execution, source=source)
+        execution = replace(item.execution, **program_of(item, source))
         if not source.strip():
             result = CodeResult(score=0.0, passed=0, total=execution.test_count, status=NO_CODE,
                                 detail="the response contains no code")
