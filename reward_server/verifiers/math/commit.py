@@ -257,6 +257,13 @@ _NEGATED = re.compile(r"(?:" + _NEGATION + r"|\bno\s+)[$(\\]{0,3}\Z", re.IGNOREC
 _NEGATED_BOX = re.compile(_NEGATION + r"(?:\$\$?|\\[(\[])?\s*\Z", re.IGNORECASE)
 
 
+def _negated_box(before: str) -> bool:
+    """Whether the text just before a box negates it ("the answer is not \\boxed{9}")."""
+    lower = before.lower()  # a plain box pays no regex search: the words are looked for first
+    return any(word in lower for word in ("not", "n't", "never", "but", "than", "instead")) and (
+        _NEGATED_BOX.search(before) is not None)
+
+
 def negated(text: str, at: int) -> bool:
     """Whether the value that starts at ``at`` in ``text`` is negated ("… is not 9")."""
     return _NEGATED.search(text[max(0, at - 60): at]) is not None
@@ -321,7 +328,7 @@ def _read(text: str, mode: ExtractMode, markers: Sequence[Marker], truncated: bo
         items = _box_group(text, boxes)
         if _boxes_disagree(text, boxes, items):
             return NoCommitment(TWO_READINGS, "ok")
-        if _NEGATED_BOX.search(text[max(0, boxes[0].start - 60): boxes[0].start]):
+        if _negated_box(text[max(0, boxes[0].start - 60): boxes[0].start]):
             return NoCommitment(NEGATED_BOX, "ok")
         wide = _box_group(text, boxes, wide=True)
         return Answer(items, wide=wide if wide != items else None)
