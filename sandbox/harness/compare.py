@@ -13,10 +13,13 @@ A stdin/stdout item names its dataset's comparison (``compare``, one of ``MODES`
 - ``lcb``: LiveCodeBench's ``grade_stdio``: the whole output stripped, then each line stripped,
   as many lines, each equal or its tokens equal as ``Decimal`` values (``1.0`` is ``1``).
 
-In every mode two integer tokens compare exactly, by value, at any length: a tolerance is for
-decimals (``1000000000001`` is not ``1000000000000`` at 1e-6; ``007`` is ``7``). A decimal
-against an integer is a real answer the jury printed without a point (C++'s ``cout`` prints
-2.0 as ``2``): within the tolerance, as testlib's real-number checkers read it.
+Where numbers compare by value (a tolerance, ``apps``' numeric lines, ``lcb``), an expected
+integer is exact at any length: a
+printed token whose value is an integer is compared with it exactly, however written
+(``1000000000001``, ``1000000000001.0`` and ``1.000001e12`` are not ``1000000000000`` at 1e-6;
+``007`` is ``7``). A printed decimal with a fraction against an integer is a real answer the
+jury printed without a point (C++'s ``cout`` prints 2.0 as ``2``): within the tolerance, as
+testlib's real-number checkers read it.
 
 Outputs may be megabytes (``output_limit_bytes``): the comparisons walk both texts line by line
 and token by token instead of splitting them into lists, so what they hold beside the two texts
@@ -67,9 +70,25 @@ def decimal(token):
         return None
 
 
+def integral(value):
+    """Whether a finite Decimal is an integer (``1e12``, ``5.0``), read from its digits: no
+    context, so no rounding and no exponent too large for one."""
+    _, digits, exponent = value.as_tuple()
+    return isinstance(exponent, int) and (exponent >= 0 or not any(digits[exponent:]))
+
+
+def integer_exact(want, a, b):
+    """None, or the verdict when the expected token ``want`` (value ``a``) is an integer and
+    the printed value ``b`` is integral: the two integers, exactly (a float's ``1e12`` or
+    ``1000000000001.0`` does not pass for ``1000000000000`` by closeness)."""
+    if _INTEGER.fullmatch(want) and integral(b):
+        return a == b
+    return None
+
+
 def tokens_match(want, got, tolerance):
-    """Two tokens: equal; or, under a ``tolerance``, both numbers: two integers equal in value
-    (exactly: the tolerance is for decimals), else within the tolerance."""
+    """Two tokens: equal; or, under a ``tolerance``, both numbers: an expected integer exact
+    against an integral value (``integer_exact``), else within the tolerance."""
     if want == got:
         return True
     if tolerance is None:
@@ -77,8 +96,9 @@ def tokens_match(want, got, tolerance):
     a, b = decimal(want), decimal(got)
     if a is None or b is None:
         return False
-    if _INTEGER.fullmatch(want) and _INTEGER.fullmatch(got):
-        return a == b
+    exact = integer_exact(want, a, b)
+    if exact is not None:
+        return exact
     return math.isclose(float(a), float(b), rel_tol=tolerance, abs_tol=tolerance)
 
 
@@ -113,13 +133,15 @@ def apps_match(expected, actual):
 
 def apps_numbers_close(want, got):
     """One line each, each one number: APPS's ``np.allclose`` rule, |got - want| <= atol +
-    rtol * |want|, except that two integers compare exactly (verl's copy of APPS's harness
-    skips the float comparison for integers too)."""
+    rtol * |want|, except that an expected integer is exact against an integral value
+    (``integer_exact``; verl's copy of APPS's harness skips the float comparison for two
+    integers)."""
     a, b = decimal(want), decimal(got)
     if a is None or b is None:
         return False
-    if _INTEGER.fullmatch(want) and _INTEGER.fullmatch(got):
-        return a == b
+    exact = integer_exact(want, a, b)
+    if exact is not None:
+        return exact
     fa, fb = float(a), float(b)
     return abs(fb - fa) <= APPS_ATOL + APPS_RTOL * abs(fa)
 

@@ -25,7 +25,16 @@ from sandbox.harness.compare import MODES, outputs_match
     ("lines", "007 -0 +5", "7 0 5", 1e-6, True),  # by value
     # a decimal against an integer: a real answer printed without a point, so the tolerance
     ("lines", "2", "1.9999999", 1e-6, True),
-    ("lines", "1000000000000", "1000000000001.0", 1e-6, True),
+    # an integral value against an expected integer: exact, however it is written
+    ("lines", "1000000000000", "1000000000001.0", 1e-6, False),
+    ("lines", "1000000000000 0.5", "1.000001e12 0.5", 1e-6, False),
+    ("lines", "123456789012345678901", "1.2345678901234568e+20", 1e-6, False),
+    ("lines", "1000000000000", "1000000000000.0", 1e-6, True),
+    ("lines", "1000000000000", "1e12", 1e-6, True),
+    ("lines", "-0", "0.0", 1e-6, True),
+    ("lines", "5", "5e-999999999", 1e-6, False),  # a fraction, and not within 1e-6
+    ("lines", "5", "1.5e999999999", 1e-6, False),  # integral, huge: no context, no overflow
+    ("lines", "2.0", "2.0000001", 1e-6, True),  # an expected decimal keeps the tolerance
     ("lines", "9" * 5000, "9" * 4999 + "8", 1e-3, False),  # past int()'s 4,300 digits
     ("lines", "nan", "nan", 1e-6, True),
     ("lines", "inf", "1e999", 1e-6, False),  # not a decimal token
@@ -39,6 +48,9 @@ from sandbox.harness.compare import MODES, outputs_match
     ("apps", "0.3333333333", "0.333333", None, True),  # within 1e-5 relative
     ("apps", "0.3333", "0.3334", None, False),
     ("apps", "1000000000000", "1000000000001", None, False),  # allclose passes it; not here
+    ("apps", "1000000000000", "1000000000001.0", None, False),
+    ("apps", "1000000000000", "1.00000000001e12", None, False),
+    ("apps", "7", "7.0", None, True),
     ("apps", "2", "2.00001", None, True),
     ("apps", "1 2 3", "3 2 1", None, False),  # APPS's last resort: sets of tokens; not here
     ("apps", "YES\nNO", "NO\nYES", None, False),
@@ -49,6 +61,7 @@ from sandbox.harness.compare import MODES, outputs_match
     ("lcb", "1\n\n2", "1\n2", None, False),  # as many lines
     ("lcb", "Yes", "yes", None, False),
     ("lcb", "50000000000000000", "50000000000000001", None, False),
+    ("lcb", "1000000000000", "1000000000001.0", None, False),
     ("lcb", "NaN", "nan", None, False),
 ])
 def test_modes(mode: str, expected: str, actual: str, tolerance: float | None,

@@ -335,13 +335,24 @@ def test_apps_and_tokens_modes(code_http: httpx.Client) -> None:
 
 def test_integer_tokens_are_exact_under_a_tolerance(code_http: httpx.Client) -> None:
     """``tolerance`` 1e-6 is for decimals: an integer off by one fails at any size (as an
-    abs-or-rel rule it passed); a decimal within it passes."""
+    abs-or-rel rule it passed), and so does one printed as a decimal (``1.000001e12``, off by
+    10^6, passed); a decimal within it passes, and so does the integer printed as ``.0``. The
+    same in ``apps``, whose np.allclose passed a float's print of a 21-digit integer."""
     test = {"input": "", "output": "1000000000000 0.5\n"}
     results = verify(code_http, *({"response": f"print('{out}')", "tests": [test],
                                    "tolerance": 1e-6}
                                   for out in ("1000000000000 0.5000001", "1000000000001 0.5",
-                                              "999999999999 0.5", "1000000000000.0 0.5")))
-    assert [r["score"] for r in results] == [1.0, 0.0, 0.0, 1.0], results
+                                              "999999999999 0.5", "1000000000000.0 0.5",
+                                              "1.000001e12 0.5")))
+    assert [r["score"] for r in results] == [1.0, 0.0, 0.0, 1.0, 0.0], results
+    apps = verify(code_http,
+                  {"response": "print(1000000000001.0)", "compare": "apps",
+                   "tests": [{"input": "", "output": "1000000000000\n"}]},
+                  {"response": "print(float(123456789012345678900))", "compare": "apps",
+                   "tests": [{"input": "", "output": "123456789012345678901\n"}]},
+                  {"response": "print(7.0)", "compare": "apps",
+                   "tests": [{"input": "", "output": "7\n"}]})
+    assert [r["score"] for r in apps] == [0.0, 0.0, 1.0], apps
 
 
 # --- APPS: outputs as lists of lines, bare-string call inputs -----------------------------------

@@ -92,10 +92,12 @@ class CodeItem(ItemBase):
         "'lines' (default: each line's tokens, trailing blank lines ignored), 'tokens' (the "
         "whole output's tokens, line breaks as spaces), 'apps' (APPS's testing_util: lines "
         "stripped, blank ones dropped, or numbers within 1e-5), 'lcb' (LiveCodeBench's "
-        "grade_stdio: lines stripped, tokens equal as decimals). Integers compare exactly.")
+        "grade_stdio: lines stripped, tokens equal as decimals). An expected integer "
+        "compares exactly.")
     tolerance: float | None = Field(
         None, ge=0, description="With compare 'lines' or 'tokens': two decimal tokens within "
-        "it (abs or rel) are equal; an integer token compares exactly.")
+        "it (abs or rel) are equal; an expected integer compares exactly with a printed value "
+        "that is integral (1e12 is 1000000000000, 1.000001e12 is not).")
     time_limit_s: float | None = Field(
         None, gt=0, description="Per test; clamped to the server's maximum.")
     memory_mb: int | None = Field(None, gt=0, description="Clamped to the server's maximum.")
