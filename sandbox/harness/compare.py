@@ -8,8 +8,11 @@ A stdin/stdout item names its dataset's comparison (``compare``, one of ``MODES`
 - ``tokens``: the whole output as one sequence of tokens (testlib's ``wcmp``): line breaks
   are whitespace like any other; ``tolerance`` as above.
 - ``apps``: APPS's ``testing_util.run_test``: every line stripped at both ends, blank lines
-  dropped, the lines equal; or, every line one number, the numbers as close as
-  ``np.allclose`` (relative 1e-5, absolute 1e-8).
+  dropped, each line's whitespace-separated tokens equal (``1\t2`` is ``1 2``); or, every line
+  one number, the numbers as close as ``np.allclose`` (relative 1e-5, absolute 1e-8). APPS
+  reads a line's tokens only in its last resorts, which compare the lines' token *sets* as a
+  set: each line's tokens in order, as here, is the part of those that is not a hack (lines
+  in any order, tokens in any order and lost repeats passed there).
 - ``lcb``: LiveCodeBench's ``grade_stdio``: the whole output stripped, then each line stripped,
   as many lines, each equal or its tokens equal as ``Decimal`` values (``1.0`` is ``1``).
 
@@ -121,10 +124,13 @@ def stripped_lines(text):
 
 
 def apps_match(expected, actual):
-    """``apps``: stripped non-blank lines equal, or each one number and all of them close."""
+    """``apps``: stripped non-blank lines, each one's tokens equal; or each line one number
+    and all of them close."""
     end = object()
-    if all(w == g for w, g in zip_longest(stripped_lines(expected), stripped_lines(actual),
-                                          fillvalue=end)):
+    if all(w is not end and g is not end
+           and (w == g or sequences_match(tokens(w), tokens(g), None))
+           for w, g in zip_longest(stripped_lines(expected), stripped_lines(actual),
+                                   fillvalue=end)):
         return True
     return all(w is not end and g is not end and apps_numbers_close(w, g)
                for w, g in zip_longest(stripped_lines(expected), stripped_lines(actual),

@@ -314,8 +314,9 @@ def test_livecodebench_stdin_row_with_leading_spaces(code_http: httpx.Client) ->
 
 
 def test_apps_and_tokens_modes(code_http: httpx.Client) -> None:
-    """APPS compares numeric lines as np.allclose does (``compare: apps``); testlib's wcmp
-    reads tokens across lines (``compare: tokens``); ``lines`` keeps the line structure."""
+    """APPS compares numeric lines as np.allclose does and other lines by their tokens
+    (``compare: apps``); testlib's wcmp reads tokens across lines (``compare: tokens``);
+    ``lines`` keeps the line structure."""
     third = {"input": "1 3\n", "output": "0.3333333333\n"}
     apps, lines = verify(code_http,
                          {"response": "a, b = map(int, input().split())\nprint(round(a / b, 6))",
@@ -331,6 +332,13 @@ def test_apps_and_tokens_modes(code_http: httpx.Client) -> None:
                              {"response": "print(1)\nprint(2, 3)", "tests": [split]})
     assert tokens["score"] == 1.0, tokens
     assert by_line["score"] == 0.0, by_line
+    # apps reads each line's tokens in order: a tab for a space passes (APPS passes it by its
+    # token sets), tokens out of order do not (they pass APPS's sets)
+    pair = {"input": "", "output": "1 2\n"}
+    tab, swapped = verify(code_http,
+                          {"response": "print('1\\t2')", "tests": [pair], "compare": "apps"},
+                          {"response": "print('2 1')", "tests": [pair], "compare": "apps"})
+    assert (tab["score"], swapped["score"]) == (1.0, 0.0), (tab, swapped)
 
 
 def test_integer_tokens_are_exact_under_a_tolerance(code_http: httpx.Client) -> None:

@@ -91,9 +91,9 @@ class CodeItem(ItemBase):
         None, description="How stdin/stdout outputs compare, as the dataset's grader does: "
         "'lines' (default: each line's tokens, trailing blank lines ignored), 'tokens' (the "
         "whole output's tokens, line breaks as spaces), 'apps' (APPS's testing_util: lines "
-        "stripped, blank ones dropped, or numbers within 1e-5), 'lcb' (LiveCodeBench's "
-        "grade_stdio: lines stripped, tokens equal as decimals). An expected integer "
-        "compares exactly.")
+        "stripped, blank ones dropped, each line's tokens equal, or numbers within 1e-5), "
+        "'lcb' (LiveCodeBench's grade_stdio: lines stripped, tokens equal as decimals). An "
+        "expected integer compares exactly.")
     tolerance: float | None = Field(
         None, ge=0, description="With compare 'lines' or 'tokens': two decimal tokens within "
         "it (abs or rel) are equal; an expected integer compares exactly with a printed value "
