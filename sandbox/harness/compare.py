@@ -16,8 +16,9 @@ A stdin/stdout item names its dataset's comparison (``compare``, one of ``MODES`
 - ``lcb``: LiveCodeBench's ``grade_stdio``: the whole output stripped, then each line stripped,
   as many lines, each equal or its tokens equal as ``Decimal`` values (``1.0`` is ``1``).
 
-Where numbers compare by value (a tolerance, ``apps``' numeric lines, ``lcb``), an expected
-integer is exact at any length: a
+Without a tolerance, ``lines`` and ``tokens`` compare tokens as text, as testlib's ``wcmp``
+does (``007`` is not ``7``, ``1.0`` is not ``1``). Where numbers compare by value (a
+tolerance, ``apps``' numeric lines, ``lcb``), an expected integer is exact at any length: a
 printed token whose value is an integer is compared with it exactly, however written
 (``1000000000001``, ``1000000000001.0`` and ``1.000001e12`` are not ``1000000000000`` at 1e-6;
 ``007`` is ``7``). A printed decimal with a fraction against an integer is a real answer the

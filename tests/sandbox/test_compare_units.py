@@ -20,6 +20,8 @@ from sandbox.harness.compare import MODES, outputs_match
     ("lines", "1\n\n2", "1\n2", None, False),  # a blank line inside counts
     ("lines", "3", "3\n4", None, False),
     ("lines", "0.5", "0.50", None, False),  # no tolerance: text
+    ("lines", "007", "7", None, False),  # as testlib's wcmp: text
+    ("lines", "1", "1.0", None, False),
     ("lines", "0.5", "0.5000001", 1e-6, True),
     ("lines", "1000000000000", "1000000000001", 1e-6, False),  # two integers: exact
     ("lines", "007 -0 +5", "7 0 5", 1e-6, True),  # by value
@@ -42,6 +44,8 @@ from sandbox.harness.compare import MODES, outputs_match
     ("tokens", "1\n2 3", "1 2\n3\n", None, True),
     ("tokens", "1 2", "1 2 3", None, False),
     ("tokens", "1000000000000", "1000000000001", 1e-6, False),
+    ("tokens", "007", "7", None, False),
+    ("tokens", "007 1", "7 1.0", 1e-6, True),  # under a tolerance, by value
     # apps: lines stripped at both ends, blank lines dropped, or numbers np.allclose
     ("apps", "  a b \n\nc\n", "a b\nc", None, True),
     # inside a line, its tokens (APPS's token sets, in order)
@@ -57,6 +61,7 @@ from sandbox.harness.compare import MODES, outputs_match
     ("apps", "1000000000000", "1.00000000001e12", None, False),
     ("apps", "7", "7.0", None, True),
     ("apps", "2", "2.00001", None, True),
+    ("apps", "007", "7", None, True),  # numeric lines by value, as np.allclose
     ("apps", "1 2 3", "3 2 1", None, False),  # APPS's last resort: sets of tokens; not here
     ("apps", "YES\nNO", "NO\nYES", None, False),
     # lcb: whole output stripped, lines stripped, tokens as Decimals
@@ -64,6 +69,7 @@ from sandbox.harness.compare import MODES, outputs_match
     ("lcb", "\n\n6 7\n", "6   7", None, True),
     ("lcb", "1.0 2", "1 2.00", None, True),
     ("lcb", "1\n\n2", "1\n2", None, False),  # as many lines
+    ("lcb", "007", "7", None, True),  # Decimal('007')
     ("lcb", "Yes", "yes", None, False),
     ("lcb", "50000000000000000", "50000000000000001", None, False),
     ("lcb", "1000000000000", "1000000000001.0", None, False),

@@ -363,6 +363,16 @@ def test_integer_tokens_are_exact_under_a_tolerance(code_http: httpx.Client) -> 
     assert [r["score"] for r in apps] == [0.0, 0.0, 1.0], apps
 
 
+def test_leading_zeros_are_text_without_a_tolerance(code_http: httpx.Client) -> None:
+    """``lines`` and ``tokens`` compare text tokens, as testlib's wcmp: ``7`` is not ``007``;
+    under a tolerance, and in ``apps`` and ``lcb``, numbers compare by value."""
+    test = {"input": "", "output": "007\n"}
+    results = verify(code_http, *({"response": "print(7)", "tests": [test], **fields}
+                                  for fields in ({}, {"compare": "tokens"}, {"tolerance": 1e-6},
+                                                 {"compare": "apps"}, {"compare": "lcb"})))
+    assert [r["score"] for r in results] == [0.0, 0.0, 1.0, 1.0, 1.0], results
+
+
 # --- APPS: outputs as lists of lines, bare-string call inputs -----------------------------------
 
 # An APPS standard-input row whose input_output stores each input and output as a list of lines
