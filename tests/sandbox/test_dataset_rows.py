@@ -2,9 +2,9 @@
 real-shaped row per case, in the dataset's own field names (written for the test), each scored
 as the dataset's own grader scores it — sanitized MBPP's ``test_imports`` (and its prose
 ``prompt``), a LeetCodeDataset row (``Solution().method``, its ``prompt``), a body-only
-HumanEval completion, a bare header, starter code and stubs as the prompt, LiveCodeBench,
-APPS and Codeforces outputs under their ``compare`` modes, integers under a tolerance, APPS's
-list-of-lines outputs and bare-string call inputs, and a CodeContests answer over a megabyte.
+HumanEval completion, LiveCodeBench, APPS and Codeforces outputs under their ``compare`` modes,
+integers under a tolerance, leading zeros, APPS's list-of-lines outputs and bare-string call
+inputs, and a CodeContests answer over a megabyte.
 """
 
 from __future__ import annotations
@@ -233,60 +233,6 @@ def test_humaneval_body_only_completions_run_after_the_prompt(code_http: httpx.C
                            item(p32, "    return 0.0\n\ndef poly(xs, x):\n    return 0\n"))
     assert fenced["score"] == 1.0, fenced
     assert cheat["score"] == 0.0, cheat
-
-
-# --- prompts that are not whole code: headers, starter code, stubs -----------------------------
-
-
-def test_a_bare_header_prompt_and_starter_code(code_http: httpx.Client) -> None:
-    """A prompt that does not parse alone, as a bare ``def`` header or LeetCode/LiveCodeBench
-    starter code: a body-only completion continues it (the dataset's harness runs prompt +
-    completion) and a whole function or class stands alone; the tests' setup takes nothing
-    of it (it was null: the setup did not parse)."""
-    header = {"prompt": "def add_one(x):\n", "entry_point": "add_one",
-              "test_code": "def check(candidate):\n    assert candidate(1) == 2\n"
-                           "    assert candidate(-1) == 0\n"}
-    # LiveCodeBench functional: starter code, one JSON argument per line
-    starter = {"prompt": "class Solution:\n    def maxSubArray(self, nums: List[int]) -> int:"
-                         "\n        ",
-               "fn_name": "maxSubArray", "call_input": "lines",
-               "tests": [{"input": "[-2,1,-3,4,-1,2,1,-5,4]", "output": "6"},
-                         {"input": "[5,4,-1,7,8]", "output": "23"}]}
-    body = ("best, cur = nums[0], 0\n        for x in nums:\n"
-            "            cur = max(cur + x, x)\n            best = max(best, cur)\n"
-            "        return best\n")
-    results = verify(
-        code_http, {**header, "response": "    return x + 1\n"},
-        {**header, "response": "```python\ndef add_one(x):\n    return x + 1\n```"},
-        {**header, "response": "    return x\n"},
-        {**starter, "response": body},
-        {**starter, "response": "```python\nclass Solution:\n    def maxSubArray(self, nums):\n"
-                                "        " + body + "```"},
-        {**starter, "response": "return max(nums)\n"})
-    assert [(r["status"], r["score"]) for r in results] == [
-        ("ok", 1.0), ("ok", 1.0), ("ok", 0.0), ("ok", 1.0), ("ok", 1.0), ("ok", 0.0)], results
-
-
-def test_the_prompts_stubs_are_the_solutions(code_http: httpx.Client) -> None:
-    """A stub in the prompt (a docstring-only function) is the solution's to write: tests that
-    name it, with no entry_point (MBPP's test_list, bare asserts) or beside another entry
-    point, call the solution's (they called the stub: 0, and 0.5). The prompt's helper with a
-    body stays the dataset's (HumanEval/32's poly)."""
-    prompt = ('def double(x):\n    """Twice x."""\n\n'
-              'def triple(x):\n    """Three times x."""\n')
-    solution = "```python\ndef double(x):\n    return 2 * x\n\ndef triple(x):\n    return 3 * x\n```"
-    asserts = ["assert double(2) == 4", "assert triple(2) == 6"]
-    helper = {"prompt": "def reference(x):\n    return 2 * x\n\ndef double(x):\n    ...\n",
-              "test_list": ["assert double(3) == reference(3)"]}
-    mbpp, bare, entry, cheat = verify(
-        code_http, {"response": solution, "prompt": prompt, "test_list": asserts},
-        {"response": solution, "prompt": prompt, "test_code": "\n".join(asserts)},
-        {"response": solution, "prompt": prompt, "test_code": "\n".join(asserts),
-         "entry_point": "double"},
-        {**helper, "response": "```python\ndef reference(x):\n    return 0\n\n"
-                               "def double(x):\n    return 0\n```"})
-    assert (mbpp["score"], bare["score"], entry["score"]) == (1.0, 1.0, 1.0), (mbpp, bare, entry)
-    assert cheat["score"] == 0.0, cheat  # the tests' reference is the prompt's
 
 
 # --- stdin/stdout comparison modes --------------------------------------------------------------
