@@ -14,8 +14,8 @@ that codec's wire),
 
 Why the candidate cannot forge the verdict:
 - The verdict travels on this process's stdout, the container's attach stream, through a
-  private copy of fd 1 (``serve.private_channel``): fds 0 and 1 are /dev/null, so what trusted
-  code here prints is no verdict. The untrusted
+  private copy of fd 1 (``serve.private_channel``): fd 1 is a sink, so what trusted code
+  here prints is no verdict. The untrusted
   program runs in child processes that inherit none of this process's descriptors, and this
   process is made non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``), so a child cannot open
   ``/proc/<pid>/fd/1``, read its memory or ptrace it.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 from . import slate
 from .jobs import execute
@@ -25,16 +26,41 @@ CHANNEL = Channel()
 
 
 def private_channel():
-    """Move the channel off fds 0 and 1 and point those at /dev/null. Trusted code runs in this
-    process (the test code, its ``check``, ``test_setup``, a prompt, MBPP's imports): a
-    ``print`` there, or ``input()``, went into the verdict stream or took bytes of the next
-    job, and a test that printed a frame the solution returned had the runner read it as the
-    verdict. The copies are non-inheritable (``os.dup``): no child gets them."""
+    """Move the channel off fds 0 and 1: stdin becomes /dev/null, stdout a memory file of this
+    process's (``empty_stdout``). Trusted code runs in this process (the test code, its
+    ``check``, ``test_setup``, a prompt, MBPP's imports): a ``print`` there, or ``input()``,
+    went into the verdict stream or took bytes of the next job, and a test that printed a
+    frame the solution returned had the runner read it as the verdict. The copies are
+    non-inheritable (``os.dup``): no child gets them. Not /dev/null for stdout: gVisor opens
+    ``/proc/1/fd/1`` for any uid by the permissions of the file it names."""
     CHANNEL.jobs, CHANNEL.verdicts = os.dup(0), os.dup(1)
-    null = os.open(os.devnull, os.O_RDWR)
+    null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
-    os.dup2(null, 1)
     os.close(null)
+    new_sink()
+
+
+def new_sink():
+    """A memory file as fd 1, mode 0: gVisor lets any uid reopen ``/proc/1/fd/1`` by the
+    file's own permissions (a memfd's are 0777), where a program would read what the tests
+    printed (an expected value)."""
+    sink = os.memfd_create("stdout")
+    os.fchmod(sink, 0)
+    os.dup2(sink, 1)
+    os.close(sink)
+
+
+def empty_stdout():
+    """What trusted code printed during an execution is nobody's verdict: dropped after it."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass  # closed or replaced by the test code: fd 1 is still the sink
+    try:
+        os.ftruncate(1, 0)
+        os.lseek(1, 0, os.SEEK_SET)
+    except OSError:  # the test code closed fd 1: a new sink, and never a dead PID 1
+        new_sink()
 
 
 def serve():
@@ -59,6 +85,7 @@ def serve():
         if zygote is None or not zygote.alive():
             zygote = respawn(zygote, state)
         result = execute(job, zygote, state)
+        empty_stdout()
         result["undumpable"] = undumpable
         result["id"] = job.get("id")
         send_frame(CHANNEL.verdicts, printable(result))
