@@ -8,6 +8,7 @@ assertion job, and every module it imports is start-up time (``subprocess`` alon
 
 from __future__ import annotations
 
+import ast
 import builtins
 import types
 
@@ -68,22 +69,30 @@ def error_reply(exc, classes=None):
 
 
 def resolve(namespace, name):
-    """The callable ``name`` of the solution: a top-level function, or a method of ``class
-    Solution`` (LeetCode, LiveCodeBench, APPS: ``Solution().name``); None if neither."""
+    """The callable ``name`` of the solution: a method of its ``class Solution`` (LeetCode,
+    LiveCodeBench, APPS: ``Solution().name``) unless a top-level name the solution bound
+    itself is a function it defined; else that name; None if neither. Names that star imports
+    bind (``CALL_PREAMBLE``, a prompt's ``from math import *``) are not in ``namespace``
+    (``load``): ``fn_name = "add"`` and a solution of ``pass`` was ``operator.add``, and
+    ``Solution().gcd`` was ``math.gcd``."""
     value = namespace.get(name)
-    if callable(value):
-        return value
     solution = namespace.get("Solution")
-    if isinstance(solution, type) and callable(getattr(solution, name, None)):
+    method = isinstance(solution, type) and callable(getattr(solution, name, None))
+    if callable(value) and not (method and getattr(value, "__module__", None) != "solution"):
+        return value
+    if method:
         return getattr(solution(), name)
     return None
 
 
-def exported(namespace):
+def exported(namespace, starred=None):
     """The module's top-level names the test code may use: callables (with where they come
-    from, when a module defined them) and imported modules."""
+    from, when a module defined them) and imported modules; then what its star imports bound
+    (``starred``), as in the dataset's one module."""
     names, modules = [], {}
-    for name, value in list(namespace.items())[:MAX_NAMES]:
+    seen = list(namespace.items()) + [kv for kv in (starred or {}).items()
+                                      if kv[0] not in namespace]
+    for name, value in seen[:MAX_NAMES]:
         if name.startswith("__") or not isinstance(name, str):
             continue
         if isinstance(value, types.ModuleType):
@@ -105,12 +114,57 @@ def run_setup(source):
     return setup_classes(namespace)
 
 
+STAR_IMPORT = "__star_import__"
+
+
+class _StarImports(ast.NodeTransformer):
+    """``from m import *`` as a call of ``STAR_IMPORT`` (the same line: tracebacks keep the
+    solution's line numbers)."""
+
+    def visit_ImportFrom(self, node):
+        if [a.name for a in node.names] != ["*"]:
+            return node
+        call = ast.Call(ast.Name(STAR_IMPORT, ast.Load()),
+                        [ast.Constant(node.module or ""), ast.Constant(node.level)], [])
+        return ast.copy_location(ast.Expr(call), node)
+
+
+def load(source, namespace, preamble):
+    """Run the solution's ``source`` in ``namespace``; return the names its star imports bound.
+
+    What star imports bind (``preamble``'s ``CALL_PREAMBLE``, and the source's own: a prompt's
+    ``from math import *``) goes into a copy of the builtins the module sees instead of its
+    globals, so the solution's code finds it while ``namespace`` holds only what the solution
+    bound itself (``resolve``): a ``def``, a class, an assignment, a plain import."""
+    overlay = dict(vars(builtins))
+    starred = {}
+
+    def star_import(module, level):
+        imported = __import__(module, namespace, None, ("*",), level)
+        public = getattr(imported, "__all__", None)
+        for name in public if public is not None else dir(imported):
+            if type(name) is str and (public is not None or not name.startswith("_")):
+                overlay[name] = starred[name] = getattr(imported, name)
+
+    overlay[STAR_IMPORT] = star_import
+    if preamble:
+        scratch = {"__name__": "solution", "__builtins__": builtins}
+        exec(compile(CALL_PREAMBLE, "preamble", "exec"), scratch)
+        overlay.update((k, v) for k, v in scratch.items() if not k.startswith("__"))
+    namespace["__builtins__"] = overlay
+    code = source
+    if "*" in source and "import" in source:  # else no star import: compile the text as is
+        code = ast.fix_missing_locations(_StarImports().visit(ast.parse(source, "solution.py")))
+    exec(compile(code, "solution.py", "exec"), namespace)
+    return starred
+
+
 def serve_candidate(entry_point, preamble=False, setup=False):
     """Child process: load the solution, then answer proxy calls on fds 3 (in) and 4 (out).
 
     stdin is /dev/null and stdout goes to stderr, so the solution's prints cannot reach the
-    protocol by accident. ``preamble``: run ``CALL_PREAMBLE`` first, in the same namespace
-    (the solution's line numbers stay its own). ``setup``: the first frame is the test setup,
+    protocol by accident. ``preamble``: run ``CALL_PREAMBLE`` first, its names the solution's
+    to use but not to be tested as (``load``). ``setup``: the first frame is the test setup,
     whose classes are defined before the solution's code runs."""
     source = open("solution.py", encoding="utf-8").read()
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
@@ -122,12 +176,10 @@ def serve_candidate(entry_point, preamble=False, setup=False):
             except Exception as exc:  # noqa: BLE001 - it ran in the test process
                 raise RuntimeError(f"test_setup failed in the solution's process: "
                                    f"{type(exc).__name__}: {exc}") from None
-        if preamble:
-            exec(compile(CALL_PREAMBLE, "preamble", "exec"), namespace)
         namespace.update(classes)
-        exec(compile(source, "solution.py", "exec"), namespace)
+        starred = load(source, namespace, preamble)
         entry = resolve(namespace, entry_point) if entry_point else None
-        names, modules = exported(namespace)
+        names, modules = exported(namespace, starred)
     except BaseException as exc:  # noqa: BLE001 - report any failure, SystemExit included
         send_frame(4, {"load_error": f"{type(exc).__name__}: {exc}"[:500]})
         return
@@ -142,7 +194,8 @@ def serve_candidate(entry_point, preamble=False, setup=False):
             return
         try:
             name = request["name"]
-            function = entry if name == entry_point else resolve(namespace, name)
+            function = entry if name == entry_point else (
+                resolve(namespace, name) or resolve(starred, name))
             if function is None:
                 raise NameError(f"name {name!r} is not defined")
             args, kwargs = decode(request["call"], classes)

@@ -197,3 +197,78 @@ def test_the_setups_objects_cannot_be_faked_or_used_to_stall(code_http: httpx.Cl
                                 "test_list": ["assert f(TREE) == TREE"]})
     assert result["score"] == 0.0 and result["status"] == "ok", result
     assert result["tests"][0]["status"] in ("wrong_answer", "runtime_error"), result
+
+
+# Call-based tests run the solution after APPS's import preamble (``from math import *``,
+# ``from operator import *``, ...): the stdlib function of the tested name was called when the
+# solution defined none, or only a method of that name.
+STDLIB_NAMED = [
+    ("add", [([1, 2], 3), ([10, -4], 6)], "list"),
+    ("add", [([1, 2], 3), ([10, -4], 6)], "lines"),
+    ("gcd", [([12, 8], 4), ([7, 21], 7)], "list"),
+    ("factorial", [([5], 120), ([3], 6)], "list"),
+    ("median", [([[1, 5, 3]], 3), ([[2, 9, 4]], 4)], "list"),
+    ("sum", [([[1, 2, 3]], 6), ([[4, 5]], 9)], "list"),
+]
+
+
+def call_item(fn_name: str, rows: list, call_input: str, response: str) -> dict[str, Any]:
+    if call_input == "lines":
+        tests = [{"input": "\n".join(map(str, args)), "output": str(out)} for args, out in rows]
+        return {"response": response, "fn_name": fn_name, "tests": tests,
+                "call_input": "lines"}
+    return {"response": response, "fn_name": fn_name,
+            "tests": [{"input": str(args), "output": f"[{out}]"} for args, out in rows]}
+
+
+@pytest.mark.parametrize(("fn_name", "rows", "call_input"), STDLIB_NAMED,
+                         ids=[f"{n}-{c}" for n, _, c in STDLIB_NAMED])
+def test_a_call_based_solution_that_defines_nothing_is_not_the_stdlibs_function(
+        code_http: httpx.Client, fn_name: str, rows: list, call_input: str) -> None:
+    result = verify(code_http, call_item(fn_name, rows, call_input, "pass"))
+    assert result["score"] == 0.0, result
+
+
+def test_a_solutions_method_is_called_not_the_stdlib_function_of_its_name(
+        code_http: httpx.Client) -> None:
+    rows = [([12, 8], 4), ([7, 21], 7)]
+    wrong = "class Solution:\n    def gcd(self, a, b):\n        return 0\n"
+    right = ("class Solution:\n    def gcd(self, a, b):\n"
+             "        while b:\n            a, b = b, a % b\n        return a\n")
+    own = "def gcd(a, b):\n    return a if b == 0 else gcd(b, a % b)\n"
+    imported = "from math import gcd\n"  # the solution's own choice of function
+    for response, score in ((wrong, 0.0), (right, 1.0), (own, 1.0), (imported, 1.0)):
+        result = verify(code_http, call_item("gcd", rows, "list", response))
+        assert result["score"] == score, (response, result)
+
+
+# LeetCodeDataset's prompt star-imports math, operator, ... into the solution's module: the
+# same hole in the assertion path.
+STAR_PROMPT = "from math import *\nfrom operator import *\n"
+
+
+@pytest.mark.parametrize("response", [
+    "pass",
+    "class Solution:\n    def gcd(self, a, b):\n        return 0\n",
+], ids=["nothing", "wrong-method"])
+def test_an_assertion_tests_entry_point_is_not_a_star_imported_function(
+        code_http: httpx.Client, response: str) -> None:
+    check = "def check(candidate):\n    assert candidate(12, 8) == 4\n    assert candidate(7, 21) == 7\n"
+    result = verify(code_http, {"response": response, "prompt": STAR_PROMPT, "test_code": check,
+                                "entry_point": "Solution().gcd"})
+    assert result["score"] == 0.0, result
+    result = verify(code_http, {"response": "pass", "prompt": STAR_PROMPT, "test_code": check,
+                                "entry_point": "gcd"})
+    assert result["score"] == 0.0, result
+
+
+def test_a_solution_still_uses_what_it_star_imports(code_http: httpx.Client) -> None:
+    """The star-imported names stay the solution's to use, and the tests' (MBPP's one module)."""
+    solution = "from math import *\ndef hyp(a, b):\n    return int(sqrt(a * a + b * b))\n"
+    result = verify(code_http, {"response": fenced(solution),
+                                "test_list": ["assert hyp(3, 4) == 5", "assert floor(2.5) == 2"]})
+    assert result["score"] == 1.0, result
+    leet = ("class Solution:\n    def hyp(self, a: int, b: int) -> List[int]:\n"
+            "        return [int(sqrt(a * a + b * b))]\n")
+    result = verify(code_http, call_item("hyp", [([3, 4], [5])], "list", leet))
+    assert result["score"] == 1.0, result

@@ -246,3 +246,51 @@ def test_a_later_turns_setup_does_not_run_on_the_items_clock() -> None:
         time.sleep(0.2)
     assert job["deadline"] >= now + 2.2 and job["yield_at"] >= now + 1.2
     assert job["started"] >= now + 0.2
+
+
+@pytest.mark.parametrize(("source", "preamble", "found"), [
+    ("pass", True, None),  # the preamble's operator.add / math.gcd is not the solution's
+    ("from math import *", False, None),  # nor one its own (a prompt's) star import binds
+    ("class Solution:\n    def gcd(self, a, b):\n        return 0", True, "method"),
+    ("from math import *\nclass Solution:\n    def gcd(self, a, b):\n        return 0", False,
+     "method"),
+    ("from math import gcd\nclass Solution:\n    def gcd(self, a, b):\n        return 0", False,
+     "method"),  # APPS calls Solution's when there is one: an import does not hide it
+    ("def gcd(a, b):\n    return 0", True, "function"),
+    ("from math import gcd", True, "math"),  # an import of its own is its choice
+])
+def test_the_entry_point_is_what_the_solution_bound(source: str, preamble: bool,
+                                                    found: str | None) -> None:
+    import math
+    import sys
+
+    from sandbox.harness import candidate_server
+
+    namespace = {"__name__": "solution"}
+    limit = sys.getrecursionlimit()  # the preamble raises it, as APPS's does
+    try:
+        starred = candidate_server.load(source, namespace, preamble)
+    finally:
+        sys.setrecursionlimit(limit)
+    entry = candidate_server.resolve(namespace, "gcd")
+    if found is None:
+        assert entry is None and candidate_server.resolve(namespace, "add") is None
+    elif found == "method":
+        assert getattr(entry, "__self__", None).__class__.__name__ == "Solution"
+    elif found == "function":
+        assert entry.__module__ == "solution"
+    else:
+        assert entry is math.gcd
+    if "import *" in source:
+        assert starred["gcd"] is math.gcd  # the tests may still use it (MBPP's one module)
+
+
+def test_a_star_imported_name_works_in_the_solution_and_keeps_its_line_numbers() -> None:
+    from sandbox.harness import candidate_server
+
+    namespace = {"__name__": "solution"}
+    candidate_server.load("from math import *\n\ndef f(x):\n    return sqrt(x) + 1 / 0\n",
+                          namespace, False)
+    assert namespace["f"].__code__.co_firstlineno == 3 and "sqrt" not in namespace
+    with pytest.raises(ZeroDivisionError):
+        namespace["f"](4)
