@@ -214,9 +214,30 @@ def raised(text, names=None, args=None, state=None, classes=None):
         if issubclass(kind, ENDS_ITERATION):
             break
         exc = rebuilt(kind, args, state or {})
+        if exc is not None and not in_bounds(exc):
+            break
         if exc is not None:
             return exc
     return RuntimeError(f"the solution raised {text}")
+
+
+# What each Unicode error's ``object`` must be. Their ``__str__`` in the image's Python (3.11)
+# reads ``object[start]`` unchecked when ``end == start + 1``: a solution's start of -2**40
+# made the test process read memory there and segfaulted PID 1 (the container died).
+UNICODE_OBJECTS = ((UnicodeDecodeError, bytes), (UnicodeEncodeError, str),
+                   (UnicodeTranslateError, str))
+
+
+def in_bounds(exc):
+    """Whether a Unicode error's ``start`` and ``end`` lie within its ``object``, which is of
+    the type its ``__str__`` reads (one made by ``__new__`` alone has none, and both are 0)."""
+    for kind, of in UNICODE_OBJECTS:
+        if isinstance(exc, kind):
+            start, end, held = exc.start, exc.end, exc.object
+            if held is None:
+                return start == end == 0
+            return type(held) is of and 0 <= start <= end <= len(held)
+    return True
 
 
 def exception_class(name, classes):

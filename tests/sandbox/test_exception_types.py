@@ -141,6 +141,40 @@ def test_a_malformed_error_reply_is_the_solutions_crash(error: object) -> None:
     assert isinstance(Candidate().exception_for(error), CandidateCrashed)
 
 
+FAR = -(1 << 40)
+
+
+@pytest.mark.parametrize(("name", "args", "state"), [
+    ("UnicodeDecodeError", ["utf-8", b"x", FAR, FAR + 1, "r"], {}),
+    ("UnicodeDecodeError", ["utf-8", b"x", 5, 6, "r"], {}),
+    ("UnicodeDecodeError", ["utf-8", b"x", 0, 1, "r"], {"start": 1 << 40}),
+    ("UnicodeDecodeError", ["utf-8", b"x", 0, 1, "r"], {"object": "x" * 4}),
+    ("UnicodeEncodeError", ["utf-8", "x", FAR, FAR + 1, "r"], {}),
+    ("UnicodeTranslateError", ["x", 7, 8, "r"], {}),
+    ("Bad", [], {"object": b"x", "start": FAR, "end": FAR + 1}),  # the setup's subclass
+], ids=["decode-far", "decode-past-end", "decode-state", "decode-object-type", "encode",
+        "translate", "setup-subclass"])
+def test_a_unicode_error_out_of_its_objects_bounds_is_a_runtime_error(
+        name: str, args: list[Any], state: dict[str, Any]) -> None:
+    """Its ``__str__`` (the image's Python 3.11) reads ``object[start]`` unchecked: the test
+    process segfaulted formatting one whose start was -2**40."""
+    from sandbox.harness.protocol import encode
+
+    candidate = Candidate()
+    candidate.classes = {"Bad": setup_class("Bad", UnicodeDecodeError)}
+    error = {"text": f"{name}: boom", "types": [name, "UnicodeError", "ValueError"],
+             "value": json.loads(json.dumps(encode([args, state])))}
+    raised = candidate.exception_for(error)
+    assert type(raised) is RuntimeError, type(raised)
+    assert "the solution raised" in str(raised)
+
+
+def test_a_unicode_error_within_bounds_stays_one() -> None:
+    exc = relayed(caught("b'ab\\xff'.decode()"))
+    assert type(exc) is UnicodeDecodeError and (exc.start, exc.end) == (2, 3)
+    assert "can't decode byte 0xff in position 2" in str(exc)
+
+
 # --- through the server and the sandbox --------------------------------------------------------
 
 # An item's test results are compared, never cached: the same rows run on every server.
@@ -158,6 +192,16 @@ def srv(sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
 
 def fenced(source: str) -> str:
     return f"```python\n{source}\n```"
+
+
+def test_a_solutions_unicode_error_cannot_crash_the_test_process(srv: ServerProcess) -> None:
+    solution = ("class E(UnicodeDecodeError):\n    def __str__(self):\n        return 'boom'\n"
+                "def f(x):\n    raise E('utf-8', b'x', -(1 << 40), -(1 << 40) + 1, 'r')\n")
+    (result,) = verify_code(srv.url, {"response": fenced(solution),
+                                      "test_code": "r = f(1)\nassert r == 2"})
+    assert result["score"] == 0.0, result
+    assert "container died" not in result["tests"][0]["stderr"], result
+    assert "RuntimeError" in result["tests"][0]["stderr"], result
 
 
 # A HumanEval-style row: check(candidate) expects a ValueError for bad input.
