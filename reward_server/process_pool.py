@@ -121,11 +121,24 @@ def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
 
 
 def _init_worker(memory_mb: int, warm_up: Callable[[], None] | None, name: str) -> None:
-    limit = memory_mb * 1024 * 1024
+    # The cap is on what the worker adds to the address space it was forked with: a worker
+    # forked later inherits the server's size then (its threads' stacks and malloc arenas,
+    # more pools), and with an absolute cap a replacement forked from a 1 GB server had no
+    # room left, so its tasks failed (a correct answer read as a parse_error, or a crash)
+    limit = _address_space() + memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     _name_process(name)
     if warm_up is not None:
         warm_up()
+
+
+def _address_space() -> int:
+    """This process's virtual size in bytes (``/proc/self/statm``; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _name_process(name: str) -> None:

@@ -22,13 +22,12 @@ PROCESSES = 2 + SPARE_WORKERS  # REWARD_SERVER_MATH_WORKERS=2, plus the warm spa
 
 
 def _workers(server_pid: int) -> list[psutil.Process]:
-    """The forked checker processes (same command line as the server; the resource tracker
-    and other helpers have their own)."""
-    parent = psutil.Process(server_pid)
+    """The math pool's processes, by the name its workers give themselves (the other
+    verifiers' pools fork the same command line)."""
     found = []
-    for child in parent.children():
-        try:  # a killed worker not yet reaped is a zombie, whose command line is gone
-            if child.status() != psutil.STATUS_ZOMBIE and child.cmdline() == parent.cmdline():
+    for child in psutil.Process(server_pid).children():
+        try:  # a killed worker not yet reaped is a zombie
+            if child.status() != psutil.STATUS_ZOMBIE and child.name() == "math-worker":
                 found.append(child)
         except psutil.Error:
             continue

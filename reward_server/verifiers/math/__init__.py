@@ -188,7 +188,8 @@ class MathVerifier(Verifier):
 
     async def start(self) -> None:
         config: MathSettings = self.config  # type: ignore[assignment]
-        self._pool = TimeoutPool(config.resolved_workers(), config.memory_mb, warm_up)
+        self._pool = TimeoutPool(config.resolved_workers(), config.memory_mb, warm_up,
+                                 name="math-worker")
         self._pool.prestart()  # warm while the server waits for its first request
         self._lane: SlowLane[MathResult] = SlowLane(
             self.name, self._pool.slots, self.settings.cache_size,

@@ -13,5 +13,6 @@ class ReasoningGymSettings(BaseModel):
     timeout_s: float = Field(5.0, gt=0, description="Wall-clock limit for one hand-off to a "
                              "worker (up to chunk_items answers); past it each answer of the "
                              "chunk runs alone under this limit.")
-    memory_mb: int = Field(1024, ge=128, description="Address-space cap per worker.")
+    memory_mb: int = Field(1024, ge=128, description="Address space a worker may add to what "
+                           "it was forked with (its cap).")
     chunk_items: int = Field(256, ge=1, le=4096, description="Answers handed to a worker at once.")
