@@ -111,7 +111,8 @@ def main() -> None:
     }
     print(json.dumps(figures, indent=2))
     path = record("reasoning_gym", figures, {"batch": args.batch, "rounds": args.rounds,
-                                             "per_task": args.per_task, "workers": args.workers, "chunk_items": args.chunk,
+                                             "per_task": args.per_task, "workers": args.workers,
+                                             "chunk_items": args.chunk,
                                              "cache": "off", "cpus": os.cpu_count()},
                   publish=args.publish, measured_on=measured_on)
     print(f"wrote {path}")

@@ -134,7 +134,8 @@ def admit_all(model: type[ItemBase], raw_items: Sequence[Any], settings: ServerS
     errors). ``body_bytes``: the request body's size, when known."""
     walk = may_hold_oversized(body_bytes, settings)
     if on_invalid == "error" and walk:
-        check_field_sizes(raw_items, settings)
+        check_field_sizes(raw_items, settings)  # every field walked: admit need not again
+        walk = False
     admitted = [admit(model, raw, i, settings, verifier, walk)
                 for i, raw in enumerate(raw_items)]
     if on_invalid == "error":

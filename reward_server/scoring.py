@@ -62,7 +62,8 @@ class Scorer:
         check_item_count(len(raw_items), self.settings)
         walk = may_hold_oversized(body_bytes, self.settings)
         if on_invalid == "error" and walk:
-            check_field_sizes(raw_items, self.settings)
+            check_field_sizes(raw_items, self.settings)  # every field walked once, here
+            walk = False
         groups: dict[str, list[tuple[int, ItemBase]]] = defaultdict(list)
         out: list[tuple[str | None, ResultBase] | None] = [None] * len(raw_items)
         for index, raw in enumerate(raw_items):

@@ -72,6 +72,15 @@ def to_item(data_source: str, solution_str: str, ground_truth: Any,
     return item
 
 
+def _unplaced(detail: str) -> str:
+    """A server detail without ``items[k]``: an item's place in our batch means nothing to
+    the veRL call that made it."""
+    return _PLACE.sub("", detail)
+
+
+_PLACE = re.compile(r"items\[\d+\](?:\.|: )?")
+
+
 class Batcher:
     """Gathers concurrent single-item calls into batched requests, one batcher per loop."""
 
@@ -106,7 +115,7 @@ class Batcher:
                 half = len(batch) // 2
                 await asyncio.gather(self._score(batch[:half]), self._score(batch[half:]))
                 return
-            self._fail(batch, InvalidItem(re.sub(r"items\[\d+\](?:\.|: )?", "", exc.detail)))
+            self._fail(batch, InvalidItem(_unplaced(exc.detail)))
             return
         except Exception as exc:  # the server is down: every caller in the batch sees it
             self._fail(batch, exc)
@@ -145,8 +154,8 @@ def _batcher() -> Batcher:
 
 
 def _as_verl(result: dict[str, Any]) -> dict[str, Any]:
-    if result.get("status") == INVALID_ITEM:  # its place in our batch means nothing to veRL
-        raise InvalidItem(re.sub(r"items\[\d+\](?:\.|: )?", "", str(result.get("detail"))))
+    if result.get("status") == INVALID_ITEM:
+        raise InvalidItem(_unplaced(str(result.get("detail"))))
     if result["reward"] is None:
         raise Unscorable(f"{result.get('status')}: {result.get('detail')}")
     reward = float(result["reward"])

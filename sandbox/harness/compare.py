@@ -97,13 +97,19 @@ def tokens_match(want, got, tolerance):
         return True
     if tolerance is None:
         return False
+    return numbers_close(want, got, lambda a, b: math.isclose(a, b, rel_tol=tolerance,
+                                                                abs_tol=tolerance))
+
+
+def numbers_close(want, got, close):
+    """Two number tokens: an expected integer exact against an integral value
+    (``integer_exact``), else ``close(want, got)`` on their float values; text that is no
+    number is not close."""
     a, b = decimal(want), decimal(got)
     if a is None or b is None:
         return False
     exact = integer_exact(want, a, b)
-    if exact is not None:
-        return exact
-    return math.isclose(float(a), float(b), rel_tol=tolerance, abs_tol=tolerance)
+    return exact if exact is not None else close(float(a), float(b))
 
 
 def sequences_match(want, got, tolerance):
@@ -143,14 +149,7 @@ def apps_numbers_close(want, got):
     rtol * |want|, except that an expected integer is exact against an integral value
     (``integer_exact``; verl's copy of APPS's harness skips the float comparison for two
     integers)."""
-    a, b = decimal(want), decimal(got)
-    if a is None or b is None:
-        return False
-    exact = integer_exact(want, a, b)
-    if exact is not None:
-        return exact
-    fa, fb = float(a), float(b)
-    return abs(fb - fa) <= APPS_ATOL + APPS_RTOL * abs(fa)
+    return numbers_close(want, got, lambda a, b: abs(b - a) <= APPS_ATOL + APPS_RTOL * abs(a))
 
 
 def lcb_match(expected, actual):

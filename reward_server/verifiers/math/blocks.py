@@ -1,43 +1,14 @@
 """The blocks of a completion that are not its answer, and the one that is.
 
-Reasoning blocks (a draft the model may abandon), code and tool output (what a program or
-a tool says is no statement of the model's), and the ``<answer>…</answer>`` span of the
-GRPO/open-r1 format (an explicit answer marker). Every scan is ``str.find``/``rfind`` or
-a regex search that moves forward: linear in the text.
+Code and tool output (what a program or a tool says is no statement of the model's), and
+the ``<answer>…</answer>`` span of the GRPO/open-r1 format (an explicit answer marker); the
+reasoning blocks are ``reward_server.text.after_reasoning``'s. Every scan is
+``str.find``/``rfind`` or a regex search that moves forward: linear in the text.
 """
 
 from __future__ import annotations
 
 import re
-
-# --- reasoning blocks ------------------------------------------------------------------------
-
-# (opener, closer) of the reasoning formats models write: R1/Qwen's <think>, <thinking>, the
-# GRPO tutorials' <reasoning>, Mistral's [THINK], gpt-oss's analysis channel (its final
-# channel's start ends the reasoning; the commentary channel is tool use, also no answer)
-_REASONING = (("<think>", "</think>"), ("<thinking>", "</thinking>"),
-              ("<reasoning>", "</reasoning>"), ("[THINK]", "[/THINK]"),
-              ("<|channel|>analysis", "<|channel|>final<|message|>"),
-              ("<|channel|>commentary", "<|channel|>final<|message|>"))
-
-
-def after_reasoning(response: str) -> str | None:
-    """The text after the last reasoning block's close; the whole text when there is none
-    (a template that opens ``<think>`` in the prompt leaves only its close in the
-    completion); None when a block opens after it and never closes (the model was cut off
-    while thinking, or went back to thinking: ``</think> … <think> \\boxed{9}``)."""
-    if "<" not in response and "[" not in response:
-        return response
-    start = 0
-    for _, closer in _REASONING:
-        close = response.rfind(closer)
-        if close >= 0:
-            start = max(start, close + len(closer))
-    rest = response[start:] if start else response
-    if any(opener in rest for opener, _ in _REASONING):
-        return None
-    return rest
-
 
 # --- code and tool output ------------------------------------------------------------------
 

@@ -29,12 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from reward_server.verifiers.math.blocks import (
-    OPEN_ANSWER,
-    after_reasoning,
-    answer_span,
-    without_code,
-)
+from reward_server.text import after_reasoning
+from reward_server.verifiers.math.blocks import OPEN_ANSWER, answer_span, without_code
 from reward_server.verifiers.math.extract import (
     _EMPTY_BOX,
     Answer,
@@ -79,8 +75,8 @@ class NoCommitment:
 # --- 1-2. reasoning blocks, code and tool output (blocks.py) ----------------------------------
 
 def after_thinking(response: str, think: ThinkMode) -> str | None:
-    """The text after the last reasoning block (``blocks.after_reasoning``); the whole text
-    for ``think="keep"``; None when a reasoning block never closes."""
+    """The text after the last reasoning block (``reward_server.text.after_reasoning``); the
+    whole text for ``think="keep"``; None when a reasoning block never closes."""
     return response if think == "keep" else after_reasoning(response)
 
 

@@ -5,8 +5,10 @@ ask for ``<answer>…</answer>``, its ``utils.extract_answer`` takes the last su
 its scorers expect that span's text (a board, a list, a word), which neither a last line nor
 a box delimits. ``boxed``, ``last_line`` and ``whole`` serve prompts that ask otherwise.
 
-Reasoning is not an answer: only the text after the last ``</think>`` is read, and a
-``<think>`` that never closes (the completion was cut off while thinking) has no answer.
+Reasoning is not an answer: only the text after the last reasoning block is read
+(``reward_server.text.after_reasoning``, as the math verifier reads it: ``<think>`` and the
+other formats models write), and a block that never closes (the completion was cut off
+while thinking) has no answer.
 
 Every scan here is linear in the completion (``str.find``/``rfind``): the library's own
 regex, ``<answer>\\s?(.*?)\\s?</answer>`` with ``finditer``, rescans the rest of the text from
@@ -18,19 +20,13 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from reward_server.text import after_reasoning
+
 ExtractMode = Literal["answer_tag", "boxed", "last_line", "whole"]
 ThinkMode = Literal["strip", "keep"]
 OPEN, CLOSE = "<answer>", "</answer>"
 BOX = "\\boxed{"
 _BRACE = re.compile(r"[{}]")
-
-
-def after_thinking(text: str) -> str | None:
-    """The text after the last ``</think>``; None when a ``<think>`` is left open."""
-    end = text.rfind("</think>")
-    if end >= 0:
-        text = text[end + len("</think>"):]
-    return None if "<think>" in text else text
 
 
 def _strip_one_space(span: str) -> str:
@@ -75,7 +71,7 @@ def last_box(text: str) -> str | None:
 
 def answer_of(response: str, mode: ExtractMode, think: ThinkMode) -> str | None:
     """The answer the response gives in ``mode``; None when it gives none."""
-    text = after_thinking(response) if think == "strip" else response
+    text = after_reasoning(response) if think == "strip" else response
     if text is None:
         return None
     if mode == "answer_tag":
