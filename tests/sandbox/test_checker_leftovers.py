@@ -110,8 +110,10 @@ def test_processes_left_by_a_wrong_program_do_not_make_a_checker_item_null(
                 statuses = [t["status"] for t in result["tests"]]
                 if srv.runtime == "runc":  # judged: the checker ran
                     assert statuses == ["wrong_answer"] * 2, result
-                else:  # the container died of the processes, or the checker judged
-                    assert set(statuses) <= {"wrong_answer", "runtime_error"}, result
+                else:  # the container died of the processes, the checker judged, or (on
+                    # a loaded machine: a CI run beside the demo) the processes held gVisor's
+                    # CPU past the time limit; each is the program's 0, never a null
+                    assert set(statuses) <= {"wrong_answer", "runtime_error", "timeout"}, result
         # OpenRLHF's protocol answers 503 (retry) for an unscorable item: it must score it
         label = json.dumps({"tests": TESTS, "checker": checker})
         r = c.post("/get_reward", params={"verifier": "code"}, json={
