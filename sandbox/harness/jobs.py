@@ -12,6 +12,7 @@ import time
 from . import slate
 from .asserts import run_asserts
 from .processes import candidate_ran, new_execution
+from .snippet import run_snippet
 from .statuses import HARNESS_ERROR, OK
 from .stdio import run_stdio
 
@@ -45,6 +46,8 @@ def execute(job, zygote, state):
                "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
         if job["mode"] == "stdio":
             result = run_stdio(job, workdir, env, zygote)
+        elif job["mode"] == "snippet":
+            result = run_snippet(job, workdir, env)
         else:
             result = run_asserts(job, workdir, env, zygote)
     except Exception as exc:  # noqa: BLE001 - report, never die: we are PID 1
