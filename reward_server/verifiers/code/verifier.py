@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from reward_server import metrics
+from reward_server.fair_queue import FairGate
 from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
 from reward_server.verifiers.base import Verifier
 from reward_server.verifiers.code.extract import extract_code
@@ -64,6 +65,11 @@ class CodeVerifier(Verifier):
 
     async def stop(self) -> None:
         await self.sandbox.stop()
+
+    @property
+    def gate(self) -> FairGate:
+        """The fair gate in front of the containers: /run_code's snippets take turns here."""
+        return self._lane.gate
 
     async def verify(self, items: Sequence[CodeItem]) -> list[CodeResult]:  # type: ignore[override]
         return list(await asyncio.gather(*(self._verify_one(i) for i in items)))
