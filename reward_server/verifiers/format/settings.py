@@ -1,0 +1,21 @@
+"""The format verifier's settings section: ``--format-<field>`` /
+``REWARD_SERVER_FORMAT_<FIELD>`` (composed into the server's settings)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class FormatSettings(BaseModel):
+    # Only a caller's own ``regex`` runs in a worker (the built-in rules are linear and run in
+    # the server); one worker searches thousands of honest patterns a second.
+    workers: int = Field(1, ge=1, description="Worker processes for caller-given regexes.")
+    # An honest pattern searches 1 MiB in milliseconds; only backtracking takes longer
+    timeout_s: float = Field(1.0, gt=0, description="Wall-clock limit for one hand-off of "
+                             "regex searches to a worker (up to chunk_items of them); past it "
+                             "each search of the hand-off runs alone under this limit, and one "
+                             "that runs out of time fails its rule (timeout, 0).")
+    memory_mb: int = Field(512, ge=128, description="Address space a worker may add to what "
+                           "it was forked with (its cap).")
+    chunk_items: int = Field(256, ge=1, le=4096, description="Regex searches handed to a "
+                             "worker at once.")
