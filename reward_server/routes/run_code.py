@@ -1,0 +1,23 @@
+"""``POST /run_code``: SandboxFusion's endpoint (docs/run_code.md). veRL's ``sandbox_fusion``
+reward posts here with only its URL changed.
+
+(No ``from __future__ import annotations`` here: FastAPI reads the parameter types from the
+endpoint's annotations.)"""
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from reward_server.routes import caller_of
+from reward_server.run_code.schemas import RunCodeRequest, RunCodeResponse
+from reward_server.run_code.service import run_code
+
+router = APIRouter()
+
+
+@router.post("/run_code", response_model=RunCodeResponse, tags=["sandbox"],
+             summary="Run a program once (SandboxFusion's run_code)",
+             responses={503: {"model": RunCodeResponse, "description": "SandboxError: no "
+                              "container could run it"}})
+async def run_code_route(body: RunCodeRequest, request: Request) -> JSONResponse:
+    status, response = await run_code(request.app.state.scorer, body, caller_of(request))
+    return JSONResponse(response.model_dump(mode="json"), status_code=status)

@@ -1,0 +1,236 @@
+"""One snippet (``POST /run_code``): a program run once on a stdin in a warm container of the
+sandbox's pool, its output and exit code returned, nothing judged. The host half of the
+harness's snippet job (``sandbox/harness/snippet.py``): the limits a caller asks for capped by
+the server's, the container borrowed and given back (replaced after a limit hit or a dirty
+run), and what the channel says when the program broke it.
+
+A session of several snippets (a multi-turn rollout) is a sequence of these calls; nothing
+here keeps state between them."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.channel import ChannelClosed, ChannelMisframed, ChannelTimeout
+from sandbox.config import SandboxConfig
+from sandbox.errors import SandboxUnavailable
+from sandbox.harness.snippet import inside
+from sandbox.harness.statuses import (
+    HARNESS_ERROR,
+    MEMORY_LIMIT,
+    OUTPUT_LIMIT,
+    REPLACES_CONTAINER,
+    RUNTIME_ERROR,
+    TIMEOUT,
+)
+from sandbox.languages import LanguageSpec
+from sandbox.runner import OUTSIDE_SLACK_S, Sandbox
+
+log = logging.getLogger("sandbox.snippets")
+
+EXITED = "exited"  # the command ended by itself (any exit code)
+# How a command ended: by itself, or stopped by one of the sandbox's limits
+ENDINGS = frozenset({EXITED, TIMEOUT, MEMORY_LIMIT, OUTPUT_LIMIT})
+DEFAULT_COMPILE_TIMEOUT_S = 10.0  # SandboxFusion's default
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """What a caller asks to run. ``files``: path in the work dir -> base64 content, written
+    before the program; ``fetch_files``: paths read back after it. A limit of None is the
+    server's default; any limit is capped by the server's maximum (``Limits``)."""
+
+    language: LanguageSpec
+    code: str
+    stdin: str = ""
+    files: Mapping[str, str] = field(default_factory=dict)
+    fetch_files: tuple[str, ...] = ()
+    run_timeout_s: float | None = None
+    compile_timeout_s: float | None = None
+    memory_mb: int | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits a snippet ran under, after the server's caps."""
+
+    run_timeout_s: float
+    compile_timeout_s: float
+    memory_mb: int
+    output_limit_bytes: int  # stdout, and stderr, each
+
+    @classmethod
+    def of(cls, snippet: Snippet, config: SandboxConfig) -> Limits:
+        c = config
+        return cls(
+            run_timeout_s=min(snippet.run_timeout_s or c.default_time_limit_s,
+                              c.max_time_limit_s),
+            compile_timeout_s=min(snippet.compile_timeout_s or DEFAULT_COMPILE_TIMEOUT_S,
+                                  c.compile_time_limit_s),
+            memory_mb=min(snippet.memory_mb or c.max_memory_mb, c.max_memory_mb),
+            output_limit_bytes=c.output_limit_bytes)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command's end: ``ended`` is EXITED (``code`` its exit code, negative for a
+    signal) or the limit that stopped it (``code`` then as it died, None for a timeout)."""
+
+    ended: str
+    code: int | None
+    stdout: str
+    stderr: str
+    time_s: float
+
+
+@dataclass(frozen=True)
+class SnippetResult:
+    """``compile`` is None for a language that does not compile, ``run`` None when the
+    compile failed; ``files`` the fetched ones (base64), ``missing`` why the others were
+    not; ``note`` what the sandbox saw beyond the commands (the container died)."""
+
+    limits: Limits
+    compile: Command | None = None
+    run: Command | None = None
+    files: dict[str, str] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+    note: str | None = None
+
+
+def check_paths(files: Mapping[str, str], fetch: tuple[str, ...], source: str) -> str | None:
+    """Why the snippet's file names or contents cannot be used (naming the field), or None."""
+    for name, data in files.items():
+        try:
+            inside("/work", name)
+        except ValueError:
+            return f"files[{name!r}]: a relative path inside the work dir, without '..'"
+        if name == source:
+            return f"files[{name!r}]: the program's own file name in this language"
+        try:
+            base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            return f"files[{name!r}]: not base64"
+    for index, name in enumerate(fetch):
+        try:
+            inside("/work", name)
+        except ValueError:
+            return f"fetch_files[{index}]: a relative path inside the work dir, without '..'"
+    return None
+
+
+def job_of(snippet: Snippet, limits: Limits, config: SandboxConfig) -> dict[str, Any]:
+    """The harness's snippet job."""
+    return {
+        "mode": "snippet", "language": snippet.language.as_job(limits.memory_mb),
+        "source": snippet.code, "stdin": snippet.stdin, "files": dict(snippet.files),
+        "fetch_files": list(snippet.fetch_files), "time_limit_s": limits.run_timeout_s,
+        "compile_time_limit_s": limits.compile_timeout_s, "memory_mb": limits.memory_mb,
+        "compile_memory_mb": config.compile_memory_mb,
+        "output_limit_bytes": limits.output_limit_bytes,
+        "stderr_tail_bytes": config.stderr_tail_bytes,
+        "budget_s": limits.compile_timeout_s + limits.run_timeout_s + 1.0,
+    }
+
+
+async def run_snippet(sandbox: Sandbox, snippet: Snippet) -> SnippetResult:
+    """Run ``snippet`` in one of ``sandbox``'s containers; raises SandboxUnavailable when
+    none can be had (or the harness failed before the program ran, on two containers)."""
+    config = sandbox.config
+    limits = Limits.of(snippet, config)
+    job = job_of(snippet, limits, config)
+    budget = job["budget_s"] + OUTSIDE_SLACK_S
+    pool = sandbox.pool
+    failure = "Docker engines went away"
+    stale, died_reruns, harness_reruns = 1, 1, 1
+    for _ in range(len(pool.pools) + 4):
+        pooled = await pool.acquire()
+        try:
+            reply = await pool.request(pooled, job, budget)
+        except ChannelMisframed as exc:
+            pool.release(pooled, healthy=False)
+            if not exc.sent and stale > 0:  # left there by an earlier execution
+                stale -= 1
+                continue
+            return _broken(limits, "the program wrote on the sandbox's own channel")
+        except ChannelClosed as exc:
+            if await pool.container_lost(pooled):
+                continue  # its engine went away: another engine, if one is left
+            pool.release(pooled, healthy=False)
+            if pooled.pool.gvisor and pooled.uses > 1 and died_reruns > 0:
+                died_reruns -= 1  # gVisor: what ran before may have killed it (runner.py)
+                continue
+            log.warning("sandbox container %s died under a snippet: %s", pooled.id, exc)
+            return _broken(limits, "the sandbox container died during the run (its memory "
+                           "limit, the backstop for every process inside)")
+        except ChannelTimeout:
+            pool.release(pooled, healthy=False)
+            return SnippetResult(limits, run=Command(
+                TIMEOUT, None, "", f"ran past the wall-clock budget of {budget:.1f} s",
+                budget), note="stopped from outside the container")
+        except BaseException:
+            pool.release(pooled, healthy=False)
+            raise
+        result = _parse(reply, limits)
+        if result is None:
+            pool.release(pooled, healthy=False)
+            detail = reply.get("detail") if isinstance(reply, dict) else None
+            if isinstance(reply, dict) and reply.get("candidate_failed") and harness_reruns:
+                harness_reruns -= 1  # once more in a fresh container before it is the code's
+                continue
+            if isinstance(reply, dict) and reply.get("candidate_failed"):
+                return _broken(limits, f"the run failed after the program started: {detail}")
+            failure = f"sandbox harness failed: {detail}"
+            continue
+        commands = [c for c in (result.compile, result.run) if c is not None]
+        pool.release(pooled, healthy=not reply.get("dirty") and not any(
+            c.ended in REPLACES_CONTAINER for c in commands))
+        return result
+    raise SandboxUnavailable(pool.unavailable_reason or failure)
+
+
+def _broken(limits: Limits, why: str) -> SnippetResult:
+    return SnippetResult(limits, run=Command(RUNTIME_ERROR, None, "", why, 0.0), note=why)
+
+
+def _parse(reply: Any, limits: Limits) -> SnippetResult | None:
+    """The harness's answer; None when it is not a snippet's (a harness error, a failure)."""
+    if (not isinstance(reply, dict) or reply.get("status") == HARNESS_ERROR
+            or reply.get("candidate_failed") or not isinstance(reply.get("files"), dict)):
+        return None
+    commands = [_command(reply.get(k)) for k in ("compile", "run")]
+    if any(c is False for c in commands):
+        return None
+    files = {k: v for k, v in reply["files"].items() if isinstance(v, str)}
+    missing = reply.get("missing") if isinstance(reply.get("missing"), dict) else {}
+    return SnippetResult(limits, compile=commands[0] or None, run=commands[1] or None,
+                         files=files, missing={str(k): str(v) for k, v in missing.items()})
+
+
+def _command(raw: Any) -> Command | None | bool:
+    """A command of the reply; None when absent, False when malformed."""
+    if raw is None:
+        return None
+    try:
+        status = raw["status"]
+        ended = EXITED if status in (None, RUNTIME_ERROR) else status
+        code = raw["code"]
+        if ended not in ENDINGS or not (code is None or isinstance(code, int)):
+            return False
+        return Command(ended, None if ended == TIMEOUT else code, _text(raw["stdout"]),
+                       _text(raw["stderr"]), float(raw["time_ms"]) / 1000)
+    except (KeyError, TypeError, ValueError, binascii.Error):
+        return False
+
+
+def _text(data: str) -> str:
+    """A program's bytes as text: invalid UTF-8 escaped (``\\xff``), as verdicts escape it."""
+    return base64.b64decode(data, validate=True).decode("utf-8", "backslashreplace")
+
+
+__all__ = ["ENDINGS", "EXITED", "Command", "Limits", "Snippet", "SnippetResult", "check_paths",
+           "run_snippet"]
