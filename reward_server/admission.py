@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, ValidationError
 from reward_server import metrics
 from reward_server.errors import InvalidItems, PayloadTooLarge, format_validation_errors
 from reward_server.settings import ServerSettings
+from reward_server.statuses import INVALID_ITEM, RESPONSE_TOO_LONG
 from reward_server.verifiers.base import ItemBase, ResultBase
 
 OnInvalid = Literal["null", "error"]
@@ -29,10 +30,6 @@ OnInvalidQuery = Annotated[OnInvalid, Query(
     description="An item that fails its checks: a result of its own ('null': status "
     "invalid_item, score null; a response over the size limit scores 0), or 'error': the "
     "whole request is a 413/422.")]
-
-INVALID_ITEM = "invalid_item"
-RESPONSE_TOO_LONG = "response_too_long"
-REFUSAL_STATUSES = (INVALID_ITEM, RESPONSE_TOO_LONG)
 
 
 class Refused(ResultBase):

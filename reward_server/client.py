@@ -48,6 +48,8 @@ from tenacity import (
     wait_random,
 )
 
+from reward_server.statuses import REFUSALS
+
 __all__ = [
     "AsyncRewardClient",
     "Endpoints",
@@ -79,7 +81,6 @@ class RewardServerUnavailable(RewardClientError):
 
 # the statuses of an item the server refused (reward_server/admission.py; the client does not
 # import the server)
-REFUSALS = ("invalid_item", "response_too_long")
 
 
 class _Retryable(Exception):

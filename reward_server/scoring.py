@@ -9,7 +9,6 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from reward_server.admission import (
-    INVALID_ITEM,
     OnInvalid,
     Refused,
     admit,
@@ -23,6 +22,7 @@ from reward_server.admission import (
 from reward_server.errors import UnknownVerifier
 from reward_server.fair_queue import request_scope
 from reward_server.settings import ServerSettings
+from reward_server.statuses import INVALID_ITEM
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
 
 

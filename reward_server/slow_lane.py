@@ -27,7 +27,7 @@ from typing import Generic, TypeVar
 from reward_server import metrics
 from reward_server.cache import ResultCache, TimeoutMemory
 from reward_server.fair_queue import BudgetSpent, FairGate, Held
-from sandbox.harness.statuses import NOT_RUN  # the status of an item the budget left unrun
+from reward_server.statuses import NOT_RUN  # the status of an item the budget left unrun
 
 V = TypeVar("V")
 __all__ = ["NOT_RUN", "Done", "LaneVerdicts", "SlowLane", "Turn"]

@@ -10,10 +10,13 @@ and reasoning_gym both use it)."""
 
 from __future__ import annotations
 
+from sandbox.harness import protocol
+
 
 def printable(text: str) -> str:
-    """``text`` as valid Unicode: a lone surrogate becomes the six characters ``\\ud800``."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """``text`` as valid Unicode: a lone surrogate becomes the six characters ``\\ud800``
+    (the sandbox's rule for a program's output, so both spell it alike)."""
+    return protocol.printable(text)
 
 
 # (opener, closer) of the reasoning formats models write: R1/Qwen's <think>, <thinking>, the

@@ -3,7 +3,6 @@ budget from outside, read the verdict, and give the container back (or replace i
 
 from __future__ import annotations
 
-import ast
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,10 +14,12 @@ from sandbox.channel import ChannelClosed, ChannelMisframed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness.checker import CHECK_TIME_LIMIT_S
+from sandbox.harness.protocol import printable
 from sandbox.harness.statuses import (
     COMPILE_ERROR,
     EXECUTION_STATUSES,
     HARNESS_ERROR,
+    OK,
     REPLACES_CONTAINER,
     RUNTIME_ERROR,
     TEST_STATUSES,
@@ -26,6 +27,8 @@ from sandbox.harness.statuses import (
     ExecutionStatus,
     TestStatus,
 )
+from sandbox.harness.suite import count_tests
+from sandbox.harness.verdicts import every_test
 from sandbox.languages import resolve
 from sandbox.pool import EnginePool, PooledContainer
 
@@ -99,11 +102,7 @@ class Execution:
     @cached_property
     def test_count(self) -> int:
         """How many tests the harness will report (parsed once per execution)."""
-        if self.calls is not None:
-            return len(self.calls)
-        if self.test_code is not None:
-            return count_assertion_tests(self.test_code)
-        return len(self.tests)
+        return count_tests(self.calls, self.test_code, self.tests)
 
 
 @dataclass
@@ -122,17 +121,6 @@ class ExecutionResult:
     # ones that ran, in the harness's ``elapsed_s``; the caller runs the rest in another turn
     yielded: bool = False
     elapsed_s: float = 0.0
-
-
-def count_assertion_tests(test_code: str) -> int:
-    """How many tests the harness will report for ``test_code`` (1 for a check function)."""
-    try:
-        tree = ast.parse(test_code)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return 1
-    if any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body):
-        return 1
-    return max(1, sum(isinstance(n, ast.Assert) for n in tree.body))
 
 
 class Sandbox:
@@ -258,9 +246,8 @@ class Sandbox:
                 if misframed_reruns > 0:  # its own run, once: in a fresh container
                     misframed_reruns -= 1
                     continue
-                return ExecutionResult("ok", [
-                    TestResult(RUNTIME_ERROR, 0.0, "the item's code wrote on the sandbox's "
-                               "verdict channel") for _ in range(count)]), None
+                return failed(count, RUNTIME_ERROR, "the item's code wrote on the sandbox's "
+                              "verdict channel"), None
             except ChannelClosed as exc:
                 if await self.pool.container_lost(pooled):
                     continue  # its engine went away: run on another engine, if one is left
@@ -276,10 +263,8 @@ class Sandbox:
                 return self._died(pooled, exc, count), None
             except ChannelTimeout:
                 self.pool.release(pooled, healthy=False)
-                return ExecutionResult("ok", [
-                    TestResult(TIMEOUT, budget * 1000,
-                               f"the execution ran past its wall-clock budget of {budget:.1f} s")
-                    for _ in range(count)]), None
+                return failed(count, TIMEOUT, "the execution ran past its wall-clock budget of "
+                              f"{budget:.1f} s", budget * 1000), None
             except BaseException:
                 self.pool.release(pooled, healthy=False)
                 raise
@@ -332,9 +317,7 @@ class Sandbox:
         # container died under us (the memory backstop). A failed run, not an outage.
         log.warning("sandbox container %s died: %s", pooled.id, exc)
         self.pool.release(pooled, healthy=False)
-        return ExecutionResult("ok", [
-            TestResult(RUNTIME_ERROR, 0.0, "the sandbox container died during the run")
-            for _ in range(count)])
+        return failed(count, RUNTIME_ERROR, "the sandbox container died during the run")
 
     def _result(self, pooled: PooledContainer, reply: Any, count: int) -> ExecutionResult | None:
         """The verdict, or None when the harness failed before any program of the candidate's
@@ -343,9 +326,7 @@ class Sandbox:
         if result is None:
             log.warning("sandbox container %s sent a malformed verdict", pooled.id)
             self.pool.release(pooled, healthy=False)
-            return ExecutionResult("ok", [
-                TestResult(RUNTIME_ERROR, 0.0, "the sandbox returned a malformed verdict")
-                for _ in range(count)])
+            return failed(count, RUNTIME_ERROR, "the sandbox returned a malformed verdict")
         if reply.get("unclean"):
             log.info("sandbox container %s not clean after a run: %s", pooled.id,
                      "; ".join(map(_text, reply["unclean"])))
@@ -378,6 +359,14 @@ def parse_reply(reply: Any) -> ExecutionResult | None:
         elapsed_s=float(elapsed) if isinstance(elapsed, int | float) else 0.0)
 
 
+def failed(count: int, status: TestStatus, message: str, time_ms: float = 0.0
+           ) -> ExecutionResult:
+    """Every test failed alike, decided from outside the container (it died, it ran past
+    the budget, its reply was unreadable): written by the harness's own rule."""
+    return ExecutionResult(OK, [TestResult(t["status"], t["time_ms"], t["stderr"])
+                                for t in every_test(count, status, message, time_ms)])
+
+
 def _yielded(reply: Any) -> bool:
     return (isinstance(reply, dict) and reply.get("yielded") is True
             and isinstance(reply.get("tests"), list))
@@ -390,7 +379,7 @@ def _elapsed(reply: dict) -> float:
 
 def _text(value: Any) -> str:
     """Valid Unicode whatever the harness sent: a lone surrogate becomes ``\\ud800``."""
-    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+    return printable(str(value))
 
 
 __all__ = ["Call", "Execution", "ExecutionResult", "Sandbox", "SandboxUnavailable", "TestCase",

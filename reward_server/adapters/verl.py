@@ -31,8 +31,8 @@ import weakref
 from typing import Any
 
 from reward_server.adapters.items import label_fields
-from reward_server.admission import INVALID_ITEM
 from reward_server.client import AsyncRewardClient, RewardClient, RewardRequestError, split_urls
+from reward_server.statuses import INVALID_ITEM
 
 DATA_SOURCES = {  # data_source prefixes (veRL's dataset names) -> verifier
     "openai/gsm8k": "math", "lighteval/MATH": "math", "DigitalLearningGmbH/MATH": "math",

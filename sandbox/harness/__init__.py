@@ -9,7 +9,9 @@ the assertion proxy; ``checker``, a dataset's output checker), ``zygote`` (the P
 server), ``processes`` (one process under limits), ``compare`` (outputs, return values),
 ``protocol`` (frames, the plain-data codec), ``objects`` (the test setup's objects on
 that codec's wire),
-``verdicts`` (tests not run), ``statuses`` (every status, shared with the host), ``slate``
+``verdicts`` (tests not run, tests failed together), ``suite`` (which statements are tests,
+so how many), ``statuses`` (every status); the host imports these three, so it counts and
+fills in tests by the harness's own rules; ``slate``
 (the clean slate between executions).
 
 Why the candidate cannot forge the verdict:

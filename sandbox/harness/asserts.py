@@ -37,9 +37,8 @@ from .statuses import (
     TIMEOUT,
     WRONG_ANSWER,
 )
-from .verdicts import over_budget, skipped, time_left
-
-CHECK = "check"  # the step that calls the test code's check(candidate) (HumanEval)
+from .suite import CHECK, split_tests
+from .verdicts import every_test, failed_all, over_budget, skipped, time_left
 
 
 class BadTests(Exception):
@@ -63,17 +62,6 @@ def call_arguments(args):
 
 def is_test(step):
     return step == CHECK or isinstance(step, (ast.Assert, Call))
-
-
-def split_tests(test_code):
-    """(setup statements, tests): each top-level ``assert`` is one test; a ``check`` function
-    makes the whole suite one test, called with the candidate."""
-    tree = ast.parse(test_code, "test_code")
-    if any(isinstance(n, ast.FunctionDef) and n.name == CHECK for n in tree.body):
-        return tree.body, [CHECK]
-    setup = [n for n in tree.body if not isinstance(n, ast.Assert)]
-    asserts = [n for n in tree.body if isinstance(n, ast.Assert)]
-    return setup, asserts
 
 
 def mentions(node, names):
@@ -193,27 +181,22 @@ def run_asserts(job, workdir, env, zygote=None):
                         max(0, size - job["stderr_tail_bytes"]))
         return data.decode("utf-8", "backslashreplace")
 
-    def fail_all(status, message):
-        return {"status": OK, "tests": [{"status": status, "time_ms": 0.0, "stderr": message}
-                                        for _ in range(count)]}
-
     try:
         candidate.start(job, workdir, env, stderr_fd, zygote)
         try:
             hello = recv_frame(candidate.from_child, time.monotonic() + time_left(job))
         except TimeoutError:
-            return fail_all(TIMEOUT, "the solution did not finish loading in time")
+            return failed_all(count, TIMEOUT, "the solution did not finish loading in time")
         except Exception:  # noqa: BLE001 - EOF, or a frame that is not JSON
             hello = {"load_error": "the solution exited while loading"}
         if not valid_hello(hello):
-            return fail_all(RUNTIME_ERROR, "the solution's process broke the protocol")
+            return failed_all(count, RUNTIME_ERROR, "the solution's process broke the protocol")
         if "load_error" in hello:
             detail = hello["load_error"] + "\n" + stderr_tail()
             status = SYNTAX_ERROR if hello["load_error"].startswith("SyntaxError") else OK
             return {"status": status, "detail": detail.strip()[-job["stderr_tail_bytes"]:],
-                    "tests": [{"status": RUNTIME_ERROR, "time_ms": 0.0,
-                               "stderr": detail[-job["stderr_tail_bytes"]:]}
-                              for _ in range(count)]}
+                    "tests": every_test(count, RUNTIME_ERROR,
+                                        detail[-job["stderr_tail_bytes"]:])}
         install(namespace, candidate, hello)
         results = []
         for step in steps:
@@ -231,9 +214,8 @@ def run_asserts(job, workdir, env, zygote=None):
             except (Exception, CandidateCrashed, CandidateTimeout) as exc:  # noqa: BLE001
                 message = f"the test code failed after the solution loaded: " \
                           f"{type(exc).__name__}: {exc}"
-                return {"status": OK, "tests": results + [
-                    {"status": RUNTIME_ERROR, "time_ms": 0.0, "stderr": message[-2000:]}
-                    for _ in range(count - len(results))]}
+                return {"status": OK, "tests": results + every_test(
+                    count - len(results), RUNTIME_ERROR, message[-2000:])}
         return {"status": OK, "tests": results}
     finally:
         candidate.close()

@@ -1,5 +1,7 @@
-"""The item's wall-clock budget and its turns, and the results of the tests an execution did
-not run."""
+"""The item's wall-clock budget and its turns, and the verdicts of tests that did not run one by
+one: the ones an execution never reached, and the ones that failed together (the solution did
+not load, its container died). The host writes those it decides from outside here too, so a
+test that did not run reads the same whoever reports it."""
 
 from __future__ import annotations
 
@@ -47,12 +49,22 @@ def yielded(job, results):
             "elapsed_s": time.monotonic() - job["started"]}
 
 
+def every_test(count, status, message, time_ms=0.0):
+    """``count`` tests with one verdict and one message."""
+    return [{"status": status, "time_ms": time_ms, "stderr": message} for _ in range(count)]
+
+
+def failed_all(count, status, message, time_ms=0.0):
+    """An execution whose ``count`` tests all failed alike: a verdict about the program."""
+    return {"status": OK, "tests": every_test(count, status, message, time_ms)}
+
+
 def over_budget(job, count):
     message = f"not run: the item's wall-clock budget of {job['budget_s']:g} s was spent"
-    return [{"status": TIMEOUT, "time_ms": 0.0, "stderr": message} for _ in range(count)]
+    return every_test(count, TIMEOUT, message)
 
 
 def skipped(count):
     """Tests after the first failure of an all-or-nothing item: the score is 0 already."""
-    message = "not run: an earlier test failed and the item is all-or-nothing"
-    return [{"status": SKIPPED, "time_ms": 0.0, "stderr": message} for _ in range(count)]
+    return every_test(count, SKIPPED, "not run: an earlier test failed and the item is "
+                      "all-or-nothing")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.harness import asserts, compare, protocol, slate, statuses
-from sandbox.runner import count_assertion_tests, parse_reply
+from sandbox.harness import asserts, compare, protocol, slate, statuses, suite, verdicts
+from sandbox.runner import Execution, failed, parse_reply
 
 
 @pytest.mark.parametrize(("value", "expected"), [
@@ -150,9 +150,25 @@ def test_outputs_match_line_by_line(expected: str, actual: str, tolerance: float
     ("def check(candidate):\n    assert candidate(1)\nX = 1", 2, 1),
 ])
 def test_split_tests_counts_asserts_or_one_check(code: str, setup: int, tests: int) -> None:
-    found_setup, found_tests = asserts.split_tests(code)
+    found_setup, found_tests = suite.split_tests(code)
     assert (len(found_setup), len(found_tests)) == (setup, tests)
-    assert count_assertion_tests(code) == tests  # the runner's count agrees with the harness
+    # the host's total is the harness's own count
+    assert Execution("python", "", test_code=code).test_count == tests
+
+
+@pytest.mark.parametrize("code", ["assert (", "x = 1", ""])
+def test_unrunnable_test_code_counts_one_test(code: str) -> None:
+    """The harness answers bad_tests for these (no test ran); the host still reports one
+    test, so an item never divides by zero."""
+    assert suite.count_assertion_tests(code) == 1
+
+
+def test_verdicts_decided_outside_read_as_the_harness_writes_them() -> None:
+    outside = failed(3, "runtime_error", "the sandbox container died during the run")
+    inside = parse_reply(verdicts.failed_all(3, "runtime_error",
+                                             "the sandbox container died during the run"))
+    assert outside == inside
+    assert [t.status for t in outside.tests] == ["runtime_error"] * 3
 
 
 def test_statuses_names_match_the_literals() -> None:

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol
 
 from reward_server.verifiers.code.prompt import program_parts, trusted_setup
 from sandbox import LANGUAGES
+from sandbox.harness import suite
 from sandbox.runner import Call, Execution, TestCase
 
 
@@ -121,7 +122,7 @@ def defines_check(test_code: str) -> bool:
         tree = ast.parse(test_code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False  # the harness reports it as bad_tests
-    return any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body)
+    return suite.defines_check(tree)
 
 
 def check_comparison(item: ItemFields, stdio: bool) -> None:

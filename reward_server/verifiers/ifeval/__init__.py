@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from reward_server import metrics
 from reward_server.cache import ResultCache
 from reward_server.process_pool import TimeoutPool
-from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
+from reward_server.slow_lane import Done, LaneVerdicts, SlowLane, Turn
+from reward_server.statuses import NOT_RUN, UNAVAILABLE
 from reward_server.verifiers.base import Verifier
 from reward_server.verifiers.ifeval import language
 from reward_server.verifiers.ifeval.evaluate import cache_key, evaluate, evaluate_plain
@@ -57,7 +58,7 @@ def _result(item: IfEvalItem, followed: Sequence[bool | None]) -> IfEvalResult:
     verdicts = [Verdict(instruction_id=i, followed=f)
                 for (i, _), f in zip(item.specs, followed, strict=True)]
     if any(f is None for f in followed):
-        return IfEvalResult(score=None, status="unavailable", instructions=verdicts,
+        return IfEvalResult(score=None, status=UNAVAILABLE, instructions=verdicts,
                             detail=language.MISSING)
     done = sum(1 for f in followed if f)
     score = float(done == len(followed)) if item.all_or_nothing else done / len(followed)
@@ -164,8 +165,8 @@ class IfEvalVerifier(Verifier):
             metrics.TIMEOUTS.labels(self.name).inc()
             return Done(_lane_outcome(item, "timeout", task.detail),
                         timeout=True if task.outcome == "memory" else task.cpu_bound)
-        if task.outcome == "unavailable":
-            return Done(_lane_outcome(item, "unavailable", task.detail))
+        if task.outcome == UNAVAILABLE:
+            return Done(_lane_outcome(item, UNAVAILABLE, task.detail))
         return Done(_lane_outcome(item, "timeout", task.detail))  # crashed its worker twice
 
 

@@ -26,7 +26,8 @@ from pydantic import Field, field_validator
 
 from reward_server import metrics
 from reward_server.process_pool import TaskResult, TimeoutPool
-from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
+from reward_server.slow_lane import Done, LaneVerdicts, SlowLane, Turn
+from reward_server.statuses import NOT_RUN, UNAVAILABLE
 from reward_server.text import printable
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
 from reward_server.verifiers.math.check import check, warm_up
@@ -296,8 +297,8 @@ class MathVerifier(Verifier):
             return Done(MathResult(score=0.0, correct=False, status="timeout",
                                    extracted=extracted, detail=task.detail),
                         timeout=task.cpu_bound)
-        if task.outcome == "unavailable":  # the pool's loss, not the response's doing
-            return Done(MathResult(score=None, correct=False, status="unavailable",
+        if task.outcome == UNAVAILABLE:  # the pool's loss, not the response's doing
+            return Done(MathResult(score=None, correct=False, status=UNAVAILABLE,
                                    extracted=extracted, detail=task.detail))
         if task.outcome != "ok":  # memory, or a comparison that crashed its worker
             return Done(MathResult(score=0.0, correct=False, status="parse_error",
@@ -307,7 +308,7 @@ class MathVerifier(Verifier):
 
 
 _LANE_VERDICTS: LaneVerdicts[MathResult] = LaneVerdicts(
-    cacheable=lambda r: r.status not in ("timeout", "unavailable"),
+    cacheable=lambda r: r.status not in ("timeout", UNAVAILABLE),
     remembered=lambda r, age_s: r.model_copy(update={"detail": (
         f"{r.detail} (the same task, {age_s:.0f} s ago; remembered, not run again)")}),
 )

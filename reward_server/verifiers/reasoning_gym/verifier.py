@@ -23,12 +23,12 @@ from reward_server import metrics
 from reward_server.cache import ResultCache, TimeoutMemory
 from reward_server.fair_queue import BudgetSpent, FairGate
 from reward_server.process_pool import TimeoutPool
+from reward_server.statuses import NOT_RUN, UNAVAILABLE
 from reward_server.text import printable
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
 from reward_server.verifiers.reasoning_gym import library
 from reward_server.verifiers.reasoning_gym.answers import ExtractMode, ThinkMode, answer_of
 from reward_server.verifiers.reasoning_gym.settings import ReasoningGymSettings
-from sandbox.harness.statuses import NOT_RUN
 
 INLINE_CHARS = 64 * 1024  # a request with more text has its answers extracted on a thread
 # the task names the workers' library registers, learnt at start; empty: not known (yet)
@@ -171,7 +171,7 @@ class ReasoningGymVerifier(Verifier):
         entries: dict[Job, dict[str, Any]] = {}
         for k, (item, answer) in enumerate(zip(items, answers, strict=True)):
             if self._missing is not None:
-                out[k] = _result("unavailable", math.nan, self._missing, answer)
+                out[k] = _result(UNAVAILABLE, math.nan, self._missing, answer)
             elif answer is None:
                 out[k] = _result("no_answer", 0.0, "no answer in the completion "
                                  f"(extract={item.extract!r})", None)
@@ -219,8 +219,8 @@ class ReasoningGymVerifier(Verifier):
             for job, result in zip(jobs, results, strict=True):
                 self._cache.put(job, result)
             return results
-        if task.outcome == "unavailable":  # the pool's loss: no answer's doing
-            return [_result("unavailable", math.nan, task.detail, job[1]) for job in jobs]
+        if task.outcome == UNAVAILABLE:  # the pool's loss: no answer's doing
+            return [_result(UNAVAILABLE, math.nan, task.detail, job[1]) for job in jobs]
         if len(jobs) > 1:  # which answer it was: each alone, under its own limit
             return [r for one in await asyncio.gather(*(
                 self._chunk([j], [e]) for j, e in zip(jobs, entries, strict=True))) for r in one]
