@@ -29,7 +29,7 @@ from sandbox.harness.statuses import (
 )
 from sandbox.harness.suite import count_tests
 from sandbox.harness.verdicts import every_test
-from sandbox.languages import resolve
+from sandbox.languages import LanguageSpec, resolve
 from sandbox.pool import EnginePool, PooledContainer
 
 log = logging.getLogger("sandbox.runner")
@@ -100,6 +100,11 @@ class Execution:
         return self.preamble + ("" if self.preamble.endswith("\n") else "\n") + self.source
 
     @cached_property
+    def spec(self) -> LanguageSpec | None:
+        """Its language's row (None when unknown), looked up once per execution."""
+        return resolve(self.language)
+
+    @cached_property
     def test_count(self) -> int:
         """How many tests the harness will report (parsed once per execution)."""
         return count_tests(self.calls, self.test_code, self.tests)
@@ -142,7 +147,7 @@ class Sandbox:
     def _job(self, ex: Execution, yield_after_s: float | None = None,
              spent_s: float = 0.0) -> tuple[dict, int, float]:
         c = self.config
-        spec = resolve(ex.language)
+        spec = ex.spec
         assert spec is not None  # execute() checked it
         time_limit = min(ex.time_limit_s or c.default_time_limit_s, c.max_time_limit_s)
         memory = min(ex.memory_mb or c.default_memory_mb, c.max_memory_mb)
@@ -200,7 +205,7 @@ class Sandbox:
         ``yielded`` and the caller runs the rest (``replace(ex, tests=...)``) with
         ``spent_s``, the item's budget its turns used; else the next turn runs at once in
         the same container (its build and checker already there)."""
-        if resolve(ex.language) is None:
+        if ex.spec is None:
             raise ValueError(f"unknown language {ex.language!r}")
         job, count, budget = self._job(ex, yield_after_s, spent_s)
         key = build_key(job)
