@@ -1,0 +1,80 @@
+"""``POST /run_code``'s refusals, through the real server: what is checked before any
+container is asked for (the language, the sizes, the paths), each a 4xx naming the field, and
+the server's bearer token, which guards it as it guards the verifiers. No engine needed."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from reward_server.run_code.languages import known_languages, run_code_language
+from tests.conftest import ServerProcess, run_server
+
+LIMIT = 4096  # the server's max_field_bytes here
+TOKEN = "run-code-secret"
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    env = {"REWARD_SERVER_MAX_FIELD_BYTES": str(LIMIT), "REWARD_SERVER_API_TOKEN": TOKEN}
+    with run_server(tmp_path_factory.mktemp("run-code-api"), env=env) as server:
+        yield server
+
+
+def post(srv: ServerProcess, body: dict, token: str | None = TOKEN) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.post(srv.url + "/run_code", json=body, headers=headers, timeout=30)
+
+
+def test_unknown_language_lists_the_known_ones(srv: ServerProcess) -> None:
+    r = post(srv, {"code": "<?php echo 1;", "language": "php"})
+    assert r.status_code == 422
+    assert r.json()["detail"] == (f"language: unknown language 'php'; known languages: "
+                                  f"{known_languages()}")
+    for name in ("python", "cpp", "nodejs", "go", "java", "rust", "bash", "c"):
+        assert name in r.json()["detail"]
+
+
+@pytest.mark.parametrize("field", ["code", "stdin"])
+def test_oversized_code_or_stdin_names_the_field(srv: ServerProcess, field: str) -> None:
+    body = {"code": "print(1)", "language": "python", field: "x" * (LIMIT + 1)}
+    r = post(srv, body)
+    assert r.status_code == 413
+    assert r.json()["detail"].startswith(f"{field}: {LIMIT + 1} bytes exceed the limit of "
+                                         f"{LIMIT} bytes")
+
+
+@pytest.mark.parametrize(("extra", "detail"), [
+    ({"files": {"../x": base64.b64encode(b"1").decode()}}, "files['../x']: a relative path"),
+    ({"files": {"/etc/x": ""}}, "files['/etc/x']: a relative path"),
+    ({"files": {"main.py": ""}}, "files['main.py']: the program's own file name"),
+    ({"files": {"a.txt": "not base64!"}}, "files['a.txt']: not base64"),
+    ({"fetch_files": ["ok.txt", "a/../../b"]}, "fetch_files[1]: a relative path"),
+    ({"run_timeout": 0}, "run_timeout: Input should be greater than 0"),
+    ({"memory_limit_MB": "lots"}, "memory_limit_MB: Input should be a valid integer"),
+])
+def test_bad_fields_are_named(srv: ServerProcess, extra: dict, detail: str) -> None:
+    r = post(srv, {"code": "print(1)", "language": "python", **extra})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith(detail), r.json()
+
+
+def test_the_bearer_token_guards_it(srv: ServerProcess) -> None:
+    body = {"code": "print(1)", "language": "php"}  # refused after auth, before the sandbox
+    assert post(srv, body, token=None).status_code == 401
+    assert post(srv, body, token="wrong").status_code == 401
+    assert post(srv, body).status_code == 422
+
+
+@pytest.mark.parametrize(("name", "ours"), [
+    ("python", "python"), ("Python3", "python"), ("nodejs", "javascript"), ("js", "javascript"),
+    ("cpp", "cpp"), ("go", "go"), ("java", "java"), ("rust", "rust"), ("bash", "bash"),
+    ("sh", "bash"), ("c", "c"), ("typescript", None), ("go_test", None),
+])
+def test_language_names(name: str, ours: str | None) -> None:
+    spec = run_code_language(name)
+    assert (spec.name if spec else None) == ours
+
