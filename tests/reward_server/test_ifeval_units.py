@@ -16,7 +16,7 @@ from reward_server.verifiers.ifeval import language, scans
 from reward_server.verifiers.ifeval.checks import INSTRUCTIONS
 from reward_server.verifiers.ifeval.evaluate import evaluate, loose_variants
 from reward_server.verifiers.ifeval.items import IfEvalItem
-from tests.reward_server.test_ifeval_cases import CASES
+from reward_server.verifiers.ifeval.labelled_cases import CASES
 
 
 def _random_texts(alphabet: str, count: int = 3000) -> list[str]:

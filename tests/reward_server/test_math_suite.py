@@ -1,8 +1,8 @@
 """Agreement with Math-Verify 0.9.0's own test suite, through the real server.
 
-The suite is downloaded at run time (``math_suite.load_suite``: ``pip download
---no-binary :all: math-verify==0.9.0``, its ``tests/*.py`` read with ``ast``); no case is
-copied here. Every row at the library's default options is sent to
+The suite is downloaded at run time (``reward_server.verifiers.math.upstream_suite``'s
+``load_suite``: ``pip download --no-binary :all: math-verify==0.9.0``, its ``tests/*.py`` read
+with ``ast``); no case is copied here. Every row at the library's default options is sent to
 ``POST /v1/verify/math`` as ``{"response": pred, "answer": gold}`` with our default
 options, in one batch. The test prints agreement per test group and fails below the bar.
 """
@@ -14,7 +14,7 @@ from collections import defaultdict
 import httpx
 import pytest
 
-from tests.reward_server.math_suite import SuiteCase, load_suite
+from reward_server.verifiers.math.upstream_suite import SuiteCase, load_suite
 
 BAR = 0.97
 # Where the suite and one of our rules disagree on purpose (README, "Math verification"):

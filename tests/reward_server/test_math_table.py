@@ -1,4 +1,5 @@
-"""The math verifier against the table in math_cases.py, through the real server.
+"""The math verifier against the labelled table (reward_server/verifiers/math/labelled_cases.py),
+through the real server.
 
 All cases go out in one batch (as a trainer sends them); each case is then its own test."""
 
@@ -10,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.reward_server.math_cases import EQUIVALENCE, EXTRACTION, MODES, TOLERANCE
+from reward_server.verifiers.math.labelled_cases import EQUIVALENCE, EXTRACTION, MODES, TOLERANCE
 
 ITEMS: list[dict[str, Any]] = (
     [{"response": r, "answer": a} for r, a, _ in EQUIVALENCE + EXTRACTION]

@@ -1,6 +1,7 @@
 """Responses written for the ifeval tests: (instruction id, kwargs, response, followed under
 the strict reading, labelled by hand). Several per instruction, followed and not, with the
-edges the rules turn on. Run side by side with the reference in test_ifeval_reference.py."""
+edges the rules turn on. Run side by side with the reference in test_ifeval_reference.py; in
+the package because ``bench/bench_ifeval.py`` scores the same responses."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ CASES: list[tuple[str, dict, str, bool]] = [
     (S, {"relation": "at least", "num_sentences": 4}, ESSAY, False),
     (S, {"relation": "less than", "num_sentences": 2}, "Mr. Smith went to Washington.", True),
     (S, {"relation": "less than", "num_sentences": 3}, "Is it? Yes! Really.", False),
-    (S, {"relation": "at least", "num_sentences": 2}, "- item one\n- item two\n- item three", False),
+    (S, {"relation": "at least", "num_sentences": 2}, "- item one\n- item two\n- item three",
+     False),
     (S, g(relation="less than", num_sentences=2), "It costs $3.50 in the U.S. today.", True),
     (S, {"relation": "at least", "num_sentences": 2}, "He said \"Hi.\" Then he left.", True),
     (S, {"relation": "at least", "num_sentences": 3}, "Wait... what? Yes.", False),  # 2
@@ -163,8 +165,10 @@ CASES: list[tuple[str, dict, str, bool]] = [
     (LO, {}, "this is Mostly lowercase english text.", False),
     (LO, {}, "ceci est une phrase entièrement en français et en minuscules.", False),
     (LO, g(), "all lower, with a number 42 and punctuation!", True),
-    (CAP, {"capital_frequency": 2, "capital_relation": "at least"}, "I saw NASA and the FBI.", True),
-    (CAP, {"capital_frequency": 4, "capital_relation": "at least"}, "I saw NASA and the FBI.", False),
+    (CAP, {"capital_frequency": 2, "capital_relation": "at least"}, "I saw NASA and the FBI.",
+     True),
+    (CAP, {"capital_frequency": 4, "capital_relation": "at least"}, "I saw NASA and the FBI.",
+     False),
     (CAP, {"capital_frequency": 3, "capital_relation": "less than"}, "DON'T do it.", True),
     (CAP, {"capital_frequency": 2, "capital_relation": "at least"}, "NASA's budget.", False),
     (CAP, {"capital_frequency": 3, "capital_relation": "at least"}, "I'm SURE it's OK.", True),

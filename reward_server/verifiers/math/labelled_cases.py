@@ -1,4 +1,5 @@
-"""The table of (response, reference, expected) math cases.
+"""The hand-labelled table of (response, reference, expected) math cases. In the package (as
+``starlette.testclient`` is) because the tests and ``bench/bench_math.py`` read the same table.
 
 ``B(x)`` wraps an answer the way a model states it. Roughly half the cases are *incorrect*
 pairs: a verifier that says "equal" too easily is a reward-hacking hole."""

@@ -1,4 +1,5 @@
-"""Math-Verify's own test suite, obtained at run time (never copied into this repository).
+"""Math-Verify's own test suite, obtained at run time (never copied into this repository). In
+the package because the agreement test and ``bench/bench_math.py`` both score it.
 
 ``load_suite()`` runs ``pip download --no-binary :all: math-verify==0.9.0`` into a cache
 folder, opens the sdist's ``tests/*.py`` and reads every ``@pytest.mark.parametrize`` table
