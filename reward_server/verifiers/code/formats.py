@@ -216,15 +216,16 @@ def call_arguments(value: Any, where: str) -> list[Any]:
     is not JSON stays an error: a broken list must not become a string argument."""
     if isinstance(value, str):
         try:
-            json.loads(value)
+            value = json.loads(value)
         except RecursionError:
-            pass  # json_value says so
-        except ValueError:
+            raise ValueError(f"{where}: nests deeper than {MAX_VALUE_DEPTH}") from None
+        except ValueError as exc:
             if value.lstrip()[:1] not in ("[", "{"):
                 return [value]
-    args = json_value(value, where)
-    if isinstance(args, str):
-        return [args]
+            raise ValueError(f"{where} is not JSON: {exc}") from None
+        if isinstance(value, str):
+            return [value]
+    args = json_value(value, where)  # decoded once: this checks how deep it nests
     if not isinstance(args, list):
         raise ValueError(f"{where} must be the JSON list of arguments (one argument [x] is "
                          f"'[x]'), not {type(args).__name__}")
