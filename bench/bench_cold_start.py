@@ -5,7 +5,7 @@ server in CI. A wrong score is printed with the item's whole result and the serv
 tail. The server's memory (its own RSS and its children's) is sampled every 0.5 s: a fresh
 server once grew 100 -> 402 MB in 15 s.
 
-    python bench/bench_cold_start.py [--rounds 3] [--copies 3] [--load-s 60]
+    python -m bench.bench_cold_start [--rounds 3] [--copies 3] [--load-s 60]
         [--loops-per-cpu 1] [--nice 19]
 """
 
@@ -26,7 +26,6 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
 CPP_ADD = ("#include <iostream>\nint main() { long a, b; std::cin >> a >> b; "

@@ -3,19 +3,17 @@
 Client A posts a batch of distinct slow items (towers of exponents that run into the math
 time limit; with ``--code``, programs that sleep through their test); one second later client
 B posts 16 honest items. Prints how long each waited and what A's items came back as, and
-writes bench/results/bench_fairness.json. Run it from another checkout (``PYTHONPATH``) to
-measure an older server the same way.
+writes JSON (date, commit, machine, figures) through ``bench/record.py``. Run it with another
+checkout first on ``PYTHONPATH`` to measure an older server the same way.
 
-    python bench/bench_fairness.py [--hostile 40] [--math-timeout 3] [--code]
+    python -m bench.bench_fairness [--hostile 40] [--math-timeout 3] [--code] [--publish]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -24,10 +22,10 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.record import commit, record
+from reward_server.testing import run_server, wait_for_sandbox
 
-from reward_server.testing import run_server, wait_for_sandbox  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def towers(n: int, run: int) -> list[dict[str, str]]:
@@ -61,8 +59,8 @@ async def scenario(url: str, verifier: str, hostile: list[dict], honest: list[di
             return time.monotonic() - started, r.json()["results"]
 
         (a_s, a), (b_s, b) = await asyncio.gather(post(hostile, 0.0), post(honest, 1.0))
-    return {"a_s": a_s, "b_s": b_s, "b_scores": Counter(str(r["score"]) for r in b),
-            "a_results": Counter(f"{r['status']}: {(r.get('detail') or '')[:40]}" for r in a)}
+    return {"a_s": a_s, "b_s": b_s, "b_scores": dict(Counter(str(r["score"]) for r in b)),
+            "a_results": dict(Counter(f"{r['status']}: {(r.get('detail') or '')[:40]}" for r in a))}
 
 
 def main() -> None:
@@ -70,7 +68,10 @@ def main() -> None:
     ap.add_argument("--hostile", type=int, default=40, help="items in A's batch")
     ap.add_argument("--math-timeout", type=float, default=3.0)
     ap.add_argument("--code", action="store_true", help="also the code scenario (Docker)")
+    ap.add_argument("--publish", action="store_true",
+                    help="also write docs/benchmarks/bench_fairness.json")
     args = ap.parse_args()
+    measured_on = commit()
     env = {"REWARD_SERVER_CACHE_SIZE": "0", "REWARD_SERVER_MATH_WORKERS": "2",
            "REWARD_SERVER_MATH_TIMEOUT_S": str(args.math_timeout),
            "REWARD_SERVER_SANDBOX_POOL_SIZE": "2"}
@@ -87,15 +88,16 @@ def main() -> None:
             out[name] = asyncio.run(scenario(srv.url, verifier, hostile, honest))
             r = out[name]
             print(f"{name:13s} B (honest, 16 items) {r['b_s']:7.2f} s  scores "
-                  f"{dict(r['b_scores'])}")
+                  f"{r['b_scores']}")
             print(f"{'':13s} A ({args.hostile} slow items)  {r['a_s']:7.2f} s  "
-                  f"{dict(r['a_results'])}")
+                  f"{r['a_results']}")
     print(f"({os.cpu_count()} cores, {args.math_timeout:g} s math limit, 2 math workers, "
           "2 containers, cache off)")
-    path = ROOT / "bench" / "results" / "bench_fairness.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2, default=dict))
-    print(f"wrote {path}")
+    settings = {"hostile": args.hostile, "math_timeout_s": args.math_timeout,
+                "code": args.code, "math_workers": 2, "pool_size": 2, "cache": "off"}
+    path = record("bench_fairness", out, settings, publish=args.publish,
+                  measured_on=measured_on)
+    print(f"wrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """What the gVisor pids-headroom check costs (sandbox/pool.py: a ``docker stats`` read after
 each execution, beside the next one): the same warm gVisor pool, in one process, with the
 check and with it switched off, in alternating blocks. Rows: trivial items 4 in flight
-(executions/s) and 10-test items one in flight (p50 latency).
+(executions/s) and 10-test items one in flight (p50 latency). Prints a table and writes
+JSON (date, commit, machine, figures) through ``bench/record.py``.
 
-    python bench/bench_gvisor_headroom.py [--rounds 3]
+    python -m bench.bench_gvisor_headroom [--rounds 3] [--publish]
 """
 
 from __future__ import annotations
@@ -11,17 +12,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.record import commit, record
+from sandbox.config import SandboxConfig
+from sandbox.pool import ContainerPool, PooledContainer
+from sandbox.runner import Execution, Sandbox, TestCase
+from sandbox.testing import runsc_engine
 
-from sandbox.config import SandboxConfig  # noqa: E402
-from sandbox.pool import ContainerPool, PooledContainer  # noqa: E402
-from sandbox.runner import Execution, Sandbox, TestCase  # noqa: E402
-from sandbox.testing import runsc_engine  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 SUM = "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)"
 WORKLOADS = {  # name: (execution, count, in flight)
@@ -75,15 +76,25 @@ async def measure(host: str, rounds: int) -> dict[str, dict[str, list[tuple[floa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--publish", action="store_true",
+                    help="also write docs/benchmarks/bench_gvisor_headroom.json")
     args = ap.parse_args()
+    measured_on = commit()
     with runsc_engine() as engine:
         rows = asyncio.run(measure(engine.host, args.rounds))
     print(f"\nmedian of {args.rounds} alternating blocks\n")
     print(f"{'':32} {'exec/s':>8} {'p50 ms':>8}")
+    figures: dict[str, dict[str, float]] = {}
     for mode, workloads in rows.items():
         for name, runs in workloads.items():
-            print(f"{mode + ', ' + name:32} {statistics.median(r[0] for r in runs):8.1f} "
-                  f"{statistics.median(r[1] for r in runs):8.0f}")
+            figures[f"{mode}, {name}"] = {
+                "exec_s": round(statistics.median(r[0] for r in runs), 2),
+                "p50_ms": round(statistics.median(r[1] for r in runs), 1)}
+            row = figures[f"{mode}, {name}"]
+            print(f"{mode + ', ' + name:32} {row['exec_s']:8.1f} {row['p50_ms']:8.0f}")
+    path = record("bench_gvisor_headroom", figures, {"rounds": args.rounds, "pool_size": 4},
+                  publish=args.publish, measured_on=measured_on)
+    print(f"wrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

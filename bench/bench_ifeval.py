@@ -1,7 +1,7 @@
 """The ifeval verifier through the service against its checks in-process: items/s on the
 same items.
 
-The items: the test table's responses (tests/reward_server/test_ifeval_cases.py, every
+The items: the test table's responses (reward_server/verifiers/ifeval/labelled_cases.py, every
 instruction, followed and not), each with its own instruction plus two more (number_words,
 no_comma), strict and loose alternating, in batches of ``--batch``. In-process is what a
 trainer's reward function would do: ``evaluate`` on the validated instructions, in its own
@@ -10,7 +10,7 @@ checked afresh; one request per batch, one at a time.
 
 Writes JSON (date, commit, machine, figures) through ``bench/record.py``.
 
-    python bench/bench_ifeval.py [--batch 256] [--rounds 20] [--publish]
+    python -m bench.bench_ifeval [--batch 256] [--rounds 20] [--publish]
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,14 +25,14 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.record import commit, record
+from reward_server.testing import run_server
+from reward_server.verifiers.ifeval.evaluate import evaluate
+from reward_server.verifiers.ifeval.items import IfEvalItem
+from reward_server.verifiers.ifeval.labelled_cases import CASES
 
-from bench.record import commit, record  # noqa: E402
-from reward_server.testing import run_server  # noqa: E402
-from reward_server.verifiers.ifeval.evaluate import evaluate  # noqa: E402
-from reward_server.verifiers.ifeval.items import IfEvalItem  # noqa: E402
-from tests.reward_server.test_ifeval_cases import CASES  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 EXTRA = [{"instruction_id": "length_constraints:number_words",
           "kwargs": {"relation": "at least", "num_words": 5}},

@@ -3,9 +3,10 @@ loop, fork+exec of a tiny program, a pure-Python loop) timed inside one containe
 configuration, so container start is not counted. Configurations, each on the same image
 with the pool's limits: runc without seccomp, runc with the engine's default profile, runc
 with ours (sandbox/seccomp.json), and gVisor (runsc, on a second engine as the tests run
-it). Prints a table and writes bench/results/bench_isolation.json.
+it). Prints a table and writes JSON (date, commit, machine, figures) through
+``bench/record.py``.
 
-    python bench/bench_isolation.py [--repeat 3]
+    python -m bench.bench_isolation [--repeat 3] [--publish]
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ import argparse
 import json
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.record import commit, record
+from sandbox.seccomp import PROFILE
+from sandbox.testing import IMAGE, runsc_engine
 
-from sandbox.seccomp import PROFILE  # noqa: E402
-from sandbox.testing import IMAGE, runsc_engine  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 PROBE = """
 import json, os, subprocess, time
@@ -59,7 +60,10 @@ def probe(host: str | None, extra: list[str]) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=3, help="containers per configuration")
+    ap.add_argument("--publish", action="store_true",
+                    help="also write docs/benchmarks/bench_isolation.json")
     args = ap.parse_args()
+    measured_on = commit()
     subprocess.run(["bash", str(ROOT / "sandbox" / "build_image.sh")], check=True)
     rows: dict[str, dict[str, float]] = {}
     with runsc_engine() as engine:
@@ -72,10 +76,9 @@ def main() -> None:
     for name, row in rows.items():
         print(f"{name:32} {row['syscall_ns']:11.0f} {row['spawn_ms']:13.2f} "
               f"{row['compute_ms']:11.0f}")
-    out = ROOT / "bench" / "results" / "bench_isolation.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows, indent=2))
-    print(f"wrote {out.relative_to(ROOT)}")
+    path = record("bench_isolation", rows, {"repeat": args.repeat}, publish=args.publish,
+                  measured_on=measured_on)
+    print(f"wrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

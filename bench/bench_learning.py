@@ -14,11 +14,14 @@ training seconds, evaluation excluded, as the process's CPU time: single-threade
 wall clock of an idle core, and unlike the wall clock it stays fair when the machine is shared
 (the wall clock is recorded too).
 
-    python bench/bench_learning.py                      # the real comparison (~25 min, 2 cores)
-    python bench/bench_learning.py --model tiny --steps 4 --eval-samples 8   # a quick try
+    python -m bench.bench_learning                      # the real comparison (~25 min, 2 cores)
+    python -m bench.bench_learning --model tiny --steps 4 --eval-samples 8   # a quick try
+    python -m bench.bench_learning --figure a.json b.json c.json   # seeds side by side
 
-Prints a table, writes ``bench/results/bench_learning.{json,png}``. The goal: our
-trainer reaches TRL's final held-out accuracy in ≤ 0.7× the seconds TRL takes to reach it.
+Prints a table and writes JSON (date, commit, machine, figures) through ``bench/record.py``
+as ``bench_learning_seed<N>`` (``--publish``: to docs/benchmarks/), and its figure to
+``bench/results/``. The goal: our trainer reaches TRL's final held-out accuracy in ≤ 0.7× the
+seconds TRL takes to reach it.
 """
 
 from __future__ import annotations
@@ -33,11 +36,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.bench_trainer import reward_last_number
+from bench.record import commit, record
 
-from bench_trainer import reward_last_number  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 DEMO_CONFIG = ROOT / "examples" / "grpo_arithmetic.yaml"
 RESULTS = ROOT / "bench" / "results"
@@ -305,10 +308,12 @@ def main() -> None:
     ap.add_argument("--figure", nargs="+", type=Path, metavar="JSON", help="only draw the "
                     "runs of these result files side by side into bench/results/"
                     "bench_learning-seeds.png")
+    ap.add_argument("--publish", action="store_true",
+                    help="also write docs/benchmarks/bench_learning_seed<N>.json")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.figure:
-        runs = [json.loads(f.read_text()) for f in args.figure]
+        runs = [run_of(json.loads(f.read_text())) for f in args.figure]
         out = RESULTS / "bench_learning-seeds.png"
         plot(runs, out, f"{runs[0]['args']['model']}: GRPO on additions, same settings and "
              "reward, both trainers")
@@ -323,6 +328,7 @@ def main() -> None:
         child(args.child, args.model, args.steps, args.eval_every, args.eval_samples,
               args.seed)
         return
+    measured_on = commit()
     steps = {"trl": args.steps, "ours": args.ours_steps or round(1.5 * args.steps)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
@@ -332,11 +338,11 @@ def main() -> None:
     for which in ("trl", "ours"):
         print(f"{which}: training {args.model} for {steps[which]} steps", file=sys.stderr)
         procs[which] = subprocess.Popen(
-            [sys.executable, __file__, "--child", which, "--model", args.model,
+            [sys.executable, "-m", "bench.bench_learning", "--child", which, "--model", args.model,
              "--steps", str(steps[which]), "--eval-every", str(args.eval_every),
              "--eval-samples", str(args.eval_samples), "--threads", str(args.threads),
              "--seed", str(args.seed)],
-            stdout=subprocess.PIPE, text=True, env=env)
+            stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         if not args.parallel:
             outputs[which] = procs[which].communicate()[0]
     for which, proc in procs.items():
@@ -387,13 +393,20 @@ def main() -> None:
         print(f"target {trl_final:.3f} (TRL's final accuracy): TRL {t_trl:.1f} s, ours "
               f"{t_ours:.1f} s -> {ratio:.2f}x TRL's time (goal <= 0.7x: "
               f"{'met' if summary['goal_met'] else 'not met'})")
-    stem = RESULTS / ("bench_learning" if args.seed == 0 else f"bench_learning-seed{args.seed}")
-    run = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-           "summary": summary, **results}
-    plot([run], stem.with_suffix(".png"), f"{args.model}: GRPO on additions, same settings "
-         "and reward")
-    stem.with_suffix(".json").write_text(json.dumps(run, indent=2))
-    print(f"wrote {stem.relative_to(ROOT)}.json and .png")
+    settings = {k: v for k, v in vars(args).items()
+                if k not in ("figure", "child", "publish", "parallel")}
+    run = {"args": settings, "summary": summary, **results}
+    figure = RESULTS / f"bench_learning_seed{args.seed}.png"
+    plot([run], figure, f"{args.model}: GRPO on additions, same settings and reward")
+    path = record(f"bench_learning_seed{args.seed}", {"summary": summary, **results},
+                  {**settings, "parallel": args.parallel}, publish=args.publish,
+                  measured_on=measured_on)
+    print(f"wrote {path.relative_to(ROOT)} and {figure.relative_to(ROOT)}")
+
+
+def run_of(data: dict[str, Any]) -> dict[str, Any]:
+    """A run as ``plot`` and ``seeds_summary`` read it, from a file ``record`` wrote."""
+    return {"args": data["settings"], **data["figures"]}
 
 
 if __name__ == "__main__":

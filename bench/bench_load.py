@@ -13,9 +13,9 @@ same shape whose items are all slow (towers of exponents that run into the math 
 programs that sleep through every test), distinct so that no cache helps. It reports the
 honest clients' p50/p99 next to the all-honest run's; the goal is honest p99 within 2x.
 
-    python bench/bench_load.py [--clients 16] [--duration 60] [--code-share 0.25]
-                               [--workers 1] [--cache-size 100000] [--hostile 1]
-                               [--url URL (an already running server)]
+    python -m bench.bench_load [--clients 16] [--duration 60] [--code-share 0.25]
+                                 [--workers 1] [--cache-size 100000] [--hostile 1]
+                                 [--url URL (an already running server)]
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import random
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +32,6 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 GROUP = 16
 

@@ -13,10 +13,12 @@ in alternating rounds (a shared machine's load changes; each ratio compares pass
 side by side, and the spread is printed), then for the batch the server with the cache on
 (cold, then warm). Each tool first gets warm-up passes. Items/s are also given per core
 used, and CPU milliseconds per item (the server's process and its workers; the client is
-not counted), which the load does not change much. Prints tables and writes
-bench/results/bench_math.json.
+not counted), which the load does not change much. Prints tables and writes JSON (date,
+commit, machine, figures) through ``bench/record.py``; ``--publish`` makes it the figures
+docs/benchmarks.md shows.
 
-    python bench/bench_math.py [--groups 32] [--group-size 16] [--concurrency 4] [--rounds 3]
+    python -m bench.bench_math [--groups 32] [--group-size 16] [--concurrency 4] [--rounds 3]
+                               [--publish]
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import json
 import os
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,11 @@ from typing import Any
 import httpx
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.record import commit, record
+from reward_server.testing import run_server  # the same launcher the tests use
 
-from reward_server.testing import run_server  # noqa: E402  (the same launcher the tests use)
+ROOT = Path(__file__).resolve().parent.parent
+
 
 # (reference, equivalent forms, wrong forms)
 PROBLEMS: list[tuple[str, list[str], list[str]]] = [
@@ -153,12 +155,12 @@ async def run_server_pass(url: str, items: list[dict], group_size: int,
     return [r for part in parts for r in part], elapsed, latencies
 
 
-def table_report() -> None:
+def table_report() -> dict[str, int]:
     """The test suite's adversarial table, labelled by hand: where the two tools differ."""
     from reward_server.verifiers.math.check import check
     from reward_server.verifiers.math.extract import extract_answer, extract_gold
+    from reward_server.verifiers.math.labelled_cases import EQUIVALENCE, EXTRACTION
     from reward_server.verifiers.math.numbers import fast_check
-    from tests.reward_server.math_cases import EQUIVALENCE, EXTRACTION
 
     cases = EQUIVALENCE + EXTRACTION
     items = [{"response": r, "answer": a} for r, a, _ in cases]
@@ -169,14 +171,18 @@ def table_report() -> None:
         verdict = pred and (fast_check(pred, gold, 1e-6) or check(pred, gold, 1e-6))
         ours.append(bool(verdict and verdict.correct))
     truth = [c for *_, c in cases]
+    figures = {"cases": len(cases),
+               "right_ours": sum(o == t for o, t in zip(ours, truth, strict=True)),
+               "right_math_verify": sum(m == t for m, t in zip(mv, truth, strict=True))}
     print(f"\nadversarial table ({len(cases)} hand-labelled cases from the tests): "
-          f"ours right on {sum(o == t for o, t in zip(ours, truth, strict=True))}, "
-          f"math-verify right on {sum(m == t for m, t in zip(mv, truth, strict=True))}")
+          f"ours right on {figures['right_ours']}, "
+          f"math-verify right on {figures['right_math_verify']}")
     for item, o, m, t in zip(items, ours, mv, truth, strict=True):
         if o != m:
             right = "ours" if o == t else "math-verify"
             print(f"  {item['response'][-34:]!r:40} vs {item['answer']!r:24} ours={o!s:5} "
                   f"math-verify={m!s:5} truth={t!s:5} -> {right} right")
+    return figures
 
 
 def pct(values: list[float], q: float) -> float:
@@ -186,7 +192,7 @@ def pct(values: list[float], q: float) -> float:
 
 def suite_items() -> tuple[list[dict], list[bool]]:
     """Math-Verify 0.9.0's own test rows at default options (downloaded, never copied)."""
-    from tests.reward_server.math_suite import load_suite
+    from reward_server.verifiers.math.upstream_suite import load_suite
 
     cases = [c for c in load_suite() if c.at_defaults]
     return [{"response": c.pred, "answer": c.gold} for c in cases], [c.expected for c in cases]
@@ -333,7 +339,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3,
                     help="alternating math-verify / server (cache off) passes")
     ap.add_argument("--skip-table", action="store_true")
+    ap.add_argument("--publish", action="store_true",
+                    help="also write docs/benchmarks/bench_math.json")
     args = ap.parse_args()
+    measured_on = commit()
     print(f"{os.cpu_count()} cores")
 
     report: dict[str, Any] = {}
@@ -353,10 +362,11 @@ def main() -> None:
         f"synthetic batch ({args.groups} groups x {args.group_size}, "
         f"{len({json.dumps(i) for i in items})} distinct)", items, truth, warm, args, True)
     if not args.skip_table:
-        table_report()
-    out = ROOT / "bench" / "results" / "bench_math.json"
-    out.write_text(json.dumps(report, indent=2))
-    print(f"\nwrote {out.relative_to(ROOT)}")
+        report["adversarial_table"] = table_report()
+    settings = {k: v for k, v in vars(args).items() if k != "publish"}
+    path = record("bench_math", report, {**settings, "math_workers": os.cpu_count()},
+                  publish=args.publish, measured_on=measured_on)
+    print(f"\nwrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

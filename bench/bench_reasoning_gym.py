@@ -8,7 +8,7 @@ result cache off, so every item is scored afresh; one request per batch, one at 
 
 Writes JSON (date, commit, machine, figures) through ``bench/record.py``.
 
-    python bench/bench_reasoning_gym.py [--batch 256] [--rounds 5] [--publish]
+    python -m bench.bench_reasoning_gym [--batch 256] [--rounds 5] [--publish]
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 import warnings
@@ -25,11 +24,10 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.record import commit, record
+from reward_server.testing import run_server
 
-from bench.record import commit, record  # noqa: E402
-from reward_server.testing import run_server  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def items(per_task: int) -> list[tuple[Any, dict[str, Any], str]]:

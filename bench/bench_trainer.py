@@ -5,10 +5,13 @@ local Python function for both, so only the trainer differs), each trainer in it
 process (peak RSS is per process), in the same run. Models: the tiny model built in code, and
 SmolLM2-135M-Instruct. The first step of each run is a warm-up and is not counted.
 
-    python bench/bench_trainer.py [--models tiny,smollm2] [--steps 4]
-    python bench/bench_trainer.py --models smollm2 --lora 16    # + LoRA r=16 vs full, ours
-    BENCH_GRADIENT_CHECKPOINTING=0 python bench/bench_trainer.py    # both without it
-Needs ``pip install trl`` (not a dependency of the project).
+    python -m bench.bench_trainer [--models tiny,smollm2] [--steps 4] [--publish]
+    python -m bench.bench_trainer --models smollm2 --lora 16    # + LoRA r=16 vs full, ours
+    BENCH_GRADIENT_CHECKPOINTING=0 python -m bench.bench_trainer    # both without it
+
+Prints a table and writes JSON (date, commit, machine, figures) through ``bench/record.py``
+(``bench_trainer``, or ``bench_trainer_lora`` with ``--lora``). Needs ``pip install trl``
+(not a dependency of the project).
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ import sys
 import time
 from pathlib import Path
 
+from bench.record import commit, record
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 PROMPTS, G = 4, 8
 
@@ -151,6 +155,8 @@ def main() -> None:
     ap.add_argument("--lora", type=int, default=0, metavar="R",
                     help="also time our trainer with LoRA of rank R (against full fine-tuning)")
     ap.add_argument("--no-trl", action="store_true", help="only our trainer (with --lora)")
+    ap.add_argument("--publish", action="store_true",
+                    help="also write docs/benchmarks/bench_trainer[_lora].json")
     ap.add_argument("--child", nargs=2, metavar=("WHICH", "MODEL"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     tmp = ROOT / "bench" / "results" / "tmp"
@@ -158,13 +164,14 @@ def main() -> None:
         child(args.child[0], args.child[1], args.steps, tmp / f"{args.child[0]}-{args.child[1]}",
               args.lora)
         return
+    measured_on = commit()
     rows: dict[str, dict] = {}
     for model in args.models.split(","):
         trainers = ("ours",) if args.no_trl else ("trl", "ours")
         for which in trainers + (("ours-lora",) if args.lora else ()):
             out = subprocess.run(
-                [sys.executable, __file__, "--steps", str(args.steps), "--lora", str(args.lora),
-                 "--child", which, model],
+                [sys.executable, "-m", "bench.bench_trainer", "--steps", str(args.steps),
+                 "--lora", str(args.lora), "--child", which, model], cwd=ROOT,
                 capture_output=True, text=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
             line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
             if line is None:
@@ -193,9 +200,13 @@ def main() -> None:
                   f"{lora['cpu_s_per_step'] / full['cpu_s_per_step']:.2f}x, peak RSS "
                   f"{lora['peak_mb']:.0f} vs {full['peak_mb']:.0f} MB = "
                   f"{lora['peak_mb'] / full['peak_mb']:.2f}x")
-    out = ROOT / "bench" / "results" / "bench_trainer.json"
-    out.write_text(json.dumps(rows, indent=2))
-    print(f"wrote {out.relative_to(ROOT)}")
+    settings = {"models": args.models, "steps": args.steps, "lora": args.lora,
+                "trl": not args.no_trl, "prompts": PROMPTS, "group_size": G,
+                "gradient_checkpointing": GRADIENT_CHECKPOINTING,
+                "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+    path = record("bench_trainer_lora" if args.lora else "bench_trainer", rows, settings,
+                  publish=args.publish, measured_on=measured_on)
+    print(f"wrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

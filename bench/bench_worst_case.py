@@ -15,7 +15,7 @@ bench/results/worst_case-<date>.json through ``bench/record.py``. A shape still 
 after ``--cap-s`` seconds of triage is stopped and reported as over the cap (a stall that
 long is the finding).
 
-    python bench/bench_worst_case.py [--size BYTES] [--only NAME ...] [--no-server]
+    python -m bench.bench_worst_case [--size BYTES] [--only NAME ...] [--no-server]
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import argparse
 import os
 import signal
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -33,15 +32,14 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.record import record
+from reward_server.settings import Settings
+from reward_server.testing import run_server
+from reward_server.verifiers.code.extract import extract_code
+from reward_server.verifiers.math import MathItem, MathVerifier
+from reward_server.worst_case import FIELD_BYTES, math_cases, reference_cases
 
-from bench.record import record  # noqa: E402
-from reward_server.settings import Settings  # noqa: E402
-from reward_server.testing import run_server  # noqa: E402
-from reward_server.verifiers.code.extract import extract_code  # noqa: E402
-from reward_server.verifiers.math import MathItem, MathVerifier  # noqa: E402
-from reward_server.worst_case import FIELD_BYTES, math_cases, reference_cases  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class _Cap(Exception):

@@ -24,16 +24,17 @@ from typing import Any
 
 import torch
 
+from trainer.config import GRPOConfig, load_config
+from trainer.models import load_model
+from trainer.rewards import FunctionScorer
+from trainer.train import GRPOTrainer, seed_everything
+
 ROOT = Path(__file__).resolve().parent.parent
+# Run by path, so only bench/ (not a package of the install) needs the checkout on the path;
+# ``python -m scripts.gpu_check`` would find the ``scripts`` package that veRL installs.
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_trainer import reward_last_number  # noqa: E402
-
-from trainer.config import GRPOConfig, load_config  # noqa: E402
-from trainer.models import load_model  # noqa: E402
-from trainer.rewards import FunctionScorer  # noqa: E402
-from trainer.train import GRPOTrainer, seed_everything  # noqa: E402
+from bench.bench_trainer import reward_last_number  # noqa: E402
 
 DEMO_CONFIG = ROOT / "examples" / "grpo_arithmetic.yaml"
 
