@@ -23,6 +23,7 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtensionOID
 
+from reward_server import metrics
 from reward_server.app import create_app
 from reward_server.middleware import BearerAuth
 from reward_server.settings_doc import builtin_settings_class
@@ -47,8 +48,7 @@ def _kubectl() -> str:
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """deploy/k8s/ as a clean checkout has it (no secrets), copied, with each overlay's
-    secrets made the way docs/deploy.md says."""
+    """A copy of deploy/k8s/ as a clean checkout has it: no secrets."""
     root = tmp_path_factory.mktemp("k8s") / "k8s"
     shutil.copytree(K8S, root, ignore=shutil.ignore_patterns("secrets"))
     return root
@@ -72,7 +72,7 @@ def rendered(tree: Path) -> dict[str, list[dict[str, Any]]]:
     """Each overlay's objects (production-request-metric uses production's secrets; the
     certificate's names are test_make_certs_names_every_engine's)."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for overlay in ("dev", "production"):
+    for overlay in ("dev", "production"):  # the way docs/deploy.md says
         _make_secrets(tree, overlay)
     for overlay in OVERLAYS:
         result = _render(tree, overlay)
@@ -200,7 +200,9 @@ def test_probes_and_scrape_path_are_routes_the_app_serves(
 def test_a_route_the_app_lacks_is_seen() -> None:
     routes = _get_routes()
     assert "/healthz" in routes and "/metrics" in routes
-    assert "/readyz" not in routes  # no readiness route: the probes use /healthz
+    # no readiness route of its own: the readiness probe uses /healthz; when one is added,
+    # this fails so the probe moves to it
+    assert "/readyz" not in routes
     assert not _open_without_token("/metrics")
 
 
@@ -396,7 +398,7 @@ def test_the_request_metric_overlay_scales_on_the_adapters_metric(
                             "prometheus-adapter-rules.yaml").read_text())["rules"]
     assert metric["pods"]["metric"]["name"] in {r["name"]["as"] for r in rules}
     series = rules[0]["seriesQuery"].split("{")[0]
-    from reward_server import metrics  # the gauge the adapter reads is one the server exports
+    # the gauge the adapter reads is one the server exports
     assert series in {m.name for m in metrics.QUEUE_WAITING.describe()}
 
 
