@@ -35,7 +35,7 @@ if ! { .venv/bin/python -m pip install --upgrade pip \
   echo "setup: pip install failed; full log in .venv/install.log" >&2
   exit 1
 fi
-.venv/bin/python -c 'import reward_server.app, ray.serve, sympy, latex2sympy2_extended, pytest, torch, transformers, trl, openrlhf, verl, peft
+.venv/bin/python -c 'import reward_server.app, reward_server.ray_serve, sympy, latex2sympy2_extended, pytest, torch, transformers, trl, openrlhf, verl, peft
 from trainer.models import smollm2_gguf; smollm2_gguf()' \
   || { echo "setup: the install did not complete" >&2; exit 1; }
 rm -f .venv/.installed-*
