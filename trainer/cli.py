@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from reward_server.client import RewardClient, RewardClientError
     from trainer import checkpoint
-    from trainer.data import load_rows
+    from trainer.data import load_datasets
     from trainer.models import MASTER_DTYPE, load_model
     from trainer.train import GRPOTrainer, seed_everything
 
@@ -110,9 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         seed_everything(config.seed)  # the same initial weights on every rank
         try:  # float32 master weights; dtype: bfloat16 is the compute dtype (autocast)
             model, tokenizer = load_model(config.model, MASTER_DTYPE, config.seed)
-            train_rows = load_rows(config.dataset, config.prompt_column)
-            eval_rows = (load_rows(config.eval_dataset, config.prompt_column)
-                         if config.eval_dataset else None)
+            train_rows, eval_rows = load_datasets(config)
         except (FileNotFoundError, ValueError, RuntimeError) as exc:
             print(f"grpo-train: {exc}", file=sys.stderr)
             return 2

@@ -11,18 +11,53 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trainer import gym_tasks
+
 
 class RewardSpec(BaseModel):
     """One verifier of the reward server and its weight in the total reward."""
 
     model_config = ConfigDict(extra="forbid")
     verifier: str = Field(description="Verifier name on the server, e.g. 'math' or 'code'.")
+    name: str | None = Field(None, min_length=1, description="Its column in the metrics "
+                             "(rewards/<name>/mean); default: the verifier. Two specs of one "
+                             "verifier (two format rules) need distinct names.")
     weight: float = Field(1.0, description="Weight in the summed reward.")
     columns: dict[str, str] = Field(
         default_factory=lambda: {"answer": "answer"},
         description="Dataset column -> verifier field, sent with each completion.")
     params: dict[str, Any] = Field(
         default_factory=dict, description="Fixed verifier fields, e.g. {extract: last_number}.")
+
+    @property
+    def label(self) -> str:
+        """The name its scores go by in ScoredBatch.per_verifier and the metrics."""
+        return self.name or self.verifier
+
+
+OVERLONG = "overlong"  # the metric column of the overlong penalty (rewards/overlong/mean)
+
+
+class OverlongBuffer(BaseModel):
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476, eq. 13), a reward
+    term the trainer adds itself (only it knows a completion's token count |y|)::
+
+        R_length(y) = 0                               if |y| <= L_max - L_cache
+                      ((L_max - L_cache) - |y|) / L_cache   if L_max - L_cache < |y| <= L_max
+                      -1                              if |y| > L_max
+
+    added to the total as ``penalty_factor * R_length``. Names follow veRL's
+    ``overlong_buffer`` (``len``, ``penalty_factor``; its DAPO recipe: 4096 and 1.0 under a
+    20480-token limit); |y| counts the completion's tokens through its EOS, as veRL's
+    ``valid_response_length`` does."""
+
+    model_config = ConfigDict(extra="forbid")
+    len: int = Field(gt=0, description="L_cache: the last tokens before L_max over which the "
+                     "penalty grows linearly from 0 to -1.")
+    penalty_factor: float = Field(1.0, ge=0, description="Its weight in the total reward.")
+    max_length: int | None = Field(None, gt=0, description="L_max; default "
+                                   "max_completion_length (DAPO's and veRL's choice: a cut "
+                                   "completion gets the whole penalty).")
 
 
 class GRPOConfig(BaseModel):
@@ -31,11 +66,27 @@ class GRPOConfig(BaseModel):
     # --- model and data -------------------------------------------------------------------
     model: str = Field("smollm2", description="'smollm2' (embedded SmolLM2-135M-Instruct, no "
                        "download), 'tiny' (a small model built in code), or a local HF path.")
-    dataset: str = Field("arithmetic", description="A JSONL file, or 'arithmetic' for the "
-                         "generated addition set.")
-    eval_dataset: str | None = Field(None, description="Held-out JSONL (or 'arithmetic-eval').")
+    dataset: str = Field("arithmetic", description="A JSONL file, 'arithmetic' for the "
+                         "generated addition set, or 'reasoning_gym:<task>[,<task>...]' "
+                         "(reasoning-gym's generators: rows carry entry, task and config for "
+                         "the reasoning_gym verifier).")
+    eval_dataset: str | None = Field(None, description="Held-out JSONL (or 'arithmetic-eval', "
+                                     "or 'reasoning_gym:<task>...': eval_samples entries from "
+                                     "other seeds, none a training question).")
+    dataset_size: int = Field(gym_tasks.DEFAULT_SIZE, ge=1, description="reasoning_gym: "
+                              "entries per task (reasoning-gym's own default is 500).")
+    dataset_seed: int = Field(gym_tasks.DEFAULT_SEED, description="reasoning_gym: the "
+                              "training entries' seed (the library's default, None, would draw "
+                              "another set each run).")
+    dataset_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="reasoning_gym: per task, fields of its config, "
+        "e.g. {basic_arithmetic: {max_terms: 2, max_digits: 1}}.")
     prompt_column: str = "prompt"
     system_prompt: str | None = Field(None, description="Prepended as a system message.")
+    prompt_suffix: str = Field("", description="Appended to each text prompt, as veRL's data "
+                               "recipes append their instruction to the question (' Reply with "
+                               "only the number.'): a small model such as SmolLM2-135M follows "
+                               "it there, and mostly ignores a system prompt.")
     use_chat_template: bool = Field(True, description="Wrap prompts in the tokenizer's chat "
                                     "template (instruct models expect it).")
     output_dir: str = "runs/grpo"
@@ -47,6 +98,9 @@ class GRPOConfig(BaseModel):
     reward_token: str | None = None
     rewards: list[RewardSpec] = Field(
         default_factory=lambda: [RewardSpec(verifier="math", params={"extract": "last_number"})])
+    overlong_buffer: OverlongBuffer | None = Field(
+        None, description="DAPO's soft overlong punishment, e.g. {len: 16, penalty_factor: "
+        "1.0} (null: off); logged as rewards/overlong/*.")
     reward_batch_size: int = Field(256, ge=1, description="Items per reward request.")
     reward_timeout_s: float = Field(120.0, gt=0)
     reward_max_attempts: int | None = Field(
@@ -149,6 +203,9 @@ class GRPOConfig(BaseModel):
             self.generation_chunk = self.prompts_per_step
         if not self.rewards:
             raise ValueError("rewards: at least one verifier is needed")
+        self._check_reward_names()
+        self._check_overlong()
+        self._check_datasets()
         if self.distributed == "fsdp" and self.dynamic_sampling:
             # FSDP ranks must run the same forwards; resampling rounds differ per rank
             raise ValueError("distributed 'fsdp' cannot use dynamic_sampling (ranks would "
@@ -165,6 +222,49 @@ class GRPOConfig(BaseModel):
                                  f"{self.loss_type!r}")
             self.loss_type = "grpo"
         return self
+
+    def _check_reward_names(self) -> None:
+        """Each reward's metric column is its own: two specs of one verifier would write to
+        the same rewards/<name>/* and one's scores would be lost."""
+        labels = [spec.label for spec in self.rewards]
+        if self.overlong_buffer is not None:
+            labels.append(OVERLONG)
+        for label in labels:
+            if labels.count(label) > 1:
+                hint = (" (the overlong penalty's)" if label == OVERLONG and
+                        self.overlong_buffer is not None else "")
+                raise ValueError(f"rewards: more than one reward is named {label!r}{hint}: "
+                                 f"give each spec a distinct 'name'")
+
+    def _check_overlong(self) -> None:
+        buffer = self.overlong_buffer
+        if buffer is None:
+            return
+        if buffer.max_length is not None and buffer.max_length > self.max_completion_length:
+            raise ValueError(f"overlong_buffer.max_length ({buffer.max_length}) exceeds "
+                             f"max_completion_length ({self.max_completion_length}): no "
+                             f"completion could reach it")
+        if buffer.len > self.overlong_max_length:
+            raise ValueError(f"overlong_buffer.len ({buffer.len}) exceeds L_max "
+                             f"({self.overlong_max_length})")
+
+    def _check_datasets(self) -> None:
+        named: set[str] = set()
+        for source in (self.dataset, self.eval_dataset):
+            if gym_tasks.is_gym(source):
+                named.update(gym_tasks.parse_tasks(source))  # type: ignore[arg-type]
+        stray = sorted(set(self.dataset_options) - named)
+        if stray:
+            raise ValueError(f"dataset_options: {stray[0]!r} is no reasoning_gym task of "
+                             f"dataset or eval_dataset")
+
+    @property
+    def overlong_max_length(self) -> int:
+        """L_max of the overlong penalty."""
+        buffer = self.overlong_buffer
+        if buffer is None or buffer.max_length is None:
+            return self.max_completion_length
+        return buffer.max_length
 
     @property
     def epsilon_low(self) -> float:

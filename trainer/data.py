@@ -1,6 +1,7 @@
-"""Prompt datasets: JSONL files, lists of dicts, Hugging Face ``datasets``, and the generated
-arithmetic set of the demo. A ``PromptStream`` hands out prompts in a seeded order, epoch after
-epoch, sharded over ranks, and remembers its position for ``--resume``."""
+"""Prompt datasets: JSONL files, lists of dicts, Hugging Face ``datasets``, the generated
+arithmetic set of the demo, and reasoning-gym's tasks (``trainer.gym_tasks``). A
+``PromptStream`` hands out prompts in a seeded order, epoch after epoch, sharded over ranks,
+and remembers its position for ``--resume``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ import json
 import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from trainer import gym_tasks
+
+if TYPE_CHECKING:
+    from trainer.config import GRPOConfig
 
 Row = dict[str, Any]
 
@@ -27,7 +33,9 @@ def arithmetic_rows(n: int, seed: int, low: int = 1, high: int = 60) -> list[Row
 def load_rows(source: str | Sequence[Row] | Any, prompt_column: str = "prompt") -> list[Row]:
     """Rows from a JSONL path, a list of dicts, an HF Dataset, or a named generated set."""
     if isinstance(source, str):
-        if source == "arithmetic":
+        if gym_tasks.is_gym(source):  # the defaults; load_datasets reads a config's
+            rows = gym_tasks.gym_rows(source, gym_tasks.DEFAULT_SIZE, gym_tasks.DEFAULT_SEED)
+        elif source == "arithmetic":
             rows = arithmetic_rows(2000, seed=1234)
         elif source == "arithmetic-eval":
             rows = arithmetic_rows(200, seed=98765)
@@ -43,6 +51,25 @@ def load_rows(source: str | Sequence[Row] | Any, prompt_column: str = "prompt") 
     if missing:
         raise ValueError(f"dataset row {missing[0]} has no {prompt_column!r} column")
     return rows
+
+
+def load_datasets(config: GRPOConfig) -> tuple[list[Row], list[Row] | None]:
+    """The run's training rows and held-out rows (None without ``eval_dataset``). A
+    ``reasoning_gym:`` held-out set is drawn apart from the training prompts
+    (``gym_tasks.held_out_rows``): ``eval_samples`` entries, none of them a training question."""
+    c = config
+    if gym_tasks.is_gym(c.dataset):
+        train = gym_tasks.gym_rows(c.dataset, c.dataset_size, c.dataset_seed, c.dataset_options)
+    else:
+        train = load_rows(c.dataset, c.prompt_column)
+    if c.eval_dataset is None:
+        return train, None
+    if gym_tasks.is_gym(c.eval_dataset):
+        seen = {str(row[c.prompt_column]) for row in train}
+        held_out = gym_tasks.held_out_rows(c.eval_dataset, c.eval_samples, c.dataset_seed,
+                                           seen, c.dataset_options)
+        return train, held_out
+    return train, load_rows(c.eval_dataset, c.prompt_column)
 
 
 def _read_jsonl(path: Path) -> list[Row]:

@@ -49,6 +49,19 @@ class ScoredBatch:
             correct=[x for b in batches for x in b.correct],
         )
 
+    def with_term(self, name: str, weight: float, values: list[float]) -> ScoredBatch:
+        """This batch with a reward term the trainer computes itself (DAPO's overlong
+        penalty: only the trainer knows token counts) added as ``weight * value``, and logged
+        as its own column. It never decides ``correct``, and an unscorable completion stays
+        unscorable (NaN): the term alone would give it a baseline from its length only."""
+        if len(values) != len(self.rewards):
+            raise ValueError(f"{len(values)} {name} values for {len(self.rewards)} completions")
+        if name in self.per_verifier:
+            raise ValueError(f"a reward column is already named {name!r}")
+        return ScoredBatch(
+            rewards=[r + weight * v for r, v in zip(self.rewards, values, strict=True)],
+            per_verifier={**self.per_verifier, name: list(values)}, correct=list(self.correct))
+
 
 def combine_scores(columns: list[tuple[float, list[float | None]]], group_size: int = 1
                    ) -> list[float]:
@@ -111,7 +124,7 @@ class RewardScorer:
                    for k, spec in enumerate(self.specs)]
         batch = ScoredBatch(rewards=combine_scores(columns, group_size), correct=[True] * n)
         for spec, (_, scores) in zip(self.specs, columns, strict=True):
-            batch.per_verifier[spec.verifier] = scores
+            batch.per_verifier[spec.label] = scores
             for i, score in enumerate(scores):
                 batch.correct[i] = batch.correct[i] and score is not None and score >= 1.0
         return batch

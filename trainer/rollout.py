@@ -40,14 +40,18 @@ class Prompt:
 
 
 def format_prompt(row: dict[str, Any], tokenizer: PreTrainedTokenizerBase, prompt_column: str,
-                  system_prompt: str | None, use_chat_template: bool) -> Prompt:
+                  system_prompt: str | None, use_chat_template: bool,
+                  prompt_suffix: str = "") -> Prompt:
+    """``prompt_suffix`` ends a text prompt (the user's message), where an instruction goes
+    in veRL's data recipes; a conversation is taken as it is."""
     prompt = row[prompt_column]
     if isinstance(prompt, list):  # already a conversation
         messages = prompt
     elif use_chat_template and tokenizer.chat_template:
-        messages = [{"role": "user", "content": str(prompt)}]
+        messages = [{"role": "user", "content": str(prompt) + prompt_suffix}]
     else:
-        return Prompt((system_prompt + "\n" if system_prompt else "") + str(prompt), False)
+        return Prompt((system_prompt + "\n" if system_prompt else "") + str(prompt)
+                      + prompt_suffix, False)
     if system_prompt:
         messages = [{"role": "system", "content": system_prompt}, *messages]
     return Prompt(tokenizer.apply_chat_template(messages, tokenize=False,

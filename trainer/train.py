@@ -31,7 +31,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 from reward_server.client import RewardClient, RewardClientError
 from trainer import checkpoint, distributed, lora
 from trainer.advantages import GroupStats, group_advantages, reward_moments, std_from_moments
-from trainer.config import GRPOConfig
+from trainer.config import OVERLONG, GRPOConfig
 from trainer.data import PromptStream, Row
 from trainer.logprobs import completion_logps
 from trainer.loss import loss_normalizer, policy_loss
@@ -53,6 +53,7 @@ from trainer.rollout import (
     greedy_texts,
     pad_and_stack,
 )
+from trainer.shaping import overlong_penalties
 
 
 def seed_everything(seed: int) -> None:
@@ -155,7 +156,7 @@ class GRPOTrainer:
     def _prompts(self, rows: list[Row]) -> list[Prompt]:
         c = self.config
         return [format_prompt(r, self.tokenizer, c.prompt_column, c.system_prompt,
-                              c.use_chat_template) for r in rows]
+                              c.use_chat_template, c.prompt_suffix) for r in rows]
 
     def _sample(self, rows: list[Row]) -> tuple[Rollout, ScoredBatch, float, float]:
         """Generate chunk by chunk, each chunk scored in the background while the next is
@@ -176,10 +177,21 @@ class GRPOTrainer:
             futures.append(self.scorer.submit(rollout.texts, rollout.rows, c.num_generations,
                                               rollout.truncated.tolist()))
         t0 = time.perf_counter()
-        scored = [f.result() for f in futures]  # a failed reward call raises here, loudly
+        # a failed reward call raises here, loudly
+        scored = [self._shape(f.result(), r) for f, r in zip(futures, rollouts, strict=True)]
         t_wait = time.perf_counter() - t0
         return (pad_and_stack(rollouts, self.tokenizer.pad_token_id), ScoredBatch.concat(scored),
                 t_generate, t_wait)
+
+    def _shape(self, scored: ScoredBatch, rollout: Rollout) -> ScoredBatch:
+        """The verifiers' rewards plus the terms that need token counts, which only the
+        trainer has: DAPO's overlong penalty (``overlong_buffer``; trainer/shaping.py)."""
+        buffer = self.config.overlong_buffer
+        if buffer is None:
+            return scored
+        lengths = rollout.completion_mask.sum(1).tolist()  # through the EOS, as veRL counts
+        return scored.with_term(OVERLONG, buffer.penalty_factor, overlong_penalties(
+            lengths, self.config.overlong_max_length, buffer.len))
 
     def _warn_cut(self, rollout: Rollout) -> None:
         if rollout.prompt_cut.any() and not self._warned_cut and self.is_main:

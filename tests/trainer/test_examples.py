@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import ROOT
 from trainer.config import load_config
-from trainer.data import load_rows
+from trainer.data import load_datasets
 from trainer.rewards import RewardScorer
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -18,7 +18,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 def test_example_config_is_valid(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     config = load_config(path)
-    rows = load_rows(config.dataset, config.prompt_column)
+    rows, _ = load_datasets(config)
     items = RewardScorer(config.rewards, client=None).items(["completion"], rows[:1])  # type: ignore[arg-type]
     assert [item["verifier"] for item in items] == [r.verifier for r in config.rewards]
 

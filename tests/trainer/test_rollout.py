@@ -189,3 +189,17 @@ def test_a_cut_raw_prompt_keeps_its_bos() -> None:
     assert cut.tolist() == [True] and ids.shape == (1, 10)
     text = tokenizer("x" * 40 + " what is 2+3?", add_special_tokens=False).input_ids
     assert ids[0].tolist() == [tokenizer.bos_token_id, *text[-9:]]
+
+
+def test_a_prompt_suffix_ends_the_users_message() -> None:
+    """In the templated text the instruction follows the question inside the user's turn (not
+    after the assistant header); a raw prompt ends with it; a conversation is left as it is."""
+    tokenizer = prepare_tokenizer(tiny_tokenizer())
+    assert tokenizer.chat_template
+    plain = format_prompt({"p": PROMPT}, tokenizer, "p", None, True).text
+    suffixed = format_prompt({"p": PROMPT}, tokenizer, "p", None, True, " Be brief.").text
+    assert suffixed == plain.replace(PROMPT, PROMPT + " Be brief.", 1)
+    raw = format_prompt({"p": PROMPT}, tokenizer, "p", None, False, " Be brief.").text
+    assert raw.endswith(PROMPT + " Be brief.")
+    chat = [{"role": "user", "content": PROMPT}]
+    assert format_prompt({"p": chat}, tokenizer, "p", None, True, " Be brief.").text == plain
