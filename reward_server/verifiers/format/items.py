@@ -8,21 +8,38 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reward_server.verifiers.base import ItemBase, ResultBase
-from reward_server.verifiers.format import patterns
-from reward_server.verifiers.format.rules import BuiltIn
+from reward_server.verifiers.format import patterns, rules
+from reward_server.verifiers.format.patterns import Search
+from reward_server.verifiers.format.rules import BuiltIn, Outcome
 
 MAX_RULES = 16
 
 
+NO_REGION = "the reasoning never ends (no </think>): no final answer after it"
+
+
 class _Rule(BaseModel):
+    """A rule is its options and ``check``: a new rule is one more class."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     weight: float = Field(1.0, ge=0, description="Its share of the item's score.")
+
+    @property
+    def name(self) -> str:
+        return self.rule  # type: ignore[attr-defined]
+
+    def check(self, text: str) -> Outcome | Search:
+        """The rule's outcome on ``text``, or the regex search it waits for."""
+        raise NotImplementedError
 
 
 class ThinkRule(_Rule):
     """TRL's think_format_reward: opens with <think>, holds no second one, closes it."""
 
     rule: Literal["think"]
+
+    def check(self, text: str) -> Outcome:
+        return rules.think(text)
 
 
 class ThinkAnswerRule(_Rule):
@@ -35,11 +52,17 @@ class ThinkAnswerRule(_Rule):
                          "tag exactly once, nothing outside the two blocks, a non-blank "
                          "answer; tags in fenced code are text.")
 
+    def check(self, text: str) -> Outcome:
+        return (rules.think_answer_strict if self.strict else rules.think_answer_r1)(text)
+
 
 class TagCountRule(_Rule):
     """open-r1's tag_count_reward: 0.25 for each of the four tags found exactly once."""
 
     rule: Literal["tag_count"]
+
+    def check(self, text: str) -> Outcome:
+        return rules.tag_count(text)
 
 
 class FinalAnswerRule(_Rule):
@@ -74,6 +97,18 @@ class FinalAnswerRule(_Rule):
     @property
     def form(self) -> str:
         return "regex" if self.regex is not None else (self.pattern or "boxed")
+
+    @property
+    def name(self) -> str:
+        return f"final_answer:{self.form}"
+
+    def check(self, text: str) -> Outcome | Search:
+        region = rules.answer_region(text, self.after_think, self.ignore_code)
+        if region is None:
+            return Outcome(0.0, NO_REGION)
+        if self.regex is not None:
+            return Search(self.regex, self.flags, region)
+        return rules.PATTERNS[self.form](region)
 
 
 Rule = Annotated[ThinkRule | ThinkAnswerRule | TagCountRule | FinalAnswerRule,

@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import NamedTuple
 
 MAX_PATTERN_CHARS = 1000  # longer is no final-answer format; compiling stays cheap
 FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
-# (pattern, flags, text): one search
-Search = tuple[str, str, str]
+
+
+class Search(NamedTuple):
+    """One search: ``pattern`` under ``flags``, in ``text``."""
+
+    pattern: str
+    flags: str
+    text: str
+
+
 # (start, end) of the first match, or None
 Found = tuple[int, int] | None
 

@@ -33,7 +33,6 @@ from reward_server.verifiers.format.evaluate import (
     check,
     combine,
     regex_verdict,
-    rule_name,
 )
 from reward_server.verifiers.format.items import FormatItem, FormatResult, RuleVerdict
 from reward_server.verifiers.format.settings import FormatSettings
@@ -140,7 +139,7 @@ class FormatVerifier(Verifier):
                 continue
             verdicts, pending = state
             for k, search in pending:
-                verdicts[k] = _rule_verdict(rule_name(item.rules[k]), search,
+                verdicts[k] = _rule_verdict(item.rules[k].name, search,
                                             outcomes[_search_key(search)])
             result = combine(item, verdicts)  # type: ignore[arg-type]
             self._put(key, result)
