@@ -271,6 +271,20 @@ class ContainerPool:
             log.warning("could not read the pids of sandbox container %s: %s", pooled.id, exc)
             return None
 
+    def detach(self, pooled: PooledContainer) -> None:
+        """Take a borrowed container out of the pool for good (a session's own): a replacement
+        is made now, and ``destroy`` removes this one after. It keeps its owner label, so
+        ``close`` and a later server's reaper remove it too if its user never does."""
+        if pooled in self._mine:
+            self._mine.discard(pooled)
+            self._live -= 1
+            self._wake.set()
+
+    async def destroy(self, pooled: PooledContainer) -> None:
+        """Remove a detached container (its channel closed first)."""
+        pooled.channel.close()
+        await self._remove(pooled.container)
+
     def _discard(self, pooled: PooledContainer) -> None:
         if pooled not in self._mine:
             return  # already dropped with its engine
