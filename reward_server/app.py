@@ -15,8 +15,9 @@ from fastapi_offline import FastAPIOffline
 from reward_server import __version__
 from reward_server.errors import ApiError, api_error_handler, validation_error_handler
 from reward_server.middleware import BearerAuth, BodyLimit, ErrorGuard, RequestMetrics
-from reward_server.routes import meta, openrlhf, rewards, run_code
+from reward_server.routes import meta, openrlhf, rewards, run_code, sessions
 from reward_server.routes.verify import verifier_router
+from reward_server.run_code.sessions import Sessions
 from reward_server.scoring import Scorer
 from reward_server.settings import ServerSettings, get_settings
 from reward_server.verifiers.registry import discover
@@ -38,7 +39,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 started.append(verifier)
             app.state.scorer = Scorer(verifiers, settings)
             log.info("verifiers ready: %s", ", ".join(sorted(verifiers)))
-            yield
+            async with Sessions(app.state.scorer) as app.state.sessions:  # closed first
+                yield
         finally:
             await asyncio.gather(*(v.stop() for v in started), return_exceptions=True)
 
@@ -54,6 +56,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(rewards.router)
     app.include_router(openrlhf.router)
     app.include_router(run_code.router)
+    app.include_router(sessions.router)
     for name, cls in sorted(classes.items()):
         app.include_router(verifier_router(name, cls))
     app.add_exception_handler(ApiError, api_error_handler)
@@ -64,7 +67,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     if settings.api_token is not None:
         app.add_middleware(BearerAuth, token=settings.api_token.get_secret_value())
     known = {"/healthz", "/metrics", "/v1/verifiers", "/v1/rewards", "/get_reward", "/docs",
-             "/redoc", "/openapi.json", "/run_code"}
+             "/redoc", "/openapi.json", "/run_code", "/v1/sessions"}
     app.add_middleware(RequestMetrics, routes=known | {f"/v1/verify/{n}" for n in classes})
     app.add_middleware(ErrorGuard)  # a JSON 500 with a request id for anything that escapes
     return app

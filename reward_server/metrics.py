@@ -71,6 +71,24 @@ TIMEOUTS_REMEMBERED = Counter(
 )
 
 
+# Stateful sessions (reward_server/run_code/sessions.py): each holds a container of its own.
+SESSIONS_OPEN = Gauge(
+    "reward_sessions_open", "Sessions open (each holding a sandbox container)",
+    multiprocess_mode="livesum",
+)
+SESSIONS_CLOSED = Counter(
+    "reward_sessions_closed_total", "Sessions ended, by why: closed, expired, lost, shutdown",
+    ["reason"],
+)
+SESSION_CELLS = Counter(
+    "reward_session_cells_total", "Session cells run, by status (Finished, "
+    "TimeLimitExceeded, Error, SandboxError)", ["status"],
+)
+SESSION_CELL_LATENCY = Histogram(
+    "reward_session_cell_seconds", "Time to run one session cell, round trip from the server",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+
 def exposition() -> tuple[bytes, str]:
     """The text exposition; aggregates all workers when PROMETHEUS_MULTIPROC_DIR is set."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from . import slate
+from . import session, slate
 from .jobs import execute
 from .processes import make_undumpable
 from .protocol import JOB_FRAME_BYTES, printable, recv_frame, send_frame
@@ -74,9 +74,12 @@ def serve():
     state = slate.Slate(zygote)
     while True:
         try:
-            job = recv_frame(CHANNEL.jobs, max_bytes=JOB_FRAME_BYTES)
-        except EOFError:
+            job = recv_frame(CHANNEL.jobs, session.idle_deadline(), max_bytes=JOB_FRAME_BYTES)
+        except (EOFError, TimeoutError):  # a timeout: a session's host went silent
             return
+        if job.get("mode") in session.MODES:  # its container serves nothing else: no sweep
+            send_frame(CHANNEL.verdicts, printable({**session.handle(job), "id": job.get("id")}))
+            continue
         if job.get("mode") == "ping":  # the pool checks a new container with this
             send_frame(CHANNEL.verdicts, {
                 "status": "pong", "undumpable": undumpable, "isolated": slate.isolated(),

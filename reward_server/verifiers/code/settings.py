@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_settings import NoDecode
 
+from reward_server.run_code.session_settings import SessionSettings
 from sandbox import SandboxConfig
 from sandbox.seccomp import security_opt
 
@@ -27,8 +28,9 @@ def _readable_profile(value: str) -> str:
     return value
 
 
-class SandboxSettings(BaseModel):
-    """See ``sandbox.config.SandboxConfig`` for each field."""
+class SandboxSettings(SessionSettings):
+    """See ``sandbox.config.SandboxConfig`` for each field (``SessionSettings`` for the
+    sessions')."""
 
     image: str = Field(SandboxConfig.image,
                        description="The sandbox image (built by sandbox/build_image.sh).")
@@ -75,4 +77,5 @@ class SandboxSettings(BaseModel):
         "the engine's own.")
 
     def config(self) -> SandboxConfig:
-        return SandboxConfig(**{**self.model_dump(), "docker_hosts": tuple(self.docker_hosts)})
+        fields = self.model_dump(exclude=set(SessionSettings.model_fields))
+        return SandboxConfig(**{**fields, "docker_hosts": tuple(self.docker_hosts)})

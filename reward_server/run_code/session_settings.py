@@ -1,0 +1,35 @@
+"""The settings of stateful sessions (``/v1/sessions``, docs/sessions.md): part of the code
+verifier's section (``--sandbox-session-*``, ``REWARD_SERVER_SANDBOX_SESSION_*``), since a
+session runs in its sandbox. Pydantic only: the verifier's settings module imports it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class SessionSettings(BaseModel):
+    # Each open session holds a container of its own beside the warm pool (pool_size per
+    # engine): this bounds the containers, memory and CPUs sessions can take all together.
+    session_max_open: int = Field(16, ge=0, description="Sessions open at once on this server "
+                                  "(each holds a sandbox container of its own); 0 turns "
+                                  "sessions off. Past it: 429.")
+    # A trainer runs one session per rollout in flight; a handful per client address keeps
+    # one client from taking every container while it runs a batch.
+    session_max_per_caller: int = Field(4, ge=1, description="Sessions one caller (client "
+                                        "address) may hold open at once. Past it: 429.")
+    # A rollout's turns come seconds apart; five minutes of silence is a caller that went away
+    # (crashed, or forgot DELETE): its container is freed for the next.
+    session_idle_ttl_s: float = Field(300.0, gt=0, le=86400, description="A session with no "
+                                      "cell for this long is closed and its container "
+                                      "removed; a session may ask for less (idle_ttl_s).")
+    session_cell_timeout_s: float = Field(10.0, gt=0, description="A cell's wall-clock limit "
+                                          "when its request sets none (SandboxFusion's "
+                                          "cell_timeout 0).")
+    session_max_cell_timeout_s: float = Field(60.0, gt=0, le=600, description="The most a "
+                                              "cell may ask for.")
+    # What a model reads back after a tool call: a megabyte is far more than any context
+    # window takes, and small enough that a flood costs nothing.
+    session_output_limit_bytes: int = Field(1024 * 1024, ge=1024, le=16 * 1024 * 1024,
+                                            description="stdout, and stderr, each, per cell "
+                                            "(a displayed value too): past it the cell is "
+                                            "interrupted and its output cut.")

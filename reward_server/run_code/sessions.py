@@ -1,0 +1,339 @@
+"""Stateful sessions (``/v1/sessions``, docs/sessions.md): who holds which interpreter, and
+the bounds on them. Each session is a ``sandbox.sessions.SandboxSession`` (an interpreter in a
+container of its own) plus its owner, its idle clock and its cells' lock.
+
+Errors a caller can meet here (each an ``ApiError``, so a JSON ``detail``):
+
+    SessionNotFound     404  no such id, or another caller's (the two look alike)
+    SessionGone         410  its own session, ended: closed, expired, lost or shut down
+    TooManySessions     429  the caller's cap or the server's
+    SessionsUnavailable 503  no container could be had for a new session
+
+Bounds: ``session_max_per_caller`` and ``session_max_open`` (counted with the sessions being
+created, so a burst cannot overshoot), an idle TTL closed by a reaper task, a cell time limit
+and output cap enforced in the container (``harness/session.py``). A session's id is 192
+random bits and answers its creator only; the caller is the client's address, as the fair
+gates key it (``routes.caller_of``).
+
+Taking a container goes through the code verifier's fair gate, as a snippet does: a burst of
+new sessions waits its turn beside code items. Cells do not: each runs in its own session's
+container, bounded by that container's CPUs and the server-wide cap."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Hashable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from reward_server import metrics
+from reward_server.admission import too_large_message
+from reward_server.errors import ApiError, InvalidItems, PayloadTooLarge, UnknownVerifier
+from reward_server.fair_queue import BudgetSpent, request_scope
+from reward_server.run_code.schemas import CommandRunStatus
+from reward_server.run_code.session_schemas import (
+    CellRunResult,
+    CreateSessionRequest,
+    RunCellsRequest,
+    RunCellsResponse,
+    SessionInfo,
+    SessionLimits,
+    SessionState,
+)
+from reward_server.run_code.session_settings import SessionSettings
+from reward_server.scoring import Scorer
+from sandbox.errors import SandboxUnavailable
+from sandbox.harness.session import DIED, TIMEOUT
+from sandbox.sessions import CellResult, SandboxSession
+from sandbox.sessions import SessionLimits as SandboxLimits
+from sandbox.snippets import check_paths
+
+log = logging.getLogger("reward_server.sessions")
+
+LANGUAGES = ("python", "python3")
+TOMBSTONES = 4096  # ended sessions remembered, so their ids answer 410, not 404
+# A session's container ends itself this long after its TTL without a job from the host:
+# the host's reaper closes it first unless the server was killed (docs/sessions.md)
+IDLE_EXIT_SLACK_S = 60.0
+SANDBOX_ERROR = "SandboxError"
+
+
+class SessionNotFound(ApiError):
+    status_code = 404
+
+
+class SessionGone(ApiError):
+    status_code = 410
+
+
+class TooManySessions(ApiError):
+    status_code = 429
+
+
+class SessionsUnavailable(ApiError):
+    status_code = 503
+
+
+@dataclass(eq=False)
+class _Session:
+    id: str
+    caller: Hashable
+    sandbox: SandboxSession
+    limits: SessionLimits
+    created_at: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.monotonic)
+    cells: int = 0
+    running: int = 0  # requests running or waiting for its lock
+    state: SessionState = "open"
+    why: str = ""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def info(self) -> SessionInfo:
+        left = None
+        if self.state == "open" and not self.running:
+            left = round(max(0.0, self.limits.idle_ttl_s - (time.monotonic() - self.last_used)),
+                         3)
+        return SessionInfo(session_id=self.id, language="python", python=self.sandbox.python,
+                           state=self.state, cells=self.cells, created_at=self.created_at,
+                           expires_in_s=left, limits=self.limits)
+
+
+class Sessions:
+    """Every open session of this server process; an async context manager (the app's
+    lifespan): the reaper runs inside it, and every session is closed when it exits."""
+
+    def __init__(self, scorer: Scorer) -> None:
+        self.scorer = scorer
+        self._open: dict[str, _Session] = {}
+        self._ended: OrderedDict[str, tuple[Hashable, SessionState, str]] = OrderedDict()
+        self._creating: dict[Hashable, int] = {}
+        self._reaper: asyncio.Task[None] | None = None
+        self._threads: ThreadPoolExecutor | None = None
+        self._code: Any = None
+        self.settings: SessionSettings | None = None
+
+    async def __aenter__(self) -> Sessions:
+        try:
+            self._code = self.scorer.get("code")
+        except UnknownVerifier:
+            return self  # no sandbox: every call says so
+        self.settings = self._code.config
+        self._threads = ThreadPoolExecutor(max_workers=max(1, self.settings.session_max_open),
+                                           thread_name_prefix="session")
+        self._reaper = asyncio.create_task(self._reap(), name="session-reaper")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            await asyncio.gather(self._reaper, return_exceptions=True)
+        await asyncio.gather(*(self._end(s, "shutdown", "the server stopped")
+                               for s in list(self._open.values())), return_exceptions=True)
+        if self._threads is not None:
+            self._threads.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    # --- the API ------------------------------------------------------------------------------
+
+    async def create(self, caller: Hashable, request: CreateSessionRequest) -> SessionInfo:
+        settings = self._enabled()
+        if request.language.strip().lower() not in LANGUAGES:
+            raise InvalidItems(f"language: {request.language[:100]!r} has no session kernel "
+                               "here; known: python (python3)")
+        files = self._files(request)
+        config = self._code.sandbox.config
+        memory = request.memory_limit_MB
+        limits = SessionLimits(
+            cell_timeout=min(settings.session_cell_timeout_s, settings.session_max_cell_timeout_s),
+            max_cell_timeout=settings.session_max_cell_timeout_s,
+            memory_limit_MB=min(memory, config.max_memory_mb) if memory > 0 else
+            config.max_memory_mb,
+            output_limit_bytes=settings.session_output_limit_bytes,
+            idle_ttl_s=min(request.idle_ttl_s or settings.session_idle_ttl_s,
+                           settings.session_idle_ttl_s))
+        self._admit(caller, settings)
+        self._creating[caller] = self._creating.get(caller, 0) + 1
+        try:
+            sandbox = await self._start(caller, limits, files)
+        finally:
+            self._creating[caller] -= 1
+            if not self._creating[caller]:
+                del self._creating[caller]
+        session = _Session(secrets.token_urlsafe(24), caller, sandbox, limits)
+        self._open[session.id] = session
+        metrics.SESSIONS_OPEN.inc()
+        return session.info()
+
+    def info(self, caller: Hashable, session_id: str) -> SessionInfo:
+        return self._get(caller, session_id).info()
+
+    def of_caller(self, caller: Hashable) -> list[SessionInfo]:
+        return [s.info() for s in self._open.values() if s.caller == caller]
+
+    async def close(self, caller: Hashable, session_id: str) -> SessionInfo:
+        session = self._get(caller, session_id)
+        await self._end(session, "closed", "closed by DELETE")
+        return session.info()
+
+    async def run(self, caller: Hashable, session_id: str, request: RunCellsRequest
+                  ) -> tuple[int, RunCellsResponse]:
+        """The HTTP status and the cells' results (200 whatever the code did; 503 when the
+        sandbox failed under it)."""
+        settings = self._enabled()
+        limit_bytes = self.scorer.settings.max_field_bytes
+        for index, code in enumerate(request.sources):
+            if len(code) * 4 > limit_bytes and (
+                    size := len(code.encode("utf-8", "replace"))) > limit_bytes:
+                where = "code" if request.code is not None else f"cells[{index}]"
+                raise PayloadTooLarge(too_large_message(where, size, limit_bytes))
+        session = self._get(caller, session_id)
+        time_limit = min(request.cell_timeout or settings.session_cell_timeout_s,
+                         settings.session_max_cell_timeout_s)
+        session.running += 1
+        try:
+            async with session.lock:
+                self._get(caller, session_id)  # it may have ended while this waited
+                return await self._run_cells(session, request.sources, time_limit)
+        finally:
+            session.running -= 1
+            session.last_used = time.monotonic()
+
+    # --- the parts ----------------------------------------------------------------------------
+
+    def _enabled(self) -> SessionSettings:
+        if self._code is None or self.settings is None:
+            raise UnknownVerifier("sessions run in the code verifier's sandbox, which this "
+                                  "server does not load (its plugins setting)")
+        if self.settings.session_max_open == 0:
+            raise UnknownVerifier("sessions are turned off on this server "
+                                  "(sandbox_session_max_open is 0)")
+        return self.settings
+
+    def _files(self, request: CreateSessionRequest) -> dict[str, str]:
+        limit = self.scorer.settings.max_field_bytes
+        files = {name: data for name, data in request.files.items() if data is not None}
+        for name, data in files.items():
+            if len(data) > limit:
+                raise PayloadTooLarge(too_large_message(f"files[{name!r}]", len(data), limit))
+        why = check_paths(files, (), "")
+        if why is not None:
+            raise InvalidItems(why)
+        return files
+
+    def _admit(self, caller: Hashable, settings: SessionSettings) -> None:
+        mine = sum(s.caller == caller for s in self._open.values()) + self._creating.get(caller, 0)
+        if mine >= settings.session_max_per_caller:
+            raise TooManySessions(
+                f"this caller has {mine} sessions open, its limit "
+                f"(sandbox_session_max_per_caller={settings.session_max_per_caller}); close "
+                "one (DELETE /v1/sessions/{id}) or let it expire")
+        everyone = len(self._open) + sum(self._creating.values())
+        if everyone >= settings.session_max_open:
+            raise TooManySessions(
+                f"the server has {everyone} sessions open, its limit "
+                f"(sandbox_session_max_open={settings.session_max_open}); try again when "
+                "one closes")
+
+    async def _start(self, caller: Hashable, limits: SessionLimits,
+                     files: dict[str, str]) -> SandboxSession:
+        assert self._threads is not None
+        sandbox_limits = SandboxLimits(limits.memory_limit_MB, limits.output_limit_bytes)
+        try:
+            with request_scope(self.scorer.settings.request_budget_s, caller):
+                async with self._code.gate.slot():
+                    return await SandboxSession.open(
+                        self._code.sandbox.pool, sandbox_limits, self._threads, files,
+                        idle_exit_s=limits.idle_ttl_s + IDLE_EXIT_SLACK_S)
+        except (SandboxUnavailable, BudgetSpent) as exc:
+            raise SessionsUnavailable(f"no sandbox container for a session: {exc}") from None
+
+    def _get(self, caller: Hashable, session_id: str) -> _Session:
+        session = self._open.get(session_id)
+        if session is not None and session.caller == caller:
+            return session
+        ended = self._ended.get(session_id)
+        if ended is not None and ended[0] == caller:
+            raise SessionGone(f"session {session_id} has ended ({ended[1]}): {ended[2]}")
+        raise SessionNotFound(f"no session {session_id[:64]!r} (unknown, or not this "
+                              "caller's)")
+
+    async def _run_cells(self, session: _Session, sources: list[str], time_limit: float
+                         ) -> tuple[int, RunCellsResponse]:
+        results: list[CellRunResult] = []
+        message = ""
+        for code in sources:
+            started = time.perf_counter()
+            try:
+                cell = await session.sandbox.run(code, time_limit)
+            except SandboxUnavailable as exc:
+                metrics.SESSION_CELLS.labels(SANDBOX_ERROR).inc()
+                await self._end(session, "lost", str(exc))
+                return 503, RunCellsResponse(status=SANDBOX_ERROR, message=str(exc),
+                                             cells=results, session=session.info())
+            session.cells += 1
+            status = _status(cell)
+            metrics.SESSION_CELLS.labels(status).inc()
+            metrics.SESSION_CELL_LATENCY.observe(time.perf_counter() - started)
+            results.append(CellRunResult(status=status, execution_time=round(cell.time_s, 6),
+                                         stdout=cell.stdout, stderr=cell.stderr,
+                                         display=cell.display, error=cell.error))
+            if not cell.alive:
+                why = (session.why if session.state != "open" else cell.note or "lost")
+                await self._end(session, "lost", why)
+                message = f"the session is lost: {why}"
+                break
+            if cell.stopped or cell.error:
+                message = cell.note or _raised(cell)
+                break
+        ok = not message
+        return 200, RunCellsResponse(status="Success" if ok else "Failed", message=message,
+                                     cells=results, session=session.info())
+
+    async def _end(self, session: _Session, state: SessionState, why: str) -> None:
+        """Forget it (its id answers 410 from now on) and remove its container."""
+        if self._open.pop(session.id, None) is None:
+            return
+        session.state, session.why = state, why
+        self._ended[session.id] = (session.caller, state, why)
+        while len(self._ended) > TOMBSTONES:
+            self._ended.popitem(last=False)
+        metrics.SESSIONS_OPEN.dec()
+        metrics.SESSIONS_CLOSED.labels(state).inc()
+        with contextlib.suppress(Exception):  # a removal failure is the reaper's to retry
+            await session.sandbox.close()
+
+    async def _reap(self) -> None:
+        """Close sessions idle past their TTL, checking a few times per TTL."""
+        while True:
+            ttl = min((s.limits.idle_ttl_s for s in self._open.values()),
+                      default=self.settings.session_idle_ttl_s if self.settings else 60.0)
+            await asyncio.sleep(max(0.2, min(5.0, ttl / 4)))
+            now = time.monotonic()
+            for session in list(self._open.values()):
+                idle = now - session.last_used
+                if not session.running and idle > session.limits.idle_ttl_s:
+                    log.info("session %s expired after %.0f s idle", session.id[:8], idle)
+                    await self._end(session, "expired",
+                                    f"no cell for {session.limits.idle_ttl_s:g} s, its idle TTL")
+
+
+def _status(cell: CellResult) -> CommandRunStatus:
+    if cell.stopped == TIMEOUT:
+        return "TimeLimitExceeded"
+    if cell.stopped or cell.ended == DIED:
+        return "Error"
+    return "Finished"
+
+
+def _raised(cell: CellResult) -> str:
+    error = cell.error[0] if cell.error else {}
+    return f"the cell raised {error.get('ename', 'an exception')}: {error.get('evalue', '')}"

@@ -1,0 +1,167 @@
+"""A stateful session (``/v1/sessions``): one Python interpreter whose variables outlive each
+cell, in a sandbox container of its own. The host half of the harness's session jobs
+(``sandbox/harness/session.py``).
+
+The container is a warm one of the pool, taken out of it for good (``ContainerPool.detach``:
+the pool makes a replacement at once, so sessions never starve the code verifier) with every
+hardening a pooled container has (seccomp, capabilities, no network, limits, the runtime).
+A session's state is the caller's own and lives in that container only; when the session
+ends, for whatever reason, the container is removed, never given back: no later execution
+can meet what a session left behind.
+
+The channel's blocking calls run on the caller's thread pool (``threads``), not the pool's:
+a cell may hold its thread for its whole time limit."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.channel import ChannelClosed, ChannelTimeout
+from sandbox.errors import SandboxUnavailable
+from sandbox.harness.session import DIED, FINISHED, OUTPUT_LIMIT, TIMEOUT
+from sandbox.harness.statuses import OK
+from sandbox.pool import EnginePool, PooledContainer
+
+log = logging.getLogger("sandbox.sessions")
+
+ENDINGS = frozenset({FINISHED, TIMEOUT, OUTPUT_LIMIT, DIED})
+START_BUDGET_S = 60.0  # the interpreter's start, and its files written (gVisor: seconds)
+# After a cell's time limit the interpreter is interrupted and has this long to answer before
+# it is killed (harness/session.py): a Python loop answers in milliseconds; what does not
+# in a second will not (C code that never checks for signals, SIGINT ignored).
+INTERRUPT_GRACE_S = 1.0
+OUTSIDE_SLACK_S = 10.0  # beyond the cell's limit and grace before we stop waiting from outside
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """What every cell of a session is allowed (after the server's caps)."""
+
+    memory_mb: int
+    output_limit_bytes: int  # stdout, and stderr, each, per cell; a displayed value too
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One cell's end. ``ended``: FINISHED (it ran to its end: its value in ``display``, an
+    exception in ``error``, as Jupyter's outputs), or DIED (the interpreter is gone: the
+    session with it); ``stopped``: TIMEOUT or OUTPUT_LIMIT when a limit interrupted it;
+    ``note``: what the sandbox saw, in words."""
+
+    ended: str
+    stdout: str
+    stderr: str
+    time_s: float
+    display: list[dict[str, Any]] = field(default_factory=list)
+    error: list[dict[str, Any]] = field(default_factory=list)
+    stopped: str | None = None
+    note: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.ended != DIED
+
+
+class SandboxSession:
+    """One interpreter in a container of its own; ``open`` it, ``run`` cells, ``close`` it."""
+
+    def __init__(self, pooled: PooledContainer, limits: SessionLimits,
+                 threads: ThreadPoolExecutor) -> None:
+        self._pooled, self.limits, self._threads = pooled, limits, threads
+        self.python: str | None = None
+        self.closed = False
+
+    @property
+    def container_id(self) -> str:
+        return self._pooled.id
+
+    @classmethod
+    async def open(cls, pool: EnginePool, limits: SessionLimits, threads: ThreadPoolExecutor,
+                   files: Mapping[str, str], idle_exit_s: float) -> SandboxSession:
+        """A started interpreter; SandboxUnavailable when no container could give one. The
+        container ends itself after ``idle_exit_s`` without a job (its server is gone)."""
+        pooled = await pool.acquire()
+        pooled.pool.detach(pooled)
+        session = cls(pooled, limits, threads)
+        job = {"mode": "session_start", "files": dict(files), "memory_mb": limits.memory_mb,
+               "display_limit_bytes": limits.output_limit_bytes, "idle_exit_s": idle_exit_s}
+        try:
+            reply = await session._request(job, START_BUDGET_S)
+        except (ChannelClosed, ChannelTimeout) as exc:
+            await session.close()
+            raise SandboxUnavailable(f"the session's container did not start it: {exc}") from None
+        except BaseException:
+            await session.close()
+            raise
+        if reply.get("status") != OK or not reply.get("started"):
+            await session.close()
+            raise SandboxUnavailable(f"the session's interpreter did not start: "
+                                     f"{str(reply.get('detail'))[:500]}")
+        session.python = reply.get("python")
+        return session
+
+    async def run(self, code: str, time_limit_s: float) -> CellResult:
+        """Run one cell; a CellResult whatever the code did (DIED: the session is lost)."""
+        job = {"mode": "session_cell", "code": code, "time_limit_s": time_limit_s,
+               "grace_s": INTERRUPT_GRACE_S, "output_limit_bytes": self.limits.output_limit_bytes}
+        budget = time_limit_s + INTERRUPT_GRACE_S + OUTSIDE_SLACK_S
+        try:
+            reply = await self._request(job, budget)
+        except ChannelTimeout:
+            return CellResult(DIED, "", "", budget, stopped=TIMEOUT,
+                              note=f"the sandbox did not answer within {budget:.1f} s")
+        except ChannelClosed:
+            return CellResult(DIED, "", "", 0.0, note="the session's container died during "
+                              "the cell (its memory limit, the backstop for every process)")
+        return _parse(reply, time_limit_s, self.limits)
+
+    async def _request(self, job: dict[str, Any], budget_s: float) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, self._pooled.channel.request, job,
+                                          budget_s)
+
+    async def close(self) -> None:
+        """Remove the container (idempotent); a cell blocked on its channel wakes closed."""
+        if self.closed:
+            return
+        self.closed = True
+        await self._pooled.pool.destroy(self._pooled)
+
+
+def _parse(reply: Any, time_limit_s: float, limits: SessionLimits) -> CellResult:
+    cell = reply.get("cell") if isinstance(reply, dict) else None
+    if not isinstance(cell, dict) or cell.get("ended") not in ENDINGS:
+        why = reply.get("detail") if isinstance(reply, dict) else None
+        return CellResult(DIED, "", "", 0.0, note=str(why or "the sandbox's answer was "
+                                                           "malformed"))
+    ended, stopped = cell["ended"], cell.get("stopped")
+    note = None
+    if stopped == TIMEOUT:
+        note = f"stopped at the cell's time limit of {time_limit_s:g} s"
+    elif stopped == OUTPUT_LIMIT:
+        note = (f"stopped at the output limit of {limits.output_limit_bytes} bytes (stdout "
+                "or stderr)")
+    if ended == DIED:
+        why = ("the interpreter did not stop within "
+               f"{INTERRUPT_GRACE_S:g} s of its interrupt and was killed" if stopped else
+               f"the interpreter ran out of its memory limit of {limits.memory_mb} MB"
+               if cell.get("memory") else
+               f"the interpreter exited (exit code {cell.get('code')})")
+        note = f"{note}; {why}" if note else why
+    try:
+        stdout, stderr = (base64.b64decode(cell[k], validate=True).decode(
+            "utf-8", "backslashreplace") for k in ("stdout", "stderr"))
+    except (KeyError, TypeError, ValueError):
+        stdout = stderr = ""
+    return CellResult(ended, stdout, stderr, float(cell.get("time_ms") or 0) / 1000,
+                      display=cell.get("display") or [], error=cell.get("error") or [],
+                      stopped=stopped, note=note)
+
+
+__all__ = ["CellResult", "SandboxSession", "SessionLimits"]
