@@ -6,7 +6,7 @@ tail. The server's memory (its own RSS and its children's) is sampled every 0.5 
 server once grew 100 -> 402 MB in 15 s.
 
     python -m bench.bench_cold_start [--rounds 3] [--copies 3] [--load-s 60]
-        [--loops-per-cpu 1] [--nice 19]
+        [--loops-per-cpu 1] [--nice 19] [--publish]
 """
 
 from __future__ import annotations
@@ -144,7 +144,12 @@ def main() -> None:
     parser.add_argument("--load-s", type=float, default=60.0, help="how long the loops run")
     parser.add_argument("--loops-per-cpu", type=int, default=1)
     parser.add_argument("--nice", type=int, default=19, help="the loops' niceness")
+    parser.add_argument("--publish", action="store_true",
+                        help="also write docs/benchmarks/bench_cold_start.json")
     args = parser.parse_args()
+    from bench.record import commit, record
+
+    measured_on = commit()
     rounds = []
     print(f"{'round':>5s} {'items':>5s} {'secs':>6s} {'wrong':>5s} {'RSS MB first':>12s} "
           f"{'max':>5s}")
@@ -158,9 +163,9 @@ def main() -> None:
             print(json.dumps(w, indent=1)[:3000])
         if row["wrong"]:
             print(row["log_tail"])
-    from bench.record import record
-
-    path = record("bench_cold_start", {"rounds": rounds}, vars(args))
+    settings = {k: v for k, v in vars(args).items() if k != "publish"}
+    path = record("bench_cold_start", {"rounds": rounds}, settings, publish=args.publish,
+                  measured_on=measured_on)
     print(f"wrote {path}")
     if any(r["wrong"] for r in rounds):
         raise SystemExit(1)

@@ -13,16 +13,18 @@ same shape whose items are all slow (towers of exponents that run into the math 
 programs that sleep through every test), distinct so that no cache helps. It reports the
 honest clients' p50/p99 next to the all-honest run's; the goal is honest p99 within 2x.
 
+Writes JSON (date, commit, machine, figures) through ``bench/record.py``: ``bench_load``
+(``_nocache`` with the cache off, ``_hostile`` with ``--hostile``), or ``bench_load_soak``.
+
     python -m bench.bench_load [--clients 16] [--duration 60] [--code-share 0.25]
-                                 [--workers 1] [--cache-size 100000] [--hostile 1]
-                                 [--url URL (an already running server)]
+                               [--workers 1] [--cache-size 100000] [--hostile 1]
+                               [--url URL (an already running server)] [--publish]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import time
@@ -275,6 +277,7 @@ def main() -> None:
         return soak(args)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+    from bench.record import commit, record
     from reward_server.testing import run_server, sandbox_containers, wait_for_sandbox
 
     def runs(url: str, pid: int | None) -> list[Report]:
@@ -284,6 +287,7 @@ def main() -> None:
                                              args.code_share, pid, hostile=args.hostile)))
         return done
 
+    measured_on = commit()
     if args.url:
         reports = runs(args.url, None)
         leaked = None
@@ -326,11 +330,10 @@ def main() -> None:
     if leaked is not None:
         print(f"  containers left after shutdown: {leaked}")
         result["containers_left"] = leaked
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    name = f"bench_load_cache{args.cache_size}{'_hostile' if args.hostile else ''}.json"
-    (out / name).write_text(json.dumps(result, indent=2))
-    print(f"wrote {out / name}")
+    name = f"bench_load{'' if args.cache_size else '_nocache'}{'_hostile' if args.hostile else ''}"
+    settings = {k: v for k, v in vars(args).items() if k not in ("publish", "soak_minutes")}
+    path = record(name, result, settings, publish=args.publish, measured_on=measured_on)
+    print(f"wrote {path}")
     if failed or leaked:
         raise SystemExit(1)
 

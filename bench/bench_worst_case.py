@@ -15,7 +15,7 @@ bench/results/worst_case-<date>.json through ``bench/record.py``. A shape still 
 after ``--cap-s`` seconds of triage is stopped and reported as over the cap (a stall that
 long is the finding).
 
-    python -m bench.bench_worst_case [--size BYTES] [--only NAME ...] [--no-server]
+    python -m bench.bench_worst_case [--size BYTES] [--only NAME ...] [--no-server] [--publish]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from bench.record import record
+from bench.record import commit, record
 from reward_server.settings import Settings
 from reward_server.testing import run_server
 from reward_server.verifiers.code.extract import extract_code
@@ -140,7 +140,10 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="case names to run (default: all)")
     ap.add_argument("--cap-s", type=float, default=30.0, help="triage seconds per case")
     ap.add_argument("--no-server", action="store_true", help="triage only")
+    ap.add_argument("--publish", action="store_true",
+                    help="also write docs/benchmarks/worst_case.json")
     args = ap.parse_args()
+    measured_on = commit()
     cases = {**math_cases(args.size), **reference_cases(args.size)}
     if args.only:
         cases = {k: v for k, v in cases.items() if k in args.only}
@@ -170,7 +173,8 @@ def main() -> None:
         print(f"{name:34s} {f['mb']:5.2f} {_s(f['triage_s']):>9s} {per_mb:>7s} {server}")
     path = record("worst_case", figures, {"size_bytes": args.size, "cap_s": args.cap_s,
                                           "server": not args.no_server, "math_workers": 2,
-                                          "cpus": os.cpu_count()})
+                                          "cpus": os.cpu_count()},
+                  publish=args.publish, measured_on=measured_on)
     print(f"wrote {path}")
 
 
