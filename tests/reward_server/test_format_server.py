@@ -18,12 +18,13 @@ BOXED = {"rule": "final_answer", "pattern": "boxed"}
 # (x+x+)+y backtracks exponentially over a run of x with no y: an honest-looking pattern
 HOSTILE = {"rule": "final_answer", "regex": r"(x+x+)+y", "after_think": False}
 MIB = 1 << 20
+STARTUP_S = 240  # a loaded CI machine starts a server's workers slowly
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory):
     with run_server(tmp_path_factory.mktemp("format"), env={
-            "REWARD_SERVER_FORMAT_TIMEOUT_S": "1.0"}) as server:
+            "REWARD_SERVER_FORMAT_TIMEOUT_S": "1.0"}, startup_s=STARTUP_S) as server:
         yield server
 
 
@@ -159,7 +160,8 @@ def test_a_catastrophic_regex_over_1_mib_times_out_alone(srv: ServerProcess) -> 
 
 
 def test_a_server_with_the_cache_off_scores_the_same(tmp_path) -> None:
-    with run_server(tmp_path, env={"REWARD_SERVER_CACHE_SIZE": "0"}) as server:
+    with run_server(tmp_path, env={"REWARD_SERVER_CACHE_SIZE": "0"},
+                    startup_s=STARTUP_S) as server:
         items = [{"response": R1, "rules": ["think_answer", "tag_count", BOXED]}] * 2
         assert [r["score"] for r in _verify(server, items)] == [2 / 3, 2 / 3]
         assert _metric(server, "reward_cache_hits_total", verifier="format") == 0
