@@ -107,7 +107,8 @@ class SandboxSession:
         return session
 
     async def run(self, code: str, time_limit_s: float) -> CellResult:
-        """Run one cell; a CellResult whatever the code did (DIED: the session is lost)."""
+        """Run one cell; a CellResult whatever the code did (DIED: the session is lost);
+        SandboxUnavailable when its engine went away under it (nothing the code did)."""
         job = {"mode": "session_cell", "code": code, "time_limit_s": time_limit_s,
                "grace_s": INTERRUPT_GRACE_S, "output_limit_bytes": self.limits.output_limit_bytes}
         budget = time_limit_s + INTERRUPT_GRACE_S + OUTSIDE_SLACK_S
@@ -117,6 +118,9 @@ class SandboxSession:
             return CellResult(DIED, "", "", budget, stopped=TIMEOUT,
                               note=f"the sandbox did not answer within {budget:.1f} s")
         except ChannelClosed:
+            if not self.closed and not await self._pooled.pool.engine_alive():
+                await self.close()
+                raise SandboxUnavailable("the session's Docker engine went away") from None
             return CellResult(DIED, "", "", 0.0, note="the session's container died during "
                               "the cell (its memory limit, the backstop for every process)")
         return _parse(reply, time_limit_s, self.limits)

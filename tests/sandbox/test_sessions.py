@@ -1,0 +1,274 @@
+"""Stateful sessions (``/v1/sessions``) through the real server on loopback and the real Docker
+engine, under runc and gVisor: state kept across cells, sessions isolated from each other and
+from other callers, the caps, the idle TTL freeing the container, looping and hostile cells
+stopped by their own session's limits while another session answers, and no container left
+behind when the server stops or is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from reward_server.testing import sandbox_containers
+from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
+
+pytestmark = pytest.mark.usefixtures("docker_ready")
+
+POOL = 2  # warm containers (the verifier keeps one spare beside them)
+MAX_OPEN, PER_CALLER = 4, 2
+SETTINGS = {"REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL),
+            "REWARD_SERVER_SANDBOX_SESSION_MAX_OPEN": str(MAX_OPEN),
+            "REWARD_SERVER_SANDBOX_SESSION_MAX_PER_CALLER": str(PER_CALLER),
+            "REWARD_SERVER_SANDBOX_SESSION_OUTPUT_LIMIT_BYTES": "65536"}
+# Other callers: loopback answers the whole of 127/8, and a caller is its client address
+OTHER, THIRD = "127.0.0.2", "127.0.0.3"
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory,
+        sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
+    with run_server(tmp_path_factory.mktemp(f"sessions-{sandbox_runtime.name}"),
+                    env={**sandbox_runtime.env, **SETTINGS}, startup_s=180) as server:
+        wait_for_sandbox(server.url, timeout_s=180)
+        yield server
+
+
+def client(srv: ServerProcess, address: str = "127.0.0.1") -> httpx.Client:
+    return httpx.Client(base_url=srv.url, timeout=120,
+                        transport=httpx.HTTPTransport(local_address=address))
+
+
+class Session:
+    """One session through the API; closed on exit."""
+
+    def __init__(self, srv: ServerProcess, address: str = "127.0.0.1", **create: Any) -> None:
+        self.http = client(srv, address)
+        r = self.http.post("/v1/sessions", json=create)
+        assert r.status_code == 201, r.text
+        self.info = r.json()
+        self.id = self.info["session_id"]
+
+    def run(self, code: str, **body: Any) -> dict[str, Any]:
+        r = self.http.post(f"/v1/sessions/{self.id}/run", json={"code": code, **body})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def value(self, code: str) -> str:
+        """The displayed value of a cell that must succeed."""
+        got = self.run(code)
+        assert got["status"] == "Success", got
+        return got["cells"][0]["display"][0]["text/plain"]
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.delete(f"/v1/sessions/{self.id}")
+        self.http.close()
+
+
+def containers_of(srv: ServerProcess) -> int:
+    return len(sandbox_containers(srv.proc.pid, srv.docker_host))
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 90, what: str = "") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.25)
+
+
+def test_state_persists_across_cells(srv: ServerProcess) -> None:
+    with Session(srv) as s:
+        assert s.info["state"] == "open" and len(s.id) >= 32
+        first = s.run("import math\nx = 41\ndef f(y):\n    return y * 2\nprint('hi')")
+        assert first["status"] == "Success" and first["cells"][0]["stdout"] == "hi\n"
+        assert first["cells"][0]["display"] == []
+        assert s.value("x + 1") == "42"
+        assert s.value("f(x), math.pi > 3") == "(82, True)"
+        assert s.value("_") == "(82, True)"  # the last value, as a notebook keeps it
+        raised = s.run("x = 7\nraise ValueError('no')")
+        assert raised["status"] == "Failed" and "ValueError" in raised["message"]
+        error = raised["cells"][0]["error"][0]
+        assert (error["ename"], error["evalue"]) == ("ValueError", "no")
+        assert '<cell-' in "".join(error["traceback"])
+        assert s.value("x") == "7"  # what ran before the exception stays
+        # SandboxFusion's run_jupyter fields: cells in order, in the same namespace
+        r = s.http.post(f"/v1/sessions/{s.id}/run",
+                        json={"cells": ["y = x * 3", "import sys; sys.stderr.write('e')", "y"]})
+        got = r.json()
+        assert got["status"] == "Success", got
+        assert [c["status"] for c in got["cells"]] == ["Finished"] * 3
+        assert got["cells"][1]["stderr"] == "e" and got["cells"][2]["display"] == [
+            {"text/plain": "21"}]
+        assert got["session"]["cells"] == 9
+
+
+def test_files_and_bad_requests(srv: ServerProcess) -> None:
+    with Session(srv, files={"data/helper.py": "WCA9IDU=", "skip": None}) as s:  # X = 5
+        assert s.value("import sys; sys.path.append('data'); import helper; helper.X") == "5"
+    with client(srv) as c:
+        for body, field in [({"language": "cpp"}, "language"),
+                            ({"files": {"../x": "AA=="}}, "files['../x']")]:
+            r = c.post("/v1/sessions", json=body)
+            assert r.status_code == 422 and field in r.json()["detail"], r.text
+        with Session(srv) as s:
+            r = c.post(f"/v1/sessions/{s.id}/run", json={"code": "1", "cells": ["2"]})
+            assert r.status_code == 422 and "exactly one of code" in r.text
+
+
+def test_two_sessions_are_isolated(srv: ServerProcess) -> None:
+    with Session(srv) as a, Session(srv) as b:
+        a.run("secret = 1\nopen('mine.txt', 'w').write('a')")
+        b.run("secret = 2")
+        assert a.value("secret") == "1" and b.value("secret") == "2"
+        assert b.value("import os; os.path.exists('mine.txt')") == "False"
+        assert a.value("import os; os.path.exists('mine.txt')") == "True"
+        assert b.value("import os; sorted(os.listdir('/work'))").count("'") == 2  # its dir only
+
+
+def test_another_caller_cannot_reach_it(srv: ServerProcess) -> None:
+    with Session(srv) as mine, client(srv, OTHER) as other:
+        mine.run("x = 'mine'")
+        unknown = other.get("/v1/sessions/" + "A" * len(mine.id))
+        assert unknown.status_code == 404
+        for method, path, body in [("GET", "", None), ("POST", "/run", {"code": "x"}),
+                                   ("DELETE", "", None)]:
+            r = other.request(method, f"/v1/sessions/{mine.id}{path}", json=body)
+            assert r.status_code == 404, (method, r.text)
+            assert r.json()["detail"].startswith("no session")
+        assert other.get("/v1/sessions").json() == []
+        assert mine.value("x") == "'mine'"  # untouched
+    # closed by the with: its own caller now gets 410, the other still 404
+    with client(srv) as again, client(srv, OTHER) as other:
+        assert again.get(f"/v1/sessions/{mine.id}").status_code == 410
+        assert "closed" in again.post(f"/v1/sessions/{mine.id}/run",
+                                      json={"code": "x"}).json()["detail"]
+        assert other.get(f"/v1/sessions/{mine.id}").status_code == 404
+
+
+def test_caps_per_caller_and_server_wide(srv: ServerProcess) -> None:
+    opened: list[Session] = []
+    try:
+        opened += [Session(srv) for _ in range(PER_CALLER)]
+        with client(srv) as c:
+            r = c.post("/v1/sessions", json={})
+            assert r.status_code == 429 and "sandbox_session_max_per_caller" in r.text, r.text
+        opened += [Session(srv, OTHER) for _ in range(MAX_OPEN - PER_CALLER)]
+        with client(srv, THIRD) as third:  # within its own cap, past the server's
+            r = third.post("/v1/sessions", json={})
+            assert r.status_code == 429 and "sandbox_session_max_open" in r.text, r.text
+        opened.pop(0).__exit__()
+        opened.append(Session(srv, THIRD))  # a closed one's place is free again
+    finally:
+        for s in opened:
+            s.__exit__()
+
+
+def test_idle_ttl_closes_it_and_frees_the_container(srv: ServerProcess) -> None:
+    base = POOL + 1  # the pool and its spare
+    eventually(lambda: containers_of(srv) == base, what="the pool settled")
+    with Session(srv, idle_ttl_s=2) as s:
+        assert s.info["limits"]["idle_ttl_s"] == 2
+        eventually(lambda: containers_of(srv) == base + 1, what="the pool replaced it")
+        s.run("x = 1")
+        eventually(lambda: s.http.get(f"/v1/sessions/{s.id}").status_code == 410, 30,
+                   "the session expired")
+        assert "expired" in s.http.get(f"/v1/sessions/{s.id}").json()["detail"]
+        eventually(lambda: containers_of(srv) == base, what="its container removed")
+    text = httpx.get(srv.url + "/metrics", timeout=10).text
+    assert 'reward_sessions_closed_total{reason="expired"}' in text
+
+
+def test_a_looping_cell_is_interrupted_and_the_session_lives(srv: ServerProcess) -> None:
+    with Session(srv) as s:
+        s.run("x = 5")
+        started = time.monotonic()
+        got = s.run("while True:\n    x += 0", cell_timeout=1)
+        assert time.monotonic() - started < 20
+        cell = got["cells"][0]
+        assert got["status"] == "Failed" and cell["status"] == "TimeLimitExceeded", got
+        assert cell["error"][0]["ename"] == "KeyboardInterrupt"
+        assert "time limit of 1 s" in got["message"] and got["session"]["state"] == "open"
+        assert s.value("x") == "5"
+        # one that will not be interrupted is killed, and the session with it
+        got = s.run("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                    "while True:\n    pass", cell_timeout=1)
+        assert got["cells"][0]["status"] == "TimeLimitExceeded"
+        assert got["session"]["state"] == "lost" and "killed" in got["message"], got
+        r = s.http.post(f"/v1/sessions/{s.id}/run", json={"code": "x"})
+        assert r.status_code == 410 and "lost" in r.json()["detail"]
+
+
+HOSTILE: dict[str, tuple[str, dict[str, Any], str]] = {
+    # name: (its caller, its session's request, its cell); each within its session's limits
+    "memory": ("127.0.0.1", {"memory_limit_MB": 128},
+               "xs = []\nwhile True:\n    xs.append(bytearray(10 * 1024**2))"),
+    "flood": (THIRD, {}, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)"),
+    "fork": ("127.0.0.4", {}, "import os\nwhile True:\n    os.fork()"),
+}
+
+
+def test_hostile_cells_are_contained_beside_another_session(srv: ServerProcess) -> None:
+    def hostile(name: str) -> dict[str, Any]:
+        caller, create, code = HOSTILE[name]
+        with Session(srv, caller, **create) as s:
+            return s.run(code, cell_timeout=3)
+
+    with Session(srv, OTHER) as benign, ThreadPoolExecutor(len(HOSTILE)) as threads:
+        benign.run("total = 0")
+        futures = {name: threads.submit(hostile, name) for name in HOSTILE}
+        for i in range(1, 11):  # answered right, cell after cell, while they run
+            assert benign.value(f"total += {i}\ntotal") == str(i * (i + 1) // 2)
+        got = {name: f.result() for name, f in futures.items()}
+        assert benign.value("total") == "55"
+    memory = got["memory"]["cells"][0]
+    assert memory["error"][0]["ename"] == "MemoryError", got["memory"]
+    assert got["memory"]["session"]["state"] == "open"  # an exception of its own, not a crash
+    flood = got["flood"]
+    assert flood["cells"][0]["status"] == "Error" and "output limit of 65536" in flood["message"]
+    assert len(flood["cells"][0]["stdout"]) == 65536
+    assert got["fork"]["status"] == "Failed", got["fork"]
+    base = POOL + 1
+    eventually(lambda: containers_of(srv) == base, what="every session's container removed")
+
+
+def test_metrics(srv: ServerProcess) -> None:
+    with Session(srv) as s:
+        s.run("1")
+        text = httpx.get(srv.url + "/metrics", timeout=10).text
+        assert "reward_sessions_open 1.0" in text
+    text = httpx.get(srv.url + "/metrics", timeout=10).text
+    assert 'reward_session_cells_total{status="Finished"}' in text
+    assert "reward_session_cell_seconds_count" in text
+    assert 'reward_requests_total{code="201",route="/v1/sessions"}' in text
+
+
+def test_no_container_left_when_the_server_stops_or_is_killed(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Stopped: its sessions' containers go with the pool's. Killed (SIGKILL): the next
+    server's reaper removes them at its start, as it removes the pool's."""
+    path = tmp_path_factory.mktemp("sessions-shutdown")
+    with run_server(path, env=SETTINGS, startup_s=180) as server:
+        wait_for_sandbox(server.url, timeout_s=180)
+        Session(server).run("x = 1")
+        pid = server.proc.pid
+        assert containers_of(server) >= POOL + 2
+    assert sandbox_containers(pid) == []
+    with run_server(path, env=SETTINGS, startup_s=180) as server:
+        wait_for_sandbox(server.url, timeout_s=180)
+        Session(server).run("x = 1")
+        killed = server.proc.pid
+        os.killpg(killed, signal.SIGKILL)
+        server.proc.wait()
+        assert sandbox_containers(killed) != []
+    with run_server(path, env=SETTINGS, startup_s=180) as server:
+        eventually(lambda: sandbox_containers(killed) == [], 60, "the reaper removed them")
