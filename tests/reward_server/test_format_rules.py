@@ -11,6 +11,7 @@ from reward_server.verifiers.format import rules
 from reward_server.verifiers.format.evaluate import evaluate
 from reward_server.verifiers.format.items import FormatItem
 from reward_server.verifiers.format.patterns import search_many
+from reward_server.verifiers.format.verifier import _slices
 
 R1 = "<think>\nLet me add.\n</think>\n<answer>\n42\n</answer>"
 FENCE = "```html\n<answer>\nnot this\n</answer>\n```"
@@ -150,3 +151,16 @@ def test_a_regex_rule_reports_what_it_found() -> None:
 def test_a_bad_item_is_refused_naming_what_is_wrong(fields: dict, message: str) -> None:
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace("*", r"\*")):
         FormatItem.model_validate({"response": "x", **fields})
+
+
+@pytest.mark.parametrize(("sizes", "runs"), [
+    ([1500] * 256, [256]),  # a batch of ordinary completions: one hand-off
+    ([600_000] * 5, [2, 2, 1]),  # long ones: about a MiB of text each
+    ([2_000_000, 10], [1, 1]),  # one over the slice is a slice of its own
+])
+def test_a_large_request_goes_to_the_thread_in_slices_of_text(sizes: list[int],
+                                                              runs: list[int]) -> None:
+    batch = [_item("x" * size, "think") for size in sizes]
+    pieces = _slices(batch)
+    assert [len(piece) for piece in pieces] == runs
+    assert [item for piece in pieces for item in piece] == batch

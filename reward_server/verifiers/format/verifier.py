@@ -39,7 +39,9 @@ from reward_server.verifiers.format.items import FormatItem, FormatResult, RuleV
 from reward_server.verifiers.format.settings import FormatSettings
 
 INLINE_REQUEST_CHARS = 16 * 1024  # a request this small is checked on the event loop itself
-SLICE_ITEMS = 256  # items per hand-off to the thread
+# text per hand-off to the thread (about 10 ms of rules): a request of many long responses
+# goes in slices, and another request's slice gets the thread between two of them
+SLICE_CHARS = 1 << 20
 _THREAD = ThreadPoolExecutor(1, thread_name_prefix="format")
 
 
@@ -95,13 +97,12 @@ class FormatVerifier(Verifier):
 
     async def verify(self, items: Sequence[FormatItem]) -> list[FormatResult]:  # type: ignore[override]
         started = time.perf_counter()
-        if sum(len(item.response) + len(item.prefix) for item in items) <= INLINE_REQUEST_CHARS:
+        if sum(len(item.text) for item in items) <= INLINE_REQUEST_CHARS:
             checked = [self._check(item) for item in items]
         else:
             loop = asyncio.get_running_loop()
             checked = []
-            for start in range(0, len(items), SLICE_ITEMS):
-                piece = items[start:start + SLICE_ITEMS]
+            for piece in _slices(items):
                 checked += await loop.run_in_executor(
                     _THREAD, lambda p=piece: [self._check(item) for item in p])
         results = await self._searched(items, checked)
@@ -194,6 +195,17 @@ class FormatVerifier(Verifier):
         detail = f"the regex ran out of time ({task.outcome}): {task.detail}"
         return Done([Searched("timeout", None, detail)],
                     timeout=task.cpu_bound if task.outcome == "timeout" else True)
+
+
+def _slices(items: Sequence[FormatItem]) -> list[Sequence[FormatItem]]:
+    """``items`` in runs of about ``SLICE_CHARS`` of text (at least one item each)."""
+    out, start, chars = [], 0, 0
+    for k, item in enumerate(items):
+        chars += len(item.text)
+        if chars >= SLICE_CHARS:
+            out.append(items[start:k + 1])
+            start, chars = k + 1, 0
+    return out + [items[start:]] if start < len(items) else out
 
 
 def _search_key(search: patterns.Search) -> Hashable:
