@@ -263,8 +263,10 @@ class Sessions:
         ended = self._ended.get(session_id)
         if ended is not None and ended[0] == caller:
             raise SessionGone(f"session {session_id} has ended ({ended[1]}): {ended[2]}")
+        hint = ("; this server runs several worker processes and a session lives in the one "
+                "that created it (docs/sessions.md)" if self.scorer.settings.workers > 1 else "")
         raise SessionNotFound(f"no session {session_id[:64]!r} (unknown, or not this "
-                              "caller's)")
+                              f"caller's){hint}")
 
     async def _run_cells(self, session: _Session, sources: list[str], time_limit: float
                          ) -> tuple[int, RunCellsResponse]:
