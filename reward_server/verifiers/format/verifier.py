@@ -62,7 +62,8 @@ class Checked(NamedTuple):
 
     key: Hashable  # in the result cache; None when the cache is off
     hit: bool
-    state: FormatResult | tuple[list[RuleVerdict | None], list[Pending]]
+    # the result, or the verdicts so far, the pending searches and each search's key
+    state: FormatResult | tuple[list[RuleVerdict | None], list[Pending], list[Hashable]]
 
 
 def _digest(text: str) -> bytes:
@@ -127,8 +128,9 @@ class FormatVerifier(Verifier):
         if hit:
             return Checked(key, True, cached)  # type: ignore[arg-type]
         verdicts, pending = check(item)
-        if pending:
-            return Checked(key, False, (verdicts, pending))
+        if pending:  # keys here: a digest of a long text belongs off the event loop
+            return Checked(key, False, (verdicts, pending, [_search_key(p.search)
+                                                            for p in pending]))
         result = combine(item, verdicts)  # type: ignore[arg-type]
         self._put(key, result)
         return Checked(key, False, result)
@@ -144,39 +146,41 @@ class FormatVerifier(Verifier):
         searches: dict[Hashable, patterns.Search] = {}
         for _, _, state in checked:
             if not isinstance(state, FormatResult):
-                for _, search in state[1]:
-                    searches.setdefault(_search_key(search), search)
-        outcomes = dict(zip(searches, await self._search(list(searches.values())), strict=True))
+                for (_, search), search_key in zip(state[1], state[2], strict=True):
+                    searches.setdefault(search_key, search)
+        outcomes = dict(zip(searches, await self._search(list(searches.items())), strict=True))
         results = []
         for item, (key, _, state) in zip(items, checked, strict=True):
             if isinstance(state, FormatResult):
                 results.append(state)
                 continue
-            verdicts, pending = state
-            for k, search in pending:
-                verdicts[k] = _rule_verdict(item.rules[k].name, search,
-                                            outcomes[_search_key(search)])
+            verdicts, pending, search_keys = state
+            for (k, search), search_key in zip(pending, search_keys, strict=True):
+                verdicts[k] = _rule_verdict(item.rules[k].name, search, outcomes[search_key])
             result = combine(item, verdicts)  # type: ignore[arg-type]
             self._put(key, result)
             results.append(result)
         return results
 
-    async def _search(self, searches: list[patterns.Search]) -> list[Searched]:
+    async def _search(self, searches: list[tuple[Hashable, patterns.Search]]
+                      ) -> list[Searched]:
+        """Each (key, search)'s outcome, in order."""
         size = self.config.chunk_items  # type: ignore[union-attr]
         chunks = [searches[i:i + size] for i in range(0, len(searches), size)]
         done = await asyncio.gather(*(self._chunk(chunk) for chunk in chunks))
         return [one for chunk in done for one in chunk]
 
-    async def _chunk(self, searches: list[patterns.Search]) -> list[Searched]:
-        key = tuple(_search_key(s) for s in searches)
+    async def _chunk(self, chunk: list[tuple[Hashable, patterns.Search]]) -> list[Searched]:
+        keys = tuple(key for key, _ in chunk)
+        searches = [search for _, search in chunk]
         outcome = await self._lane.run(
-            key if len(searches) > 1 else key[0],
+            keys if len(keys) > 1 else keys[0],
             lambda turn: self._in_worker(searches, turn),
             not_run=lambda reason: [Searched(NOT_RUN, None, reason)] * len(searches))
         if outcome is not None:
             return outcome
         # which search it was: each alone, under its own limit
-        return [one for alone in await asyncio.gather(*(self._chunk([s]) for s in searches))
+        return [one for alone in await asyncio.gather(*(self._chunk([one]) for one in chunk))
                 for one in alone]
 
     async def _in_worker(self, searches: list[patterns.Search], turn: Turn) -> Done[Chunk]:
