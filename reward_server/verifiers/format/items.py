@@ -13,13 +13,12 @@ from reward_server.verifiers.format.patterns import Search
 from reward_server.verifiers.format.rules import BuiltIn, Outcome
 
 MAX_RULES = 16
-
-
 NO_REGION = "the reasoning never ends (no </think>): no final answer after it"
 
 
 class _Rule(BaseModel):
-    """A rule is its options and ``check``: a new rule is one more class."""
+    """A rule is its options and ``check(text)``, its outcome on the text (or the regex
+    search it waits for): a new rule is one more class in ``Rule``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     weight: float = Field(1.0, ge=0, description="Its share of the item's score.")
@@ -27,10 +26,6 @@ class _Rule(BaseModel):
     @property
     def name(self) -> str:
         return self.rule  # type: ignore[attr-defined]
-
-    def check(self, text: str) -> Outcome | Search:
-        """The rule's outcome on ``text``, or the regex search it waits for."""
-        raise NotImplementedError
 
 
 class ThinkRule(_Rule):
@@ -113,7 +108,6 @@ class FinalAnswerRule(_Rule):
 
 Rule = Annotated[ThinkRule | ThinkAnswerRule | TagCountRule | FinalAnswerRule,
                  Field(discriminator="rule")]
-RULE_NAMES = ("think", "think_answer", "tag_count", "final_answer")
 
 
 class FormatItem(ItemBase):
