@@ -8,7 +8,8 @@ caller's regex, which the service searches in its worker. In-process is what a t
 reward function would do: ``evaluate`` on validated items, in its own process (a regex
 searched there unbounded). The service: the real server on loopback, its result cache off,
 so every item is checked afresh; one request per batch, one at a time. Each is measured in
-wall-clock time and in CPU time (the bench's process, and the server's with its workers): on
+wall-clock time and in CPU time (the bench's process, and the server's with its format
+worker), after the server's other workers have finished warming up: on
 a machine shared with other work the wall clock also counts the others' turns, and a request
 that crosses two processes waits for more turns than a loop in one.
 
@@ -69,12 +70,26 @@ class Cost(NamedTuple):
 
 
 def cpu_s(server: psutil.Process | None = None) -> float:
-    """CPU seconds of this process, and of the server with its workers when given."""
+    """CPU seconds of this process, and of the server with its format workers when given
+    (its other verifiers' workers warm up for seconds after it starts: not this cost)."""
     total = time.process_time()
-    for proc in [server, *server.children(recursive=True)] if server else []:
-        times = proc.cpu_times()
-        total += times.user + times.system
+    for proc in [server, *server.children()] if server else []:
+        if proc is server or proc.name() == "format-worker":
+            times = proc.cpu_times()
+            total += times.user + times.system
     return total
+
+
+def settle(server: psutil.Process, limit_s: float = 120) -> None:
+    """Until the server and all its workers are idle (under a tenth of a CPU for a second):
+    their warm-up must not share the CPUs with the timed rounds."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        procs = [server, *server.children(recursive=True)]
+        before = sum(sum(p.cpu_times()[:2]) for p in procs)
+        time.sleep(1.0)
+        if sum(sum(p.cpu_times()[:2]) for p in procs) - before < 0.1:
+            return
 
 
 def timed(run: Any, server: psutil.Process | None = None) -> Cost:
@@ -151,6 +166,7 @@ def main() -> None:
                     startup_s=300) as srv, \
             httpx.Client(base_url=srv.url, timeout=600) as client:
         server = psutil.Process(srv.proc.pid)
+        settle(server)
         service = {name: served(client, server, batch, args.rounds)
                    for name, batch in sets.items()}
     n = args.batch * args.rounds
