@@ -12,6 +12,7 @@ are this project's readings (docs/format.md says why).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Literal, NamedTuple
 
 from reward_server.text import after_reasoning, printable
@@ -116,6 +117,7 @@ def tag_count(text: str) -> Outcome:
 
 # --- final_answer: where the answer is looked for, and the built-in patterns ---------------
 
+@lru_cache(maxsize=4)  # an item's final-answer rules read the same region: cut it once
 def answer_region(text: str, after_think: bool, ignore_code: bool) -> str | None:
     """The text a final-answer pattern is searched in; None when the reasoning never ends."""
     if after_think:
