@@ -11,6 +11,9 @@ class SandboxConfig:
     image: str = "verifiable-rewards-sandbox:latest"
     docker_host: str | None = None  # None: DOCKER_HOST or the local socket
     docker_hosts: tuple[str, ...] = ()  # several engines; overrides docker_host
+    # A directory of ca.pem, cert.pem, key.pem (Docker's DOCKER_CERT_PATH layout, sandbox/tls.py):
+    # mutual TLS to every engine, which may then run dockerd --tlsverify; None: no client cert
+    tls_cert_path: str | None = None
     health_interval_s: float = 5.0  # how often an engine with containers is pinged
     reap_interval_s: float = 60.0  # how often containers of dead owners are looked for
     pool_size: int = 4  # warm containers per engine; executions run in parallel up to this

@@ -9,6 +9,14 @@ container carries two labels: one that marks it ours, and the owner (host, pid a
 start time) so that the next server on this host can remove what a crashed predecessor left
 behind. On shutdown the pool removes its own.
 
+A server killed without its shutdown (SIGKILL, the OOM killer, its node lost) need not be
+judged by anyone: each container's stdin is closed by the engine when the attach stream that
+carried it ends (``StdinOnce``), the harness (PID 1) exits on that end of its jobs, and the
+engine removes the exited container (``AutoRemove``). A killed process's sockets are closed
+by its kernel at once; a vanished host's, by the engine's TCP keepalive (docs/deploy.md,
+Kubernetes). The attach stream is open as long as the pool holds the container, however long
+it idles, so no live pool loses one.
+
 One ``ContainerPool`` serves one Docker engine. ``EnginePool`` puts several engines (a list
 of DOCKER_HOSTs) behind one acquire/release: their containers share one idle queue, so an
 execution takes whichever engine's container is free first and capacity adds up across
@@ -32,13 +40,20 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import docker
-from docker.errors import DockerException, ImageNotFound, InvalidVersion, NotFound
+from docker.errors import (
+    APIError,
+    DockerException,
+    ImageNotFound,
+    InvalidVersion,
+    NotFound,
+)
 from docker.types import Ulimit
 
 from sandbox.channel import Channel, ChannelClosed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
 from sandbox.seccomp import GVISOR_RUNTIME, security_opt
+from sandbox.tls import engine_client
 
 log = logging.getLogger("sandbox.pool")
 
@@ -146,9 +161,7 @@ class ContainerPool:
         self._maintainer = asyncio.create_task(self._maintain(), name="sandbox-pool")
 
     def _new_client(self) -> docker.DockerClient:
-        if self.docker_host:
-            return docker.DockerClient(base_url=self.docker_host, timeout=30)
-        return docker.from_env(timeout=30)
+        return engine_client(self.docker_host, self.config.tls_cert_path)
 
     async def _connect(self, first: bool = False) -> bool:
         try:
@@ -398,7 +411,10 @@ class ContainerPool:
         container = await self._call(
             self._client.containers.create,
             c.image,
-            stdin_open=True, tty=False, detach=True,
+            # detach=False is how the SDK sets StdinOnce: the engine closes the harness's
+            # stdin when our attach stream ends, and the harness exits on it; AutoRemove: the
+            # engine then removes the container, whether or not this process is still there
+            stdin_open=True, tty=False, detach=False, auto_remove=True,
             user=HARNESS_USER,
             network_mode="none",
             read_only=True,
@@ -448,6 +464,10 @@ class ContainerPool:
             await self._call(container.remove, force=True)
         except NotFound:
             pass
+        except APIError as exc:
+            if exc.status_code != 409:  # 409: the engine is removing it already (AutoRemove)
+                log.warning("could not remove sandbox container %s: %s", container.short_id,
+                            exc)
         except DockerException as exc:
             log.warning("could not remove sandbox container %s: %s", container.short_id, exc)
 

@@ -1,102 +1,95 @@
 """The server's half of deploy/k8s/'s engine link, for real: an engine addressed as
-``https://<name>:2376`` in REWARD_SERVER_SANDBOX_DOCKER_HOSTS, its certificate made by
-deploy/k8s/make-certs.sh and trusted through REQUESTS_CA_BUNDLE, runs code (the Docker SDK's
-calls and the attach stream both over TLS); an engine whose certificate that CA did not sign
-is refused, so the check is real.
+``https://<name>:2376`` in REWARD_SERVER_SANDBOX_DOCKER_HOSTS, asking for a client certificate
+(dockerd ``--tlsverify``), runs code for a server given make-certs.sh's client directory in
+REWARD_SERVER_SANDBOX_TLS_CERT_PATH: the Docker SDK's calls and the attach stream both carry
+the certificate. A server with no client certificate, or one another CA signed, gets no
+engine, and an engine whose certificate that CA did not sign is refused: its items are
+unscorable (null), never 0. A directory that lacks a file stops the start in one line.
 
-The engine's TLS listener here is a TLS terminator in front of the local engine's socket,
-standing in for dockerd's own ``--tls`` listener (a second engine would need the sandbox
-image loaded into it); what it checks is the client side, which is ours."""
+The engine's listener is tests/deploy/tls_engine.py's terminator in front of the local
+engine (it says why)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import ssl
 import subprocess
-import threading
-from collections.abc import Iterator
+import sys
 from pathlib import Path
 
 import pytest
 
-from reward_server.testing import free_port, run_server, verify_code, wait_for_sandbox
-from tests.conftest import ROOT
+from reward_server.testing import run_server, verify_code, wait_for_sandbox
+from tests.deploy.tls_engine import cert_dir, make_certs, tls_engine
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
-ENGINE_SOCKET = "/var/run/docker.sock"
+ITEM = {"response": "print(int(input()) * 2)",
+        "tests": [{"input": "21", "output": "42"}, {"input": "5", "output": "10"}]}
+STARTUP_S = 180  # a loaded machine's imports (math-verify) before /healthz answers
 
 
-def _certs(out: Path) -> Path:
-    subprocess.run(["sh", str(ROOT / "deploy" / "k8s" / "make-certs.sh"), str(out), "rl", "1",
-                    "localhost"], check=True, capture_output=True, timeout=60)
-    return out
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(1 << 16):
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, ssl.SSLError):
-        pass
-    finally:
-        writer.close()
-
-
-async def _serve(port: int, context: ssl.SSLContext, stop: asyncio.Event,
-                 ready: threading.Event) -> None:
-    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        engine_r, engine_w = await asyncio.open_unix_connection(ENGINE_SOCKET)
-        await asyncio.gather(_pipe(client_r, engine_w), _pipe(engine_r, client_w))
-
-    server = await asyncio.start_server(handle, "127.0.0.1", port, ssl=context)
-    ready.set()
-    async with server:
-        await stop.wait()
-
-
-@contextlib.contextmanager
-def tls_engine(certs: Path) -> Iterator[str]:
-    """The local engine behind TLS with make-certs.sh's engine certificate: its address."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(certs / "server-cert.pem", certs / "server-key.pem")
-    port, loop, stop, ready = free_port(), asyncio.new_event_loop(), asyncio.Event(), \
-        threading.Event()
-    thread = threading.Thread(target=loop.run_until_complete,
-                              args=(_serve(port, context, stop, ready),), daemon=True)
-    thread.start()
-    assert ready.wait(timeout=30), "the TLS listener did not start"
-    try:
-        yield f"https://localhost:{port}"
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout=10)
-
-
-def test_code_runs_on_an_engine_reached_over_tls(tmp_path: Path) -> None:
-    certs = _certs(tmp_path / "certs")
-    with tls_engine(certs) as address, run_server(tmp_path / "server", env={
-            "REWARD_SERVER_SANDBOX_DOCKER_HOSTS": address,
-            "REQUESTS_CA_BUNDLE": str(certs / "ca.pem")}) as srv:
+def test_code_runs_on_an_engine_that_verifies_clients(tmp_path: Path) -> None:
+    """The environment's REQUESTS_CA_BUNDLE (another CA's) does not replace the setting's CA."""
+    certs, other = make_certs(tmp_path / "certs"), make_certs(tmp_path / "other")
+    env = {"REWARD_SERVER_SANDBOX_TLS_CERT_PATH": str(certs / "client"),
+           "REQUESTS_CA_BUNDLE": str(other / "ca.pem")}
+    with tls_engine(certs, verify_clients=True) as engine, run_server(
+            tmp_path / "server", startup_s=STARTUP_S,
+            env={"REWARD_SERVER_SANDBOX_DOCKER_HOSTS": engine.address, **env}) as srv:
         wait_for_sandbox(srv.url)
-        item = {"response": "print(int(input()) * 2)",
-                "tests": [{"input": "21", "output": "42"}, {"input": "5", "output": "10"}]}
-        wrong = {**item, "response": "print(int(input()) + 1)"}
-        results = verify_code(srv.url, item, wrong)
+        wrong = {**ITEM, "response": "print(int(input()) + 1)"}
+        results = verify_code(srv.url, ITEM, wrong)
     assert [(r["status"], r["score"]) for r in results] == [("ok", 1.0), ("ok", 0.0)], results
 
 
+def _unscorable(tmp_path: Path, certs: Path, env: dict[str, str]
+                ) -> tuple[dict, str, list[str]]:
+    """An item's result, the server's log and the engine's refused handshakes."""
+    with tls_engine(certs, verify_clients=True) as engine, run_server(
+            tmp_path / "server", startup_s=STARTUP_S,
+            env={"REWARD_SERVER_SANDBOX_DOCKER_HOSTS": engine.address,
+                 "REWARD_SERVER_SANDBOX_ACQUIRE_TIMEOUT_S": "5", **env}) as srv:
+        (result,) = verify_code(srv.url, ITEM)
+        return result, srv.log.read_text(), engine.refusals
+
+
+@pytest.mark.parametrize(("client", "reason"), [
+    ("none", "PEER_DID_NOT_RETURN_A_CERTIFICATE"),
+    ("another CA's", "CERTIFICATE_VERIFY_FAILED")])
+def test_a_client_the_engine_cannot_verify_gets_no_engine(tmp_path: Path, client: str,
+                                                         reason: str) -> None:
+    """Without a client certificate (the engine itself trusted), or with one another CA
+    signed: the engine refuses the handshake, and the item is null, not scored. (Under TLS
+    1.3 the client learns only that the engine hung up; the engine's side says why.)"""
+    certs, other = make_certs(tmp_path / "certs"), make_certs(tmp_path / "other")
+    env = {"REQUESTS_CA_BUNDLE": str(certs / "ca.pem")} if client == "none" else {
+        "REWARD_SERVER_SANDBOX_TLS_CERT_PATH": str(cert_dir(tmp_path / "mixed", certs, other))}
+    result, _, refusals = _unscorable(tmp_path, certs, env)
+    assert result["score"] is None and result["status"] == "sandbox_unavailable", result
+    assert refusals and set(refusals) == {reason}, refusals
+
+
 def test_an_engine_certificate_the_ca_did_not_sign_is_refused(tmp_path: Path) -> None:
-    """The server trusts only the bundle it is given: an impostor engine gets no code, and
-    the items are unscorable (null), not scored by it."""
-    certs, other = _certs(tmp_path / "certs"), _certs(tmp_path / "other")
-    with tls_engine(certs) as address, run_server(tmp_path / "server", env={
-            "REWARD_SERVER_SANDBOX_DOCKER_HOSTS": address,
-            "REQUESTS_CA_BUNDLE": str(other / "ca.pem"),
-            "REWARD_SERVER_SANDBOX_ACQUIRE_TIMEOUT_S": "5"}) as srv:
-        item = {"response": "print(input())", "tests": [{"input": "1", "output": "1"}]}
-        (result,) = verify_code(srv.url, item)
-        log = srv.log.read_text()
+    """The server trusts only the CA of its directory: an impostor engine gets no code."""
+    certs, other = make_certs(tmp_path / "certs"), make_certs(tmp_path / "other")
+    trusting_other = cert_dir(tmp_path / "mixed", other, certs)
+    result, log, _ = _unscorable(tmp_path, certs,
+                              {"REWARD_SERVER_SANDBOX_TLS_CERT_PATH": str(trusting_other)})
     assert result["score"] is None and result["status"] == "sandbox_unavailable", result
     assert "CERTIFICATE_VERIFY_FAILED" in (result.get("detail") or "") + log, (result, log[-2000:])
+
+
+@pytest.mark.parametrize("fault", ["missing key", "key of another certificate"])
+def test_a_bad_client_directory_stops_the_start_in_one_line(tmp_path: Path, fault: str) -> None:
+    certs, other = make_certs(tmp_path / "certs"), make_certs(tmp_path / "other")
+    broken = cert_dir(tmp_path / "broken", certs, certs)
+    if fault == "missing key":
+        (broken / "key.pem").unlink()
+    else:
+        (broken / "key.pem").write_bytes((other / "client" / "key.pem").read_bytes())
+    out = subprocess.run([sys.executable, "-m", "reward_server.cli", "--port", "1",
+                          "--sandbox-tls-cert-path", str(broken)],
+                         capture_output=True, text=True, timeout=120)
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    assert out.returncode != 0 and len(lines) == 1, (out.returncode, lines)
+    assert "sandbox_tls_cert_path" in lines[0], lines
+    expected = str(broken / "key.pem") if fault == "missing key" else "do not load"
+    assert expected in lines[0], lines

@@ -15,6 +15,7 @@ from pydantic_settings import NoDecode
 from reward_server.run_code.session_settings import SessionSettings
 from sandbox import SandboxConfig
 from sandbox.seccomp import security_opt
+from sandbox.tls import check_cert_path
 
 
 def _split_hosts(value: object) -> object:
@@ -28,6 +29,10 @@ def _readable_profile(value: str) -> str:
     return value
 
 
+def _cert_path(value: str | None) -> str | None:
+    return check_cert_path(value) if value else None  # a missing file stops the start
+
+
 class SandboxSettings(SessionSettings):
     """See ``sandbox.config.SandboxConfig`` for each field (``SessionSettings`` for the
     sessions')."""
@@ -39,6 +44,10 @@ class SandboxSettings(SessionSettings):
     docker_hosts: Annotated[list[str], NoDecode, BeforeValidator(_split_hosts)] = Field(
         default_factory=list, description="Several Docker engines, comma-separated "
         "(unix:///var/run/docker.sock,tcp://10.0.0.2:2376): pool_size containers on each.")
+    tls_cert_path: Annotated[str | None, AfterValidator(_cert_path)] = Field(None, description=(
+        "Directory of ca.pem, cert.pem, key.pem (Docker's DOCKER_CERT_PATH layout): every "
+        "engine is reached over TLS with this client certificate and checked against this CA, "
+        "so engines can run dockerd --tlsverify; unset: no client certificate."))
     pool_size: int = Field(SandboxConfig.pool_size, ge=1, description="Warm containers per "
                            "engine; executions run in parallel up to this.")
     max_uses: int = Field(SandboxConfig.max_uses, ge=1,
