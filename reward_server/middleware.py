@@ -1,11 +1,13 @@
-"""Pure ASGI middleware: bearer auth, body size limit, request metrics, and a guard that turns
-any exception that escapes into a JSON 500 with a request id.
+"""Pure ASGI middleware: token auth (bearer or Basic), body size limit, request metrics, and
+a guard that turns any exception that escapes into a JSON 500 with a request id.
 
 Pure ASGI (not BaseHTTPMiddleware) so a body is counted as it streams in and a 413 goes out
 before a 64 MB upload is buffered."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import secrets
@@ -32,20 +34,38 @@ async def _send_json(send: Send, status: int, detail: str, headers: list | None 
 
 
 class BearerAuth:
-    """Every route but ``/healthz`` needs ``Authorization: Bearer <token>`` when configured."""
+    """Every route but ``/healthz`` needs the token when configured: ``Authorization: Bearer
+    <token>``, or HTTP Basic with the token as the password (any user name). Basic is for
+    clients that send no header of their own: veRL's SandboxFusion client posts with
+    ``requests``, which turns a URL's ``http://user:<token>@host:port/run_code`` into Basic.
+    Both are compared in constant time."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
         self.expected = f"Bearer {token}".encode()
+        self.password = token.encode()
+
+    def authorized(self, given: bytes) -> bool:
+        scheme, _, credentials = given.partition(b" ")
+        if scheme.lower() != b"basic":
+            return secrets.compare_digest(given, self.expected)
+        try:
+            decoded = base64.b64decode(credentials.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            return False
+        _, colon, password = decoded.partition(b":")
+        return secrets.compare_digest(password, self.password) and bool(colon)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] == "/healthz":
             return await self.app(scope, receive, send)
         given = dict(scope["headers"]).get(b"authorization", b"")
-        if not secrets.compare_digest(given, self.expected):
+        if not self.authorized(given):
             return await _send_json(
-                send, 401, "missing or invalid bearer token (Authorization: Bearer <token>)",
-                [(b"www-authenticate", b"Bearer")],
+                send, 401, "missing or invalid token (Authorization: Bearer <token>, or HTTP "
+                "Basic with the token as the password)",
+                [(b"www-authenticate", b"Bearer"),
+                 (b"www-authenticate", b'Basic realm="reward_server"')],
             )
         await self.app(scope, receive, send)
 

@@ -1,6 +1,7 @@
 """``POST /run_code``'s refusals, through the real server: what is checked before any
 container is asked for (the language, the sizes, the paths), each a 4xx naming the field, and
-the server's bearer token, which guards it as it guards the verifiers. No engine needed."""
+the server's token (bearer, or Basic with it as the password), which guards it as it
+guards the verifiers. No engine needed."""
 
 from __future__ import annotations
 
@@ -67,6 +68,26 @@ def test_the_bearer_token_guards_it(srv: ServerProcess) -> None:
     assert post(srv, body, token=None).status_code == 401
     assert post(srv, body, token="wrong").status_code == 401
     assert post(srv, body).status_code == 422
+
+
+@pytest.mark.parametrize(("header", "status"), [
+    (f"Basic {base64.b64encode(f'verl:{TOKEN}'.encode()).decode()}", 422),
+    (f"basic {base64.b64encode(f':{TOKEN}'.encode()).decode()}", 422),  # no user name
+    (f"Basic {base64.b64encode(b'verl:wrong').decode()}", 401),
+    (f"Basic {base64.b64encode(f'{TOKEN}:'.encode()).decode()}", 401),  # token as the user
+    (f"Basic {base64.b64encode(TOKEN.encode()).decode()}", 401),  # no colon
+    ("Basic not-base64!", 401),
+    (f"Basic {base64.b64encode(f'verl:{TOKEN}x'.encode()).decode()}", 401),
+])
+def test_basic_auth_takes_the_token_as_its_password(srv: ServerProcess, header: str,
+                                                    status: int) -> None:
+    """What ``requests`` sends for ``http://user:<token>@host/run_code`` (veRL's client)."""
+    r = httpx.post(srv.url + "/run_code", json={"code": "print(1)", "language": "php"},
+                   headers={"Authorization": header}, timeout=30)
+    assert r.status_code == status, r.text
+    if status == 401:
+        assert r.headers.get_list("www-authenticate") == ["Bearer",
+                                                          'Basic realm="reward_server"']
 
 
 @pytest.mark.parametrize(("name", "ours"), [
