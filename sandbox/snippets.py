@@ -194,7 +194,9 @@ async def run_snippet(sandbox: Sandbox, snippet: Snippet) -> SnippetResult:
 
 
 def _broken(limits: Limits, why: str) -> SnippetResult:
-    return SnippetResult(limits, run=Command(RUNTIME_ERROR, None, "", why, 0.0), note=why)
+    """The program broke the sandbox under it: it ended (no exit code), and ``note`` says
+    how; ENDINGS holds no other way to end."""
+    return SnippetResult(limits, run=Command(EXITED, None, "", why, 0.0), note=why)
 
 
 def _parse(reply: Any, limits: Limits) -> SnippetResult | None:

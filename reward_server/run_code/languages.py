@@ -1,7 +1,9 @@
 """SandboxFusion's language names on this sandbox's table (``sandbox/languages.py``).
 
-A snippet runs as SandboxFusion runs it, not as a graded solution: Python with its script's
-directory on the path (an uploaded module imports; ``-I`` would hide it) and JavaScript
+A snippet runs as SandboxFusion runs it, not as a graded solution: Python as ``python3 -s
+main.py``, its script's directory on the path (an uploaded module imports; ``-I`` would hide
+it), on the warm fork server as a script of its own (``sandbox/harness/snippet.py`` says when
+a fresh interpreter runs it instead), and JavaScript
 without the syntax check that the verifier runs as a compile step (SandboxFusion's ``nodejs``
 has none, so a syntax error is the run's exit code 1). ``bash`` is SandboxFusion's and a row of
 this table only: the verifier has no use for shell scripts."""
@@ -15,7 +17,7 @@ from sandbox.languages import LANGUAGES, LanguageSpec, resolve
 _BASH = LanguageSpec(name="bash", source="main.sh", run=("bash", "main.sh"), aliases=("sh",))
 RUN_CODE: dict[str, LanguageSpec] = {
     **LANGUAGES,
-    "python": replace(LANGUAGES["python"], run=("python3", "-s", "main.py"), forkserver=False),
+    "python": replace(LANGUAGES["python"], run=("python3", "-s", "main.py")),
     "javascript": replace(LANGUAGES["javascript"], compile=None),  # SandboxFusion's nodejs
     "bash": _BASH,
 }

@@ -47,7 +47,7 @@ def execute(job, zygote, state):
         if job["mode"] == "stdio":
             result = run_stdio(job, workdir, env, zygote)
         elif job["mode"] == "snippet":
-            result = run_snippet(job, workdir, env)
+            result = run_snippet(job, workdir, env, zygote)
         else:
             result = run_asserts(job, workdir, env, zygote)
     except Exception as exc:  # noqa: BLE001 - report, never die: we are PID 1

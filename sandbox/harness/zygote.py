@@ -53,6 +53,9 @@ def zygote_main(control_fd):
         if not message:
             return
         request = json.loads(message)
+        if request["op"] == "ready":
+            control.sendall(b'{"op": "ready"}')
+            continue
         if request["op"] == "load":  # the source comes as a descriptor: we never enter the
             cwd = request["cwd"]     # work dir, which is the candidate's
             os.environ.update(request["env"])
@@ -72,6 +75,8 @@ def zygote_main(control_fd):
                     os.dup2(fd, target)
                 os.closerange(len(fds), 65536)
                 slate.drop_privileges()
+                if request["op"] == "script":  # a snippet (run_code): its own source
+                    os._exit(run_script(request))
                 if request["op"] == "serve":  # an assertion job's candidate server
                     os.chdir(request["cwd"])
                     os.environ.update(request["env"])
@@ -103,31 +108,93 @@ def zygote_main(control_fd):
         control.sendall(json.dumps({"op": "exited", "pid": pid, "status": wait_status}).encode())
 
 
-def run_as_main(code, filename):
-    """Exit status of running ``code`` the way ``python3 file`` would."""
-    import traceback
+def run_script(request):
+    """A snippet's child (op ``script``), as ``python3 -s main.py`` runs it: the source comes
+    on fd 3 and is read and compiled here, after the uid drop and under the program's limits,
+    so it never enters the zygote's memory (where a later program forked from it could read
+    it); the script's directory first on the path; stdout unbuffered as PYTHONUNBUFFERED asks;
+    a syntax error printed as Python prints it; at the end, threads joined and atexit run."""
+    import io
 
+    cwd, path = request["cwd"], os.path.join(request["cwd"], request["argv0"])
+    os.chdir(cwd)
+    os.environ.update(request["env"])
+    apply_limits(request["memory_mb"], request["cpu_s"])
+    unbuffered = bool(request["env"].get("PYTHONUNBUFFERED"))
+    # the zygote's -I ignored these variables; the program's python3 would not
+    sys.dont_write_bytecode = bool(request["env"].get("PYTHONDONTWRITEBYTECODE"))
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r")), encoding="utf-8")
+    raw = io.FileIO(1, "w")
+    sys.stdout = io.TextIOWrapper(raw if unbuffered else io.BufferedWriter(raw),
+                                  encoding="utf-8", write_through=unbuffered)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w"), encoding="utf-8",
+                                  errors="backslashreplace", write_through=True)
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    with os.fdopen(3, "rb") as f:
+        source = f.read()
+    try:
+        code = compile(source, path, "exec")
+    except BaseException as exc:  # noqa: BLE001 - SyntaxError, null bytes, MemoryError
+        print_uncaught(exc, None)  # no frames: python3 prints none for these
+        sys.stderr.flush()
+        return 1
+    sys.argv = [request["argv0"]]
+    sys.path[:] = [cwd, *(p for p in sys.path if p != PACKAGE_PARENT)]
+    return run_as_main(code, path, finish=True)
+
+
+def run_as_main(code, filename, finish=False):
+    """Exit status of running ``code`` the way ``python3 file`` would; ``finish``: and end as
+    the interpreter ends, non-daemon threads joined and atexit functions run (a forked
+    program otherwise ends at its last line, and a thread's output is lost)."""
     namespace = {"__name__": "__main__", "__file__": filename, "__builtins__": __builtins__}
     status = 0
     try:
         exec(code, namespace)
     except SystemExit as exc:
-        if exc.code is None:
-            status = 0
-        elif isinstance(exc.code, int):
-            status = exc.code & 0xFF
-        else:
-            sys.stderr.write(f"{exc.code}\n")
-            status = 1
-    except BaseException:  # noqa: BLE001 - an uncaught exception, printed like Python does
-        traceback.print_exc()
+        status = exit_status(exc)
+    except BaseException as exc:  # noqa: BLE001 - uncaught, printed like Python does
+        print_uncaught(exc, exc.__traceback__.tb_next)  # from the program's frame
         status = 1
+    if finish:
+        try:
+            threading = sys.modules.get("threading")
+            if threading is not None:
+                threading._shutdown()
+            import atexit
+
+            atexit._run_exitfuncs()
+        except SystemExit as exc:
+            status = exit_status(exc)
+        except BaseException as exc:  # noqa: BLE001
+            print_uncaught(exc, exc.__traceback__)
+            status = status or 1
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:  # noqa: BLE001
             status = status or 1
     return status
+
+
+def print_uncaught(exc, tb):
+    """Print an uncaught exception as Python does: through ``sys.excepthook`` (the program
+    may have set its own), or the default hook when that one fails."""
+    exc = exc.with_traceback(tb)  # the hook prints the exception's own, whatever it is given
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except BaseException:  # noqa: BLE001
+        sys.__excepthook__(type(exc), exc, tb)
+
+
+def exit_status(exc):
+    """The exit status of an uncaught SystemExit, its message printed as Python prints it."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    sys.stderr.write(f"{exc.code}\n")
+    return 1
 
 
 def zygote_limits():
@@ -155,6 +222,16 @@ class Zygote:
             preexec_fn=zygote_limits, pass_fds=(theirs.fileno(),),
         )
         theirs.close()
+        self.answered = False  # it has answered a message: its start is behind it
+
+    def wait_ready(self, deadline):
+        """Wait out the zygote's own start (its imports: up to seconds on a loaded machine),
+        which must not count against the first program's time limit."""
+        if not self.answered:
+            import socket
+
+            socket.send_fds(self.control, [b'{"op": "ready"}'], [])
+            self._recv("ready", deadline)
 
     def alive(self):
         """Running and not stopped (a program may have sent it SIGSTOP)."""
@@ -175,6 +252,7 @@ class Zygote:
             if not data:
                 raise EOFError
             message = json.loads(data)
+            self.answered = True
             if message.get("op") == op and (pid is None or message.get("pid") == pid):
                 return message
 
@@ -182,12 +260,8 @@ class Zygote:
         """None when the program compiled; else the error text."""
         import socket
 
-        fd = os.memfd_create("source")
+        fd = source_fd(source)
         try:
-            data = memoryview(source.encode("utf-8", "surrogatepass"))
-            while data:
-                data = data[os.write(fd, data):]
-            os.lseek(fd, 0, os.SEEK_SET)
             socket.send_fds(self.control, [json.dumps({
                 "op": "load", "name": name, "cwd": cwd, "env": env}).encode()], [fd])
         finally:
@@ -195,17 +269,44 @@ class Zygote:
         return self._recv("loaded", deadline).get("error")
 
     def start(self, memory_mb, cpu_s, argv0):
+        """Fork the loaded program."""
+        return self._fork({"op": "run", "memory_mb": memory_mb, "cpu_s": cpu_s,
+                           "argv0": argv0})
+
+    def script(self, source, memory_mb, cpu_s, argv0, cwd, env):
+        """Fork a child that compiles and runs ``source`` itself (``run_script``); what was
+        loaded stays loaded."""
+        fd = source_fd(source)
+        try:
+            return self._fork({"op": "script", "memory_mb": memory_mb, "cpu_s": cpu_s,
+                               "argv0": argv0, "cwd": cwd, "env": env}, [fd])
+        finally:
+            os.close(fd)
+
+    def _fork(self, request, extra_fds=()):
+        """A child with new pipes as its stdin, stdout and stderr, ``extra_fds`` after them."""
         import socket
 
         fds = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr
         theirs = [fds[0][0], fds[1][1], fds[2][1]]
-        socket.send_fds(self.control, [json.dumps({
-            "op": "run", "memory_mb": memory_mb, "cpu_s": cpu_s, "argv0": argv0}).encode()],
-            theirs)
-        for fd in theirs:
-            os.close(fd)
-        pid = self._recv("started", time.monotonic() + 10)["pid"]
-        return ForkedProcess(self, pid, fds[0][1], fds[1][0], fds[2][0])
+        ours = [fds[0][1], fds[1][0], fds[2][0]]
+        try:
+            socket.send_fds(self.control, [json.dumps(request).encode()],
+                            [*theirs, *extra_fds])
+        except OSError:
+            for fd in ours:
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        try:
+            pid = self._recv("started", time.monotonic() + 10)["pid"]
+        except BaseException:
+            for fd in ours:
+                os.close(fd)
+            raise
+        return ForkedProcess(self, pid, *ours)
 
     def serve(self, fds, memory_mb, cwd, env, entry_point, preamble, setup=False):
         """Fork a candidate server (``candidate_server.serve_candidate``) with ``fds`` as its
@@ -271,15 +372,36 @@ class ForkedProcess:
             pass
 
 
-def run_forked(zygote, job, stdin_data, time_limit_s):
+def source_fd(source):
+    """A memory file holding ``source``, at offset 0: a program travels to the zygote as a
+    descriptor, never in a message."""
+    fd = os.memfd_create("source")
+    try:
+        data = memoryview(source.encode("utf-8", "surrogatepass"))
+        while data:
+            data = data[os.write(fd, data):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def run_forked(zygote, job, stdin_data, time_limit_s, script_in=None):
+    """The loaded program run as a fork of ``zygote``; with ``script_in`` (its work dir and
+    environment) ``job["source"]`` runs as a script instead (``Zygote.script``). A result
+    with ``started`` False when the zygote could not start it."""
     oom_before = oom_kills()
     started = time.monotonic()
     candidate_started()
+    cpu_s, argv0 = math.ceil(time_limit_s) + 1, job["language"]["source"]
     try:
-        process = zygote.start(job["memory_mb"], math.ceil(time_limit_s) + 1,
-                               job["language"]["source"])
+        if script_in is None:
+            process = zygote.start(job["memory_mb"], cpu_s, argv0)
+        else:
+            process = zygote.script(job["source"], job["memory_mb"], cpu_s, argv0, *script_in)
     except (OSError, EOFError, ValueError, KeyError) as exc:
-        return {"status": RUNTIME_ERROR, "code": None, "stdout": b"",
+        return {"status": RUNTIME_ERROR, "code": None, "stdout": b"", "started": False,
                 "stderr": f"cannot start: {exc}".encode(), "time_ms": 0.0}
     return supervise(process, stdin_data, started, time_limit_s,
                      job["output_limit_bytes"], job["stderr_tail_bytes"], oom_before)

@@ -1,13 +1,16 @@
 """``POST /run_code`` through the real server and Docker engine, under runc and gVisor, called
 by veRL's own SandboxFusion client (``verl.utils.reward_score.sandbox_fusion``) with only its
-URL pointed here; and hostile snippets, each stopped by its own limit while a benign call
-beside them is answered correctly, the pool clean after."""
+URL pointed here (behind a token: the URL's password); Python forked from the warm zygote as
+``python3`` runs it, each call seeing nothing an earlier one left; and hostile snippets, each
+stopped by its own limit while a benign call beside them is answered correctly, the pool
+clean after."""
 
 from __future__ import annotations
 
 import base64
 import json
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -27,6 +30,8 @@ STDIN_CASES = {"inputs": ["1 2\n", "10 -4\n", "4000000000 5000000000\n"],
                "outputs": ["3\n", "6\n", "9000000000\n"]}
 # veRL's fn_name rows: one JSON argument per stdin line, the printed return compared
 CALL_CASES = {"fn_name": "add", "inputs": ["1\n2", "[1, 2]\n[3]"], "outputs": ["3", "[1, 2, 3]"]}
+TOKEN = "verl-secret"
+STARTUP_S = 180  # the server's imports alone took 46 s at a load average of 40 on 2 cores
 CPP_SUM = ('#include <cstdio>\nint main() { long long a, b; scanf("%lld %lld", &a, &b);\n'
            '  printf("%lld\\n", a + b); }')
 
@@ -36,7 +41,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory,
         sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
     env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL)}
     with run_server(tmp_path_factory.mktemp(f"run-code-{sandbox_runtime.name}"),
-                    env=env) as server:
+                    env=env, startup_s=STARTUP_S) as server:
         wait_for_sandbox(server.url, timeout_s=180)
         yield server
 
@@ -90,6 +95,37 @@ def test_verl_call_sandbox_api_and_compile_errors(srv: ServerProcess) -> None:
     assert "was not declared" in metadata[0]["compile_stderr"]
 
 
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server started with a token (runc, one container)."""
+    env = {"REWARD_SERVER_API_TOKEN": TOKEN, "REWARD_SERVER_SANDBOX_POOL_SIZE": "1"}
+    with run_server(tmp_path_factory.mktemp("run-code-token"), env=env,
+                    startup_s=STARTUP_S) as server:
+        yield server
+
+
+def test_verl_behind_the_token_as_the_urls_password(guarded: ServerProcess) -> None:
+    """veRL's client sends no header of its own; ``requests`` sends the URL's password as
+    HTTP Basic, which the server takes as the token. A wrong one is a 401, which veRL reports
+    as an API error (-1 for each case), never a score."""
+    address = guarded.url.removeprefix("http://")
+    url = f"http://verl:{TOKEN}@{address}/run_code"
+    deadline = time.monotonic() + STARTUP_S
+    while True:  # the pool fills in the background after start
+        response, error = call_sandbox_api(url, "print(input())", "ready", 10, 5, 256)
+        if response is not None and response["status"] == "Success":
+            break
+        assert time.monotonic() < deadline, (response, error)
+        time.sleep(0.5)
+    got, metadata = compute_score(url, None, 256, fenced(SUM), json.dumps(STDIN_CASES))
+    assert got == 1.0, metadata
+    response, error = call_sandbox_api(f"http://verl:wrong@{address}/run_code", SUM, "1 2",
+                                       10, 5, 256)
+    assert response is None and "401" in error, error
+    results, _ = check_correctness(f"http://{address}/run_code", STDIN_CASES, SUM)
+    assert results == [-1, -1, -1]  # no password at all: the API's error, not a zero
+
+
 def test_files_in_and_out_and_limits_capped(srv: ServerProcess) -> None:
     data = base64.b64encode(b"\x00\xffdata").decode()
     got = post(srv, language="bash", code="cat dir/in.bin > out.bin; echo done; echo err >&2",
@@ -130,6 +166,82 @@ def test_snippets_run_as_sandbox_fusion_runs_them(srv: ServerProcess) -> None:
     assert got["status"] == "Failed" and got["compile_result"] is None
     assert got["run_result"]["return_code"] == 1
     assert "SyntaxError" in got["run_result"]["stderr"]
+
+
+# Python as `python3 -s main.py` runs it, though forked from the warm zygote: (code, the
+# request's other fields, stdout, return code, what stderr must hold, what it must not)
+AS_PYTHON3: dict[str, tuple[str, dict[str, Any], str, int | None, str, str]] = {
+    "on the zygote": ("import os\nprint(os.getppid() != 1)", {}, "True\n", 0, "", "?"),
+    "a thread prints after main": (
+        "import threading, time\ndef late():\n    time.sleep(0.2)\n    print('late')\n"
+        "threading.Thread(target=late).start()\nprint('main')", {}, "main\nlate\n", 0, "", "?"),
+    "atexit": ("import atexit\natexit.register(print, 'bye')\nprint('hi')", {}, "hi\nbye\n",
+               0, "", "?"),
+    "a traceback from the program's frame": (
+        "def f():\n    1 / 0\nf()", {}, "", 1,
+        'Traceback (most recent call last):\n  File "/work/', "harness"),
+    "a syntax error as python3 prints it": ("print(\n", {}, "", 1, "SyntaxError",
+                                             "Traceback"),
+    "sys.exit with a message": ("import sys\nsys.exit('boom')", {}, "", 1, "boom\n", "?"),
+    "stdin": ("print(input()[::-1])", {"stdin": "abc\n"}, "cba\n", 0, "", "?"),
+    "a module it writes imports, no bytecode left": (
+        "import os\nopen('m.py', 'w').write('X = 7')\nimport m\n"
+        "print(m.X, sorted(os.listdir()))", {}, "7 ['m.py', 'main.py']\n", 0, "", "?"),
+    "unbuffered: printed before a timeout": ("print('before')\nwhile True:\n    pass",
+                                             {"run_timeout": 1}, "before\n", None, "", "?"),
+    "not on the zygote with files": ("import os\nprint(os.getppid() != 1)",
+                                     {"files": {"a.txt": ""}}, "False\n", 0, "", "?"),
+}
+
+
+@pytest.mark.parametrize("name", AS_PYTHON3)
+def test_python_snippets_fork_from_the_zygote_as_python3_runs_them(srv: ServerProcess,
+                                                                   name: str) -> None:
+    code, extra, stdout, return_code, has, lacks = AS_PYTHON3[name]
+    got = post(srv, language="python", code=code, **extra)
+    run = got["run_result"]
+    assert (run["stdout"], run["return_code"]) == (stdout, return_code), got
+    assert has in run["stderr"] and lacks not in run["stderr"], got
+
+
+# Each call looks for what an earlier one left (files in its work dir and beside it, in
+# /dev/shm, a process of the candidate's uid) and leaves its own; the odd ones leave a process
+# too, which makes their container dirty (replaced), so the even ones reuse theirs.
+LEFTOVERS = r"""
+import os, sys, time
+def listing(path):
+    return sorted(os.listdir(path))
+here = os.path.basename(os.getcwd())
+theirs = [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()
+          and os.stat(f"/proc/{p}").st_uid == os.getuid()]
+print(os.uname().nodename, os.getppid() != 1, [n for n in listing("/work") if n != here],
+      sorted(set(listing(".")) - {"main.py"}), listing("/dev/shm"), theirs)
+os.mkdir("locked")
+open("locked/secret", "w").write("x")
+os.chmod("locked", 0)
+open("/dev/shm/left", "w").write("x")
+if int(sys.stdin.read()) % 2 and os.fork() == 0:
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    time.sleep(60)
+"""
+
+
+def test_a_snippet_sees_nothing_an_earlier_one_left(srv: ServerProcess) -> None:
+    seen: set[str] = set()
+    reused = 0
+    for index in range(6):
+        got = post(srv, language="python", code=LEFTOVERS, stdin=str(index))
+        assert got["status"] == "Success", got
+        host, forked, *found = got["run_result"]["stdout"].split(" ", 2)
+        assert forked == "True", got  # the zygote's child, which the sweep must reach too
+        assert found == ["[] [] [] []\n"], (index, got["run_result"]["stdout"])
+        reused += host in seen
+        seen.add(host)
+    assert reused, "no container ran two snippets: nothing was proven"
+    assert_clean(srv)
 
 
 HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
