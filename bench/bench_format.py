@@ -7,7 +7,8 @@ thinking, tags doubled, no tags, the answer boxed or not), each held to ``think_
 caller's regex, which the service searches in its worker. In-process is what a trainer's
 reward function would do: ``evaluate`` on validated items, in its own process (a regex
 searched there unbounded). The service: the real server on loopback, its result cache off,
-so every item is checked afresh; one request per batch, one at a time. Each is measured in
+so every item is checked afresh; one request per batch, one at a time. The two are measured
+in turn ``--repeats`` times and the medians reported. Each is measured in
 wall-clock time and in CPU time (the bench's process, and the server's with its format
 worker), after the server's other workers have finished warming up: on
 a machine shared with other work the wall clock also counts the others' turns, and a request
@@ -15,7 +16,7 @@ that crosses two processes waits for more turns than a loop in one.
 
 Writes JSON (date, commit, machine, figures) through ``bench/record.py``.
 
-    python -m bench.bench_format [--batch 256] [--rounds 20] [--publish]
+    python -m bench.bench_format [--batch 256] [--rounds 20] [--repeats 5] [--publish]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -109,9 +111,9 @@ def in_process(batch: list[dict[str, Any]], rounds: int) -> tuple[Cost, Cost]:
 
 
 def served(client: httpx.Client, server: psutil.Process, batch: list[dict[str, Any]],
-           rounds: int) -> tuple[float, Cost, list[dict[str, Any]]]:
-    """Seconds for the first batch, for ``rounds`` batches after ``WARM_UP`` more, and the
-    last results."""
+           rounds: int, first: bool) -> tuple[float, Cost, list[dict[str, Any]]]:
+    """Seconds for the first batch (``first``: then ``WARM_UP`` more), for ``rounds``
+    batches, and the last results."""
     body = json.dumps({"items": batch})
 
     def post() -> list[dict[str, Any]]:
@@ -123,7 +125,7 @@ def served(client: httpx.Client, server: psutil.Process, batch: list[dict[str, A
     t0 = time.perf_counter()
     post()
     cold_s = time.perf_counter() - t0
-    for _ in range(WARM_UP):
+    for _ in range(WARM_UP if first else 0):
         post()
     results: list[list[dict[str, Any]]] = []
     cost = timed(lambda: results.extend(post() for _ in range(rounds)), server)
@@ -152,27 +154,49 @@ def figures(n: int, local: tuple[Cost, Cost], service: tuple[float, Cost, list]
     }
 
 
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over the repeats, the ratios of every repeat, the first batch of
+    the first repeat (a cold server) and the statuses of the last."""
+    out = {key: statistics.median(run[key] for run in runs) for key in runs[0]
+           if isinstance(runs[0][key], int | float)}
+    out.update(first_batch_s=runs[0]["first_batch_s"],
+               last_batch_statuses=runs[-1]["last_batch_statuses"],
+               repeats={key: [run[key] for run in runs] for key in RATIOS})
+    return out
+
+
+RATIOS = ("service_over_in_process", "service_over_in_process_cpu",
+          "service_over_in_process_with_validation",
+          "service_over_in_process_with_validation_cpu")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=5, help="in-process and service "
+                        "measured in turn this many times: the medians are the figures")
     parser.add_argument("--publish", action="store_true")
     args = parser.parse_args()
     measured_on = commit()
     sets = {"built_in": items(args.batch, RULES), "with_regex": items(args.batch,
                                                                       [*RULES, REGEX])}
-    local = {name: in_process(batch, args.rounds) for name, batch in sets.items()}
+    n = args.batch * args.rounds
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sets}
     with run_server(Path(tempfile.mkdtemp()), env={"REWARD_SERVER_CACHE_SIZE": "0"},
                     startup_s=300) as srv, \
             httpx.Client(base_url=srv.url, timeout=600) as client:
         server = psutil.Process(srv.proc.pid)
         settle(server)
-        service = {name: served(client, server, batch, args.rounds)
-                   for name, batch in sets.items()}
-    n = args.batch * args.rounds
-    out = {name: figures(n, local[name], service[name]) for name in sets}
+        for repeat in range(args.repeats):  # in turn: a change of load hits both sides
+            for name, batch in sets.items():
+                local = in_process(batch, args.rounds)
+                service = served(client, server, batch, args.rounds, first=repeat == 0)
+                runs[name].append(figures(n, local, service))
+    out = {name: median_of(runs[name]) for name in sets}
     print(json.dumps(out, indent=2))
     path = record("bench_format", out, {"batch": args.batch, "rounds": args.rounds,
+                                        "repeats": args.repeats,
                                         "rules_per_item": {"built_in": 3, "with_regex": 4},
                                         "response_chars": 1500, "cache": "off",
                                         "workers": 1, "cpus": os.cpu_count()},
