@@ -5,6 +5,12 @@
 #   server-cert.pem, server-key.pem
 #                               the engines' certificate, valid for each engine's names
 #                               (sandbox-engine-<n>.sandbox-engine[.<ns>.svc[.cluster.local]])
+#   client/ca.pem, client/cert.pem, client/key.pem
+#                               the servers' client certificate (extendedKeyUsage=clientAuth),
+#                               which the engines' dockerd --tlsverify asks for, beside the CA:
+#                               Docker's DOCKER_CERT_PATH layout, as
+#                               REWARD_SERVER_SANDBOX_TLS_CERT_PATH (and `docker --tlsverify`)
+#                               read it
 #   api-token                   the server's bearer token (REWARD_SERVER_API_TOKEN)
 # Usage: make-certs.sh OUT NAMESPACE ENGINES [EXTRA_DNS_NAME...]
 # Re-run it with more ENGINES after adding sandbox nodes: the certificate names each engine.
@@ -36,8 +42,15 @@ printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignatur
   "$sans" > "$out/server.ext"
 openssl x509 -req -in "$out/server.csr" -CA "$out/ca.pem" -CAkey "$out/ca-key.pem" \
   -CAcreateserial -days 825 -extfile "$out/server.ext" -out "$out/server-cert.pem" 2>/dev/null
-rm -f "$out/server.csr" "$out/server.ext" "$out/ca.srl"
+mkdir -p "$out/client"
+openssl req -newkey rsa:3072 -nodes -subj "/CN=reward-server" \
+  -keyout "$out/client/key.pem" -out "$out/client.csr" 2>/dev/null
+printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n' > "$out/client.ext"
+openssl x509 -req -in "$out/client.csr" -CA "$out/ca.pem" -CAkey "$out/ca-key.pem" \
+  -CAcreateserial -days 825 -extfile "$out/client.ext" -out "$out/client/cert.pem" 2>/dev/null
+cp "$out/ca.pem" "$out/client/ca.pem"
+rm -f "$out/server.csr" "$out/server.ext" "$out/client.csr" "$out/client.ext" "$out/ca.srl"
 if [ ! -s "$out/api-token" ]; then
   openssl rand -hex 32 | tr -d '\n' > "$out/api-token"
 fi
-echo "wrote $out: ca.pem, ca-key.pem, server-cert.pem, server-key.pem, api-token"
+echo "wrote $out: ca.pem, ca-key.pem, server-cert.pem, server-key.pem, client/, api-token"

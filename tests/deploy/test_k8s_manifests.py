@@ -8,6 +8,7 @@ each named in the certificate make-certs.sh writes."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import os
 import re
@@ -21,12 +22,13 @@ import kubernetes_validate
 import pytest
 import yaml
 from cryptography import x509
-from cryptography.x509.oid import ExtensionOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID
 
 from reward_server import metrics
 from reward_server.app import create_app
 from reward_server.middleware import BearerAuth
 from reward_server.settings_doc import builtin_settings_class
+from sandbox.tls import check_cert_path
 from tests.conftest import ROOT
 
 K8S = ROOT / "deploy" / "k8s"
@@ -34,8 +36,10 @@ KUBERNETES_VERSION = "1.32"  # the kubectl CI has (Debian's kubernetes-client), 
 OVERLAYS = sorted(p.parent.name for p in (K8S / "overlays").glob("*/kustomization.yaml"))
 NAMESPACES = {"dev": "verifiable-rewards-dev"}  # make-certs.sh's argument; others: production's
 # Variables of the server's container that are not its settings, each read by a library
-NOT_SETTINGS = {"REQUESTS_CA_BUNDLE": "requests (the Docker SDK's HTTPS): the engines' CA"}
+# (none now: the engines' CA is the server's own setting, REWARD_SERVER_SANDBOX_TLS_CERT_PATH)
+NOT_SETTINGS: dict[str, str] = {}
 SERVER, ENGINE = "reward-server", "sandbox-engine"
+TLS_CERT_PATH = "REWARD_SERVER_SANDBOX_TLS_CERT_PATH"
 
 
 def _kubectl() -> str:
@@ -103,6 +107,25 @@ def _container(workload: dict[str, Any], name: str) -> dict[str, Any]:
 
 def _env(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def _secret_files(objects: list[dict[str, Any]], workload: dict[str, Any],
+                  container: dict[str, Any], directory: str) -> dict[str, bytes]:
+    """The files ``container`` sees in ``directory``: the Secret mounted there, decoded."""
+    mount = next((m for m in container.get("volumeMounts", [])
+                  if Path(m["mountPath"]) == Path(directory)), None)
+    assert mount is not None, f"{container['name']} mounts nothing at {directory}"
+    volume = next(v for v in workload["spec"]["template"]["spec"]["volumes"]
+                  if v["name"] == mount["name"])
+    secret = _named(objects, "Secret", volume["secret"]["secretName"])
+    return {name: base64.b64decode(data) for name, data in secret.get("data", {}).items()}
+
+
+def _write(files: dict[str, bytes], directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
+    return directory
 
 
 def _port(container: dict[str, Any], name: str) -> int:
@@ -209,7 +232,7 @@ def test_a_route_the_app_lacks_is_seen() -> None:
 @overlays
 def test_every_server_variable_is_a_setting_with_a_valid_value(
         rendered: dict[str, list[dict[str, Any]]], overlay: str,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     settings_cls = builtin_settings_class()
     names = {f"REWARD_SERVER_{name.upper()}": name for name in settings_cls.model_fields}
     server = _container(_one(rendered[overlay], "Deployment", SERVER), SERVER)
@@ -218,12 +241,17 @@ def test_every_server_variable_is_a_setting_with_a_valid_value(
     assert not unknown, f"not settings of reward_server/settings.py: {unknown}"
     for key in [k for k in os.environ if k.startswith("REWARD_SERVER_")]:
         monkeypatch.delenv(key)
+    deployment = _one(rendered[overlay], "Deployment", SERVER)
+    # the client TLS directory is checked as the pod has it: the mounted Secret's files
+    env[TLS_CERT_PATH] = str(_write(_secret_files(rendered[overlay], deployment, server,
+                                                  env[TLS_CERT_PATH]), tmp_path / "tls"))
     for key, value in env.items():
         monkeypatch.setenv(key, value if isinstance(value, str) else "from-a-secret")
     settings = settings_cls(_env_file=None)  # a bad value raises, naming the setting
     assert settings.port == _port(server, "http")
     assert settings.host == "0.0.0.0"
     assert settings.api_token is not None
+    assert settings.sandbox_tls_cert_path == env[TLS_CERT_PATH]
 
 
 @overlays
@@ -306,11 +334,12 @@ def test_every_secret_referenced_exists_with_its_keys(
             path = Path(arg.split("=", 1)[1])
             volume = next(n for n, m in mounts.items() if path.parent == Path(m))
             assert path.name in secrets[volumes[volume]["secret"]["secretName"]], arg
-    ca_bundle = Path(_env(server)["REQUESTS_CA_BUNDLE"])
-    server_pod = _one(objects, "Deployment", SERVER)["spec"]["template"]["spec"]
-    mount = next(m for m in server["volumeMounts"] if Path(m["mountPath"]) == ca_bundle.parent)
-    volume = next(v for v in server_pod["volumes"] if v["name"] == mount["name"])
-    assert secrets[volume["secret"]["secretName"]] == {ca_bundle.name}  # the CA, no engine key
+    # the server's TLS directory: the CA and its client certificate, no engine key
+    client = _secret_files(objects, _one(objects, "Deployment", SERVER), server,
+                           _env(server)[TLS_CERT_PATH])
+    assert set(client) == {"ca.pem", "cert.pem", "key.pem"}, sorted(client)
+    engine_tls = _secret_files(objects, engines, dockerd, "/etc/docker-tls")
+    assert client["key.pem"] != engine_tls["server-key.pem"]
 
 
 def _engine_hosts(objects: list[dict[str, Any]]) -> list[str]:
@@ -331,8 +360,44 @@ def test_the_server_is_given_every_engine_by_its_stable_name_over_tls(
     expected = [f"https://{ENGINE}-{n}.{service}:{port}"
                 for n in range(engines["spec"]["replicas"])]
     assert _engine_hosts(objects) == expected
+
+
+def _flag(args: list[str], name: str) -> str:
+    (value,) = [a.split("=", 1)[1] for a in args if a.startswith(f"{name}=")]
+    return value
+
+
+def _openssl_verify(ca: Path, cert: Path, purpose: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["openssl", "verify", "-CAfile", str(ca), "-purpose", purpose,
+                           str(cert)], capture_output=True, text=True, timeout=30)
+
+
+@overlays
+def test_the_engines_and_the_servers_verify_each_other(
+        rendered: dict[str, list[dict[str, Any]]], overlay: str, tmp_path: Path) -> None:
+    """dockerd --tlsverify asks every client for a certificate its --tlscacert signed: the
+    servers' client certificate is one (for client use), and the servers' CA signed the
+    engines' certificate (for server use). Each file read as its pod mounts it."""
+    objects = rendered[overlay]
+    engines = _one(objects, "StatefulSet", ENGINE)
     dockerd = _container(engines, "dockerd")
-    assert "--tls" in dockerd["args"] or "--tlsverify" in dockerd["args"]
+    assert "--tlsverify" in dockerd["args"], dockerd["args"]
+    engine_side = {}
+    for flag in ("--tlscacert", "--tlscert"):
+        path = Path(_flag(dockerd["args"], flag))
+        files = _secret_files(objects, engines, dockerd, str(path.parent))
+        engine_side[flag] = _write({path.name: files[path.name]}, tmp_path / flag) / path.name
+    deployment = _one(objects, "Deployment", SERVER)
+    server = _container(deployment, SERVER)
+    client = _write(_secret_files(objects, deployment, server, _env(server)[TLS_CERT_PATH]),
+                    tmp_path / "client")
+    accepted = _openssl_verify(engine_side["--tlscacert"], client / "cert.pem", "sslclient")
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    trusted = _openssl_verify(client / "ca.pem", engine_side["--tlscert"], "sslserver")
+    assert trusted.returncode == 0, trusted.stdout + trusted.stderr
+    # and the check can fail: the engines' own certificate is no client's
+    refused = _openssl_verify(engine_side["--tlscacert"], engine_side["--tlscert"], "sslclient")
+    assert refused.returncode != 0, refused.stdout
 
 
 @overlays
@@ -419,4 +484,10 @@ def test_make_certs_names_every_engine(tmp_path: Path, engines: int) -> None:
         assert f"sandbox-engine-{n}.sandbox-engine" in names
         assert f"sandbox-engine-{n}.sandbox-engine.rl.svc.cluster.local" in names
     assert f"sandbox-engine-{engines}.sandbox-engine" not in names
+    # the servers' client certificate, in a DOCKER_CERT_PATH directory, for client use only
+    client = x509.load_pem_x509_certificate((out / "client" / "cert.pem").read_bytes())
+    usage = client.extensions.get_extension_for_oid(ExtensionOID.EXTENDED_KEY_USAGE).value
+    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert (out / "client" / "ca.pem").read_bytes() == (out / "ca.pem").read_bytes()
+    check_cert_path(str(out / "client"))
     assert len((out / "api-token").read_text()) == 64
