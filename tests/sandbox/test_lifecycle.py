@@ -52,7 +52,9 @@ def test_sigkill_mid_batch_then_restart_leaves_no_stray_container(tmp_path: Path
         os.killpg(first.proc.pid, signal.SIGKILL)
         first.proc.wait()
         sender.join()
-        assert len(sandbox_containers(dead_pid)) == 2 + SPARE_CONTAINERS  # left by the crash
+        # no exact count: they end themselves as their attach streams close (the idle spare
+        # within a second or so; tests/faults/test_owner_killed.py), the next start reaps the rest
+        assert len(sandbox_containers(dead_pid)) <= 2 + SPARE_CONTAINERS
 
     with run_server(tmp_path / "second") as second:
         _wait_until(lambda: sandbox_containers(dead_pid) == [])
