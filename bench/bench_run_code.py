@@ -3,9 +3,10 @@ latency of a Python print, p50 and p99, at 1 and at 32 calls in flight.
 
 ``docker run --rm`` is what a sandbox without a warm pool pays per call (SandboxFusion's own
 container per request, or a script around docker): a container created, started, the
-interpreter run, the container removed. Both run ``python3 -c 'print(...)'``'s equivalent
-under the same image, in the same run, on the same machine; docker run with the pool's
-isolation flags that cost nothing to set up (network none, read-only root, caps dropped).
+interpreter run, the container removed. Both run the same print under the same image, in the
+same run, on the same machine (``/run_code`` as a fork of the container's warm Python,
+``docker run`` as ``python3 -c``); docker run with the pool's isolation flags that cost
+nothing to set up (network none, read-only root, caps dropped).
 The server runs its default pool (4 containers + 1 spare), its result cache irrelevant here
 (snippets are never cached). Goal: /run_code's p50 at least 20x below docker run's.
 
