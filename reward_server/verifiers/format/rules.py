@@ -15,8 +15,7 @@ import re
 from functools import lru_cache
 from typing import Literal, NamedTuple
 
-from reward_server.text import after_reasoning, printable
-from reward_server.verifiers.math.blocks import without_code
+from reward_server.text import after_reasoning, printable, without_code
 
 BuiltIn = Literal["boxed", "answer_line", "answer_tag"]
 BUILT_IN: tuple[str, ...] = ("boxed", "answer_line", "answer_tag")

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from reward_server.text import after_reasoning
-from reward_server.verifiers.math.blocks import OPEN_ANSWER, answer_span, without_code
+from reward_server.text import after_reasoning, without_code
+from reward_server.verifiers.math.blocks import OPEN_ANSWER, answer_span
 from reward_server.verifiers.math.extract import (
     _EMPTY_BOX,
     Answer,
