@@ -128,10 +128,11 @@ HOSTILE = {  # what would make the reference's regexes backtrack, or its loops s
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_every_check_is_fast_on_the_largest_in_process_response(name: str) -> None:
     """In the server process a response is at most 64 KiB (``IN_PROCESS_CHARS``); all 25
-    checks on one, loose mode, stay within 0.5 s (the reference's regexes: minutes)."""
+    checks on one, loose mode, stay within 2 s of this thread's CPU (the reference's regexes:
+    minutes). CPU, not wall clock: a shared machine's load must not decide the test."""
     specs = [(i, INSTRUCTIONS[i].kwargs.model_validate(kwargs))
              for i, kwargs in {case[0]: case[1] for case in CASES}.items()]
     language.warm_up()  # its profiles load once, at the server's start (a second or so)
-    started = time.perf_counter()
+    started = time.thread_time()
     evaluate(HOSTILE[name], specs, strict=False)
-    assert time.perf_counter() - started < 0.5
+    assert time.thread_time() - started < 2.0
