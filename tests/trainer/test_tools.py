@@ -1,0 +1,268 @@
+"""The code tool: its two call formats, and the client against the real server's /run_code
+and /v1/sessions, a closed port, and a loopback stub of /run_code that counts the calls in
+flight (the one edge a real server cannot show: how many of a turn's calls overlap)."""
+
+from __future__ import annotations
+
+import json
+import string
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from reward_server.testing import ServerProcess, free_port, wait_for_sandbox
+from trainer.tools import (
+    CodeTool,
+    FencedFormat,
+    TemplateFormat,
+    ToolCall,
+    call_format,
+    clip,
+    run_code_result,
+)
+
+# --- formats ------------------------------------------------------------------------------
+
+FENCED = [
+    ("Let me compute.\n```python\nprint(6*7)\n```", "print(6*7)"),
+    ("```py\nx = 2\nprint(x)\n```\nmore", "x = 2\nprint(x)"),
+    ("```\nprint(1)\n```", "print(1)"),  # SimpleTIR's pattern: the language is optional
+    ("```python\nprint(1)\n", None),  # not closed yet: no call
+    ("the answer is 42", None),
+]
+
+
+@pytest.mark.parametrize(("text", "code"), FENCED)
+def test_fenced_calls(text: str, code: str | None) -> None:
+    fmt = FencedFormat()
+    call = fmt.parse(text)
+    assert (call.code if call else None) == code
+    assert (fmt.call_end(text) is not None) == (code is not None)
+
+
+def test_fenced_call_ends_at_the_closing_fence() -> None:
+    text = "ok\n```python\nprint(1)\n```\nand then more text"
+    assert text[: FencedFormat().call_end(text)] == "ok\n```python\nprint(1)\n```"
+
+
+def char_tokenizer(chat_template: str | None = None) -> PreTrainedTokenizerFast:
+    """A character-level tokenizer over printable ASCII (the tiny model's has no backtick or
+    newline), ``<|im_end|>`` its EOS, as Qwen's."""
+    specials = ["<pad>", "<|im_end|>", "<unk>"]
+    chars = sorted(set(string.printable) - set("\r\x0b\x0c"))
+    core = Tokenizer(models.WordLevel({t: i for i, t in enumerate(specials + chars)}, "<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>",
+                                        eos_token="<|im_end|>", unk_token="<unk>")
+    tokenizer.chat_template = chat_template or PLAIN_TEMPLATE
+    return tokenizer
+
+
+PLAIN_TEMPLATE = ("{% for m in messages %}{{ m.content }}{% endfor %}"
+                  "{% if add_generation_prompt %}=>{% endif %}")
+
+
+def test_fenced_output_is_an_output_block() -> None:
+    tokenizer = char_tokenizer()
+    ids = FencedFormat().output_ids(tokenizer, "42")
+    assert tokenizer.decode(ids) == "\n```output\n42\n```\n"
+
+
+HERMES_TEMPLATE = (  # Qwen2.5's, cut to what matters: tools in the system turn, tool results
+    "{% if tools %}<|im_start|>system\n# Tools\n<tools>\n{% for t in tools %}"
+    "{{ t | tojson }}\n{% endfor %}</tools><|im_end|>\n{% endif %}"
+    "{% for m in messages %}{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>\n"
+    "{{ m.content }}\n</tool_response><|im_end|>\n{% elif m.role == 'assistant' %}"
+    "<|im_start|>assistant\n{{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>\n"
+    "{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}"
+    "\n</tool_call>{% endfor %}<|im_end|>\n{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% endif %}")
+
+TEMPLATE_CALLS = [
+    ('<tool_call>\n{"name": "python", "arguments": {"code": "print(6*7)"}}\n</tool_call>',
+     ToolCall("print(6*7)")),
+    ('<tool_call>{"name": "python", "arguments": "{\\"code\\": \\"print(1)\\"}"}</tool_call>',
+     ToolCall("print(1)")),  # arguments as a JSON string, as some models write them
+    ('<tool_call>{"name": "python", "arguments": {"code": ', None),  # cut off: no call
+    ("no call here", None),
+]
+
+
+def _hermes_tokenizer() -> PreTrainedTokenizerFast:
+    return char_tokenizer(HERMES_TEMPLATE)
+
+
+@pytest.mark.parametrize(("text", "call"), TEMPLATE_CALLS)
+def test_template_calls(text: str, call: ToolCall | None) -> None:
+    assert TemplateFormat(_hermes_tokenizer()).parse(text) == call
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("<tool_call>{not json}</tool_call>", "not valid JSON"),
+    ('<tool_call>{"name": "search", "arguments": {}}</tool_call>', "no tool named 'search'"),
+    ('<tool_call>{"name": "python", "arguments": {"src": "x"}}</tool_call>', '"code"'),
+])
+def test_malformed_template_calls_say_why(text: str, why: str) -> None:
+    call = TemplateFormat(_hermes_tokenizer()).parse(text)
+    assert call is not None and call.code is None and why in (call.error or "")
+
+
+def test_template_tool_turn_is_what_the_template_renders() -> None:
+    tokenizer = _hermes_tokenizer()
+    ids = TemplateFormat(tokenizer).output_ids(tokenizer, "42")
+    # after the policy's <|im_end|>: the tool's message and the next assistant header
+    assert tokenizer.decode(ids) == ("\n<|im_start|>user\n<tool_response>\n42\n"
+                                     "</tool_response><|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_auto_picks_the_template_only_where_it_renders_tools() -> None:
+    assert call_format("auto", char_tokenizer()).name == "fenced"
+    assert call_format("auto", _hermes_tokenizer()).name == "template"
+    with pytest.raises(ValueError, match="renders no tools"):
+        call_format("template", char_tokenizer())
+
+
+def test_clip_keeps_head_and_tail() -> None:
+    text = "a" * 300 + "b" * 300
+    out = clip(text, 100)
+    assert out.startswith("a" * 50) and out.endswith("b" * 50) and "500 characters cut" in out
+    assert clip("short", 100) == "short"
+
+
+@pytest.mark.parametrize(("body", "text", "program_error"), [
+    ({"status": "Success", "run_result": {"status": "Finished", "stdout": "42\n"}}, "42", False),
+    ({"status": "Failed", "run_result": {"status": "Finished", "stdout": "1\n", "stderr":
+      "Traceback (most recent call last):\n  File \"/w/main.py\", line 2\nNameError: name "
+      "'a' is not defined\n"}}, "1\nNameError: name 'a' is not defined", True),
+    ({"status": "Failed", "run_result": {"status": "TimeLimitExceeded", "stdout": ""}},
+     "TimeoutError: the program ran past 2 s", True),
+])
+def test_run_code_answers_as_the_policy_reads_them(body: dict, text: str,
+                                                    program_error: bool) -> None:
+    result = run_code_result(body, 2.0)
+    assert (result.text, result.program_error, result.failed) == (text, program_error, False)
+
+
+# --- the client against the real server --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sandbox_url(server: ServerProcess, docker_ready: None) -> str:
+    wait_for_sandbox(server.url)
+    return server.url
+
+
+def test_stateless_calls_run_in_the_sandbox(sandbox_url: str) -> None:
+    tool = CodeTool(sandbox_url, run_timeout_s=2)
+    try:
+        done = tool.run([(0, ToolCall("print(4821 * 7393)")),
+                         (1, ToolCall("x = 1\nprint(undefined_name)")),
+                         (2, ToolCall("while True: pass")),
+                         (3, ToolCall("print('x' * 5000)")),
+                         (4, ToolCall(None, "the tool call is not valid JSON"))])
+    finally:
+        tool.close()
+    ok, raised, slow, long, malformed = done.results
+    assert (ok.text, ok.failed, ok.program_error) == ("35641653", False, False)
+    assert raised.text == "NameError: name 'undefined_name' is not defined"
+    assert raised.program_error and not raised.failed
+    assert slow.text == "TimeoutError: the program ran past 2 s" and slow.program_error
+    assert len(long.text) < 600 and "characters cut" in long.text  # max_output_chars=512
+    assert malformed.failed and "not valid JSON" in malformed.text
+
+
+def test_a_session_keeps_a_rollouts_variables(sandbox_url: str) -> None:
+    tool = CodeTool(sandbox_url, state="session")
+    try:
+        first = tool.run([(0, ToolCall("x = 6 * 7")), (1, ToolCall("x = 1"))])
+        second = tool.run([(0, ToolCall("print(x)\nx + 1")), (1, ToolCall("print(x)"))])
+        assert [r.text for r in first.results] == ["", ""]
+        assert [r.text for r in second.results] == ["42\n43", "1"]  # stdout, then the value
+        assert len(tool._sessions) == 2
+    finally:
+        tool.close()
+    assert tool._sessions == {}
+
+
+def test_no_server_is_an_error_text_not_an_exception() -> None:
+    tool = CodeTool(f"http://127.0.0.1:{free_port()}", request_timeout_s=2)
+    try:
+        done = tool.run([(0, ToolCall("print(1)")), (1, ToolCall("print(2)"))])
+    finally:
+        tool.close()
+    assert all(r.failed and r.text.startswith("Error: the code tool is unavailable (")
+               for r in done.results)
+
+
+# --- a loopback stub: the calls of a turn overlap ----------------------------------------
+
+
+class _Stub:
+    """``POST /run_code`` answering after ``delay_s``; counts the calls in flight."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s, self.in_flight, self.peak, self.lock = delay_s, 0, 0, threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                self.rfile.read(int(self.headers["Content-Length"]))
+                with stub.lock:
+                    stub.in_flight += 1
+                    stub.peak = max(stub.peak, stub.in_flight)
+                time.sleep(stub.delay_s)
+                with stub.lock:
+                    stub.in_flight -= 1
+                body = json.dumps({"status": "Success", "run_result": {
+                    "status": "Finished", "stdout": "ok\n", "stderr": ""}}).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # the client gave up (the timeout test)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def stub(request: pytest.FixtureRequest) -> Iterator[_Stub]:
+    server = _Stub(getattr(request, "param", 0.5))
+    yield server
+    server.http.shutdown()
+
+
+def test_a_turns_calls_are_in_flight_together(stub: _Stub) -> None:
+    tool = CodeTool(stub.url, concurrency=64)
+    try:
+        done = tool.run([(i, ToolCall(f"print({i})")) for i in range(16)])
+    finally:
+        tool.close()
+    assert stub.peak == 16  # one round: every call waits at the stub at once
+    assert [r.text for r in done.results] == ["ok"] * 16
+    assert done.seconds < 16 * stub.delay_s / 2  # not one after another
+
+
+@pytest.mark.parametrize("stub", [3.0], indirect=True)
+def test_a_call_past_its_timeout_is_an_error_text(stub: _Stub) -> None:
+    tool = CodeTool(stub.url, request_timeout_s=0.5)
+    try:
+        done = tool.run([(0, ToolCall("print(1)"))])
+    finally:
+        tool.close()
+    assert done.results[0].failed
+    assert done.results[0].text == "Error: the code tool is unavailable (the call timed out)"
