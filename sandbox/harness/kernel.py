@@ -12,7 +12,10 @@ inherits; the cell's code can still reach them (``/proc/self/fd``), but all it c
 its own session's answers, which the harness bounds and checks.
 
 SIGINT (the harness's interrupt at a cell's time limit) raises KeyboardInterrupt only while a
-cell runs: one that lands just after the cell ended must not end the session.
+cell runs: one that lands just after the cell ended must not end the session. A process the
+cell forked that reaches the cell's end exits there: it would otherwise read the next cell and
+answer beside the interpreter (a fork bomb's copies drain away once the pids run out). Each
+answer names the interpreter's pid, so the harness skips any other process's.
 
 Standard library only; it runs in the image's python3 (>= 3.9), outside the harness package
 (``-I``: its directory is not on the path, so a cell's ``import`` never finds the harness)."""
@@ -130,7 +133,8 @@ def main(argv):
     sys.path.insert(0, "")  # the work dir, as in Jupyter's kernel: an uploaded module imports
     signal.signal(signal.SIGINT, _interrupt)
     namespace = {"__name__": "__main__", "__builtins__": builtins}
-    write_frame(results, {"ready": True, "python": sys.version.split()[0]})
+    me = os.getpid()
+    write_frame(results, {"ready": True, "python": sys.version.split()[0], "pid": me})
     number = 0
     while True:
         try:
@@ -140,7 +144,9 @@ def main(argv):
         number += 1
         reply = run_cell(str(cell.get("code", "")), namespace, number, limit)
         _flush()
-        write_frame(results, reply)
+        if os.getpid() != me:  # a child the cell forked, at the cell's end: never a kernel
+            os._exit(0)
+        write_frame(results, {**reply, "pid": me})
 
 
 if __name__ == "__main__":

@@ -124,6 +124,8 @@ def run_cell(job):
         return {"status": OK, "cell": None, "alive": False,
                 "detail": "the session's interpreter is gone"}
     limit = job["output_limit_bytes"]
+    while _read(kernel.results):  # answers a forked child wrote after the last cell's
+        pass
     frame = _frame({"code": job["code"]})
     got = _supervise(kernel, frame, job["time_limit_s"], limit, 4 * limit + FRAME_SLACK_BYTES,
                      grace_s=job["grace_s"])
@@ -204,9 +206,13 @@ def _supervise(kernel, frame, time_limit_s, output_limit, frame_limit, grace_s=0
                     chunk = _read(fd)
                     if chunk == b"":  # the pipe broke: no answer can come
                         ended = DIED
+                        try:  # it is exiting: its exit code says how
+                            process.wait(timeout=1.0)
+                        except subprocess.TimeoutExpired:
+                            pass
                         break
                     answer_buf += chunk or b""
-                    answer, bad = _answer(answer_buf, frame_limit)
+                    answer, bad = _answer(answer_buf, frame_limit, process.pid)
                     if bad:
                         ended = DIED
                         break
@@ -246,21 +252,26 @@ def _read(fd):
         return b""
 
 
-def _answer(buffer, limit):
-    """(the answer, False) once a whole frame is in ``buffer``; (None, True) for a frame that
-    cannot be one (too large, not a JSON object)."""
-    if len(buffer) < 4:
-        return None, False
-    (size,) = struct.unpack(">I", buffer[:4])
-    if size > limit:
-        return None, True
-    if len(buffer) < 4 + size:
-        return None, False
-    try:
-        answer = json.loads(bytes(buffer[4:4 + size]))
-    except ValueError:
-        return None, True
-    return (answer, False) if isinstance(answer, dict) else (None, True)
+def _answer(buffer, limit, pid):
+    """(the interpreter's answer, False) once a whole frame of ``pid``'s is in ``buffer``
+    (frames of another process, a child the cell forked, are dropped); (None, True) for a
+    frame that cannot be one (too large, not a JSON object)."""
+    while len(buffer) >= 4:
+        (size,) = struct.unpack(">I", buffer[:4])
+        if size > limit:
+            return None, True
+        if len(buffer) < 4 + size:
+            return None, False
+        try:
+            answer = json.loads(bytes(buffer[4:4 + size]))
+        except ValueError:
+            return None, True
+        del buffer[:4 + size]
+        if not isinstance(answer, dict):
+            return None, True
+        if answer.get("pid") == pid:
+            return answer, False
+    return None, False
 
 
 def _frame(obj):

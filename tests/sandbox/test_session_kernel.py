@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -117,3 +118,13 @@ def test_its_pipes_are_not_inherited_and_it_ends_with_them(proc: Kernel) -> None
     assert sorted(fds) == ["0", "1", "2", "3"]  # stdio and ls's own listing
     proc.close()
     assert proc.process.returncode == 0
+
+
+def test_a_child_the_cell_forked_ends_with_the_cell(proc: Kernel) -> None:
+    proc.send("import os\nchild = os.fork()\n'child' if child == 0 else 'parent'")
+    answer = proc.answer()
+    assert answer["display"] == [{"text/plain": "'parent'"}]
+    assert answer["pid"] == proc.process.pid
+    proc.send("os.waitpid(child, 0)[1]")  # it exited 0 at the cell's end, answering nothing
+    assert proc.answer()["display"] == [{"text/plain": "0"}]
+    assert not select.select([proc.results], [], [], 0.3)[0]  # no second answer anywhere

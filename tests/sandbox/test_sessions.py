@@ -17,7 +17,13 @@ import httpx
 import pytest
 
 from reward_server.testing import sandbox_containers
-from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
+from tests.conftest import (
+    SandboxRuntime,
+    ServerProcess,
+    container_commands,
+    run_server,
+    wait_for_sandbox,
+)
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -74,8 +80,24 @@ class Session:
         self.http.close()
 
 
-def containers_of(srv: ServerProcess) -> int:
-    return len(sandbox_containers(srv.proc.pid, srv.docker_host))
+def session_containers(srv: ServerProcess) -> list[str]:
+    """The server's containers that run a session's interpreter (harness/kernel.py)."""
+    import docker
+
+    client = docker.DockerClient(base_url=srv.docker_host) if srv.docker_host else \
+        docker.from_env()
+    found = []
+    try:
+        for c in sandbox_containers(srv.proc.pid, srv.docker_host):
+            try:
+                commands = container_commands(client.containers.get(c["id"]), srv.runtime)
+            except (docker.errors.NotFound, RuntimeError):
+                continue  # removed, or being removed, meanwhile
+            if any("kernel.py" in command for command in commands):
+                found.append(c["id"])
+        return found
+    finally:
+        client.close()
 
 
 def eventually(check: Callable[[], bool], timeout_s: float = 90, what: str = "") -> None:
@@ -174,16 +196,16 @@ def test_caps_per_caller_and_server_wide(srv: ServerProcess) -> None:
 
 
 def test_idle_ttl_closes_it_and_frees_the_container(srv: ServerProcess) -> None:
-    base = POOL + 1  # the pool and its spare
-    eventually(lambda: containers_of(srv) == base, what="the pool settled")
     with Session(srv, idle_ttl_s=2) as s:
         assert s.info["limits"]["idle_ttl_s"] == 2
-        eventually(lambda: containers_of(srv) == base + 1, what="the pool replaced it")
         s.run("x = 1")
+        mine = session_containers(srv)
+        assert len(mine) == 1, mine  # its own container, out of the pool
         eventually(lambda: s.http.get(f"/v1/sessions/{s.id}").status_code == 410, 30,
                    "the session expired")
         assert "expired" in s.http.get(f"/v1/sessions/{s.id}").json()["detail"]
-        eventually(lambda: containers_of(srv) == base, what="its container removed")
+        eventually(lambda: mine[0] not in {c["id"] for c in sandbox_containers(
+            srv.proc.pid, srv.docker_host)}, what="its container removed")
     text = httpx.get(srv.url + "/metrics", timeout=10).text
     assert 'reward_sessions_closed_total{reason="expired"}' in text
 
@@ -208,6 +230,14 @@ def test_a_looping_cell_is_interrupted_and_the_session_lives(srv: ServerProcess)
         assert r.status_code == 410 and "lost" in r.json()["detail"]
 
 
+def test_an_interpreter_that_exits_loses_its_session(srv: ServerProcess) -> None:
+    with Session(srv) as s:
+        got = s.run("import os\nos._exit(3)")
+        assert got["cells"][0]["status"] == "Error" and got["session"]["state"] == "lost"
+        assert "exited (exit code 3)" in got["message"], got
+        assert s.http.get(f"/v1/sessions/{s.id}").status_code == 410
+
+
 HOSTILE: dict[str, tuple[str, dict[str, Any], str]] = {
     # name: (its caller, its session's request, its cell); each within its session's limits
     "memory": ("127.0.0.1", {"memory_limit_MB": 128},
@@ -218,18 +248,27 @@ HOSTILE: dict[str, tuple[str, dict[str, Any], str]] = {
 
 
 def test_hostile_cells_are_contained_beside_another_session(srv: ServerProcess) -> None:
-    def hostile(name: str) -> dict[str, Any]:
+    def hostile(name: str) -> tuple[dict[str, Any], httpx.Response]:
+        """Its cell's answer, and the answer to a plain cell after it in the same session."""
         caller, create, code = HOSTILE[name]
         with Session(srv, caller, **create) as s:
-            return s.run(code, cell_timeout=3)
+            return s.run(code, cell_timeout=3), s.http.post(
+                f"/v1/sessions/{s.id}/run", json={"code": "1 + 1", "cell_timeout": 30})
 
     with Session(srv, OTHER) as benign, ThreadPoolExecutor(len(HOSTILE)) as threads:
         benign.run("total = 0")
         futures = {name: threads.submit(hostile, name) for name in HOSTILE}
         for i in range(1, 11):  # answered right, cell after cell, while they run
             assert benign.value(f"total += {i}\ntotal") == str(i * (i + 1) // 2)
-        got = {name: f.result() for name, f in futures.items()}
+        got = {name: f.result()[0] for name, f in futures.items()}
+        after = {name: f.result()[1] for name, f in futures.items()}
         assert benign.value("total") == "55"
+    for name in ("memory", "flood"):  # each session lives on after its limit
+        assert after[name].json()["cells"][0]["display"] == [{"text/plain": "2"}], name
+    if got["fork"]["session"]["state"] == "open":  # its copies ended with the cell
+        assert after["fork"].json()["cells"][0]["display"] == [{"text/plain": "2"}]
+    else:  # the container's own limits took it down: that session only
+        assert after["fork"].status_code == 410, after["fork"].text
     memory = got["memory"]["cells"][0]
     assert memory["error"][0]["ename"] == "MemoryError", got["memory"]
     assert got["memory"]["session"]["state"] == "open"  # an exception of its own, not a crash
@@ -237,8 +276,7 @@ def test_hostile_cells_are_contained_beside_another_session(srv: ServerProcess) 
     assert flood["cells"][0]["status"] == "Error" and "output limit of 65536" in flood["message"]
     assert len(flood["cells"][0]["stdout"]) == 65536
     assert got["fork"]["status"] == "Failed", got["fork"]
-    base = POOL + 1
-    eventually(lambda: containers_of(srv) == base, what="every session's container removed")
+    eventually(lambda: session_containers(srv) == [], what="every session's container removed")
 
 
 def test_metrics(srv: ServerProcess) -> None:
@@ -261,7 +299,7 @@ def test_no_container_left_when_the_server_stops_or_is_killed(
         wait_for_sandbox(server.url, timeout_s=180)
         Session(server).run("x = 1")
         pid = server.proc.pid
-        assert containers_of(server) >= POOL + 2
+        assert len(session_containers(server)) == 1
     assert sandbox_containers(pid) == []
     with run_server(path, env=SETTINGS, startup_s=180) as server:
         wait_for_sandbox(server.url, timeout_s=180)
