@@ -126,6 +126,37 @@ class GRPOConfig(BaseModel):
                        "Nothing else shapes sampling: the model's generation_config "
                        "(repetition_penalty, min_p, ...) is not used.")
 
+    # --- a code tool (trainer/multiturn.py, trainer/tools.py) -------------------------------
+    code_tool: bool = Field(False, description="Let the policy run Python while it writes "
+                            "(tool-integrated reasoning, ToRL/SimpleTIR): a call stops the "
+                            "turn, the sandbox runs it, its output comes back as a tool turn "
+                            "(out of the loss and the KL) and generation goes on.")
+    tool_format: Literal["auto", "template", "fenced"] = Field(
+        "auto", description="'template': the chat template's own tool calls (Qwen2.5/Hermes "
+        "<tool_call>); 'fenced': ```python blocks answered by ```output blocks (ToRL, "
+        "SimpleTIR), for models without one; 'auto': the template's where it renders tools.")
+    # stateless is the default: a session holds a sandbox container of its own for the whole
+    # rollout, and the server lets one caller hold 4 (session_max_per_caller) -- a batch of
+    # 32 rollouts would be refused (429) 28 times; /run_code takes a warm container per call
+    # from the shared pool, and ToRL and SimpleTIR run each block fresh too.
+    tool_state: Literal["stateless", "session"] = Field(
+        "stateless", description="'stateless': each call a fresh program (POST /run_code); "
+        "'session': one interpreter per rollout (/v1/sessions), variables kept across calls.")
+    max_tool_turns: int = Field(4, ge=1, description="Calls a rollout may make (ToRL's C; "
+                                "SimpleTIR allows 5 turns); past it a code block is text.")
+    max_tool_output_chars: int = Field(512, ge=16, description="The tool output a policy "
+                                       "reads: head and tail, the middle cut (SimpleTIR's "
+                                       "512). Output counts against max_completion_length.")
+    tool_run_timeout_s: float = Field(10.0, gt=0, description="A call's program time limit "
+                                      "(SandboxFusion's run_timeout default).")
+    tool_request_timeout_s: float = Field(60.0, gt=0, description="A call's HTTP limit "
+                                          "(waits at the server's fair gate included); past "
+                                          "it the call's result is an error text.")
+    tool_url: str | None = Field(None, description="The server that runs calls; default: "
+                                 "the first reward_url.")
+    tool_concurrency: int = Field(64, ge=1, description="Calls in flight at once: a turn's "
+                                  "calls go together, as the turn waits for its slowest.")
+
     # --- the update -------------------------------------------------------------------------
     num_iterations: int = Field(1, ge=1, description="μ: optimisation passes per batch "
                                 "(GRPO paper); > 1 uses the sampling-time log-probs.")

@@ -8,7 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    GenerationConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    StoppingCriteriaList,
+)
 
 from trainer.prefix import cache_kwarg, prefill
 
@@ -25,6 +30,11 @@ class Rollout:
     texts: list[str]  # (N,) decoded completions
     rows: list[dict[str, Any]]  # (N,) the dataset row of each completion's prompt
     prompt_cut: torch.Tensor  # (N,) bool: the prompt was longer than max_prompt_length
+    # with a code tool (trainer/multiturn.py), TRL's names: 1 where the policy wrote the
+    # token, 0 where a tool's output stands (out of the loss and the KL); None: all policy's
+    tool_mask: torch.Tensor | None = None  # (N, T)
+    tool_stats: torch.Tensor | None = None  # (N, 3) calls, failed calls, program errors
+    tool_seconds: float = 0.0  # wall clock spent waiting for the tool
 
 
 @dataclass(frozen=True)
@@ -41,9 +51,10 @@ class Prompt:
 
 def format_prompt(row: dict[str, Any], tokenizer: PreTrainedTokenizerBase, prompt_column: str,
                   system_prompt: str | None, use_chat_template: bool,
-                  prompt_suffix: str = "") -> Prompt:
+                  prompt_suffix: str = "", tools: list[dict[str, Any]] | None = None) -> Prompt:
     """``prompt_suffix`` ends a text prompt (the user's message), where an instruction goes
-    in veRL's data recipes; a conversation is taken as it is."""
+    in veRL's data recipes; a conversation is taken as it is. ``tools``: schemas the
+    template renders (a code tool in its own call format, trainer/tools.py)."""
     prompt = row[prompt_column]
     if isinstance(prompt, list):  # already a conversation
         messages = prompt
@@ -54,7 +65,7 @@ def format_prompt(row: dict[str, Any], tokenizer: PreTrainedTokenizerBase, promp
                       + prompt_suffix, False)
     if system_prompt:
         messages = [{"role": "system", "content": system_prompt}, *messages]
-    return Prompt(tokenizer.apply_chat_template(messages, tokenize=False,
+    return Prompt(tokenizer.apply_chat_template(messages, tokenize=False, tools=tools,
                                                 add_generation_prompt=True), True)
 
 
@@ -165,12 +176,16 @@ def _model_defaults_hidden(model: PreTrainedModel) -> Iterator[None]:
 
 
 def _generate(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor,
-              config: GenerationConfig, G: int = 1, share: bool = False) -> torch.Tensor:
+              config: GenerationConfig, G: int = 1, share: bool = False,
+              stopping_criteria: StoppingCriteriaList | None = None) -> torch.Tensor:
     """(N·G, T) new tokens, G samples of each prompt row. ``share``: each prompt's cache is
-    computed once for its G samples (trainer.prefix), where the model allows."""
+    computed once for its G samples (trainer.prefix), where the model allows.
+    ``stopping_criteria``: ends a row before its EOS (a tool call, trainer/multiturn.py)."""
     cache = prefill(model, ids, mask, G) if share and G > 1 else None
     ids, mask = ids.repeat_interleave(G, 0), mask.repeat_interleave(G, 0)
-    extra = {} if cache is None else {cache_kwarg(model): cache}
+    extra: dict[str, Any] = {} if cache is None else {cache_kwarg(model): cache}
+    if stopping_criteria is not None:
+        extra["stopping_criteria"] = stopping_criteria
     with _model_defaults_hidden(model):
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
                              **extra)
@@ -233,4 +248,11 @@ def pad_and_stack(rollouts: list[Rollout], pad_id: int) -> Rollout:
         texts=[t for r in rollouts for t in r.texts],
         rows=[row for r in rollouts for row in r.rows],
         prompt_cut=torch.cat([r.prompt_cut for r in rollouts]),
+        tool_mask=(None if all(r.tool_mask is None for r in rollouts) else torch.cat([
+            right(r.completion_mask if r.tool_mask is None else r.tool_mask, T, 0)
+            for r in rollouts])),
+        tool_stats=(None if all(r.tool_stats is None for r in rollouts) else torch.cat([
+            torch.zeros(len(r.texts), 3, dtype=torch.long) if r.tool_stats is None
+            else r.tool_stats for r in rollouts])),
+        tool_seconds=sum(r.tool_seconds for r in rollouts),
     )

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
-from reward_server.client import RewardClient, RewardClientError
+from reward_server.client import RewardClient, RewardClientError, split_urls
 from trainer import checkpoint, distributed, lora
 from trainer.advantages import GroupStats, group_advantages, reward_moments, std_from_moments
 from trainer.config import OVERLONG, GRPOConfig
@@ -43,6 +43,7 @@ from trainer.models import (
     prepare_tokenizer,
     reference_model,
 )
+from trainer.multiturn import ToolUse, generate_with_tools
 from trainer.rewards import RewardScorer, ScoredBatch, Scorer
 from trainer.rollout import (
     Prompt,
@@ -54,6 +55,7 @@ from trainer.rollout import (
     pad_and_stack,
 )
 from trainer.shaping import overlong_penalties
+from trainer.tools import CodeTool, call_format
 
 
 def seed_everything(seed: int) -> None:
@@ -138,6 +140,17 @@ class GRPOTrainer:
                                  config.max_completion_length, config.temperature,
                                  config.top_p, config.top_k, self.share_prompts)
         self._warned_cut = False
+        self.tool_use = self._tool_use() if config.code_tool else None
+
+    def _tool_use(self) -> ToolUse:
+        c = self.config
+        url = c.tool_url or (split_urls(c.reward_url)[0] if isinstance(c.reward_url, str)
+                             else c.reward_url[0])
+        tool = CodeTool(url, state=c.tool_state, token=c.reward_token,
+                        run_timeout_s=c.tool_run_timeout_s,
+                        request_timeout_s=c.tool_request_timeout_s,
+                        max_output_chars=c.max_tool_output_chars, concurrency=c.tool_concurrency)
+        return ToolUse(tool, call_format(c.tool_format, self.tokenizer), c.max_tool_turns)
 
     def _wrap(self, policy: torch.nn.Module) -> torch.nn.Module:
         """The module the update runs through: DDP or FSDP over the ranks, or the policy."""
@@ -155,8 +168,18 @@ class GRPOTrainer:
 
     def _prompts(self, rows: list[Row]) -> list[Prompt]:
         c = self.config
+        tools = self.tool_use.format.tools() if self.tool_use else None
         return [format_prompt(r, self.tokenizer, c.prompt_column, c.system_prompt,
-                              c.use_chat_template, c.prompt_suffix) for r in rows]
+                              c.use_chat_template, c.prompt_suffix, tools) for r in rows]
+
+    def _generate(self, rows: list[Row], greedy: bool = False) -> Rollout:
+        """One chunk's completions: single-turn, or with the code tool (trainer/multiturn.py)."""
+        with self.autocast():
+            if self.tool_use is not None:
+                return generate_with_tools(self.policy, self.tokenizer, rows, self._prompts(rows),
+                                           self.sampling, self.tool_use, greedy)
+            return generate(self.policy, self.tokenizer, rows, self._prompts(rows),
+                            self.sampling)
 
     def _sample(self, rows: list[Row]) -> tuple[Rollout, ScoredBatch, float, float]:
         """Generate chunk by chunk, each chunk scored in the background while the next is
@@ -168,10 +191,8 @@ class GRPOTrainer:
         for start in range(0, len(rows), c.generation_chunk):
             chunk = rows[start : start + c.generation_chunk]
             t0 = time.perf_counter()
-            with self.autocast():
-                rollout = generate(self.policy, self.tokenizer, chunk, self._prompts(chunk),
-                                   self.sampling)
-            t_generate += time.perf_counter() - t0
+            rollout = self._generate(chunk)
+            t_generate += time.perf_counter() - t0 - rollout.tool_seconds
             self._warn_cut(rollout)
             rollouts.append(rollout)
             futures.append(self.scorer.submit(rollout.texts, rollout.rows, c.num_generations,
@@ -331,6 +352,8 @@ class GRPOTrainer:
         attn = torch.cat([rollout.prompt_mask, rollout.completion_mask], 1).to(self.device)
         T = rollout.completion_ids.shape[1]
         loss_mask = rollout.completion_mask.clone().float()
+        if rollout.tool_mask is not None:
+            loss_mask *= rollout.tool_mask  # a tool's output: no loss, no KL (TRL, ToRL)
         if c.mask_truncated_completions:
             loss_mask[rollout.truncated] = 0.0  # DAPO overlong filtering
         loss_mask = loss_mask.to(self.device)
@@ -383,6 +406,8 @@ class GRPOTrainer:
             "reward_wait_share": timing["time/reward_wait"] / step_time,
             **timing, **sums,
         }
+        if rollout.tool_stats is not None:
+            out.update(_tool_metrics(rollout))
         for name, values in scored.per_verifier.items():
             scores = torch.tensor([math.nan if v is None else v for v in values])
             out[f"rewards/{name}/mean"] = _nanmean(scores)
@@ -403,6 +428,9 @@ class GRPOTrainer:
         texts: list[str] = []
         for start in range(0, len(self.eval_rows), 16):
             rows = self.eval_rows[start : start + 16]
+            if self.tool_use is not None:
+                texts += self._generate(rows, greedy=True).texts
+                continue
             with self.autocast():
                 texts += greedy_texts(self.policy, self.tokenizer, self._prompts(rows),
                                       self.sampling)
@@ -493,6 +521,8 @@ class GRPOTrainer:
         finally:
             logger.close()
             self.scorer.close()
+            if self.tool_use is not None:
+                self.tool_use.tool.close()
         if self.is_main:
             from trainer.plot import plot_run
 
@@ -537,7 +567,25 @@ def _select(r: Rollout, index: list[int]) -> Rollout:
     idx = torch.tensor(index, dtype=torch.long)
     return Rollout(r.prompt_ids[idx], r.prompt_mask[idx], r.completion_ids[idx],
                    r.completion_mask[idx], r.truncated[idx], [r.texts[i] for i in index],
-                   [r.rows[i] for i in index], r.prompt_cut[idx])
+                   [r.rows[i] for i in index], r.prompt_cut[idx],
+                   None if r.tool_mask is None else r.tool_mask[idx],
+                   None if r.tool_stats is None else r.tool_stats[idx], r.tool_seconds)
+
+
+def _tool_metrics(rollout: Rollout) -> dict[str, float]:
+    """TRL's tools/call_frequency (calls per rollout) and tools/failure_frequency (calls the
+    tool could not answer, per call); the programs that failed; the tool's share of tokens."""
+    stats, tool_mask = rollout.tool_stats, rollout.tool_mask
+    assert stats is not None and tool_mask is not None
+    calls, failures, errors = stats.sum(0).tolist()
+    tokens = float(rollout.completion_mask.sum())
+    tool_tokens = float(((1 - tool_mask) * rollout.completion_mask).sum())
+    return {"tools/call_frequency": calls / len(rollout.texts),
+            "tools/failure_frequency": failures / calls if calls else 0.0,
+            "tools/program_error_frequency": errors / calls if calls else 0.0,
+            "tools/rollouts_with_calls": float((stats[:, 0] > 0).float().mean()),
+            "tools/output_token_fraction": tool_tokens / max(tokens, 1.0),
+            "time/tools": rollout.tool_seconds}
 
 
 def _select_scored(s: ScoredBatch, index: list[int]) -> ScoredBatch:

@@ -1,0 +1,197 @@
+"""Rollouts that call the code tool (trainer/multiturn.py), on a tiny model built in code and
+taught one tool-using transcript, against the real server's sandbox: the turns, the masks,
+the update's view of them (no gradient through a tool's tokens; the policy's log-probs those
+of one forward over the whole sequence), and a trainer step with the tool on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+
+from reward_server.testing import ServerProcess, wait_for_sandbox
+from tests.trainer.test_tools import HERMES_TEMPLATE, char_tokenizer
+from trainer.config import GRPOConfig
+from trainer.logprobs import completion_logps
+from trainer.loss import policy_loss
+from trainer.multiturn import ToolUse, generate_with_tools
+from trainer.rewards import FunctionScorer
+from trainer.rollout import Rollout, Sampling, format_prompt
+from trainer.tools import CodeTool, call_format
+from trainer.train import GRPOTrainer
+
+CALL = "```python\nprint(6*7)\n```"
+OUTPUT = "\n```output\n42\n```\n"  # what the sandbox's answer to CALL becomes
+TEMPLATE_CALL = ('<tool_call>\n{"name": "python", "arguments": {"code": "print(6*7)"}}\n'
+                 '</tool_call><|im_end|>')
+TEMPLATE_OUTPUT = ("\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
+                   "<|im_start|>assistant\n")
+ANSWER = "42<|im_end|>"
+
+
+@pytest.fixture(scope="module")
+def sandbox_url(server: ServerProcess, docker_ready: None) -> str:
+    wait_for_sandbox(server.url)
+    return server.url
+
+
+def taught(tokenizer: PreTrainedTokenizerBase, prompt: str, policy: list[str],
+           tool: list[str]) -> LlamaForCausalLM:
+    """A 2-layer Llama that has learnt one transcript by heart (the policy's turns, between
+    the tool's), so that what it samples at a low temperature is that transcript."""
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True))
+    ids, learn = tokenizer(prompt, add_special_tokens=False).input_ids, []
+    learn = [False] * len(ids)
+    for k, turn in enumerate(policy):
+        for text, trained in ((turn, True), (tool[k] if k < len(tool) else "", False)):
+            piece = tokenizer(text, add_special_tokens=False).input_ids
+            ids, learn = ids + piece, learn + [trained] * len(piece)
+    x = torch.tensor([ids])
+    labels = torch.where(torch.tensor([learn]), x, -100)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(400):
+        loss = model(input_ids=x, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if loss.item() < 0.005:
+            break
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def fenced() -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
+    tokenizer = char_tokenizer()
+    return taught(tokenizer, "q=>", [CALL, ANSWER], [OUTPUT]), tokenizer
+
+
+def _rollout(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, url: str,
+             max_completion_length: int = 120, G: int = 2, **tool: Any) -> Rollout:
+    use = ToolUse(CodeTool(url, **tool), call_format("auto", tokenizer), max_turns=2)
+    rows = [{"prompt": "q"}]
+    prompts = [format_prompt(r, tokenizer, "prompt", None, True, tools=use.format.tools())
+               for r in rows]
+    try:
+        # a low temperature: the taught transcript, through the sampling path (G samples of
+        # a prompt sharing its prefill)
+        return generate_with_tools(model, tokenizer, rows, prompts,
+                                   Sampling(G, 512, max_completion_length, temperature=0.01),
+                                   use)
+    finally:
+        use.tool.close()
+
+
+def _segments(rollout: Rollout, tokenizer: PreTrainedTokenizerBase, row: int) -> list[str]:
+    """The row's completion as alternating runs of policy and tool tokens."""
+    ids = rollout.completion_ids[row][rollout.completion_mask[row].bool()].tolist()
+    mask = rollout.tool_mask[row][: len(ids)].tolist()
+    runs: list[list[int]] = []
+    for i, (token, m) in enumerate(zip(ids, mask, strict=True)):
+        if i == 0 or m != mask[i - 1]:
+            runs.append([])
+        runs[-1].append(token)
+    return [tokenizer.decode(r) for r in runs]
+
+
+def test_fenced_rollout_runs_the_call_and_goes_on(fenced, sandbox_url: str) -> None:
+    model, tokenizer = fenced
+    rollout = _rollout(model, tokenizer, sandbox_url)
+    for row in range(2):
+        assert _segments(rollout, tokenizer, row) == [CALL, OUTPUT, ANSWER]
+        assert rollout.texts[row] == CALL + OUTPUT + "42"  # the verifier reads it all
+    assert rollout.tool_stats.tolist() == [[1, 0, 0], [1, 0, 0]]
+    assert not rollout.truncated.any() and rollout.tool_seconds > 0
+
+
+def test_a_tool_turn_that_does_not_fit_ends_the_rollout(fenced, sandbox_url: str) -> None:
+    model, tokenizer = fenced
+    room = len(tokenizer(CALL).input_ids) + 5  # the call fits, its output does not
+    rollout = _rollout(model, tokenizer, sandbox_url, max_completion_length=room)
+    assert _segments(rollout, tokenizer, 0) == [CALL]
+    assert rollout.tool_stats[0, 0] == 1 and rollout.truncated.all()
+    assert rollout.completion_mask.sum(1).max() <= room
+
+
+def test_an_unreachable_sandbox_is_text_in_the_rollout(fenced) -> None:
+    model, tokenizer = fenced
+    rollout = _rollout(model, tokenizer, "http://127.0.0.1:9", max_completion_length=300,
+                       request_timeout_s=2)
+    policy, tool, *_ = _segments(rollout, tokenizer, 0)
+    assert policy == CALL and "Error: the code tool is unavailable" in tool
+    assert rollout.tool_stats[:, 1].tolist() == [1, 1]  # failed calls, counted
+
+
+def test_template_rollout_uses_the_templates_tool_turns(sandbox_url: str) -> None:
+    tokenizer = char_tokenizer(HERMES_TEMPLATE)
+    use_format = call_format("auto", tokenizer)
+    prompt = format_prompt({"prompt": "q"}, tokenizer, "prompt", None, True,
+                           tools=use_format.tools()).text
+    assert '"name": "python"' in prompt  # the schema is in the prompt
+    model = taught(tokenizer, prompt, [TEMPLATE_CALL, ANSWER], [TEMPLATE_OUTPUT])
+    rollout = _rollout(model, tokenizer, sandbox_url, max_completion_length=200)
+    assert _segments(rollout, tokenizer, 0) == [TEMPLATE_CALL, TEMPLATE_OUTPUT, ANSWER]
+    assert rollout.tool_stats[0].tolist() == [1, 0, 0] and not rollout.truncated.any()
+
+
+def test_tool_tokens_have_no_gradient_and_policy_logps_are_one_forwards(
+        fenced, sandbox_url: str) -> None:
+    model, tokenizer = fenced
+    rollout = _rollout(model, tokenizer, sandbox_url)
+    model.train()  # the update's mode (no dropout in this model)
+    ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], 1)
+    attn = torch.cat([rollout.prompt_mask, rollout.completion_mask], 1)
+    T = rollout.completion_ids.shape[1]
+    logps = completion_logps(model, ids, attn, T, 1.0, prompt_model=model)  # (N, T)
+    logps.retain_grad()
+    mask = rollout.completion_mask * rollout.tool_mask  # as training_step builds it
+    loss, _ = policy_loss(logps, None, logps.detach() + 0.5, torch.tensor([1.0, -1.0]), mask,
+                          loss_type="dapo", beta=0.1)
+    loss.backward()
+    tool = (rollout.completion_mask == 1) & (rollout.tool_mask == 0)
+    assert tool.sum() == 2 * len(tokenizer(OUTPUT).input_ids)
+    assert (logps.grad[tool] == 0).all()  # neither the clipped term nor the KL
+    assert (logps.grad[mask.bool()] != 0).all()
+    for row in range(2):  # the same tokens, one sequence, no padding, no shared prompt
+        seq = ids[row][attn[row].bool()]
+        with torch.no_grad():
+            full = torch.log_softmax(model(seq[None]).logits[0, :-1].float(), -1)
+        n = int(rollout.completion_mask[row].sum())
+        single = full[-n:].gather(-1, seq[-n:, None]).squeeze(-1)
+        torch.testing.assert_close(logps[row, :n].detach(), single, atol=1e-5, rtol=1e-5)
+
+
+def test_a_training_step_with_the_tool(fenced, sandbox_url: str, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    model, tokenizer = fenced
+    config = GRPOConfig(model="tiny", dataset="unused", output_dir=str(tmp_path), max_steps=1,
+                        prompts_per_step=2, num_generations=2, max_completion_length=80,
+                        temperature=0.5, learning_rate=1e-4, progress_bar=False, beta=0.05,
+                        code_tool=True, tool_url=sandbox_url, max_tool_turns=1)
+    scorer = FunctionScorer(lambda texts, rows: [float(t.endswith("42")) for t in texts])
+    trainer = GRPOTrainer(model, tokenizer, [{"prompt": "q"}] * 4, config, None,
+                          eval_rows=[{"prompt": "q"}], scorer=scorer)
+    masks: list[torch.Tensor] = []
+    real = policy_loss
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        masks.append(args[4])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("trainer.train.policy_loss", spy)
+    metrics = trainer.training_step()
+    assert metrics["tools/call_frequency"] > 0 and metrics["time/tools"] > 0
+    assert metrics["tools/failure_frequency"] == 0.0
+    assert 0 < metrics["tools/output_token_fraction"] < 1
+    # the loss saw no tool token: what was masked is exactly the tool's share
+    kept = sum(float(m.sum()) for m in masks)
+    assert kept < metrics["completion_length"] * 4
+    assert trainer.evaluate()["eval/accuracy"] == 1.0  # greedy, with the tool
+    trainer.tool_use.tool.close()
