@@ -51,8 +51,9 @@ class ServerSettings(BaseSettings):
         "workers per client address, so a client must not name itself: '' trusts no one "
         "(the peer's address is the caller); the compose stack sets its nginx.")
     api_token: SecretStr | None = Field(
-        None, description="If set, every route but /healthz needs 'Authorization: Bearer <token>'."
-    )
+        None, description="If set, every route but /healthz needs 'Authorization: Bearer "
+        "<token>', or HTTP Basic with the token as the password (veRL's SandboxFusion client "
+        "sends only a URL: http://user:<token>@host/run_code).")
 
     # Request limits: each answered with 413 naming the limit, never a 500 or an OOM.
     max_items_per_request: int = Field(8192, ge=1, description="Items in one request.")
