@@ -292,8 +292,9 @@ def test_metrics(srv: ServerProcess) -> None:
 
 def test_no_container_left_when_the_server_stops_or_is_killed(
         tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Stopped: its sessions' containers go with the pool's. Killed (SIGKILL): the next
-    server's reaper removes them at its start, as it removes the pool's."""
+    """Stopped: its sessions' containers go with the pool's. Killed (SIGKILL): the engine
+    closes each harness's stdin with the attach stream, the harness exits, the engine removes
+    the container (sandbox/pool.py), a session's as a pooled one's."""
     path = tmp_path_factory.mktemp("sessions-shutdown")
     with run_server(path, env=SETTINGS, startup_s=180) as server:
         wait_for_sandbox(server.url, timeout_s=180)
@@ -304,9 +305,31 @@ def test_no_container_left_when_the_server_stops_or_is_killed(
     with run_server(path, env=SETTINGS, startup_s=180) as server:
         wait_for_sandbox(server.url, timeout_s=180)
         Session(server).run("x = 1")
+        assert len(session_containers(server)) == 1
         killed = server.proc.pid
         os.killpg(killed, signal.SIGKILL)
         server.proc.wait()
-        assert sandbox_containers(killed) != []
-    with run_server(path, env=SETTINGS, startup_s=180) as server:
-        eventually(lambda: sandbox_containers(killed) == [], 60, "the reaper removed them")
+        eventually(lambda: sandbox_containers(killed) == [], 60, "its containers removed")
+
+
+def test_a_session_container_ends_itself_when_its_server_hangs(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A server stopped (SIGSTOP), not dead: its attach streams stay open and its owner runs,
+    so neither the engine nor a reaper would act; the session's harness exits after its TTL
+    plus IDLE_EXIT_SLACK_S without a job, and the engine removes its container."""
+    from reward_server.run_code.sessions import IDLE_EXIT_SLACK_S
+
+    with run_server(tmp_path_factory.mktemp("sessions-hung"), env=SETTINGS,
+                    startup_s=180) as server:
+        wait_for_sandbox(server.url, timeout_s=180)
+        Session(server, idle_ttl_s=1).run("x = 1")
+        (mine,) = session_containers(server)
+        os.killpg(server.proc.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            eventually(lambda: mine not in {c["id"] for c in sandbox_containers(
+                server.proc.pid)}, IDLE_EXIT_SLACK_S + 60, "the container ended itself")
+            assert time.monotonic() - started > IDLE_EXIT_SLACK_S - 10  # not sooner
+            assert server.proc.poll() is None  # the server was there all along, stopped
+        finally:
+            os.killpg(server.proc.pid, signal.SIGCONT)
