@@ -145,6 +145,9 @@ def test_files_and_bad_requests(srv: ServerProcess) -> None:
         with Session(srv) as s:
             r = c.post(f"/v1/sessions/{s.id}/run", json={"code": "1", "cells": ["2"]})
             assert r.status_code == 422 and "exactly one of code" in r.text
+            r = c.post(f"/v1/sessions/{s.id}/run", json={"cells": ["1", "#" * 3_000_000]})
+            assert r.status_code == 413 and "cells[1]" in r.json()["detail"], r.text
+            assert s.value("'still here'") == "'still here'"
 
 
 def test_two_sessions_are_isolated(srv: ServerProcess) -> None:
