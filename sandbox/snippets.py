@@ -4,8 +4,8 @@ harness's snippet job (``sandbox/harness/snippet.py``): the limits a caller asks
 the server's, the container borrowed and given back (replaced after a limit hit or a dirty
 run), and what the channel says when the program broke it.
 
-A session of several snippets (a multi-turn rollout) is a sequence of these calls; nothing
-here keeps state between them."""
+Nothing here keeps state between calls: a rollout that needs its variables kept from one
+call to the next opens a session (``sandbox/sessions.py``, an interpreter of its own)."""
 
 from __future__ import annotations
 
