@@ -1,4 +1,5 @@
-"""A PNG of reward, accuracy, KL and completion length over steps, from any run dir.
+"""A PNG of reward (total and per verifier), accuracy, KL and completion length over steps,
+from any run dir.
 
     grpo-plot runs/demo        # writes runs/demo/curves.png
 """
@@ -27,8 +28,11 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
 
     records = read_metrics(run_dir)
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
-    for ax, (_, title, keys) in zip(axes, PANELS, strict=True):
-        for key in keys:
+    # each verifier's (or named spec's) column and the overlong penalty, beside the total
+    columns = sorted({k for r in records for k in r if k.startswith("rewards/")
+                      and k.endswith("/mean")})
+    for ax, (panel, title, keys) in zip(axes, PANELS, strict=True):
+        for key in keys + (columns if panel == "reward" else []):
             points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
             if points:
                 xs, ys = zip(*points, strict=True)
