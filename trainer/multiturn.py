@@ -25,6 +25,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
+from trainer.rewards import ScoredBatch
 from trainer.rollout import (
     Prompt,
     Rollout,
@@ -55,6 +56,7 @@ class _Trace:
     mask: list[int] = field(default_factory=list)  # 1: the policy's token, 0: a tool's
     calls: int = 0
     failures: int = 0  # calls the tool could not answer
+    outages: int = 0  # of those, the ones the policy did not cause (trainer/tools.ToolResult)
     program_errors: int = 0  # calls whose program failed
     ended: bool = False  # its last turn ended with an EOS
     done: bool = False
@@ -159,6 +161,7 @@ class _Turns:
             trace = traces[i]
             trace.calls += 1
             trace.failures += int(result.failed)
+            trace.outages += int(result.outage)
             trace.program_errors += int(result.program_error)
             ids = self.use.format.output_ids(self.tokenizer, result.text)
             if len(trace.tokens) + len(ids) >= self.sampling.max_completion_length:
@@ -192,6 +195,16 @@ def generate_with_tools(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
                     loop.seconds)
 
 
+def without_outages(scored: ScoredBatch, rollout: Rollout) -> ScoredBatch:
+    """Rollouts that a tool outage shaped (a call the sandbox could not answer for a reason the
+    policy did not cause) are unscorable: what followed the error text is not the policy's
+    answer to the task, so neither a 0 nor a 1 may train on it."""
+    if rollout.tool_stats is None:
+        return scored
+    hit = (rollout.tool_stats[:, 3] > 0).tolist()
+    return scored.nulled(hit) if any(hit) else scored
+
+
 def _rollout(tokenizer: PreTrainedTokenizerBase, traces: list[_Trace], prompt_ids: torch.Tensor,
              prompt_mask: torch.Tensor, rows: list[dict[str, Any]], cut: torch.Tensor,
              seconds: float) -> Rollout:
@@ -201,7 +214,7 @@ def _rollout(tokenizer: PreTrainedTokenizerBase, traces: list[_Trace], prompt_id
     completion_mask = torch.tensor([[1] * len(t.tokens) + [0] * (T - len(t.tokens))
                                     for t in traces])
     tool_mask = torch.tensor([t.mask + [0] * (T - len(t.mask)) for t in traces])
-    stats = torch.tensor([[t.calls, t.failures, t.program_errors] for t in traces])
+    stats = torch.tensor([[t.calls, t.failures, t.program_errors, t.outages] for t in traces])
     # the verifier reads the whole transcript, tool output included, as SimpleTIR scores it
     texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
     return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask,

@@ -49,6 +49,15 @@ class ScoredBatch:
             correct=[x for b in batches for x in b.correct],
         )
 
+    def nulled(self, which: list[bool]) -> ScoredBatch:
+        """This batch with the completions of ``which`` unscorable: NaN in the total (left out
+        of the group baseline, no advantage), None in every column, never ``correct``."""
+        return ScoredBatch(
+            rewards=[math.nan if w else r for r, w in zip(self.rewards, which, strict=True)],
+            per_verifier={k: [None if w else v for v, w in zip(col, which, strict=True)]
+                          for k, col in self.per_verifier.items()},
+            correct=[c and not w for c, w in zip(self.correct, which, strict=True)])
+
     def with_term(self, name: str, weight: float, values: list[float]) -> ScoredBatch:
         """This batch with a reward term the trainer computes itself (DAPO's overlong
         penalty: only the trainer knows token counts) added as ``weight * value``, and logged

@@ -33,7 +33,9 @@ class Rollout:
     # with a code tool (trainer/multiturn.py), TRL's names: 1 where the policy wrote the
     # token, 0 where a tool's output stands (out of the loss and the KL); None: all policy's
     tool_mask: torch.Tensor | None = None  # (N, T)
-    tool_stats: torch.Tensor | None = None  # (N, 3) calls, failed calls, program errors
+    # (N, 4): calls, failed calls, program errors, outages (failed calls the policy did not
+    # cause: its reward is null)
+    tool_stats: torch.Tensor | None = None
     tool_seconds: float = 0.0  # wall clock spent waiting for the tool
 
 
@@ -252,7 +254,7 @@ def pad_and_stack(rollouts: list[Rollout], pad_id: int) -> Rollout:
             right(r.completion_mask if r.tool_mask is None else r.tool_mask, T, 0)
             for r in rollouts])),
         tool_stats=(None if all(r.tool_stats is None for r in rollouts) else torch.cat([
-            torch.zeros(len(r.texts), 3, dtype=torch.long) if r.tool_stats is None
+            torch.zeros(len(r.texts), 4, dtype=torch.long) if r.tool_stats is None
             else r.tool_stats for r in rollouts])),
         tool_seconds=sum(r.tool_seconds for r in rollouts),
     )

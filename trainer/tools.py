@@ -25,7 +25,7 @@ import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 import httpx
@@ -57,12 +57,16 @@ class ToolCall:
 @dataclass(frozen=True)
 class ToolResult:
     """What a call gave back. ``failed``: the tool did not answer (sandbox unavailable, timed
-    out, a malformed call; TRL's tool failure); ``program_error``: it ran and the program
-    failed (an exception, a non-zero exit, its time limit) -- the policy's doing."""
+    out, a malformed or refused call; TRL's tool failure); ``outage``: of those, the ones the
+    policy did not cause (no sandbox, the call timed out, a server refusal such as a session
+    cap): the rollout went on from an error text it did not earn, so its reward is null, not
+    the verifier's verdict on it; ``program_error``: it ran and the program failed (an
+    exception, a non-zero exit, its time limit) -- the policy's doing."""
 
     text: str
     failed: bool = False
     program_error: bool = False
+    outage: bool = False
 
 
 # --- formats ------------------------------------------------------------------------------
@@ -245,8 +249,13 @@ def cell_result(body: dict[str, Any]) -> ToolResult:
     return ToolResult(stdout)
 
 
+# Refusals of what the call itself holds (a field over the size limit, one that fails the
+# schema): the policy's doing. Any other refusal (401, 404, 429, 5xx) is the server's.
+POLICY_REFUSALS = frozenset({413, 422})
+
+
 def unavailable(why: str) -> ToolResult:
-    return ToolResult(f"Error: the code tool is unavailable ({why})", failed=True)
+    return ToolResult(f"Error: the code tool is unavailable ({why})", failed=True, outage=True)
 
 
 def _why(exc: httpx.HTTPError) -> str:
@@ -298,8 +307,7 @@ class CodeTool:
         """``calls``: (rollout key, call) pairs of one turn; the results in their order."""
         t0 = time.perf_counter()
         results = list(self._pool.map(lambda kc: self._one(*kc), calls))
-        clipped = [ToolResult(clip(r.text, self.max_output_chars), r.failed, r.program_error)
-                   for r in results]
+        clipped = [replace(r, text=clip(r.text, self.max_output_chars)) for r in results]
         return Round(clipped, time.perf_counter() - t0)
 
     def _one(self, key: int, call: ToolCall) -> ToolResult:
@@ -312,6 +320,10 @@ class CodeTool:
                 "code": call.code, "language": "python", "run_timeout": self.run_timeout_s})
             response.raise_for_status()  # 503: no sandbox; 4xx: refused -- the tool's failure
             return run_code_result(response.json(), self.run_timeout_s)
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code in POLICY_REFUSALS:  # its code, too large or malformed
+                return ToolResult(f"Error: the call was refused ({_why(exc)})", failed=True)
+            return unavailable(_why(exc))
         except httpx.HTTPError as exc:
             return unavailable(_why(exc))
 

@@ -43,7 +43,7 @@ from trainer.models import (
     prepare_tokenizer,
     reference_model,
 )
-from trainer.multiturn import ToolUse, generate_with_tools
+from trainer.multiturn import ToolUse, generate_with_tools, without_outages
 from trainer.rewards import RewardScorer, ScoredBatch, Scorer
 from trainer.rollout import (
     Prompt,
@@ -199,7 +199,8 @@ class GRPOTrainer:
                                               rollout.truncated.tolist()))
         t0 = time.perf_counter()
         # a failed reward call raises here, loudly
-        scored = [self._shape(f.result(), r) for f, r in zip(futures, rollouts, strict=True)]
+        scored = [self._shape(without_outages(f.result(), r), r)
+                  for f, r in zip(futures, rollouts, strict=True)]
         t_wait = time.perf_counter() - t0
         return (pad_and_stack(rollouts, self.tokenizer.pad_token_id), ScoredBatch.concat(scored),
                 t_generate, t_wait)
@@ -577,12 +578,13 @@ def _tool_metrics(rollout: Rollout) -> dict[str, float]:
     tool could not answer, per call); the programs that failed; the tool's share of tokens."""
     stats, tool_mask = rollout.tool_stats, rollout.tool_mask
     assert stats is not None and tool_mask is not None
-    calls, failures, errors = stats.sum(0).tolist()
+    calls, failures, errors, outages = stats.sum(0).tolist()
     tokens = float(rollout.completion_mask.sum())
     tool_tokens = float(((1 - tool_mask) * rollout.completion_mask).sum())
     return {"tools/call_frequency": calls / len(rollout.texts),
             "tools/failure_frequency": failures / calls if calls else 0.0,
             "tools/program_error_frequency": errors / calls if calls else 0.0,
+            "tools/outage_frequency": outages / calls if calls else 0.0,
             "tools/rollouts_with_calls": float((stats[:, 0] > 0).float().mean()),
             "tools/output_token_fraction": tool_tokens / max(tokens, 1.0),
             "time/tools": rollout.tool_seconds}

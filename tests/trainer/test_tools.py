@@ -5,17 +5,23 @@ flight (the one edge a real server cannot show: how many of a turn's calls overl
 from __future__ import annotations
 
 import json
+import math
 import string
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from reward_server.testing import ServerProcess, free_port, wait_for_sandbox
+from trainer.multiturn import without_outages
+from trainer.rewards import ScoredBatch
+from trainer.rollout import Rollout
 from trainer.tools import (
     CodeTool,
     FencedFormat,
@@ -166,16 +172,20 @@ def test_stateless_calls_run_in_the_sandbox(sandbox_url: str) -> None:
                          (1, ToolCall("x = 1\nprint(undefined_name)")),
                          (2, ToolCall("while True: pass")),
                          (3, ToolCall("print('x' * 5000)")),
-                         (4, ToolCall(None, "the tool call is not valid JSON"))])
+                         (4, ToolCall(None, "the tool call is not valid JSON")),
+                         (5, ToolCall("x = '" + "a" * (3 * 2**20) + "'"))])  # over 2 MiB
     finally:
         tool.close()
-    ok, raised, slow, long, malformed = done.results
+    ok, raised, slow, long, malformed, huge = done.results
     assert (ok.text, ok.failed, ok.program_error) == ("35641653", False, False)
     assert raised.text == "NameError: name 'undefined_name' is not defined"
     assert raised.program_error and not raised.failed
     assert slow.text == "TimeoutError: the program ran past 2 s" and slow.program_error
     assert len(long.text) < 600 and "characters cut" in long.text  # max_output_chars=512
     assert malformed.failed and "not valid JSON" in malformed.text
+    # the policy's own doing, not an outage: these rollouts keep their reward
+    assert not any(r.outage for r in done.results[:5])
+    assert huge.failed and not huge.outage and "HTTP 413" in huge.text, huge
 
 
 def test_a_session_keeps_a_rollouts_variables(sandbox_url: str) -> None:
@@ -197,7 +207,8 @@ def test_no_server_is_an_error_text_not_an_exception() -> None:
         done = tool.run([(0, ToolCall("print(1)")), (1, ToolCall("print(2)"))])
     finally:
         tool.close()
-    assert all(r.failed and r.text.startswith("Error: the code tool is unavailable (")
+    assert all(r.failed and r.outage
+               and r.text.startswith("Error: the code tool is unavailable (")
                for r in done.results)
 
 
@@ -264,5 +275,24 @@ def test_a_call_past_its_timeout_is_an_error_text(stub: _Stub) -> None:
         done = tool.run([(0, ToolCall("print(1)"))])
     finally:
         tool.close()
-    assert done.results[0].failed
+    assert done.results[0].failed and done.results[0].outage
     assert done.results[0].text == "Error: the code tool is unavailable (the call timed out)"
+
+
+def test_a_rollout_an_outage_shaped_is_unscorable() -> None:
+    """A rollout that went on from an outage's error text gets no reward either way: NaN in
+    the total (out of its group's baseline), None in each column, never correct."""
+    n = 4
+    rollout = Rollout(torch.zeros(n, 1, dtype=torch.long), torch.ones(n, 1, dtype=torch.long),
+                      torch.zeros(n, 2, dtype=torch.long), torch.ones(n, 2, dtype=torch.long),
+                      torch.zeros(n, dtype=torch.bool), ["a"] * n, [{}] * n,
+                      torch.zeros(n, dtype=torch.bool),
+                      tool_stats=torch.tensor([[1, 0, 0, 0], [1, 1, 0, 1], [2, 1, 0, 0],
+                                               [0, 0, 0, 0]]))
+    scored = ScoredBatch([1.0, 1.0, 0.0, 1.0], {"math": [1.0, 1.0, 0.0, 1.0]},
+                         [True, True, False, True])
+    out = without_outages(scored, rollout)
+    assert math.isnan(out.rewards[1]) and [out.rewards[i] for i in (0, 2, 3)] == [1.0, 0.0, 1.0]
+    assert out.per_verifier["math"] == [1.0, None, 0.0, 1.0]
+    assert out.correct == [True, False, False, True]
+    assert without_outages(scored, replace(rollout, tool_stats=None)) is scored

@@ -107,7 +107,7 @@ def test_fenced_rollout_runs_the_call_and_goes_on(fenced, sandbox_url: str) -> N
     for row in range(2):
         assert _segments(rollout, tokenizer, row) == [CALL, OUTPUT, ANSWER]
         assert rollout.texts[row] == CALL + OUTPUT + "42"  # the verifier reads it all
-    assert rollout.tool_stats.tolist() == [[1, 0, 0], [1, 0, 0]]
+    assert rollout.tool_stats.tolist() == [[1, 0, 0, 0], [1, 0, 0, 0]]
     assert not rollout.truncated.any() and rollout.tool_seconds > 0
 
 
@@ -127,6 +127,7 @@ def test_an_unreachable_sandbox_is_text_in_the_rollout(fenced) -> None:
     policy, tool, *_ = _segments(rollout, tokenizer, 0)
     assert policy == CALL and "Error: the code tool is unavailable" in tool
     assert rollout.tool_stats[:, 1].tolist() == [1, 1]  # failed calls, counted
+    assert rollout.tool_stats[:, 3].tolist() == [1, 1]  # outages: these rollouts score null
 
 
 def test_template_rollout_uses_the_templates_tool_turns(sandbox_url: str) -> None:
@@ -138,7 +139,7 @@ def test_template_rollout_uses_the_templates_tool_turns(sandbox_url: str) -> Non
     model = taught(tokenizer, prompt, [TEMPLATE_CALL, ANSWER], [TEMPLATE_OUTPUT])
     rollout = _rollout(model, tokenizer, sandbox_url, max_completion_length=200)
     assert _segments(rollout, tokenizer, 0) == [TEMPLATE_CALL, TEMPLATE_OUTPUT, ANSWER]
-    assert rollout.tool_stats[0].tolist() == [1, 0, 0] and not rollout.truncated.any()
+    assert rollout.tool_stats[0].tolist() == [1, 0, 0, 0] and not rollout.truncated.any()
 
 
 def test_tool_tokens_have_no_gradient_and_policy_logps_are_one_forwards(
