@@ -28,7 +28,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
 def test_routes_need_the_token(secured: ServerProcess, method: str, path: str) -> None:
     r = httpx.request(method, secured.url + path, json={"items": []})
     assert r.status_code == 401
-    assert "bearer token" in r.json()["detail"]
+    assert "Bearer <token>" in r.json()["detail"] and "HTTP Basic" in r.json()["detail"]
     wrong = httpx.request(method, secured.url + path, json={"items": []},
                           headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
