@@ -1,8 +1,8 @@
 """The reward server as a Ray Serve application on a real local multi-node Ray cluster
 (ray.cluster_utils.Cluster: a head and a worker node on this machine, each with its own
 CPUs and a small object store): a mixed batch by URL, replicas on both nodes, a replica
-killed mid-batch, autoscaling up and down, the handle path from a task on the cluster, and a
-node whose Docker engine is unreachable."""
+killed mid-batch, autoscaling up and down, the handle path from a task on the cluster, a
+node whose Docker engine is unreachable, and a node lost mid-batch."""
 
 from __future__ import annotations
 
@@ -298,3 +298,33 @@ def test_node_without_an_engine_gives_unscorable_code_never_zero(cluster: RayClu
     finally:
         serve.delete("no-engine")
         cluster.cluster.remove_node(node)
+
+
+def test_node_lost_mid_batch_loses_and_repeats_nothing(cluster: RayCluster, rewards_url: str):
+    """The worker node itself goes (its raylet and every process on it killed, as when a
+    machine is lost): the chunks in flight on its replica fail, the client sends them again,
+    and the head's replica scores every item once, in its place. Last in the module: the
+    node does not come back."""
+    worker = next(n for n in cluster.cluster.worker_nodes
+                  if cluster.nodes.get(n.node_id) == "worker")
+    assert {r["node_id"] for r in _replicas(rewards_url, cluster.pids).values()} == set(
+        cluster.nodes), "a replica on each node before the loss"
+    items, expected = _batch(32, sleep_s=0.5)
+    transport = _Recording()
+    box: dict[str, Any] = {}
+
+    def score() -> None:
+        with RewardClient(rewards_url, batch_size=2, max_concurrency=8, max_attempts=None,
+                          retry_for_s=180, backoff_s=0.2, transport=transport) as client:
+            box["out"] = client.rewards(items)
+
+    thread = threading.Thread(target=score)
+    thread.start()
+    time.sleep(1.5)  # chunks are in flight on both replicas
+    cluster.cluster.remove_node(worker, allow_graceful=False)
+    thread.join(240)
+    assert not thread.is_alive()
+    assert transport.failures, "the loss hit no request in flight"
+    assert box["out"].rewards == expected, box["out"].results  # each item once, in its place
+    after = _replicas(rewards_url, cluster.pids, calls=10)
+    assert set(after) == {n for n, role in cluster.nodes.items() if role == "head"}, after
