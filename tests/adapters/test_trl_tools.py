@@ -1,0 +1,146 @@
+"""The sandbox as a tool inside TRL's own GRPOTrainer: ``tools=[sandbox_tool(url)]`` and
+``environment_factory=SandboxSessions(url)``, trained a couple of steps against the real
+server and sandbox. A tiny model taught one transcript by heart writes the tool calls; TRL
+parses them, calls our tool in its ``_tool_call_loop`` and appends the result: a tool
+message holding 42 is what the sandbox printed, since the model never writes a tool turn."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from reward_server.adapters.trl_tools import SandboxSessions, sandbox_tool
+from reward_server.testing import ServerProcess, wait_for_sandbox
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning",
+                                        "ignore::FutureWarning")
+PROMPT = [{"role": "user", "content": "q"}]
+
+
+@pytest.fixture(scope="module")
+def sandbox_url(server: ServerProcess, docker_ready: None) -> str:
+    wait_for_sandbox(server.url)
+    return server.url
+
+
+def _call(code: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "run_python", "arguments": {"code": code}}}
+
+
+def _taught(tokenizer: Any, tool: Any, turns: list[tuple[str, str]], answer: str) -> Any:
+    """A tiny Llama that has learnt the conversation (each call, the tool's output, the
+    answer) as the template renders it with ``tool``'s schema, the one TRL will render."""
+    from tests.trainer.test_tools_rollout import taught
+
+    messages: list[dict[str, Any]] = list(PROMPT)
+    for code, output in turns:
+        messages += [{"role": "assistant", "content": "", "tool_calls": [_call(code)]},
+                     {"role": "tool", "name": "run_python", "content": output}]
+    messages.append({"role": "assistant", "content": answer})
+
+    def render(upto: int, generation: bool = False) -> str:
+        return tokenizer.apply_chat_template(messages[:upto], tools=[tool], tokenize=False,
+                                             add_generation_prompt=generation)
+
+    full = render(len(messages))
+    starts = [len(render(i, True)) for i, m in enumerate(messages) if m["role"] == "assistant"]
+    ends = [len(render(i + 1)) - 1 for i, m in enumerate(messages) if m["role"] == "assistant"]
+    policy = [full[s:e] for s, e in zip(starts, ends, strict=True)]  # up to <|im_end|>
+    tool_turns = [full[e:s] for e, s in zip(ends, starts[1:], strict=False)]
+    return taught(tokenizer, full[:starts[0]], policy, tool_turns)
+
+
+def _train(model: Any, tokenizer: Any, tmp_path: Path, url: str,
+           **tooling: Any) -> tuple[list[Any], list[int]]:
+    """Two GRPO steps of 2 rollouts: the (completion, environment) pairs TRL scored, the
+    completions with their tool turns, and how many sessions were open as each was scored."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    seen: list[Any] = []
+    open_sessions: list[int] = []
+
+    def record(completions: list[Any], **kwargs: Any) -> list[float]:
+        seen.extend(zip(completions, kwargs.get("environments") or [None] * len(completions),
+                        strict=True))
+        open_sessions.append(len(httpx.get(f"{url}/v1/sessions").json()))
+        return [0.0] * len(completions)
+
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2,
+                      num_generations=2, max_completion_length=512, max_steps=2,
+                      temperature=0.01, max_tool_calling_iterations=3, logging_steps=1,
+                      report_to=[], save_strategy="no", use_cpu=True, bf16=False, seed=0,
+                      dataloader_num_workers=0, beta=0.0)
+    trainer = GRPOTrainer(model=model, reward_funcs=[record], args=args,
+                          train_dataset=Dataset.from_list([{"prompt": PROMPT}] * 4),
+                          processing_class=tokenizer, **tooling)
+    trainer.train()
+    return seen, open_sessions
+
+
+def _tool_outputs(completion: list[dict[str, Any]]) -> list[str]:
+    return [m["content"] for m in completion if m["role"] == "tool"]
+
+
+def _run_code_calls(url: str) -> float:
+    text = httpx.get(f"{url}/metrics").text
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "reward_requests_total" and s.labels.get("route") == "/run_code")
+
+
+def _tokenizer() -> Any:
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from tests.trainer.test_tools import char_tokenizer
+
+    return char_tokenizer(qwen2_5_chat_template)  # TRL knows how to parse its tool calls
+
+
+def test_a_stateless_tool_runs_in_trls_loop(sandbox_url: str, tmp_path: Path) -> None:
+    tool = sandbox_tool(sandbox_url)
+    tokenizer = _tokenizer()
+    model = _taught(tokenizer, tool, [("print(6*7)", "42")], "42")
+    before = _run_code_calls(sandbox_url)
+    try:
+        seen, open_sessions = _train(model, tokenizer, tmp_path, sandbox_url, tools=[tool])
+    finally:
+        tool.close()  # type: ignore[attr-defined]
+    assert len(seen) == 4
+    assert all(_tool_outputs(c) == ["42"] for c, _ in seen), seen
+    assert _run_code_calls(sandbox_url) - before == 4  # one POST /run_code per rollout
+    assert open_sessions == [0, 0]
+
+
+def test_a_session_keeps_variables_within_a_rollout_and_closes(sandbox_url: str,
+                                                               tmp_path: Path) -> None:
+    sessions = SandboxSessions(sandbox_url)
+    tokenizer = _tokenizer()
+    model = _taught(tokenizer, sessions().run_python,
+                    [("x = 6*7", ""), ("print(x)", "42")], "42")
+    try:
+        seen, open_sessions = _train(model, tokenizer, tmp_path, sandbox_url,
+                                     environment_factory=sessions,
+                                     callbacks=[sessions.callback()])
+        assert len(seen) == 4
+        # each rollout of a batch holds its own session while scored; the first batch's were
+        # closed at the second's resets (no more than 2 open at once)
+        assert open_sessions == [2, 2]
+        # x survived from the first call to the second, in each rollout's own interpreter
+        assert all(_tool_outputs(c) == ["", "42"] for c, _ in seen), seen
+        assert all(env.calls == 2 for _, env in seen)
+        assert httpx.get(f"{sandbox_url}/v1/sessions").json() == []  # closed at train end
+        # a fresh rollout of a reused instance starts from a fresh interpreter
+        env = seen[0][1]
+        env.reset()
+        assert "NameError: name 'x' is not defined" in env.run_python("print(x)")
+    finally:
+        sessions.close()
+    assert httpx.get(f"{sandbox_url}/v1/sessions").json() == []
