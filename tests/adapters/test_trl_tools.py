@@ -144,3 +144,29 @@ def test_a_session_keeps_variables_within_a_rollout_and_closes(sandbox_url: str,
     finally:
         sessions.close()
     assert httpx.get(f"{sandbox_url}/v1/sessions").json() == []
+
+
+def test_an_unreachable_server_is_the_tools_text_not_an_exception() -> None:
+    from tests.conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    tool, sessions = sandbox_tool(url, request_timeout_s=2), SandboxSessions(url)
+    try:
+        for run in (tool, sessions().run_python):
+            assert run("print(1)").startswith("Error: the code tool is unavailable (Connect")
+    finally:
+        tool.close()  # type: ignore[attr-defined]
+        sessions.close()
+
+
+def test_past_the_per_caller_cap_a_call_reads_the_servers_429(sandbox_url: str) -> None:
+    sessions = SandboxSessions(sandbox_url)
+    try:
+        held = [sessions() for _ in range(4)]  # the server's sandbox_session_max_per_caller
+        assert [env.run_python("1 + 1") for env in held] == ["2"] * 4
+        assert "HTTP 429" in sessions().run_python("1 + 1")
+        held[0].reset()  # frees its session: the next rollout gets one
+        assert sessions().run_python("1 + 1") == "2"
+    finally:
+        sessions.close()
+    assert httpx.get(f"{sandbox_url}/v1/sessions").json() == []
