@@ -18,8 +18,9 @@ with those. What it returns follows ToRL (``trainer/tools.py``, which this reuse
 and of an error only its last line, at most ``max_output_chars``. It never raises into
 TRL's loop: a sandbox that cannot answer is an error text the policy reads, as our own
 trainer's tool gives it. TRL counts only raised exceptions as tool failures, so those texts
-are not in its ``tools/failure_frequency``; their rollouts still score what the verifier
-says (TRL has no way to mark a reward null from a tool).
+are not in its ``tools/failure_frequency``, and a tool cannot make TRL score a rollout
+null; a ``SandboxSession`` counts its ``outages`` so that a reward function (given
+``environments``) can.
 
 The tools are synchronous: TRL runs one rollout's tools after another and gathers async ones
 only within one assistant message, so an async client would buy little and bind an httpx
@@ -94,12 +95,16 @@ class SandboxSession:
     def __init__(self, owner: SandboxSessions) -> None:
         self._owner = owner
         self._session: str | None = None
-        self.calls = 0  # this rollout's calls (reset zeroes it), for a reward or a test
+        self.calls = 0  # this rollout's calls (reset zeroes both), for a reward or a test
+        # calls the sandbox could not answer for a reason the policy did not cause (no server,
+        # a timeout, a cap): a reward function (TRL passes ``environments``) can score such a
+        # rollout None rather than judge what followed an error text it did not earn
+        self.outages = 0
 
     def reset(self, **row: Any) -> None:
         """A new rollout: the last one's session (its variables) goes."""
         self._end()
-        self.calls = 0
+        self.calls = self.outages = 0
 
     def run_python(self, code: str) -> str:
         """Run Python code in this conversation's interpreter and return what it prints.
@@ -118,12 +123,16 @@ class SandboxSession:
             if exc.response.status_code in POLICY_REFUSALS:
                 text = f"Error: the call was refused ({_why(exc)})"
             else:
-                text = unavailable(_why(exc)).text
+                text = self._outage(_why(exc))
         except httpx.HTTPError as exc:
-            text = unavailable(_why(exc)).text
+            text = self._outage(_why(exc))
         except Exception as exc:  # noqa: BLE001 -- an answer the client could not read
-            text = unavailable(f"{type(exc).__name__}: {exc}"[:200]).text
+            text = self._outage(f"{type(exc).__name__}: {exc}"[:200])
         return clip(text, self._owner.max_output_chars)
+
+    def _outage(self, why: str) -> str:
+        self.outages += 1
+        return unavailable(why).text
 
     def _cell(self, code: str) -> str:
         http = self._owner.http

@@ -164,7 +164,9 @@ def test_past_the_per_caller_cap_a_call_reads_the_servers_429(sandbox_url: str) 
     try:
         held = [sessions() for _ in range(4)]  # the server's sandbox_session_max_per_caller
         assert [env.run_python("1 + 1") for env in held] == ["2"] * 4
-        assert "HTTP 429" in sessions().run_python("1 + 1")
+        refused = sessions()
+        assert "HTTP 429" in refused.run_python("1 + 1")
+        assert refused.outages == 1 and all(env.outages == 0 for env in held)
         held[0].reset()  # frees its session: the next rollout gets one
         assert sessions().run_python("1 + 1") == "2"
     finally:
