@@ -50,14 +50,14 @@ from typing import Any
 
 import httpx
 
-from trainer.tools import (
+from reward_server.tool_client import (
     POLICY_REFUSALS,
     CodeTool,
     ToolCall,
-    _why,
     cell_result,
     clip,
     unavailable,
+    why,
 )
 
 
@@ -121,11 +121,11 @@ class SandboxSession:
             text = self._cell(str(code))
         except httpx.HTTPStatusError as exc:
             if exc.response.status_code in POLICY_REFUSALS:
-                text = f"Error: the call was refused ({_why(exc)})"
+                text = f"Error: the call was refused ({why(exc)})"
             else:
-                text = self._outage(_why(exc))
+                text = self._outage(why(exc))
         except httpx.HTTPError as exc:
-            text = self._outage(_why(exc))
+            text = self._outage(why(exc))
         except Exception as exc:  # noqa: BLE001 -- an answer the client could not read
             text = self._outage(f"{type(exc).__name__}: {exc}"[:200])
         return clip(text, self._owner.max_output_chars)
