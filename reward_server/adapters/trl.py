@@ -71,8 +71,11 @@ class ServerReward:
                 problems.append(f"row {i}: {exc}")
         out = await client.rewards(list(items.values()))
         rewards: list[float | None] = [None] * len(completions)
+        shaped = _shaped_by_outages(columns.get("environments"), len(completions))
         for i, reward, result in zip(items, out.rewards, out.results, strict=True):
-            rewards[i] = reward
+            # a rollout that went on from a tool outage's error text is not the policy's
+            # answer: no reward either way (trl_tools.SandboxSession counts its outages)
+            rewards[i] = None if shaped[i] else reward
             if result.get("status") == INVALID_ITEM:
                 problems.append(f"row {i}: {result.get('detail')}")
         if problems:
@@ -87,3 +90,11 @@ class ServerReward:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def _shaped_by_outages(environments: Any, n: int) -> list[bool]:
+    """Per completion, whether its environment (TRL passes ``environments``) saw a tool call
+    the sandbox could not answer for a reason the policy did not cause."""
+    if not isinstance(environments, list) or len(environments) != n:
+        return [False] * n
+    return [int(getattr(env, "outages", 0) or 0) > 0 for env in environments]

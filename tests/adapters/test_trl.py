@@ -59,6 +59,26 @@ def test_scores_a_batch_with_dataset_columns_passed_through(server: ServerProces
     assert logged == {"math_reward/unscorable_rate": 0.0}
 
 
+def test_a_rollout_a_tool_outage_shaped_gets_no_reward(server: ServerProcess) -> None:
+    """TRL passes the rollouts' environments; one whose sandbox session saw an outage (a call
+    the sandbox could not answer, not the policy's doing) scores None, right answer or not."""
+
+    class Env:
+        def __init__(self, outages: int) -> None:
+            self.outages = outages
+
+    reward = ServerReward(server.url, verifier="math")
+
+    async def run() -> list[float | None]:
+        try:
+            return await reward(prompts=["p"] * 3, completions=["\\boxed{4}"] * 3,
+                                answer=["4"] * 3, environments=[Env(0), Env(1), Env(0)])
+        finally:
+            await reward.aclose()
+
+    assert asyncio.run(run()) == [1.0, None, 1.0]
+
+
 def test_the_prompt_travels_as_the_question(server: ServerProcess) -> None:
     """A copied question ("Simplify $\\sqrt{50}$" answered \\sqrt{50}) is paid by
     math-verify; the prompt TRL passes lets the server refuse it."""
