@@ -159,9 +159,14 @@ def test_a_stuck_scorer_times_out_alone(srv: ServerProcess) -> None:
     results = _post(srv, [good[0], stuck, good[1]])
     assert [r["status"] for r in results] == ["ok", "timeout", "ok"], results
     assert [r["score"] for r in results] == [1.0, 0.0, 0.0]
-    # a copy a moment later is answered from memory, without holding a worker again
+    # a copy a moment later is answered from memory, without holding a worker again; a
+    # timeout that may have been the machine's load (the worker got less than the limit in
+    # CPU) is believed the second time, so on a loaded machine one copy runs again first
     again = _post(srv, [stuck])[0]
-    assert again["status"] == "timeout" and "remembered" in again["detail"]
+    if "remembered" not in again["detail"]:
+        assert again["status"] == "timeout", again
+        again = _post(srv, [stuck])[0]
+    assert again["status"] == "timeout" and "remembered" in again["detail"], again
 
 
 def test_bad_items_name_the_field(srv: ServerProcess) -> None:
