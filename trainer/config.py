@@ -11,6 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from reward_server.tool_client import ToolState
 from trainer import gym_tasks
 
 
@@ -139,7 +140,7 @@ class GRPOConfig(BaseModel):
     # rollout, and the server lets one caller hold 4 (session_max_per_caller) -- a batch of
     # 32 rollouts would be refused (429) 28 times; /run_code takes a warm container per call
     # from the shared pool, and ToRL and SimpleTIR run each block fresh too.
-    tool_state: Literal["stateless", "session"] = Field(
+    tool_state: ToolState = Field(
         "stateless", description="'stateless': each call a fresh program (POST /run_code); "
         "'session': one interpreter per rollout (/v1/sessions), variables kept across calls.")
     max_tool_turns: int = Field(4, ge=1, description="Calls a rollout may make (ToRL's C; "

@@ -25,6 +25,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
+from reward_server.tool_client import CodeTool, ToolCall
 from trainer.rewards import ScoredBatch
 from trainer.rollout import (
     Prompt,
@@ -35,7 +36,7 @@ from trainer.rollout import (
     eos_token_ids,
     generation_config,
 )
-from trainer.tools import CallFormat, CodeTool, ToolCall
+from trainer.tools import CallFormat
 
 
 @dataclass(frozen=True)

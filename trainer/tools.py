@@ -27,18 +27,7 @@ from typing import Any, Literal, Protocol
 
 from transformers import PreTrainedTokenizerBase
 
-from reward_server.tool_client import (  # noqa: F401 (the trainer's names for them)
-    POLICY_REFUSALS,
-    CodeTool,
-    Round,
-    ToolCall,
-    ToolResult,
-    ToolState,
-    cell_result,
-    clip,
-    run_code_result,
-    unavailable,
-)
+from reward_server.tool_client import ToolCall
 
 TOOL_NAME = "python"
 # The schema a template renders into the system prompt (apply_chat_template(tools=...)).

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
 from reward_server.client import RewardClient, RewardClientError, split_urls
+from reward_server.tool_client import CodeTool
 from trainer import checkpoint, distributed, lora
 from trainer.advantages import GroupStats, group_advantages, reward_moments, std_from_moments
 from trainer.config import OVERLONG, GRPOConfig
@@ -55,7 +56,7 @@ from trainer.rollout import (
     pad_and_stack,
 )
 from trainer.shaping import overlong_penalties
-from trainer.tools import CodeTool, call_format
+from trainer.tools import call_format
 
 
 def seed_everything(seed: int) -> None:

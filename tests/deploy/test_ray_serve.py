@@ -189,27 +189,36 @@ class _Recording(httpx.HTTPTransport):
         return response
 
 
-def test_replica_killed_mid_batch_loses_and_repeats_nothing(cluster: RayCluster,
-                                                             rewards_url: str):
-    victim = next(r for r in _replicas(rewards_url, cluster.pids).values()
-                  if cluster.nodes[r["node_id"]] == "worker")
+def _scored_through(url: str, fault: Callable[[], None], retry_for_s: float
+                    ) -> tuple[Any, list[float], list[str]]:
+    """32 slow items scored by a retrying client while ``fault`` strikes mid-batch: the
+    client's answer, the rewards each item must get, and the failed answers it retried."""
     items, expected = _batch(32, sleep_s=0.5)
     transport = _Recording()
     box: dict[str, Any] = {}
 
     def score() -> None:
-        with RewardClient(rewards_url, batch_size=2, max_concurrency=8, max_attempts=None,
-                          retry_for_s=120, backoff_s=0.2, transport=transport) as client:
+        with RewardClient(url, batch_size=2, max_concurrency=8, max_attempts=None,
+                          retry_for_s=retry_for_s, backoff_s=0.2, transport=transport) as client:
             box["out"] = client.rewards(items)
 
     thread = threading.Thread(target=score)
     thread.start()
     time.sleep(1.5)  # chunks are in flight on both replicas
-    os.kill(victim["pid"], signal.SIGKILL)
-    thread.join(180)
+    fault()
+    thread.join(retry_for_s + 60)
     assert not thread.is_alive()
-    assert transport.failures, "the kill hit no request in flight"
-    assert box["out"].rewards == expected, box["out"].results  # each item once, in its place
+    return box["out"], expected, transport.failures
+
+
+def test_replica_killed_mid_batch_loses_and_repeats_nothing(cluster: RayCluster,
+                                                             rewards_url: str):
+    victim = next(r for r in _replicas(rewards_url, cluster.pids).values()
+                  if cluster.nodes[r["node_id"]] == "worker")
+    out, expected, failures = _scored_through(
+        rewards_url, lambda: os.kill(victim["pid"], signal.SIGKILL), retry_for_s=120)
+    assert failures, "the kill hit no request in flight"
+    assert out.rewards == expected, out.results  # each item once, in its place
     deadline = time.monotonic() + 120
     while True:  # Serve notices the death at its next health check and starts a new one
         after = _replicas(rewards_url, cluster.pids, calls=10)
@@ -309,22 +318,10 @@ def test_node_lost_mid_batch_loses_and_repeats_nothing(cluster: RayCluster, rewa
                   if cluster.nodes.get(n.node_id) == "worker")
     assert {r["node_id"] for r in _replicas(rewards_url, cluster.pids).values()} == set(
         cluster.nodes), "a replica on each node before the loss"
-    items, expected = _batch(32, sleep_s=0.5)
-    transport = _Recording()
-    box: dict[str, Any] = {}
-
-    def score() -> None:
-        with RewardClient(rewards_url, batch_size=2, max_concurrency=8, max_attempts=None,
-                          retry_for_s=180, backoff_s=0.2, transport=transport) as client:
-            box["out"] = client.rewards(items)
-
-    thread = threading.Thread(target=score)
-    thread.start()
-    time.sleep(1.5)  # chunks are in flight on both replicas
-    cluster.cluster.remove_node(worker, allow_graceful=False)
-    thread.join(240)
-    assert not thread.is_alive()
-    assert transport.failures, "the loss hit no request in flight"
-    assert box["out"].rewards == expected, box["out"].results  # each item once, in its place
+    out, expected, failures = _scored_through(
+        rewards_url, lambda: cluster.cluster.remove_node(worker, allow_graceful=False),
+        retry_for_s=180)
+    assert failures, "the loss hit no request in flight"
+    assert out.rewards == expected, out.results  # each item once, in its place
     after = _replicas(rewards_url, cluster.pids, calls=10)
     assert set(after) == {n for n, role in cluster.nodes.items() if role == "head"}, after

@@ -19,18 +19,11 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from reward_server.testing import ServerProcess, free_port, wait_for_sandbox
+from reward_server.tool_client import CodeTool, ToolCall, clip, run_code_result
 from trainer.multiturn import without_outages
 from trainer.rewards import ScoredBatch
 from trainer.rollout import Rollout
-from trainer.tools import (
-    CodeTool,
-    FencedFormat,
-    TemplateFormat,
-    ToolCall,
-    call_format,
-    clip,
-    run_code_result,
-)
+from trainer.tools import FencedFormat, TemplateFormat, call_format
 
 # --- formats ------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from reward_server.testing import ServerProcess, wait_for_sandbox
+from reward_server.tool_client import CodeTool
 from tests.trainer.test_tools import HERMES_TEMPLATE, char_tokenizer
 from trainer.config import GRPOConfig
 from trainer.logprobs import completion_logps
@@ -20,7 +21,7 @@ from trainer.loss import policy_loss
 from trainer.multiturn import ToolUse, generate_with_tools
 from trainer.rewards import FunctionScorer
 from trainer.rollout import Rollout, Sampling, format_prompt
-from trainer.tools import CodeTool, call_format
+from trainer.tools import call_format
 from trainer.train import GRPOTrainer
 
 CALL = "```python\nprint(6*7)\n```"
