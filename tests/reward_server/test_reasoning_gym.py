@@ -93,6 +93,9 @@ def test_the_answer_is_the_last_answer_tag_after_thinking(srv: ServerProcess) ->
         (f"so \\boxed{{{right}}}", {"extract": "boxed"}, 1.0, "ok"),
         (f"work\n\n{right}\n", {"extract": "last_line"}, 1.0, "ok"),
         (f"  {right} ", {"extract": "whole"}, 1.0, "ok"),
+        (f"2 + 2 = {wrong}, no: {right}.", {"extract": "last_number"}, 1.0, "ok"),
+        (f"{right} + 1 is {wrong}.", {"extract": "last_number"}, 0.0, "ok"),
+        ("no digits here", {"extract": "last_number"}, 0.0, "no_answer"),
     ]
     results = _post(srv, [{"response": r, "entry": entry, **f} for r, f, _, _ in cases])
     assert [(x["score"], x["status"]) for x in results] == [(s, st) for *_, s, st in cases]

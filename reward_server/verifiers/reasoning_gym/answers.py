@@ -3,7 +3,9 @@
 The default is reasoning-gym's own convention: its prompts (``SYSTEM_PROMPTS["default"]``)
 ask for ``<answer>…</answer>``, its ``utils.extract_answer`` takes the last such span, and
 its scorers expect that span's text (a board, a list, a word), which neither a last line nor
-a box delimits. ``boxed``, ``last_line`` and ``whole`` serve prompts that ask otherwise.
+a box delimits. ``boxed``, ``last_line``, ``last_number`` and ``whole`` serve prompts that ask
+otherwise; ``last_number`` is for the numeric tasks (basic_arithmetic, chain_sum, leg_counting…)
+when the model states its number in prose ("4 + 1 = 5."), as GSM8K-style graders read it.
 
 Reasoning is not an answer: only the text after the last reasoning block is read
 (``reward_server.text.after_reasoning``, as the math verifier reads it: ``<think>`` and the
@@ -22,11 +24,14 @@ from typing import Literal
 
 from reward_server.text import after_reasoning
 
-ExtractMode = Literal["answer_tag", "boxed", "last_line", "whole"]
+ExtractMode = Literal["answer_tag", "boxed", "last_line", "last_number", "whole"]
 ThinkMode = Literal["strip", "keep"]
 OPEN, CLOSE = "<answer>", "</answer>"
 BOX = "\\boxed{"
 _BRACE = re.compile(r"[{}]")
+# a number as the tasks write theirs: a sign, digits with optional thousands commas, a
+# decimal part ("3-4" ends in 4, not -4); possessive, so linear in the text
+_NUMBER = re.compile(r"(?<!\d)-?\d++(?:,\d{3})*+(?:\.\d++)?+")
 
 
 def _strip_one_space(span: str) -> str:
@@ -69,6 +74,15 @@ def last_box(text: str) -> str | None:
     return None
 
 
+def last_number(text: str) -> str | None:
+    """The last number in ``text`` as written, thousands commas dropped ("1,250" is
+    "1250", the tasks' own answers have none); a sentence's full stop is not its decimal."""
+    found = None
+    for found in _NUMBER.finditer(text):
+        pass
+    return None if found is None else found.group().replace(",", "")
+
+
 def answer_of(response: str, mode: ExtractMode, think: ThinkMode) -> str | None:
     """The answer the response gives in ``mode``; None when it gives none."""
     text = after_reasoning(response) if think == "strip" else response
@@ -78,6 +92,8 @@ def answer_of(response: str, mode: ExtractMode, think: ThinkMode) -> str | None:
         return last_answer_tag(text)
     if mode == "boxed":
         return last_box(text)
+    if mode == "last_number":
+        return last_number(text)
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if mode == "last_line":
         return lines[-1] if lines else None

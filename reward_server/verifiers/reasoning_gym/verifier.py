@@ -57,7 +57,8 @@ class ReasoningGymItem(ItemBase):
                              "default: the entry's metadata.source_dataset.")
     extract: ExtractMode = Field("answer_tag", description="Where the answer is: the last "
                                  "<answer>…</answer> (reasoning-gym's own prompts ask for "
-                                 "it), the last \\boxed{…}, the last line, or the whole text.")
+                                 "it), the last \\boxed{…}, the last line, the last number "
+                                 "(numeric tasks, a reply in prose), or the whole text.")
     think: ThinkMode = Field("strip", description="'strip': only text after the last "
                              "</think> is read; an unclosed <think> has no answer.")
     config: dict[str, Any] | None = Field(None, description="The config the entry's dataset "
