@@ -29,11 +29,12 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import httpx
 import psutil
 
+from bench.costs import Cost, settle, timed
 from bench.record import commit, record
 from reward_server.testing import run_server
 from reward_server.verifiers.format.evaluate import evaluate
@@ -66,38 +67,7 @@ def items(count: int, rules: list[Any], seed: int = 0) -> list[dict[str, Any]]:
     return [{"response": completion(rng), "rules": rules} for _ in range(count)]
 
 
-class Cost(NamedTuple):
-    wall_s: float
-    cpu_s: float  # every process's: on a shared machine the wall clock is others' too
-
-
-def cpu_s(server: psutil.Process | None = None) -> float:
-    """CPU seconds of this process, and of the server with its format workers when given
-    (its other verifiers' workers warm up for seconds after it starts: not this cost)."""
-    total = time.process_time()
-    for proc in [server, *server.children()] if server else []:
-        if proc is server or proc.name() == "format-worker":
-            times = proc.cpu_times()
-            total += times.user + times.system
-    return total
-
-
-def settle(server: psutil.Process, limit_s: float = 120) -> None:
-    """Until the server and all its workers are idle (under a tenth of a CPU for a second):
-    their warm-up must not share the CPUs with the timed rounds."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        procs = [server, *server.children(recursive=True)]
-        before = sum(sum(p.cpu_times()[:2]) for p in procs)
-        time.sleep(1.0)
-        if sum(sum(p.cpu_times()[:2]) for p in procs) - before < 0.1:
-            return
-
-
-def timed(run: Any, server: psutil.Process | None = None) -> Cost:
-    wall, cpu = time.perf_counter(), cpu_s(server)
-    run()
-    return Cost(time.perf_counter() - wall, cpu_s(server) - cpu)
+WORKERS = ("format-worker",)
 
 
 def in_process(batch: list[dict[str, Any]], rounds: int) -> tuple[Cost, Cost]:
@@ -128,7 +98,7 @@ def served(client: httpx.Client, server: psutil.Process, batch: list[dict[str, A
     for _ in range(WARM_UP if first else 0):
         post()
     results: list[list[dict[str, Any]]] = []
-    cost = timed(lambda: results.extend(post() for _ in range(rounds)), server)
+    cost = timed(lambda: results.extend(post() for _ in range(rounds)), server, WORKERS)
     return cold_s, cost, results[-1]
 
 

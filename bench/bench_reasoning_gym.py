@@ -4,11 +4,13 @@ The items: every task's entries (seeded), each with its own answer and with a wr
 ``<answer>`` tags, in batches of ``--batch``. In-process is what a training recipe does: the
 task's ``score_answer`` called in the trainer's own process (unguarded: it runs the answer as
 code in nine tasks, docs/reasoning_gym.md). The service: the real server on loopback, its
-result cache off, so every item is scored afresh; one request per batch, one at a time.
+result cache off, so every item is scored afresh; one request per batch, one at a time. The
+two are measured in turn ``--repeats`` times, in wall-clock and in CPU time (``bench/costs.py``:
+this process, the server and its scoring workers), and the medians reported.
 
 Writes JSON (date, commit, machine, figures) through ``bench/record.py``.
 
-    python -m bench.bench_reasoning_gym [--batch 256] [--rounds 5] [--publish]
+    python -m bench.bench_reasoning_gym [--batch 256] [--rounds 10] [--repeats 5] [--publish]
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import time
 import warnings
@@ -23,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
+from bench.costs import Cost, settle, timed
 from bench.record import commit, record
 from reward_server.testing import run_server
 
@@ -57,12 +62,30 @@ def in_process(batch: list[tuple[Any, dict[str, Any], str]]) -> None:
             pass
 
 
+WORKERS = ("rgym-worker",)
+RATIOS = ("service_over_in_process", "service_over_in_process_cpu")
+
+
+def figures(n: int, local: Cost, served: Cost) -> dict[str, float]:
+    return {
+        "in_process_items_per_s": round(n / local.wall_s, 1),
+        "service_items_per_s": round(n / served.wall_s, 1),
+        "service_over_in_process": round(served.wall_s / local.wall_s, 2),
+        "in_process_cpu_us_per_item": round(local.cpu_s / n * 1e6, 1),
+        "service_cpu_us_per_item": round(served.cpu_s / n * 1e6, 1),
+        "service_over_in_process_cpu": round(served.cpu_s / local.cpu_s, 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=5, help="in-process and service "
+                        "measured in turn this many times: the medians are the figures")
     parser.add_argument("--per-task", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=None,
+                        help="scoring workers (default: the server's default)")
     parser.add_argument("--chunk", type=int, default=256)
     parser.add_argument("--publish", action="store_true")
     args = parser.parse_args()
@@ -72,17 +95,14 @@ def main() -> None:
     batches = (batches * args.rounds)[:args.rounds]
     bodies = [json.dumps({"items": [{"response": r, "entry": e} for _, e, r in b]},
                          default=str) for b in batches]
-
     in_process(batches[0])  # each task's dataset object and caches, as a trainer has them
-    t0 = time.perf_counter()
-    for batch in batches:
-        in_process(batch)
-    local_s = time.perf_counter() - t0
 
     env = {"REWARD_SERVER_CACHE_SIZE": "0",
-           "REWARD_SERVER_REASONING_GYM_WORKERS": str(args.workers),
            "REWARD_SERVER_REASONING_GYM_CHUNK_ITEMS": str(args.chunk)}
-    with run_server(Path(tempfile.mkdtemp()), env=env) as srv, \
+    if args.workers is not None:
+        env["REWARD_SERVER_REASONING_GYM_WORKERS"] = str(args.workers)
+    runs: list[dict[str, float]] = []
+    with run_server(Path(tempfile.mkdtemp()), env=env, startup_s=300) as srv, \
             httpx.Client(base_url=srv.url, timeout=600) as client:
         def post(body: str) -> list[dict[str, Any]]:
             r = client.post("/v1/verify/reasoning_gym", content=body,
@@ -95,23 +115,23 @@ def main() -> None:
         cold_s = time.perf_counter() - t0
         for _ in range(3):  # every worker builds each task's scorer once (arc_agi: 0.4 s)
             post(bodies[0])
-        t0 = time.perf_counter()
-        for body in bodies:
-            results = post(body)
-        served_s = time.perf_counter() - t0
-    n = sum(len(b) for b in batches)
-    figures = {
-        "items": n, "in_process_items_per_s": round(n / local_s, 1),
-        "service_items_per_s": round(n / served_s, 1),
-        "service_over_in_process": round(served_s / local_s, 2),
-        "first_batch_cold_s": round(cold_s, 2),
-        "last_batch_statuses": sorted({r["status"] for r in results}),
-    }
-    print(json.dumps(figures, indent=2))
-    path = record("reasoning_gym", figures, {"batch": args.batch, "rounds": args.rounds,
-                                             "per_task": args.per_task, "workers": args.workers,
-                                             "chunk_items": args.chunk,
-                                             "cache": "off", "cpus": os.cpu_count()},
+        server = psutil.Process(srv.proc.pid)
+        workers = sum(1 for p in server.children() if p.name() in WORKERS)
+        settle(server)
+        for _ in range(args.repeats):  # in turn: a change of load hits both sides
+            local = timed(lambda: [in_process(batch) for batch in batches])
+            served = timed(lambda: [post(body) for body in bodies], server, WORKERS)
+            runs.append(figures(sum(len(b) for b in batches), local, served))
+        results = post(bodies[-1])
+    out: dict[str, Any] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    out.update(items=sum(len(b) for b in batches), first_batch_cold_s=round(cold_s, 2),
+               last_batch_statuses=sorted({r["status"] for r in results}),
+               repeats={key: [run[key] for run in runs] for key in RATIOS})
+    print(json.dumps(out, indent=2))
+    path = record("reasoning_gym", out, {"batch": args.batch, "rounds": args.rounds,
+                                         "repeats": args.repeats, "per_task": args.per_task,
+                                         "workers": workers, "chunk_items": args.chunk,
+                                         "cache": "off", "cpus": os.cpu_count()},
                   publish=args.publish, measured_on=measured_on)
     print(f"wrote {path}")
 

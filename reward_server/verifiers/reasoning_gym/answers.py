@@ -20,6 +20,7 @@ every ``<answer>`` that has no closing tag, which is quadratic on 2 MB of them.
 from __future__ import annotations
 
 import re
+from collections import deque
 from typing import Literal
 
 from reward_server.text import after_reasoning
@@ -77,10 +78,8 @@ def last_box(text: str) -> str | None:
 def last_number(text: str) -> str | None:
     """The last number in ``text`` as written, thousands commas dropped ("1,250" is
     "1250", the tasks' own answers have none); a sentence's full stop is not its decimal."""
-    found = None
-    for found in _NUMBER.finditer(text):
-        pass
-    return None if found is None else found.group().replace(",", "")
+    last = deque(_NUMBER.finditer(text), maxlen=1)
+    return last[0].group().replace(",", "") if last else None
 
 
 def answer_of(response: str, mode: ExtractMode, think: ThinkMode) -> str | None:

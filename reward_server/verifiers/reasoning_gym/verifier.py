@@ -13,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import pickle
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator, with_config
+from typing_extensions import TypedDict  # pydantic reads its fields on Python 3.11
 
 from reward_server import metrics
 from reward_server.cache import ResultCache, TimeoutMemory
@@ -35,13 +38,15 @@ INLINE_CHARS = 64 * 1024  # a request with more text has its answers extracted o
 KNOWN_TASKS: set[str] = set()
 
 
-class Entry(BaseModel):
-    """A dataset entry as the library produces it (``dataset[i]``)."""
+@with_config(ConfigDict(extra="allow"))
+class Entry(TypedDict, total=False):
+    """A dataset entry as the library produces it (``dataset[i]``). A dict, not a model: it
+    goes to the scorer as it came, and building then dumping a model per item cost as much
+    as the scoring."""
 
-    model_config = ConfigDict(extra="allow")
-    question: str = ""
-    answer: Any = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    question: str
+    answer: Any
+    metadata: dict[str, Any]
 
 
 class ReasoningGymItem(ItemBase):
@@ -65,7 +70,6 @@ class ReasoningGymItem(ItemBase):
                                           "was made with (its fields as JSON), where it is not "
                                           "the library's default: several scorers read it.")
 
-    _entry: dict[str, Any] = PrivateAttr()
     _task: str = PrivateAttr()
     _entry_key: str = PrivateAttr()
     _config_key: str = PrivateAttr()
@@ -76,7 +80,8 @@ class ReasoningGymItem(ItemBase):
             if self.metadata is not None or self.answer is not None:
                 raise ValueError("give 'entry', or its fields flat ('answer', 'metadata'), "
                                  "not both")
-            entry = self.entry.model_dump()
+            entry = {"question": "", "answer": None, **self.entry}
+            entry.setdefault("metadata", {})
         elif self.metadata is not None:
             entry = {"question": self.question or "", "answer": self.answer,
                      "metadata": self.metadata}
@@ -89,9 +94,13 @@ class ReasoningGymItem(ItemBase):
                              "source_dataset")
         if KNOWN_TASKS and task not in KNOWN_TASKS:
             raise ValueError(f"unknown task {task!r}; known: {', '.join(sorted(KNOWN_TASKS))}")
-        self._entry, self._task = entry, task
-        self._entry_key = json.dumps(entry, sort_keys=True, default=str)
-        self._config_key = json.dumps(self.config, sort_keys=True, default=str)
+        self._task = task
+        # Keys of the cache and of a request's duplicates (G completions share an entry):
+        # equal pickles are equal entries, and pickling parsed JSON costs a fifth of dumping
+        # it with sorted keys (the same entry with its keys in another order is only a miss)
+        self._entry_key = pickle.dumps(entry, protocol=5)
+        self._config_key = "null" if self.config is None else json.dumps(
+            self.config, sort_keys=True, default=str)
         return self
 
 
@@ -107,8 +116,15 @@ class ReasoningGymResult(ResultBase):
     detail: str | None = None
 
 
-# (task, answer, entry, config, each as canonical JSON): what a score depends on
-Job = tuple[str, str, str, str]
+# (task, answer, the entry pickled, the config as canonical JSON): what a score depends on,
+# and what a worker is handed (the pickle crosses as bytes, not pickled again)
+Job = tuple[str, str, bytes, str]
+
+
+def chunk_size(jobs: int, workers: int, most: int) -> int:
+    """Answers per hand-off: a request's answers spread over every worker (a batch of 256
+    on two workers is scored on two cores), ``most`` at a time."""
+    return max(1, min(most, -(-jobs // max(1, workers))))
 
 
 def _result(status: str, score: float, detail: str | None, extracted: str | None
@@ -156,9 +172,12 @@ class ReasoningGymVerifier(Verifier):
             answers = self._answers(items)
         results = await self._score(items, answers)
         elapsed = time.perf_counter() - started
-        for result in results:
-            metrics.ITEMS.labels(self.name, result.status).inc()
-            metrics.ITEM_LATENCY.labels(self.name).observe(elapsed)
+        # counted once per request: a labelled inc() per item costs what a scorer does
+        for status, count in Counter(result.status for result in results).items():
+            metrics.ITEMS.labels(self.name, status).inc(count)
+        latency = metrics.ITEM_LATENCY.labels(self.name)
+        for _ in results:
+            latency.observe(elapsed)
         return results
 
     @staticmethod
@@ -169,7 +188,7 @@ class ReasoningGymVerifier(Verifier):
                      ) -> list[ReasoningGymResult]:
         out: list[ReasoningGymResult | None] = [None] * len(items)
         todo: dict[Job, list[int]] = {}
-        entries: dict[Job, dict[str, Any]] = {}
+        hits = 0
         for k, (item, answer) in enumerate(zip(items, answers, strict=True)):
             if self._missing is not None:
                 out[k] = _result(UNAVAILABLE, math.nan, self._missing, answer)
@@ -180,23 +199,23 @@ class ReasoningGymVerifier(Verifier):
                 job = (item._task, answer, item._entry_key, item._config_key)
                 cached, hit = self._cache.peek(job)
                 if hit:
-                    metrics.CACHE_HITS.labels(self.name).inc()
+                    hits += 1
                     out[k] = cached
                 else:
                     todo.setdefault(job, []).append(k)
-                    entries[job] = item._entry
+        metrics.CACHE_HITS.labels(self.name).inc(hits)
         jobs = list(todo)
-        size = self.config.chunk_items  # type: ignore[union-attr]
+        size = chunk_size(len(jobs), self._pool.slots if self._pool else 1,
+                          self.config.chunk_items)  # type: ignore[union-attr]
         chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
-        scoring = (self._chunk(chunk, [entries[job] for job in chunk]) for chunk in chunks)
-        for chunk, scored in zip(chunks, await asyncio.gather(*scoring), strict=True):
+        for chunk, scored in zip(chunks, await asyncio.gather(*map(self._chunk, chunks)),
+                                 strict=True):
             for job, result in zip(chunk, scored, strict=True):
                 for k in todo[job]:
                     out[k] = result
         return out  # type: ignore[return-value]
 
-    async def _chunk(self, jobs: list[Job], entries: list[dict[str, Any]]
-                     ) -> list[ReasoningGymResult]:
+    async def _chunk(self, jobs: list[Job]) -> list[ReasoningGymResult]:
         """The chunk's results; a chunk that did not finish runs again one job at a time."""
         if len(jobs) == 1 and (found := self._timeouts.get(jobs[0])) is not None:
             metrics.TIMEOUTS_REMEMBERED.labels(self.name).inc()
@@ -204,11 +223,9 @@ class ReasoningGymVerifier(Verifier):
             return [value.model_copy(update={"detail": f"{value.detail} (the same answer, "
                                              f"{age_s:.0f} s ago; remembered)"})]
         assert self._pool is not None, "ReasoningGymVerifier.start() was not awaited"
-        payload = [(task, answer, entry, config) for (task, answer, _, config), entry in zip(
-            jobs, entries, strict=True)]
         try:
             async with self._gate.slot() as held:
-                task = await self._pool.run(library.score_many, payload,
+                task = await self._pool.run(library.score_many, jobs,
                                             timeout=self.config.timeout_s)  # type: ignore[union-attr]
                 held.cost_s = task.cost_s
         except BudgetSpent as exc:
@@ -223,8 +240,8 @@ class ReasoningGymVerifier(Verifier):
         if task.outcome == UNAVAILABLE:  # the pool's loss: no answer's doing
             return [_result(UNAVAILABLE, math.nan, task.detail, job[1]) for job in jobs]
         if len(jobs) > 1:  # which answer it was: each alone, under its own limit
-            return [r for one in await asyncio.gather(*(
-                self._chunk([j], [e]) for j, e in zip(jobs, entries, strict=True))) for r in one]
+            return [r for one in await asyncio.gather(*(self._chunk([j]) for j in jobs))
+                    for r in one]
         return [self._failed(jobs[0], task.outcome, task.detail, task.cpu_bound)]
 
     def _failed(self, job: Job, outcome: str, detail: str | None, cpu_bound: bool
