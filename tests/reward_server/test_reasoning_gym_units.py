@@ -1,10 +1,11 @@
-"""The reasoning_gym verifier's answer extraction, as pure functions."""
+"""The reasoning_gym verifier's pure functions: answer extraction, chunking."""
 
 from __future__ import annotations
 
 import pytest
 
 from reward_server.verifiers.reasoning_gym.answers import answer_of, last_number
+from reward_server.verifiers.reasoning_gym.verifier import chunk_size
 
 
 @pytest.mark.parametrize(("text", "number"), [
@@ -29,3 +30,16 @@ def test_last_number_reads_after_the_reasoning_only() -> None:
 def test_last_number_on_megabytes_of_digits_and_commas() -> None:
     assert last_number("1" + ",000" * 250_000 + " then 9") == "9"
     assert last_number("9" * 2_000_000) == "9" * 2_000_000
+
+
+@pytest.mark.parametrize(("jobs", "workers", "most", "size"), [
+    (256, 1, 256, 256),   # one worker: one hand-off
+    (256, 2, 256, 128),   # two: half each, on two cores
+    (257, 2, 256, 129),
+    (1000, 2, 256, 256),  # never more than chunk_items at once
+    (3, 8, 256, 1),
+    (0, 2, 256, 1),
+])
+def test_a_requests_answers_spread_over_the_workers(jobs: int, workers: int, most: int,
+                                                    size: int) -> None:
+    assert chunk_size(jobs, workers, most) == size
