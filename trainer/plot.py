@@ -1,7 +1,9 @@
 """A PNG of reward (total and per verifier), accuracy, KL and completion length over steps,
-from any run dir.
+from any run dir; or several runs' curves on the same axes, to compare two settings (a run
+with the code tool and the same run without it).
 
-    grpo-plot runs/demo        # writes runs/demo/curves.png
+    grpo-plot runs/demo                                   # writes runs/demo/curves.png
+    grpo-plot runs/tool runs/tool_off --out compare.png   # one line per run in each panel
 """
 
 from __future__ import annotations
@@ -53,13 +55,56 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     return out
 
 
+# compared runs: the figures two settings differ in, one line per run
+COMPARED = [
+    ("training reward (mean)", "reward"),
+    ("held-out accuracy (greedy)", "eval/accuracy"),
+    ("completion length", "completion_length"),
+]
+
+
+def plot_runs(run_dirs: list[Path], out: Path) -> Path:
+    """Each run's ``COMPARED`` figures on shared axes, labelled by its directory's name."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [(run_dir.name, read_metrics(run_dir)) for run_dir in run_dirs]
+    fig, axes = plt.subplots(1, len(COMPARED), figsize=(4.2 * len(COMPARED), 3.4))
+    for ax, (title, key) in zip(axes, COMPARED, strict=True):
+        for name, records in runs:
+            points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=name)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.suptitle("GRPO runs: " + ", ".join(str(d) for d in run_dirs), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="grpo-plot", description="Plot a GRPO run's metrics.")
-    ap.add_argument("run_dir", type=Path)
-    ap.add_argument("--out", type=Path, default=None, help="PNG path (default RUN/curves.png)")
+    ap = argparse.ArgumentParser(prog="grpo-plot", description="Plot a GRPO run's metrics, "
+                                 "or compare several runs' curves.")
+    ap.add_argument("run_dirs", type=Path, nargs="+", metavar="run_dir")
+    ap.add_argument("--out", type=Path, default=None, help="PNG path (default RUN/curves.png; "
+                    "required with several runs)")
     args = ap.parse_args(argv)
+    if len(args.run_dirs) > 1 and args.out is None:
+        print("grpo-plot: --out: give the PNG path when comparing runs", file=sys.stderr)
+        return 2
     try:
-        print(plot_run(args.run_dir, args.out))
+        if len(args.run_dirs) > 1:
+            print(plot_runs(args.run_dirs, args.out))
+        else:
+            print(plot_run(args.run_dirs[0], args.out))
     except (FileNotFoundError, ValueError) as exc:
         print(f"grpo-plot: {exc}", file=sys.stderr)
         return 2

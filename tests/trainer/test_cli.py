@@ -113,3 +113,10 @@ progress_bar: false
     bad = subprocess.run([sys.executable, "-m", "trainer.plot", str(tmp_path / "none")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no metrics.jsonl" in bad.stderr
+    compared = subprocess.run([sys.executable, "-m", "trainer.plot", str(run), str(run),
+                               "--out", str(tmp_path / "c.png")],
+                              capture_output=True, text=True, timeout=120)
+    assert compared.returncode == 0 and (tmp_path / "c.png").stat().st_size > 10_000
+    no_out = subprocess.run([sys.executable, "-m", "trainer.plot", str(run), str(run)],
+                            capture_output=True, text=True, timeout=120)
+    assert no_out.returncode == 2 and "--out" in no_out.stderr
