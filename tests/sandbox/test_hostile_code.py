@@ -20,6 +20,16 @@ from tests.conftest import (
     sandbox_containers,
     wait_for_sandbox,
 )
+from tests.sandbox.probes import (
+    CHILD_OUTLIVES,
+    CHILD_OUTLIVES_EXPECTED,
+    FILESYSTEM_PROBE,
+    KILL_EVERYTHING,
+    KILL_EVERYTHING_EXPECTED,
+    NETWORK_EXPECTED,
+    filesystem_expected,
+    network_probe,
+)
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -130,85 +140,29 @@ def test_print_1_gb_to_stderr(srv: ServerProcess) -> None:
     assert_clean(srv)
 
 
-NETWORK_PROBE = """
-import os, socket
-interfaces = sorted(os.listdir('/sys/class/net'))
-print('interfaces', interfaces)
-# Only try to connect when the namespace has nothing but loopback: then no packet can leave
-# this container whatever the address, and the attempt fails inside the kernel.
-if interfaces == ['lo']:
-    for host, port in [('192.0.2.1', 80), ('127.0.0.1', PORT), ('localhost', PORT)]:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            print('connected', host)
-        except OSError as exc:
-            print('blocked', host)
-"""
-
-
 def test_no_network_outside_or_to_the_host(srv: ServerProcess) -> None:
     port = srv.url.rsplit(":", 1)[1]
-    expected = "interfaces ['lo']\nblocked 192.0.2.1\nblocked 127.0.0.1\nblocked localhost"
-    result = run(srv, response=NETWORK_PROBE.replace("PORT", port),
-                 tests=[{"output": expected}])
+    result = run(srv, response=network_probe(port), tests=[{"output": NETWORK_EXPECTED}])
     assert result["tests"][0]["status"] == "passed", result
     assert_clean(srv)
 
 
-FILESYSTEM_PROBE = """
-import os
-for path in ['/etc/evil', '/opt/harness/__main__.py', '/usr/bin/python3', '/evil', '/tmp/evil',
-             '/var/tmp/evil', '/home/evil', '/root/evil', '/proc/1/mem']:
-    try:
-        with open(path, 'ab') as f:
-            f.write(b'x')
-        print('WROTE', path)
-    except OSError as exc:
-        print('blocked', path)
-for path in ['/proc/1/environ', '/proc/1/fd/1', '/proc/1/mem', '/etc/shadow', '/root/.bashrc',
-             '/var/run/docker.sock', '/proc/kcore']:
-    try:
-        with open(path, 'rb') as f:
-            f.read(1)
-        print('READ', path)
-    except OSError:
-        print('blocked', path)
-with open('ok.txt', 'w') as f:
-    f.write('work dir is writable')
-print(open('ok.txt').read())
-"""
-
-
 def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess) -> None:
-    # gVisor (20221219) lets any uid read /proc/1/environ: the image's variables only (PATH,
-    # HOME, HOSTNAME); the server passes none. Its fds and memory stay closed.
-    environ = "READ" if srv.runtime == "runsc" else "blocked"
-    expected = "\n".join(
-        [f"blocked {p}" for p in ['/etc/evil', '/opt/harness/__main__.py', '/usr/bin/python3',
-                                  '/evil', '/tmp/evil', '/var/tmp/evil', '/home/evil',
-                                  '/root/evil', '/proc/1/mem']]
-        + [f"{environ} /proc/1/environ"]
-        + [f"blocked {p}" for p in ['/proc/1/fd/1', '/proc/1/mem',
-                                    '/etc/shadow', '/root/.bashrc', '/var/run/docker.sock',
-                                    '/proc/kcore']]
-        + ["work dir is writable"])
-    result = run(srv, response=FILESYSTEM_PROBE, tests=[{"output": expected}])
+    result = run(srv, response=FILESYSTEM_PROBE,
+                 tests=[{"output": filesystem_expected(srv.runtime)}])
     assert result["tests"][0]["status"] == "passed", result
     assert_clean(srv)
 
 
 def test_child_outliving_its_parent_is_killed(srv: ServerProcess) -> None:
-    program = ("import subprocess\nsubprocess.Popen(['sleep', '100'], start_new_session=True)\n"
-               "subprocess.Popen(['python3', '-c', 'import time; time.sleep(100)'])\n"
-               "print('done')")
-    result = run(srv, response=program, tests=[{"output": "done"}])
+    result = run(srv, response=CHILD_OUTLIVES, tests=[{"output": CHILD_OUTLIVES_EXPECTED}])
     assert result["tests"][0]["status"] == "passed"
     assert_clean(srv)  # the sleepers are gone and the container was checked
 
 
 def test_kill_everything(srv: ServerProcess) -> None:
-    program = "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('still here')"
-    result = run(srv, response=program, tests=[{"output": "still here"}, {"output": "x"}])
+    result = run(srv, response=KILL_EVERYTHING,
+                 tests=[{"output": KILL_EVERYTHING_EXPECTED}, {"output": "x"}])
     # kill(-1) spares init (the harness) and the caller; the fork server dies, so the test
     # either completes or is reported as the crash it is. Both tests are judged.
     first, second = (t["status"] for t in result["tests"])
