@@ -1,9 +1,11 @@
 """``POST /run_code`` through the real server and Docker engine, under runc and gVisor, called
 by veRL's own SandboxFusion client (``verl.utils.reward_score.sandbox_fusion``) with only its
 URL pointed here (behind a token: the URL's password); Python forked from the warm zygote as
-``python3`` runs it, each call seeing nothing an earlier one left; and hostile snippets, each
+``python3`` runs it, each call seeing nothing an earlier one left; hostile snippets, each
 stopped by its own limit while a benign call beside them is answered correctly, the pool
-clean after."""
+clean after; and the code verifier's isolation probes (tests/sandbox/probes.py: no network,
+no write outside the work dir, no host file, no child outliving the snippet, kill(-1)) held
+to the same expectations on both of a Python snippet's paths."""
 
 from __future__ import annotations
 
@@ -20,7 +22,20 @@ import pytest
 from verl.utils.reward_score.sandbox_fusion import compute_score
 from verl.utils.reward_score.sandbox_fusion.utils import call_sandbox_api, check_correctness
 
+from reward_server.verifiers.code import SPARE_CONTAINERS
 from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
+from tests.sandbox.probes import (
+    CHILD_OUTLIVES,
+    CHILD_OUTLIVES_EXPECTED,
+    FILESYSTEM_PROBE,
+    KILL_EVERYTHING,
+    KILL_EVERYTHING_EXPECTED,
+    NETWORK_EXPECTED,
+    THEIR_PROCESSES,
+    filesystem_expected,
+    kill_everything_raises,
+    network_probe,
+)
 from tests.sandbox.test_hostile_code import POOL, assert_clean
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
@@ -279,6 +294,76 @@ def test_hostile_snippets_contained_beside_a_benign_call(srv: ServerProcess) -> 
             else:
                 assert run["status"] == "Finished" and run["return_code"] != 0, (name, got)
         assert len(hostile["flood"].result()["run_result"]["stdout"]) <= 8 * 1024 * 1024
+    assert_clean(srv)
+
+
+# A Python snippet runs by either of two paths, each held to the probes: forked from the warm
+# zygote, or (when files come with it) as a fresh `python3 main.py` started by the harness.
+PATHS = {"zygote": {}, "fresh": {"files": {"data.txt": ""}}}
+
+
+def run_python(srv: ServerProcess, code: str, path: str, **body: Any) -> dict[str, Any]:
+    """A Python snippet by ``path``, checked to have taken it (the zygote's child has the
+    zygote, not the harness, as its parent)."""
+    check = "import os as _os\nprint('zygote' if _os.getppid() != 1 else 'fresh', end=' ')\n"
+    got = post(srv, language="python", code=check + code, **PATHS[path], **body)
+    taken, _, stdout = (got["run_result"] or {}).get("stdout", "").partition(" ")
+    assert taken == path, got
+    got["run_result"]["stdout"] = stdout
+    return got
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_no_network_outside_or_to_the_host(srv: ServerProcess, path: str) -> None:
+    got = run_python(srv, network_probe(srv.url.rsplit(":", 1)[1]), path)
+    assert got["status"] == "Success", got
+    assert got["run_result"]["stdout"] == NETWORK_EXPECTED + "\n"
+    assert_clean(srv)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess, path: str) -> None:
+    got = run_python(srv, FILESYSTEM_PROBE, path)
+    assert got["status"] == "Success", got
+    assert got["run_result"]["stdout"] == filesystem_expected(srv.runtime) + "\n"
+    assert_clean(srv)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_child_outliving_its_snippet_is_gone_before_the_next(srv: ServerProcess,
+                                                               path: str) -> None:
+    """The snippet's children live past its end; the harness kills them as it sweeps, and
+    the container, dirty for what was left, is replaced: no later snippet, in that container
+    or another, meets a process of the candidate's uid, and every container runs its
+    harness and fork server only."""
+    got = run_python(srv, CHILD_OUTLIVES + "\nimport os\nprint(os.uname().nodename)", path)
+    assert got["status"] == "Success", got
+    printed, host = got["run_result"]["stdout"].splitlines()
+    assert printed == CHILD_OUTLIVES_EXPECTED
+    for _ in range(POOL + SPARE_CONTAINERS + 1):  # more snippets than there are containers
+        later = post(srv, language="python", code=THEIR_PROCESSES)
+        assert later["status"] == "Success", later
+        assert later["run_result"]["stdout"].split(" ", 1)[1] == "[]\n", (host, later)
+    assert_clean(srv)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_kill_everything(srv: ServerProcess, path: str) -> None:
+    """kill(-1) from a snippet reaches no process but its own uid's: the harness and the
+    fork server (root) stay, the snippet ends as it would have (or, under gVisor, with the
+    ESRCH of a kill that found nothing of its own to signal), and the next call is answered
+    right from the same pool."""
+    got = run_python(srv, KILL_EVERYTHING, path)
+    run = got["run_result"]
+    if kill_everything_raises(srv.runtime):
+        assert (got["status"], run["return_code"], run["stdout"]) == ("Failed", 1, ""), got
+        assert run["stderr"].endswith("ProcessLookupError: [Errno 3] No such process\n"), got
+    else:
+        assert got["status"] == "Success", got
+        assert run["stdout"] == KILL_EVERYTHING_EXPECTED + "\n"
+    assert httpx.get(srv.url + "/healthz", timeout=10).status_code == 200
+    after = run_python(srv, SUM, path, stdin="20 22")
+    assert after["status"] == "Success" and after["run_result"]["stdout"] == "42\n", after
     assert_clean(srv)
 
 
