@@ -1,8 +1,10 @@
 """Stateful sessions (``/v1/sessions``) through the real server on loopback and the real Docker
 engine, under runc and gVisor: state kept across cells, sessions isolated from each other and
 from other callers, the caps, the idle TTL freeing the container, looping and hostile cells
-stopped by their own session's limits while another session answers, and no container left
-behind when the server stops or is killed."""
+stopped by their own session's limits while another session answers, the code verifier's
+isolation probes (tests/sandbox/probes.py) held to the same expectations in a cell, nothing a
+session leaves reaching another caller, and no container left behind when the server stops or
+is killed."""
 
 from __future__ import annotations
 
@@ -24,6 +26,20 @@ from tests.conftest import (
     run_server,
     wait_for_sandbox,
 )
+from tests.sandbox.probes import (
+    CHILD_COMMANDS,
+    CHILD_OUTLIVES,
+    CHILD_OUTLIVES_EXPECTED,
+    FILESYSTEM_PROBE,
+    KILL_EVERYTHING,
+    KILL_EVERYTHING_EXPECTED,
+    NETWORK_EXPECTED,
+    THEIR_PROCESSES,
+    filesystem_expected,
+    kill_everything_raises,
+    network_probe,
+)
+from tests.sandbox.test_hostile_code import assert_clean
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -280,6 +296,110 @@ def test_hostile_cells_are_contained_beside_another_session(srv: ServerProcess) 
     assert len(flood["cells"][0]["stdout"]) == 65536
     assert got["fork"]["status"] == "Failed", got["fork"]
     eventually(lambda: session_containers(srv) == [], what="every session's container removed")
+
+
+def test_no_network_outside_or_to_the_host(srv: ServerProcess) -> None:
+    with Session(srv) as s:
+        got = s.run(network_probe(srv.url.rsplit(":", 1)[1]))
+        assert got["status"] == "Success", got
+        assert got["cells"][0]["stdout"] == NETWORK_EXPECTED + "\n"
+    assert_clean(srv)
+
+
+def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess) -> None:
+    """A session's container has the harness as PID 1, as a snippet's has: the cell, run by
+    the session's kernel under the candidate's uid, is held to what a code item is."""
+    with Session(srv) as s:
+        got = s.run(FILESYSTEM_PROBE)
+        assert got["status"] == "Success", got
+        assert got["cells"][0]["stdout"] == filesystem_expected(srv.runtime) + "\n"
+    assert_clean(srv)
+
+
+def test_a_child_outliving_its_cell_goes_with_its_session(srv: ServerProcess) -> None:
+    """A cell's background process is its session's own, as a notebook's is: it lives past
+    its cell, in the session's container only, where another caller's session never meets
+    it. Closing the session removes that container and the process with it: none is left in
+    any container of the server, and the pool is as it was."""
+    with Session(srv) as s, Session(srv, OTHER) as other:
+        got = s.run(CHILD_OUTLIVES)
+        assert got["cells"][0]["stdout"] == CHILD_OUTLIVES_EXPECTED + "\n", got
+        mine = s.run(THEIR_PROCESSES)["cells"][0]["stdout"]
+        assert all(command in mine for command in CHILD_COMMANDS), mine
+        theirs = other.run(THEIR_PROCESSES)["cells"][0]["stdout"]
+        assert theirs.split(" ", 1)[1] == "[]\n", theirs
+        assert len(session_containers(srv)) == 2
+    eventually(lambda: session_containers(srv) == [], what="the sessions' containers removed")
+    assert_clean(srv)  # every container left runs its harness and fork server only
+
+
+def test_kill_everything(srv: ServerProcess) -> None:
+    """kill(-1) in a cell spares the kernel (the caller) and reaches nothing of root's (the
+    harness, the fork server): the session keeps its state. From a child of the cell it
+    kills the kernel too, and that session only is lost, with a 410 after; another
+    caller's session answers throughout."""
+    with Session(srv, OTHER) as benign, Session(srv) as s:
+        benign.run("x = 'benign'")
+        s.run("y = 2")
+        got = s.run(KILL_EVERYTHING)
+        cell = got["cells"][0]
+        if kill_everything_raises(srv.runtime):
+            assert cell["error"][0]["ename"] == "ProcessLookupError", got
+        else:
+            assert got["status"] == "Success", got
+            assert cell["stdout"] == KILL_EVERYTHING_EXPECTED + "\n"
+        assert got["session"]["state"] == "open" and s.value("y") == "2"
+        got = s.run(f"import subprocess\nsubprocess.run(['python3', '-c', {KILL_EVERYTHING!r}])")
+        assert got["cells"][0]["status"] == "Error" and got["session"]["state"] == "lost", got
+        assert "exited (exit code -9)" in got["message"], got
+        r = s.http.post(f"/v1/sessions/{s.id}/run", json={"code": "y"})
+        assert r.status_code == 410 and "lost" in r.json()["detail"], r.text
+        assert benign.value("x") == "'benign'"
+    assert httpx.get(srv.url + "/healthz", timeout=10).status_code == 200
+    eventually(lambda: session_containers(srv) == [], what="the sessions' containers removed")
+    assert_clean(srv)
+
+
+# What a session could leave for a later program (a file in its work dir and in /dev/shm, the
+# one world-writable place outside it; an environment variable; a global; a process), and a
+# probe for each, one line apiece
+LEAVE = ("import os, subprocess\nopen('left.txt', 'w').write('x')\n"
+         "open('/dev/shm/left', 'w').write('x')\nos.environ['LEFT'] = '1'\nleft = 1\n"
+         "subprocess.Popen(['sleep', '100'], start_new_session=True)")
+LOOK = """
+import os
+print('files', sorted(os.listdir('.')))
+print('work dirs', len(os.listdir('/work')))
+print('shm', sorted(os.listdir('/dev/shm')))
+print('env', os.environ.get('LEFT'))
+print('global', 'left' in globals())
+print('processes', len([p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()
+                        and os.stat(f'/proc/{p}').st_uid == os.getuid()]))
+"""
+NOTHING_LEFT = ("files []\nwork dirs 1\nshm []\nenv None\nglobal False\nprocesses 0\n")
+
+
+def test_nothing_a_session_leaves_reaches_another_caller(srv: ServerProcess) -> None:
+    """Another caller's session, open beside it or after it closed, and a snippet on
+    ``/run_code`` meet none of it: a session's container is its own, never given back."""
+    with Session(srv) as mine:
+        mine.run(LEAVE)
+        seen = mine.run(LOOK)["cells"][0]["stdout"]
+        assert seen == ("files ['left.txt']\nwork dirs 1\nshm ['left']\nenv 1\nglobal True\n"
+                        "processes 1\n"), seen  # the probe sees what it looks for
+        with Session(srv, OTHER) as beside:
+            got = beside.run(LOOK)
+            assert got["cells"][0]["stdout"] == NOTHING_LEFT, got
+        with client(srv, THIRD) as c:
+            r = c.post("/run_code", json={"language": "python", "code": LOOK})
+            assert r.status_code == 200, r.text
+            assert r.json()["run_result"]["stdout"] == NOTHING_LEFT.replace(
+                "files []", "files ['main.py']"), r.json()
+    with Session(srv, THIRD) as after:
+        got = after.run(LOOK)
+        assert got["cells"][0]["stdout"] == NOTHING_LEFT, got
+    eventually(lambda: session_containers(srv) == [], what="the sessions' containers removed")
+    assert_clean(srv)
 
 
 def test_metrics(srv: ServerProcess) -> None:
