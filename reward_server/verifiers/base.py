@@ -8,6 +8,7 @@ new verifier never edits the core.
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
+    from reward_server.process_pool import TimeoutPool
     from reward_server.settings import ServerSettings
 
 
@@ -64,3 +66,15 @@ class Verifier(ABC):
     async def verify(self, items: Sequence[ItemBase]) -> list[ResultBase]:
         """Score ``items``; one result per item, same order. Never raise for bad content:
         a wrong, unparseable or hostile response is a result with a status."""
+
+
+class PooledVerifier(Verifier):
+    """A verifier whose checks run in worker processes: ``start`` makes ``_pool``, and
+    ``stop`` closes it, off the event loop (joining workers blocks for up to seconds)."""
+
+    _pool: TimeoutPool | None = None
+
+    async def stop(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await asyncio.to_thread(pool.close)

@@ -27,7 +27,7 @@ from reward_server import metrics
 from reward_server.cache import ResultCache
 from reward_server.process_pool import TimeoutPool
 from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
-from reward_server.verifiers.base import Verifier
+from reward_server.verifiers.base import PooledVerifier
 from reward_server.verifiers.format import patterns
 from reward_server.verifiers.format.evaluate import (
     Pending,
@@ -70,7 +70,7 @@ def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-class FormatVerifier(Verifier):
+class FormatVerifier(PooledVerifier):
     name = "format"
     item_model = FormatItem
     result_model = FormatResult
@@ -78,8 +78,6 @@ class FormatVerifier(Verifier):
                    "TRL's think_format_reward), open-r1's tag counts, a required final-answer "
                    "form (\\boxed{}, an Answer: line, or your regex).")
     settings_model = FormatSettings
-
-    _pool: TimeoutPool | None = None
 
     async def start(self) -> None:
         config: FormatSettings = self.config  # type: ignore[assignment]
@@ -90,11 +88,6 @@ class FormatVerifier(Verifier):
                                  name="format-worker")
         self._lane: SlowLane[Chunk] = SlowLane(
             self.name, self._pool.slots, 0, self.settings.timeout_memory_s, _LANE_VERDICTS)
-
-    async def stop(self) -> None:
-        if self._pool is not None:
-            await asyncio.to_thread(self._pool.close)
-            self._pool = None
 
     async def verify(self, items: Sequence[FormatItem]) -> list[FormatResult]:  # type: ignore[override]
         started = time.perf_counter()

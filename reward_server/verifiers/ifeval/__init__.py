@@ -30,7 +30,7 @@ from reward_server.cache import ResultCache
 from reward_server.process_pool import TimeoutPool
 from reward_server.slow_lane import Done, LaneVerdicts, SlowLane, Turn
 from reward_server.statuses import NOT_RUN, UNAVAILABLE
-from reward_server.verifiers.base import Verifier
+from reward_server.verifiers.base import PooledVerifier
 from reward_server.verifiers.ifeval import language
 from reward_server.verifiers.ifeval.evaluate import cache_key, evaluate, evaluate_plain
 from reward_server.verifiers.ifeval.items import (
@@ -73,14 +73,12 @@ def _lane_outcome(item: IfEvalItem, status: str, detail: str | None) -> IfEvalRe
                         detail=detail)
 
 
-class IfEvalVerifier(Verifier):
+class IfEvalVerifier(PooledVerifier):
     name = "ifeval"
     item_model = IfEvalItem
     result_model = IfEvalResult
     description = ("IFEval's verifiable instructions (word counts, formats, keywords, case, "
                    "language): the fraction followed.")
-
-    _pool: TimeoutPool | None = None
 
     async def start(self) -> None:
         self._cache: ResultCache[Verdicts] = ResultCache(self.settings.cache_size)
@@ -90,11 +88,6 @@ class IfEvalVerifier(Verifier):
         self._lane: SlowLane[IfEvalResult] = SlowLane(
             self.name, self._pool.slots, 0, self.settings.timeout_memory_s, _LANE_VERDICTS)
         await asyncio.to_thread(language.warm_up)  # langdetect's profiles, a second
-
-    async def stop(self) -> None:
-        if self._pool is not None:
-            await asyncio.to_thread(self._pool.close)
-            self._pool = None
 
     async def verify(self, items: Sequence[IfEvalItem]) -> list[IfEvalResult]:  # type: ignore[override]
         started = time.perf_counter()

@@ -29,7 +29,7 @@ from reward_server.process_pool import TaskResult, TimeoutPool
 from reward_server.slow_lane import Done, LaneVerdicts, SlowLane, Turn
 from reward_server.statuses import NOT_RUN, UNAVAILABLE
 from reward_server.text import printable
-from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
+from reward_server.verifiers.base import ItemBase, PooledVerifier, ResultBase
 from reward_server.verifiers.math.check import check, warm_up
 from reward_server.verifiers.math.commit import (
     MARKERS,
@@ -178,14 +178,12 @@ def _result(verdict: Verdict, extracted: str | None) -> MathResult:
     )
 
 
-class MathVerifier(Verifier):
+class MathVerifier(PooledVerifier):
     name = "math"
     item_model = MathItem
     result_model = MathResult
     description = "Final-answer equivalence for math problems (math-verify + SymPy)."
     settings_model = MathSettings  # read as settings.math_<field>, or config.<field>
-
-    _pool: TimeoutPool | None = None
 
     async def start(self) -> None:
         config: MathSettings = self.config  # type: ignore[assignment]
@@ -195,11 +193,6 @@ class MathVerifier(Verifier):
         self._lane: SlowLane[MathResult] = SlowLane(
             self.name, self._pool.slots, self.settings.cache_size,
             self.settings.timeout_memory_s, _LANE_VERDICTS)
-
-    async def stop(self) -> None:
-        if self._pool is not None:
-            await asyncio.to_thread(self._pool.close)
-            self._pool = None
 
     async def verify(self, items: Sequence[MathItem]) -> list[MathResult]:  # type: ignore[override]
         """Each item's result. A group of G completions repeats answers (the same right

@@ -28,7 +28,7 @@ from reward_server.fair_queue import BudgetSpent, FairGate
 from reward_server.process_pool import TimeoutPool
 from reward_server.statuses import NOT_RUN, UNAVAILABLE
 from reward_server.text import printable
-from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
+from reward_server.verifiers.base import ItemBase, PooledVerifier, ResultBase
 from reward_server.verifiers.reasoning_gym import library
 from reward_server.verifiers.reasoning_gym.answers import ExtractMode, ThinkMode, answer_of
 from reward_server.verifiers.reasoning_gym.settings import ReasoningGymSettings
@@ -134,14 +134,13 @@ def _result(status: str, score: float, detail: str | None, extracted: str | None
                               detail=detail)
 
 
-class ReasoningGymVerifier(Verifier):
+class ReasoningGymVerifier(PooledVerifier):
     name = "reasoning_gym"
     item_model = ReasoningGymItem
     result_model = ReasoningGymResult
     description = "Any reasoning-gym task, scored by the library's own score_answer."
     settings_model = ReasoningGymSettings
 
-    _pool: TimeoutPool | None = None
     _missing: str | None = None
 
     async def start(self) -> None:
@@ -158,11 +157,6 @@ class ReasoningGymVerifier(Verifier):
         else:  # the server runs on; every item says what to install
             self._missing = f"reasoning-gym is not installed ({names.detail}): " \
                             f"{library.EXTRA_HINT}"
-
-    async def stop(self) -> None:
-        if self._pool is not None:
-            await asyncio.to_thread(self._pool.close)
-            self._pool = None
 
     async def verify(self, items: Sequence[ReasoningGymItem]) -> list[ReasoningGymResult]:  # type: ignore[override]
         started = time.perf_counter()
