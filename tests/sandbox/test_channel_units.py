@@ -48,7 +48,10 @@ def channel() -> Iterator[tuple[Channel, list[Harness]]]:
     thread = threading.Thread(target=harness, daemon=True)
     thread.start()
     yield Channel(host), answers
+    # the host's end first: the fake harness reads EOF and returns; closing its own socket
+    # while it sits in recv() would raise in its thread, blamed on whichever test runs next
     host.close()
+    thread.join(timeout=10)
     far.close()
 
 
