@@ -31,6 +31,7 @@ import psutil
 from bench.costs import Cost, settle, timed
 from bench.record import commit, record
 from reward_server.testing import run_server
+from reward_server.verifiers.reasoning_gym.settings import ReasoningGymSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,7 +117,6 @@ def main() -> None:
         for _ in range(3):  # every worker builds each task's scorer once (arc_agi: 0.4 s)
             post(bodies[0])
         server = psutil.Process(srv.proc.pid)
-        workers = sum(1 for p in server.children() if p.name() in WORKERS)
         settle(server)
         for _ in range(args.repeats):  # in turn: a change of load hits both sides
             local = timed(lambda: [in_process(batch) for batch in batches])
@@ -130,7 +130,8 @@ def main() -> None:
     print(json.dumps(out, indent=2))
     path = record("reasoning_gym", out, {"batch": args.batch, "rounds": args.rounds,
                                          "repeats": args.repeats, "per_task": args.per_task,
-                                         "workers": workers, "chunk_items": args.chunk,
+                                         "workers": args.workers or ReasoningGymSettings().workers,
+                                         "chunk_items": args.chunk,
                                          "cache": "off", "cpus": os.cpu_count()},
                   publish=args.publish, measured_on=measured_on)
     print(f"wrote {path}")
