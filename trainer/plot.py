@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from trainer.metrics import read_metrics
 
@@ -20,6 +21,30 @@ PANELS = [
     ("length", "completion length", ["completion_length", "completion_length_max"]),
     ("clip", "clip fraction", ["clip_ratio/region_mean"]),
 ]
+
+
+def _line(ax: Any, records: list[dict[str, Any]], key: str, label: str) -> None:
+    """``key`` over steps, where logged."""
+    points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+    if points:
+        xs, ys = zip(*points, strict=True)
+        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=label)
+
+
+def _frame(ax: Any, title: str) -> None:
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=7)
+
+
+def _save(fig: Any, plt: Any, title: str, out: Path) -> Path:
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
 
 
 def plot_run(run_dir: Path, out: Path | None = None) -> Path:
@@ -35,24 +60,12 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
                       and k.endswith("/mean")})
     for ax, (panel, title, keys) in zip(axes, PANELS, strict=True):
         for key in keys + (columns if panel == "reward" else []):
-            points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
-            if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=key)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7)
-        else:
+            _line(ax, records, key, key)
+        _frame(ax, title)
+        if not ax.lines:
             ax.text(0.5, 0.5, "not logged in this run\n(e.g. KL needs beta > 0)",
                     ha="center", va="center", transform=ax.transAxes, fontsize=8, color="gray")
-    fig.suptitle(f"GRPO run: {run_dir}", fontsize=10)
-    fig.tight_layout()
-    out = out or run_dir / "curves.png"
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, plt, f"GRPO run: {run_dir}", out or run_dir / "curves.png")
 
 
 # compared runs: the figures two settings differ in, one line per run
@@ -74,20 +87,9 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
     fig, axes = plt.subplots(1, len(COMPARED), figsize=(4.2 * len(COMPARED), 3.4))
     for ax, (title, key) in zip(axes, COMPARED, strict=True):
         for name, records in runs:
-            points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
-            if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=name)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7)
-    fig.suptitle("GRPO runs: " + ", ".join(str(d) for d in run_dirs), fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+            _line(ax, records, key, name)
+        _frame(ax, title)
+    return _save(fig, plt, "GRPO runs: " + ", ".join(str(d) for d in run_dirs), out)
 
 
 def main(argv: list[str] | None = None) -> int:
