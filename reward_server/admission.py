@@ -116,8 +116,8 @@ def admit(model: type[ItemBase], fields: Any, index: int, settings: ServerSettin
         status = RESPONSE_TOO_LONG if path == f"{where}.response" else INVALID_ITEM
         return refused(status, too_large_message(path, size, settings.max_field_bytes),
                        verifier)
-    try:
-        return model.model_validate(fields)
+    try:  # the settings as context: a verifier's caps are its section's (verifiers/limits.py)
+        return model.model_validate(fields, context={"settings": settings})
     except ValidationError as exc:
         return refused(INVALID_ITEM, format_validation_errors(exc.errors(), ("items", index)),
                        verifier)

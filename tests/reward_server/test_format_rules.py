@@ -140,9 +140,9 @@ def test_a_regex_rule_reports_what_it_found() -> None:
     ({"rules": []}, "at least 1 item"),
     ({"rules": [{"rule": "final_answer", "pattern": "boxd"}]},
      "Input should be 'boxed', 'answer_line' or 'answer_tag'"),
-    ({"rules": [{"rule": "final_answer", "regex": "(("}]}, "regex does not compile"),
     ({"rules": [{"rule": "final_answer", "regex": "a", "flags": "q"}]}, "unknown flags 'q'"),
     ({"rules": [{"rule": "final_answer", "regex": "a" * 1001}]}, "at most 1000"),
+    ({"rules": ["think"] * 17}, "17 rules; at most 16"),
     ({"rules": [{"rule": "final_answer", "regex": "a", "pattern": "boxed"}]}, "not both"),
     ({"rules": [{"rule": "final_answer", "flags": "i"}]}, "'flags' apply to a 'regex' only"),
     ({"rules": [{"rule": "think", "weight": 0}]}, "every rule has weight 0"),
@@ -151,6 +151,17 @@ def test_a_regex_rule_reports_what_it_found() -> None:
 def test_a_bad_item_is_refused_naming_what_is_wrong(fields: dict, message: str) -> None:
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace("*", r"\*")):
         FormatItem.model_validate({"response": "x", **fields})
+
+
+def test_a_regex_that_does_not_compile_makes_its_item_invalid_naming_it() -> None:
+    """Compiling is a worker's (it can take seconds): admission does not try, the verdict
+    names the rule's field, and the item is null, the caller's pattern being at fault."""
+    item = FormatItem.model_validate({"response": "<think>a</think> 42", "rules": [
+        "think", {"rule": "final_answer", "regex": "(("}]})
+    result = evaluate(item)
+    assert (result.status, result.score) == ("invalid_item", None)
+    assert result.detail.startswith("rules[1].regex: regex does not compile: ")
+    assert [r.status for r in result.rules] == ["ok", "invalid_item"]
 
 
 @pytest.mark.parametrize(("sizes", "runs"), [

@@ -127,7 +127,7 @@ HOSTILE = {  # what would make the reference's regexes backtrack, or its loops s
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_every_check_is_fast_on_the_largest_in_process_response(name: str) -> None:
-    """In the server process a response is at most 64 KiB (``IN_PROCESS_CHARS``); all 25
+    """A 64 KiB response (with 25 instructions a worker's: this holds the rules linear); all 25
     checks on one, loose mode, stay within 2 s of this thread's CPU (the reference's regexes:
     minutes). CPU, not wall clock: a shared machine's load must not decide the test."""
     specs = [(i, INSTRUCTIONS[i].kwargs.model_validate(kwargs))

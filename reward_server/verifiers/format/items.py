@@ -5,14 +5,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from reward_server.verifiers import limits
 from reward_server.verifiers.base import ItemBase, ResultBase
 from reward_server.verifiers.format import patterns, rules
 from reward_server.verifiers.format.patterns import Search
 from reward_server.verifiers.format.rules import BuiltIn, Outcome
+from reward_server.verifiers.format.settings import FormatSettings
 
-MAX_RULES = 16
 NO_REGION = "the reasoning never ends (no </think>): no final answer after it"
 
 
@@ -68,8 +77,9 @@ class FinalAnswerRule(_Rule):
                                     "\\boxed{…} closes around a non-blank answer), "
                                     "'answer_line' (a line 'Answer: …'), 'answer_tag' "
                                     "(<answer>…</answer>). Default 'boxed' when no regex.")
-    regex: str | None = Field(None, description="Your own pattern (Python re), searched "
-                              "for in a worker under a time limit: a match passes.")
+    regex: str | None = Field(None, description="Your own pattern (Python re), compiled "
+                              "and searched for in a worker under a time limit: a match "
+                              "passes; one that does not compile makes the item invalid_item.")
     flags: str = Field("", description="Flags of regex: any of i (ignore case), m "
                        "(multiline), s (dot matches newline), x (verbose).")
     after_think: bool = Field(True, description="Search only after the reasoning block "
@@ -77,12 +87,23 @@ class FinalAnswerRule(_Rule):
     ignore_code: bool = Field(True, description="Fenced code and tool output are cut out "
                               "first: an answer printed by a program is not the model's.")
 
+    @field_validator("regex")
+    @classmethod
+    def _bounded(cls, regex: str | None, info: ValidationInfo) -> str | None:
+        # what costs nothing to find; compiling it is a worker's (patterns.py)
+        if regex is not None:
+            cap = limits.section(info, "format", FormatSettings).max_pattern_chars
+            problem = patterns.check(regex, cap)
+            if problem is not None:
+                raise PydanticCustomError("regex", problem)
+        return regex
+
     @model_validator(mode="after")
     def _one_form(self) -> FinalAnswerRule:
         if self.regex is not None:
             if self.pattern is not None:
                 raise ValueError("give 'pattern' (built-in) or 'regex', not both")
-            problem = patterns.check(self.regex, self.flags)
+            problem = patterns.check_flags(self.flags)
             if problem is not None:
                 raise ValueError(problem)
         elif self.flags:
@@ -112,9 +133,9 @@ Rule = Annotated[ThinkRule | ThinkAnswerRule | TagCountRule | FinalAnswerRule,
 
 class FormatItem(ItemBase):
     response: str = Field(description="The model's completion.")
-    rules: list[Rule] = Field(min_length=1, max_length=MAX_RULES, description=(
+    rules: list[Rule] = Field(min_length=1, description=(
         "The rules, each a name ('think', 'think_answer', 'tag_count', 'final_answer') or an "
-        "object {rule, ...options, weight}."))
+        "object {rule, ...options, weight}; at most REWARD_SERVER_FORMAT_MAX_RULES (16)."))
     prefix: str = Field("", description="Text the prompt ended with that belongs to the "
                         "completion's format, e.g. '<think>\\n' when the chat template opens "
                         "the think block: the rules read prefix + response.")
@@ -123,8 +144,13 @@ class FormatItem(ItemBase):
 
     @field_validator("rules", mode="before")
     @classmethod
-    def _names(cls, value: Any) -> Any:
-        if isinstance(value, list):
+    def _names(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, list):  # counted before any rule is validated
+            cap = limits.section(info, "format", FormatSettings).max_rules
+            if len(value) > cap:
+                raise PydanticCustomError("too_many_rules", "{count} rules; at most {cap} "
+                                          "(REWARD_SERVER_FORMAT_MAX_RULES)",
+                                          {"count": len(value), "cap": cap})
             return [{"rule": v} if isinstance(v, str) else v for v in value]
         return value
 
@@ -139,27 +165,31 @@ class FormatItem(ItemBase):
         return self.prefix + self.response
 
 
-RuleStatus = Literal["ok", "timeout", "not_run", "unavailable"]
+RuleStatus = Literal["ok", "timeout", "not_run", "unavailable", "invalid_item"]
 
 
 class RuleVerdict(BaseModel):
     rule: str = Field(description="The rule's name; a final_answer's form after a colon "
                       "(final_answer:boxed, final_answer:regex).")
     score: float | None = Field(description="In [0, 1] (tag_count in steps of 0.25); null "
-                                "for not_run and unavailable.")
+                                "for not_run, unavailable and invalid_item.")
     passed: bool | None = Field(description="score == 1.")
     status: RuleStatus = "ok"
     reason: str | None = Field(None, description="Why it did not pass.")
     match: str | None = Field(None, description="What a final_answer found (200 characters).")
 
 
-Status = Literal["ok", "timeout", "not_run", "unavailable"]
+Status = Literal["ok", "timeout", "not_run", "unavailable", "invalid_item"]
 
 
 class FormatResult(ResultBase):
     score: float | None = Field(description="The rules' weighted mean (or all or nothing); "
-                                "null when a rule could not be checked (not_run, unavailable).")
-    status: Status = Field(description="ok; timeout (a regex ran out of time: that rule "
-                           "scores 0); not_run or unavailable (a regex was never searched: "
-                           "null).")
+                                "null when a rule could not be checked (not_run, unavailable, "
+                                "invalid_item).")
+    status: Status = Field(description="ok; timeout (a regex search ran out of time: that "
+                           "rule scores 0); not_run or unavailable (a regex was never "
+                           "searched: null); invalid_item (a regex does not compile, or "
+                           "compiling it ran out of time: null; detail names it).")
     rules: list[RuleVerdict]
+    detail: str | None = Field(None, description="For invalid_item: which regex, and why "
+                               "(rules[1].regex: regex does not compile: ...).")

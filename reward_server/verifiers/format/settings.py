@@ -19,3 +19,10 @@ class FormatSettings(BaseModel):
                            "it was forked with (its cap).")
     chunk_items: int = Field(256, ge=1, le=4096, description="Regex searches handed to a "
                              "worker at once.")
+    # Caps, each answered with the item's invalid_item (a 422 with on_invalid=error) naming
+    # the field. open-r1 and TRL recipes hold 1 to 4 rules, their patterns under 100
+    # characters; each rule is a scan of the text, each regex a compile and a search.
+    max_rules: int = Field(16, ge=1, le=256, description="Rules in one item.")
+    max_pattern_chars: int = Field(1000, ge=1, le=100_000, description="Characters in one "
+                                   "final_answer regex (compiled and searched in a worker "
+                                   "under timeout_s).")

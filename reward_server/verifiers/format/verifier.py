@@ -2,14 +2,20 @@
 
 Where an item's rules are checked:
 
-* the built-in rules (linear scans, ``rules``): in the server, inline for a small request
-  and on this verifier's thread for a larger one, so other requests get the loop between;
-* a caller's ``regex``: in a worker process (``patterns``), a request's searches a chunk at
-  a time through the slow lane (its fair gate shares the workers between requests, its
-  memory answers a repeated timeout at once). A chunk that runs out of time is searched again
-  one search at a time, so only the hostile search times out (its rule 0).
+* the built-in rules (linear scans, ``rules``): in the server, inline for a request whose
+  rules read at most ``INLINE_COST`` characters in all (a few milliseconds at worst), and on
+  this verifier's thread for a larger one, in slices of ``SLICE_COST``, so other requests
+  get the loop, and the thread, between;
+* a caller's ``regex``: compiled, then searched, in a worker process (``patterns``): each
+  distinct pattern once, then the searches, a chunk at a time through the slow lane (its fair
+  gate shares the workers between requests, its memory answers a repeated timeout at once).
+  A chunk that runs out of time is run again one at a time, so only the hostile one times
+  out: a search that does its rule fails (timeout, 0); a pattern that does not compile, or
+  compiles past the limit, makes its item invalid_item (null: the caller's pattern, not the
+  completion, is at fault).
 
-Results are cached by content (the text's digest, the rules, the scoring), timeouts not.
+Results are cached by content (the text's digest, the rules, the scoring), timeouts not;
+compiled patterns' verdicts by pattern.
 """
 
 from __future__ import annotations
@@ -19,9 +25,9 @@ import hashlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from reward_server import metrics
 from reward_server.cache import ResultCache
@@ -33,15 +39,21 @@ from reward_server.verifiers.format.evaluate import (
     Pending,
     check,
     combine,
+    invalid,
     regex_verdict,
 )
 from reward_server.verifiers.format.items import FormatItem, FormatResult, RuleVerdict
 from reward_server.verifiers.format.settings import FormatSettings
 
-INLINE_REQUEST_CHARS = 16 * 1024  # a request this small is checked on the event loop itself
-# text per hand-off to the thread (about 10 ms of rules): a request of many long responses
-# goes in slices, and another request's slice gets the thread between two of them
-SLICE_CHARS = 1 << 20
+# A rule reads its item's text once or a few times: a request's cost is the characters its
+# rules read, sum(rules * (text + RULE_CHARS)), the constant a rule's own overhead (~10 us).
+# The worst text (fence runs) costs ~160 ns a rule-character (tests/reward_server/
+# test_format_bounds.py holds it to that).
+RULE_CHARS = 64
+INLINE_COST = 64 * 1024  # checked on the event loop itself: ~10 ms at worst
+# per hand-off to the thread (~170 ms at worst, ~15 ms for an honest text): a request of
+# many long responses goes in slices, and another request's slice gets the thread between
+SLICE_COST = 1 << 20
 _THREAD = ThreadPoolExecutor(1, thread_name_prefix="format")
 
 
@@ -89,9 +101,11 @@ class FormatVerifier(PooledVerifier):
         self._lane: SlowLane[Chunk] = SlowLane(
             self.name, self._pool.slots, 0, self.settings.timeout_memory_s, _LANE_VERDICTS)
 
+        self._compiled: ResultCache[Searched] = ResultCache(self.settings.cache_size)
+
     async def verify(self, items: Sequence[FormatItem]) -> list[FormatResult]:  # type: ignore[override]
         started = time.perf_counter()
-        if sum(len(item.text) for item in items) <= INLINE_REQUEST_CHARS:
+        if sum(map(cost, items)) <= INLINE_COST:
             checked = [self._check(item) for item in items]
         else:
             loop = asyncio.get_running_loop()
@@ -135,13 +149,17 @@ class FormatVerifier(PooledVerifier):
 
     async def _searched(self, items: Sequence[FormatItem], checked: list[Checked]
                         ) -> list[FormatResult]:
-        """Every result, the pending regexes searched (each distinct search once)."""
+        """Every result, the pending regexes compiled and searched (each distinct one once)."""
         searches: dict[Hashable, patterns.Search] = {}
         for _, _, state in checked:
             if not isinstance(state, FormatResult):
                 for (_, search), search_key in zip(state[1], state[2], strict=True):
                     searches.setdefault(search_key, search)
-        outcomes = dict(zip(searches, await self._search(list(searches.items())), strict=True))
+        compiled = await self._compile({(s.pattern, s.flags) for s in searches.values()})
+        runnable = [(key, search) for key, search in searches.items()
+                    if compiled[search.pattern, search.flags].status == "ok"]
+        outcomes = dict(zip((key for key, _ in runnable), await self._in_chunks(
+            patterns.search_many, runnable, _found), strict=True))
         results = []
         for item, (key, _, state) in zip(items, checked, strict=True):
             if isinstance(state, FormatResult):
@@ -149,60 +167,94 @@ class FormatVerifier(PooledVerifier):
                 continue
             verdicts, pending, search_keys = state
             for (k, search), search_key in zip(pending, search_keys, strict=True):
-                verdicts[k] = _rule_verdict(item.rules[k].name, search, outcomes[search_key])
+                name, built = item.rules[k].name, compiled[search.pattern, search.flags]
+                verdicts[k] = (_rule_verdict(name, search, outcomes[search_key])
+                               if built.status == "ok" else _compile_verdict(name, k, built))
             result = combine(item, verdicts)  # type: ignore[arg-type]
             self._put(key, result)
             results.append(result)
         return results
 
-    async def _search(self, searches: list[tuple[Hashable, patterns.Search]]
-                      ) -> list[Searched]:
-        """Each (key, search)'s outcome, in order."""
+    async def _compile(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], Searched]:
+        """Each (pattern, flags)'s compile outcome: ok, invalid (why), or as a lane's."""
+        out: dict[tuple[str, str], Searched] = {}
+        for pair in pairs:
+            found, hit = self._compiled.peek(pair)
+            if hit:
+                out[pair] = found  # type: ignore[assignment]
+        todo = [(("compile", *pair), pair) for pair in pairs if pair not in out]
+        for (_, pair), built in zip(todo, await self._in_chunks(
+                patterns.compile_many, todo, _built), strict=True):
+            out[pair] = built
+            if built.status in ("ok", "invalid"):  # the pattern's own, not the moment's
+                self._compiled.put(pair, built)
+        return out
+
+    async def _in_chunks(self, fn: Callable[[list[Any]], list[Any]],
+                         jobs: list[tuple[Hashable, Any]], convert: Callable[[Any], Searched]
+                         ) -> list[Searched]:
+        """Each (key, job)'s outcome, in order: ``fn`` over chunks of jobs in the worker."""
         size = self.config.chunk_items  # type: ignore[union-attr]
-        chunks = [searches[i:i + size] for i in range(0, len(searches), size)]
-        done = await asyncio.gather(*(self._chunk(chunk) for chunk in chunks))
+        chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
+        done = await asyncio.gather(*(self._chunk(fn, chunk, convert) for chunk in chunks))
         return [one for chunk in done for one in chunk]
 
-    async def _chunk(self, chunk: list[tuple[Hashable, patterns.Search]]) -> list[Searched]:
+    async def _chunk(self, fn: Callable[[list[Any]], list[Any]],
+                     chunk: list[tuple[Hashable, Any]], convert: Callable[[Any], Searched]
+                     ) -> list[Searched]:
         keys = tuple(key for key, _ in chunk)
-        searches = [search for _, search in chunk]
+        jobs = [job for _, job in chunk]
         outcome = await self._lane.run(
             keys if len(keys) > 1 else keys[0],
-            lambda turn: self._in_worker(searches, turn),
-            not_run=lambda reason: [Searched(NOT_RUN, None, reason)] * len(searches))
+            lambda turn: self._in_worker(fn, jobs, convert, turn),
+            not_run=lambda reason: [Searched(NOT_RUN, None, reason)] * len(jobs))
         if outcome is not None:
             return outcome
-        # which search it was: each alone, under its own limit
-        return [one for alone in await asyncio.gather(*(self._chunk([one]) for one in chunk))
-                for one in alone]
+        # which job it was: each alone, under its own limit
+        return [one for alone in await asyncio.gather(
+            *(self._chunk(fn, [one], convert) for one in chunk)) for one in alone]
 
-    async def _in_worker(self, searches: list[patterns.Search], turn: Turn) -> Done[Chunk]:
+    async def _in_worker(self, fn: Callable[[list[Any]], list[Any]], jobs: list[Any],
+                         convert: Callable[[Any], Searched], turn: Turn) -> Done[Chunk]:
         assert self._pool is not None, "FormatVerifier.start() was not awaited"
         async with turn.slot() as held:
-            task = await self._pool.run(patterns.search_many, searches,
+            task = await self._pool.run(fn, jobs,
                                         timeout=self.config.timeout_s)  # type: ignore[union-attr]
             held.cost_s = task.cost_s
         if task.outcome == "ok":
-            return Done([Searched("ok", found) for found in task.value])
-        if task.outcome == "unavailable":  # the pool's loss: no search's doing
-            return Done([Searched("unavailable", None, task.detail)] * len(searches))
-        if len(searches) > 1:
+            return Done([convert(value) for value in task.value])
+        if task.outcome == "unavailable":  # the pool's loss: no job's doing
+            return Done([Searched("unavailable", None, task.detail)] * len(jobs))
+        if len(jobs) > 1:
             return Done(None)
         metrics.TIMEOUTS.labels(self.name).inc()
-        detail = f"the regex ran out of time ({task.outcome}): {task.detail}"
+        detail = f"ran out of time ({task.outcome}): {task.detail}"
         return Done([Searched("timeout", None, detail)],
                     timeout=task.cpu_bound if task.outcome == "timeout" else True)
 
 
+def cost(item: FormatItem) -> int:
+    """The characters the item's rules read (``RULE_CHARS`` a rule for its own overhead)."""
+    return len(item.rules) * (len(item.text) + RULE_CHARS)
+
+
 def _slices(items: Sequence[FormatItem]) -> list[Sequence[FormatItem]]:
-    """``items`` in runs of about ``SLICE_CHARS`` of text (at least one item each)."""
-    out, start, chars = [], 0, 0
+    """``items`` in runs of about ``SLICE_COST`` (at least one item each)."""
+    out, start, total = [], 0, 0
     for k, item in enumerate(items):
-        chars += len(item.text)
-        if chars >= SLICE_CHARS:
+        total += cost(item)
+        if total >= SLICE_COST:
             out.append(items[start:k + 1])
-            start, chars = k + 1, 0
+            start, total = k + 1, 0
     return out + [items[start:]] if start < len(items) else out
+
+
+def _found(found: patterns.Found) -> Searched:
+    return Searched("ok", found)
+
+
+def _built(problem: str | None) -> Searched:
+    return Searched("ok") if problem is None else Searched("invalid", None, problem)
 
 
 def _search_key(search: patterns.Search) -> Hashable:
@@ -214,8 +266,21 @@ def _rule_verdict(name: str, search: patterns.Search, searched: Searched) -> Rul
     if searched.status == "ok":
         return regex_verdict(name, search, searched.found)
     score = 0.0 if searched.status == "timeout" else None
+    detail = f"the regex search {searched.detail}" if searched.status == "timeout" \
+        else searched.detail
     return RuleVerdict(rule=name, score=score, passed=None if score is None else False,
-                       status=searched.status, reason=searched.detail)  # type: ignore[arg-type]
+                       status=searched.status, reason=detail)  # type: ignore[arg-type]
+
+
+def _compile_verdict(name: str, index: int, built: Searched) -> RuleVerdict:
+    """A pattern that did not compile in time is the caller's, whatever the text: null."""
+    if built.status == "invalid":
+        return invalid(name, index, built.detail or "does not compile")
+    if built.status == "timeout":
+        return invalid(name, index, f"compiling it {built.detail}; no final-answer pattern "
+                       "takes that long")
+    return RuleVerdict(rule=name, score=None, passed=None, status=built.status,  # type: ignore[arg-type]
+                       reason=built.detail)
 
 
 _LANE_VERDICTS: LaneVerdicts[Chunk] = LaneVerdicts(

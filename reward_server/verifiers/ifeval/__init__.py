@@ -4,15 +4,18 @@ Following Evaluation for Large Language Models"), the constraints Tulu 3's RLVR 
 An item is a response and its instructions (``items``: three shapes); its score is the
 fraction of them it follows (``all_or_nothing``: 1 or 0). The rules (``checks``) are lm-eval's
 ``instructions.py`` rewritten without NLTK's downloaded data (``sentences``) and without the
-reference's backtracking regexes (``scans``): each is linear in the response. Where an item
-is checked:
+reference's backtracking regexes (``scans``): each is linear in the response. An item's cost
+is what its rules read (``cost``: its response times its instructions, eight copies in loose
+mode), and where it is checked follows from that:
 
-* a response of up to ``IN_PROCESS_CHARS``: in the server process, inline for a small
-  request and on this verifier's thread for a larger one (a batch's items all start in one
-  turn of the event loop; a thread lets other requests in between);
-* a longer one (up to the 2 MiB field limit): in a worker process, through the slow lane
-  (``reward_server.slow_lane``) under ``TIMEOUT_S``: a regex pass over 2 MiB holds the
-  interpreter for tens of milliseconds, and loose mode reads eight copies.
+* a request of at most ``INLINE_COST`` in all: on the event loop itself (milliseconds at
+  worst, tests/reward_server/test_ifeval_bounds.py holds it to that);
+* an item of at most ``ITEM_COST``: on this verifier's thread, a request's items in slices
+  of ``SLICE_COST``, so other requests get the loop, and the thread, between;
+* a costlier one (a long response, many instructions): in a worker process, through the
+  slow lane (``reward_server.slow_lane``) under ``TIMEOUT_S``.
+
+The counts that multiply the cost are capped per item (``settings.IfEvalSettings``).
 
 Verdicts are cached by content (the response's digest, the instructions, the mode).
 """
@@ -32,6 +35,7 @@ from reward_server.slow_lane import Done, LaneVerdicts, SlowLane, Turn
 from reward_server.statuses import NOT_RUN, UNAVAILABLE
 from reward_server.verifiers.base import PooledVerifier
 from reward_server.verifiers.ifeval import language
+from reward_server.verifiers.ifeval.checks import INSTRUCTIONS
 from reward_server.verifiers.ifeval.evaluate import cache_key, evaluate, evaluate_plain
 from reward_server.verifiers.ifeval.items import (
     IfEvalItem,
@@ -39,12 +43,22 @@ from reward_server.verifiers.ifeval.items import (
     Instruction,
     Verdict,
 )
+from reward_server.verifiers.ifeval.settings import IfEvalSettings
 
 __all__ = ["IfEvalItem", "IfEvalResult", "IfEvalVerifier", "Instruction"]
 
-IN_PROCESS_CHARS = 64 * 1024  # about 10 ms of checks at worst; an essay is 5,000 characters
-INLINE_REQUEST_CHARS = 8192  # a request this small is checked on the event loop itself
-SLICE_ITEMS = 256  # items per hand-off to the thread
+# Cost units: a character one rule reads in one copy of the response (a tokenizer's counts
+# four, checks.Check.weight). The costliest rules take ~2 us a unit at worst, a regex scan
+# ~0.05 (tests/reward_server/test_ifeval_bounds.py holds every rule to US_PER_UNIT)
+INLINE_COST = 8192  # a request this cheap is checked on the event loop: ~15 ms at worst
+ITEM_COST = 256 * 1024  # an item this cheap is checked in the server (~0.5 s at worst)
+SLICE_COST = 256 * 1024  # per hand-off to the thread
+LOOSE_COPIES = 8  # loose mode reads the response eight ways (evaluate.loose_variants)
+RULE_CHARS = 64  # a rule's own overhead, in characters
+PHRASE_COST = 4  # units a parameter's character costs: a keyword is compiled, then searched
+# langdetect reads at most 10,000 characters, but samples them at a cost of its own: ~20 ms
+# a text however short
+LANGUAGE_COST = 16 * 1024
 # A 2 MiB response takes seconds at worst in loose mode (eight copies, each pass linear);
 # past this it is a timeout, scored 0: only a hostile response gets near it
 TIMEOUT_S = 20.0
@@ -79,6 +93,7 @@ class IfEvalVerifier(PooledVerifier):
     result_model = IfEvalResult
     description = ("IFEval's verifiable instructions (word counts, formats, keywords, case, "
                    "language): the fraction followed.")
+    settings_model = IfEvalSettings
 
     async def start(self) -> None:
         self._cache: ResultCache[Verdicts] = ResultCache(self.settings.cache_size)
@@ -92,15 +107,15 @@ class IfEvalVerifier(PooledVerifier):
     async def verify(self, items: Sequence[IfEvalItem]) -> list[IfEvalResult]:  # type: ignore[override]
         started = time.perf_counter()
         results: list[IfEvalResult | None] = [None] * len(items)
-        local = [k for k, item in enumerate(items) if len(item.response) <= IN_PROCESS_CHARS]
-        remote = [k for k, item in enumerate(items) if len(item.response) > IN_PROCESS_CHARS]
-        if sum(len(items[k].response) for k in local) <= INLINE_REQUEST_CHARS:
+        costs = [cost(item) for item in items]
+        local = [k for k, c in enumerate(costs) if c <= ITEM_COST]
+        remote = [k for k, c in enumerate(costs) if c > ITEM_COST]
+        if sum(costs[k] for k in local) <= INLINE_COST:
             for k in local:
                 results[k] = self.check_local(items[k])
         else:
             loop = asyncio.get_running_loop()
-            for start in range(0, len(local), SLICE_ITEMS):
-                piece = local[start:start + SLICE_ITEMS]
+            for piece in _slices(local, costs):
                 done = await loop.run_in_executor(
                     _THREAD, lambda p=piece: [self.check_local(items[k]) for k in p])
                 for k, result in zip(piece, done, strict=True):
@@ -161,6 +176,38 @@ class IfEvalVerifier(PooledVerifier):
         if task.outcome == UNAVAILABLE:
             return Done(_lane_outcome(item, UNAVAILABLE, task.detail))
         return Done(_lane_outcome(item, "timeout", task.detail))  # crashed its worker twice
+
+
+def cost(item: IfEvalItem) -> int:
+    """What the item's rules read, in units of ``ITEM_COST``: each instruction (each entry
+    of a keyword list) reads every copy of the response, each parameter's character costs
+    ``PHRASE_COST``, a language check ``LANGUAGE_COST``."""
+    reads = chars = fixed = 0
+    for instruction_id, kwargs in item.specs:
+        check = INSTRUCTIONS[instruction_id]
+        reads += check.weight
+        fixed += LANGUAGE_COST if check.needs_language else 0
+        for value in kwargs.__dict__.values():
+            if isinstance(value, str):
+                chars += len(value)
+            elif isinstance(value, list):
+                reads += len(value) - 1
+                chars += sum(map(len, value))
+    copies = 1 if item.strict else LOOSE_COPIES
+    return copies * ((len(item.response) + RULE_CHARS) * reads + PHRASE_COST * chars + fixed)
+
+
+def _slices(indices: list[int], costs: list[int]) -> list[list[int]]:
+    """``indices`` in runs of about ``SLICE_COST`` (at least one item each)."""
+    out: list[list[int]] = [[]]
+    total = 0
+    for k in indices:
+        if out[-1] and total + costs[k] > SLICE_COST:
+            out.append([])
+            total = 0
+        out[-1].append(k)
+        total += costs[k]
+    return out if out[-1] else []
 
 
 _LANE_VERDICTS: LaneVerdicts[IfEvalResult] = LaneVerdicts(

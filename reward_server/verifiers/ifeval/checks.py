@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
@@ -24,6 +25,11 @@ from reward_server.verifiers.ifeval.sentences import count_sentences, word_token
 Relation = Literal["less than", "at least"]
 Count = StrictInt  # a count is a JSON integer: true is no number of words
 _WORD = re.compile(r"\w+")
+# An item's instructions read the same texts (its response, or loose mode's eight copies):
+# the analyses that cost most per character are made once per text, and each phrase
+# compiled once, so repeating an instruction costs nothing (an item's caps: settings.py)
+_TEXTS = 16
+_PHRASES = 4096
 
 
 class Kwargs(BaseModel):
@@ -44,6 +50,7 @@ def _compare(count: int, relation: Relation, threshold: int) -> bool:
     return count < threshold if relation == "less than" else count >= threshold
 
 
+@lru_cache(maxsize=_PHRASES)
 def _phrase(text: str) -> re.Pattern[str]:
     """A keyword as the reference's ``re.search(keyword, ..., IGNORECASE)`` reads it, but
     literal: the reference passes it to ``re`` unescaped ('C++' is an error there, a hostile
@@ -59,10 +66,15 @@ class Language(Kwargs):
     language: str = Field(description="ISO 639-1 code, as langdetect names it: en, fr, zh-cn.")
 
 
+@lru_cache(maxsize=_TEXTS)
+def _language(text: str) -> str | None:
+    return language.detect(text)  # seeded: a function of the text
+
+
 def response_language(text: str, kw: Language) -> bool:
     # the reference counts a text langdetect cannot read (digits, punctuation) as followed;
     # the response caused that, so it is not
-    return language.detect(text) == kw.language
+    return _language(text) == kw.language
 
 
 class NumberSentences(Kwargs):
@@ -70,8 +82,12 @@ class NumberSentences(Kwargs):
     num_sentences: Count
 
 
+_sentences = lru_cache(maxsize=_TEXTS)(count_sentences)
+_bullets = lru_cache(maxsize=_TEXTS)(scans.count_bullets)
+
+
 def number_sentences(text: str, kw: NumberSentences) -> bool:
-    return _compare(count_sentences(text), kw.relation, kw.num_sentences)
+    return _compare(_sentences(text), kw.relation, kw.num_sentences)
 
 
 class NumberPlaceholders(Kwargs):
@@ -87,7 +103,7 @@ class NumberBullets(Kwargs):
 
 
 def number_bullet_lists(text: str, kw: NumberBullets) -> bool:
-    return scans.count_bullets(text) == kw.num_bullets
+    return _bullets(text) == kw.num_bullets
 
 
 CONSTRAINED_RESPONSES = ("My answer is yes.", "My answer is no.", "My answer is maybe.")
@@ -116,10 +132,14 @@ class Sections(Kwargs):
     num_sections: Count
 
 
-def multiple_sections(text: str, kw: Sections) -> bool:
+@lru_cache(maxsize=_PHRASES)
+def _splitter(word: str) -> re.Pattern[str]:
     # the reference builds this regex from the splitter unescaped; escaped, a word reads the same
-    splitter = re.compile(r"\s?" + re.escape(kw.section_spliter.strip()) + r"\s?\d+\s?")
-    return sum(1 for _ in splitter.finditer(text)) >= kw.num_sections
+    return re.compile(r"\s?" + re.escape(word.strip()) + r"\s?\d+\s?")
+
+
+def multiple_sections(text: str, kw: Sections) -> bool:
+    return sum(1 for _ in _splitter(kw.section_spliter).finditer(text)) >= kw.num_sections
 
 
 class NumberParagraphs(Kwargs):
@@ -223,9 +243,13 @@ class ForbiddenWords(Kwargs):
     forbidden_words: list[str] = Field(min_length=1)
 
 
+@lru_cache(maxsize=_PHRASES)
+def _whole_word(word: str) -> re.Pattern[str]:
+    return re.compile(r"\b" + re.escape(word) + r"\b", re.IGNORECASE)
+
+
 def forbidden_words(text: str, kw: ForbiddenWords) -> bool:
-    return not any(re.search(r"\b" + re.escape(word) + r"\b", text, re.IGNORECASE)
-                   for word in set(kw.forbidden_words))
+    return not any(_whole_word(word).search(text) for word in set(kw.forbidden_words))
 
 
 def two_responses(text: str, kw: NoKwargs) -> bool:
@@ -271,11 +295,11 @@ def letter_frequency(text: str, kw: LetterFrequency) -> bool:
 
 
 def english_capital(text: str, kw: NoKwargs) -> bool:
-    return text.isupper() and language.detect(text) in ("en", None)
+    return text.isupper() and _language(text) in ("en", None)
 
 
 def english_lowercase(text: str, kw: NoKwargs) -> bool:
-    return text.islower() and language.detect(text) in ("en", None)
+    return text.islower() and _language(text) in ("en", None)
 
 
 def no_comma(text: str, kw: NoKwargs) -> bool:
@@ -287,9 +311,13 @@ class CapitalFrequency(Kwargs):
     capital_relation: Relation
 
 
+@lru_cache(maxsize=_TEXTS)
+def _capitals(text: str) -> int:
+    return sum(1 for token in word_tokens(text) if token.isupper())
+
+
 def capital_word_frequency(text: str, kw: CapitalFrequency) -> bool:
-    capitals = sum(1 for token in word_tokens(text) if token.isupper())
-    return _compare(capitals, kw.capital_relation, kw.capital_frequency)
+    return _compare(_capitals(text), kw.capital_relation, kw.capital_frequency)
 
 
 def quotation(text: str, kw: NoKwargs) -> bool:
@@ -302,6 +330,9 @@ class Check:
     kwargs: type[Kwargs]
     rule: Callable[[str, Any], bool]
     needs_language: bool = False  # langdetect decides it
+    # its pass over the text against a regex scan's: the tokenizers walk it in Python
+    # (the verifier's cost estimate, ifeval/__init__.py)
+    weight: int = 1
 
 
 INSTRUCTIONS: dict[str, Check] = {
@@ -310,7 +341,8 @@ INSTRUCTIONS: dict[str, Check] = {
     "keywords:forbidden_words": Check(ForbiddenWords, forbidden_words),
     "keywords:letter_frequency": Check(LetterFrequency, letter_frequency),
     "language:response_language": Check(Language, response_language, needs_language=True),
-    "length_constraints:number_sentences": Check(NumberSentences, number_sentences),
+    "length_constraints:number_sentences": Check(NumberSentences, number_sentences,
+                                                         weight=4),
     "length_constraints:number_paragraphs": Check(NumberParagraphs, number_paragraphs),
     "length_constraints:number_words": Check(NumberWords, number_words),
     "length_constraints:nth_paragraph_first_word": Check(ParagraphFirstWord,
@@ -328,7 +360,8 @@ INSTRUCTIONS: dict[str, Check] = {
     "combination:repeat_prompt": Check(RepeatPrompt, repeat_prompt),
     "startend:end_checker": Check(EndPhrase, end_checker),
     "startend:quotation": Check(NoKwargs, quotation),
-    "change_case:capital_word_frequency": Check(CapitalFrequency, capital_word_frequency),
+    "change_case:capital_word_frequency": Check(CapitalFrequency, capital_word_frequency,
+                                                weight=4),
     "change_case:english_capital": Check(NoKwargs, english_capital, needs_language=True),
     "change_case:english_lowercase": Check(NoKwargs, english_lowercase, needs_language=True),
     "punctuation:no_comma": Check(NoKwargs, no_comma),

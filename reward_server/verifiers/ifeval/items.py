@@ -23,15 +23,19 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from reward_server.errors import format_validation_errors
 from reward_server.text import printable
+from reward_server.verifiers import limits
 from reward_server.verifiers.base import ItemBase, ResultBase
 from reward_server.verifiers.ifeval.checks import INSTRUCTIONS, Kwargs
 from reward_server.verifiers.ifeval.evaluate import Spec
+from reward_server.verifiers.ifeval.settings import IfEvalSettings
 
 KNOWN = ", ".join(sorted(INSTRUCTIONS))
 MAX_GROUND_TRUTH_CHARS = 100_000  # a row's constraints are a few hundred characters
@@ -99,7 +103,43 @@ def _decode(text: str) -> Any:
         raise ValueError("ground_truth is neither JSON nor a Python literal") from None
 
 
-def _from_ground_truth(truth: Any) -> list[Instruction]:
+def _capped(count: int, cap: int, where: str = "") -> None:
+    if count > cap:
+        raise PydanticCustomError("too_many_instructions", "{where}{count} instructions; at "
+                                  "most {cap} (REWARD_SERVER_IFEVAL_MAX_INSTRUCTIONS)",
+                                  {"where": where, "count": count, "cap": cap})
+
+
+# the parameters that cost per entry or per character: compiled as patterns, searched for
+_LISTS = ("keywords", "forbidden_words")
+_PHRASES = ("keyword", "section_spliter", "postscript_marker")
+
+
+def _check_sizes(found: list[Instruction], where: str, caps: IfEvalSettings) -> None:
+    """Each keyword list and phrase within its cap; ``where`` places an instruction's
+    parameters in the item's own shape ({n}: its index)."""
+    for n, instruction in enumerate(found):
+        kwargs = instruction.spec[1]
+        for name in _LISTS:
+            words = getattr(kwargs, name, None)
+            if words is not None and len(words) > caps.max_keywords:
+                raise PydanticCustomError("too_many_keywords", "{where}: {count} entries; at "
+                                          "most {cap} (REWARD_SERVER_IFEVAL_MAX_KEYWORDS)", {
+                                              "where": f"{where.format(n=n)}.{name}",
+                                              "count": len(words), "cap": caps.max_keywords})
+        for name in (*_LISTS, *_PHRASES):
+            value = getattr(kwargs, name, None)
+            for k, phrase in enumerate([value] if isinstance(value, str) else value or ()):
+                if len(phrase) > caps.max_phrase_chars:
+                    at = f"{name}[{k}]" if name in _LISTS else name
+                    raise PydanticCustomError("phrase_too_long", "{where}: {count} characters; "
+                                              "at most {cap} (REWARD_SERVER_IFEVAL_MAX_PHRASE_"
+                                              "CHARS)", {"where": f"{where.format(n=n)}.{at}",
+                                                         "count": len(phrase),
+                                                         "cap": caps.max_phrase_chars})
+
+
+def _from_ground_truth(truth: Any, cap: int) -> list[Instruction]:
     """open-instruct's IFEvalVerifier: ``literal_eval(label)[0]``, itself JSON text maybe,
     holding ``instruction_id`` and ``kwargs``."""
     if isinstance(truth, str):
@@ -123,6 +163,7 @@ def _from_ground_truth(truth: Any) -> list[Instruction]:
         kwargs = truth.get("kwargs")
     if not isinstance(ids, list) or not (kwargs is None or isinstance(kwargs, list)):
         raise ValueError("ground_truth: instruction_id and kwargs are lists")
+    _capped(len(ids), cap, "ground_truth.instruction_id: ")  # before any is validated
     return _parallel(ids, kwargs, ("ground_truth.instruction_id", "ground_truth.kwargs"))
 
 
@@ -150,8 +191,15 @@ class IfEvalItem(ItemBase):
             raise ValueError(f"longer than {MAX_GROUND_TRUTH_CHARS} characters")
         return truth
 
+    @field_validator("instructions", "instruction_id_list", mode="before")
+    @classmethod
+    def _counted(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, list):  # before any instruction is validated
+            _capped(len(value), limits.section(info, "ifeval", IfEvalSettings).max_instructions)
+        return value
+
     @model_validator(mode="after")
-    def _one_shape(self) -> IfEvalItem:
+    def _one_shape(self, info: ValidationInfo) -> IfEvalItem:
         given = [name for name in ("instructions", "instruction_id_list", "ground_truth")
                  if getattr(self, name) is not None]
         if len(given) != 1:
@@ -159,15 +207,18 @@ class IfEvalItem(ItemBase):
                              f"(+ kwargs) or ground_truth (got {', '.join(given) or 'none'})")
         if self.kwargs is not None and given != ["instruction_id_list"]:
             raise ValueError("kwargs goes with instruction_id_list")
+        caps = limits.section(info, "ifeval", IfEvalSettings)
         if self.instructions is not None:
-            found = self.instructions
+            found, where = self.instructions, "instructions[{n}].kwargs"
         elif self.instruction_id_list is not None:
-            found = _parallel(self.instruction_id_list, self.kwargs,
-                              ("instruction_id_list", "kwargs"))
+            found, where = _parallel(self.instruction_id_list, self.kwargs,
+                                     ("instruction_id_list", "kwargs")), "kwargs[{n}]"
         else:
-            found = _from_ground_truth(self.ground_truth)
+            found = _from_ground_truth(self.ground_truth, caps.max_instructions)
+            where = "ground_truth.kwargs[{n}]"
             if not found:
                 raise ValueError("ground_truth lists no instruction")
+        _check_sizes(found, where, caps)
         self._specs = tuple(instruction.spec for instruction in found)
         return self
 
