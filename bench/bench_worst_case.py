@@ -6,9 +6,14 @@ REWARD_SERVER_MAX_FIELD_BYTES, a question at its 100,000-character limit):
 
 1. triage in this process: the seconds one item costs, and per MB of its hostile field
    (and the code verifier's fence extraction, which runs on the event loop);
-2. the real server on loopback: one hostile item per request while a second client polls
-   ``/healthz`` and posts ``\\boxed{6}``; the worst latency that client saw, and the
-   hostile request's own time and verdict.
+2. the real server on loopback: one hostile request (one caller's address) while a second
+   caller (another address) polls ``/healthz`` and posts an honest item to the same
+   verifier; the median and worst latency that caller saw, and the hostile request's own
+   time and verdicts. Math's table, then each other verifier's worst input: format's
+   crafted character classes, backtracking regex and fence runs, ifeval's 2,000
+   instructions (32 an item), a reasoning_gym answer of a field of parentheses, and a code
+   item that never ends (when the Docker engine is there). Target: no other caller waits
+   more than 2 s behind any one of them.
 
 Prints a table and writes JSON (date, git commit, machine, figures) to
 bench/results/worst_case-<date>.json through ``bench/record.py``. A shape still running
@@ -21,6 +26,7 @@ long is the finding).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import statistics
@@ -34,10 +40,16 @@ import httpx
 
 from bench.record import commit, record
 from reward_server.settings import Settings
-from reward_server.testing import run_server
+from reward_server.testing import run_server, wait_for_sandbox
 from reward_server.verifiers.code.extract import extract_code
 from reward_server.verifiers.math import MathItem, MathVerifier
-from reward_server.worst_case import FIELD_BYTES, math_cases, reference_cases
+from reward_server.worst_case import (
+    FIELD_BYTES,
+    format_cases,
+    ifeval_cases,
+    math_cases,
+    reference_cases,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,36 +109,86 @@ def time_code(size: int) -> dict[str, dict[str, Any]]:
     return out
 
 
-def through_server(url: str, fields: dict[str, Any]) -> dict[str, Any]:
-    """One hostile item in its own request; another client's latencies meanwhile."""
+HOSTILE_ADDRESS, OTHER_ADDRESS = "127.0.0.2", "127.0.0.3"  # two callers on loopback
+HONEST = {  # each verifier's honest item, as the other caller sends it
+    "math": {"response": "so \\boxed{6}", "answer": "6"},
+    "format": {"response": "<think>\nx\n</think>\n<answer>\n7\n</answer>",
+               "rules": ["think_answer"]},
+    "ifeval": {"response": "a short answer", "instructions": [
+        {"instruction_id": "punctuation:no_comma"}]},
+    "reasoning_gym": {"response": "<answer>3</answer>", "question": "1 + 2 =", "answer": "3",
+                      "metadata": {"source_dataset": "basic_arithmetic"}},
+    "code": {"response": "print(input())", "tests": [{"input": "1", "output": "1"}]},
+}
+
+
+def _client(url: str, address: str) -> httpx.Client:
+    return httpx.Client(base_url=url, timeout=600,
+                        transport=httpx.HTTPTransport(local_address=address))
+
+
+def through_server(url: str, verifier: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """One hostile request of ``items``; another caller's latencies meanwhile."""
     out: dict[str, Any] = {}
+    body = json.dumps({"items": items}).encode()  # here: encoding on the thread would
+    # hold this process's interpreter, and the probes' latencies would be the client's own
 
     def post() -> None:
         started = time.monotonic()
-        with httpx.Client(base_url=url, timeout=600) as c:
-            r = c.post("/v1/verify/math", json={"items": [fields]})
+        with _client(url, HOSTILE_ADDRESS) as c:
+            r = c.post(f"/v1/verify/{verifier}", content=body,
+                       headers={"content-type": "application/json"})
         out["hostile_s"] = time.monotonic() - started
-        result = r.json()["results"][0] if r.status_code == 200 else {"status": r.status_code}
-        out["score"], out["status"] = result.get("score"), result.get("status")
+        if r.status_code != 200:
+            out["status"], out["score"] = r.status_code, None
+            return
+        results = r.json()["results"]
+        statuses = sorted({str(x.get("status")) for x in results})
+        scores = [x.get("score") for x in results]
+        out["status"] = "/".join(statuses)
+        out["score"] = scores[0] if len(set(map(str, scores))) == 1 else "mixed"
 
     health: list[float] = []
     other: list[float] = []
     hostile = threading.Thread(target=post)
     hostile.start()
-    with httpx.Client(base_url=url, timeout=600) as c:
+    with _client(url, OTHER_ADDRESS) as c:
         while not health or hostile.is_alive():  # at least once, however fast it is
             started = time.monotonic()
             c.get("/healthz")
             health.append(time.monotonic() - started)
             started = time.monotonic()
-            c.post("/v1/verify/math",
-                   json={"items": [{"response": "so \\boxed{6}", "answer": "6"}]})
+            c.post(f"/v1/verify/{verifier}", json={"items": [HONEST[verifier]]})
             other.append(time.monotonic() - started)
             time.sleep(0.02)
     hostile.join()
     out.update(healthz_max_s=max(health), healthz_median_s=statistics.median(health),
-               other_max_s=max(other), other_median_s=statistics.median(other))
+               other_max_s=max(other), other_median_s=statistics.median(other),
+               probes=len(health))
     return out
+
+
+def other_cases(size: int, code: bool) -> dict[str, tuple[str, list[dict[str, Any]]]]:
+    """Name -> (verifier, hostile batch): every verifier's worst input but math's."""
+    cases: dict[str, tuple[str, list[dict[str, Any]]]] = {
+        name: ("format", [item]) for name, item in format_cases(size).items()}
+    cases.update({name: ("ifeval", items) for name, items in ifeval_cases(8192).items()})
+    cases["reasoning_gym: a field of parentheses"] = ("reasoning_gym", [{
+        **HONEST["reasoning_gym"], "response": "<answer>" + "(" * (size - 64) + "</answer>"}])
+    if code:
+        cases["code: a loop that never ends"] = ("code", [{
+            "response": "while True:\n    pass", "tests": [{"input": "", "output": "1"}]}])
+    return cases
+
+
+def _engine() -> bool:
+    try:
+        import docker
+
+        docker.from_env().ping()
+        return True
+    except Exception:  # noqa: BLE001 - no engine, no library: no code case
+        return False
 
 
 def _s(seconds: float | None) -> str:
@@ -152,6 +214,10 @@ def main() -> None:
     if not args.only:
         figures.update(time_code(args.size))
     if not args.no_server:
+        code = not args.only and _engine()
+        others = {} if args.only else other_cases(args.size, code)
+        # two containers (run_server's pool): a hostile program holds one for its time
+        # limit, which no scheduler can take back, and the other caller's takes the other
         env = {"REWARD_SERVER_CACHE_SIZE": "0", "REWARD_SERVER_MATH_WORKERS": "2"}
         with run_server(Path(tempfile.mkdtemp(prefix="bench-worst-case-")), env=env) as srv:
             httpx.post(f"{srv.url}/v1/verify/math", timeout=300,
@@ -159,20 +225,34 @@ def main() -> None:
             for name, fields in cases.items():
                 if figures[name]["triage_s"] is None:
                     continue  # over the cap in triage: the server would stall as long
-                figures[name].update(through_server(srv.url, fields))
+                figures[name].update(through_server(srv.url, "math", [fields]))
                 print(f"  server {name:32s} other client max "
                       f"{figures[name]['other_max_s']:.3f} s", flush=True)
+            if code:
+                wait_for_sandbox(srv.url)
+            for name, (verifier, items) in others.items():
+                figures[name] = {"mb": round(len(json.dumps(items).encode()) / 1e6, 3),
+                                 "triage_s": None, "triage": "-", "s_per_mb": None,
+                                 "verifier": verifier, "items": len(items),
+                                 **through_server(srv.url, verifier, items)}
+                print(f"  server {name:40s} other caller max "
+                      f"{figures[name]['other_max_s']:.3f} s", flush=True)
 
-    print(f"\n{'case':34s} {'MB':>5s} {'triage':>9s} {'s/MB':>7s} {'healthz max':>12s} "
-          f"{'other max':>10s} {'request':>8s}  verdict")
+    print(f"\n{'case':40s} {'MB':>5s} {'triage':>9s} {'s/MB':>7s} {'healthz p50/max':>16s} "
+          f"{'other p50/max':>14s} {'request':>8s}  verdict")
     for name, f in figures.items():
         per_mb = "-" if f["s_per_mb"] is None else f"{f['s_per_mb']:.3f}"
-        server = (f"{f['healthz_max_s']:12.3f} {f['other_max_s']:10.3f} {f['hostile_s']:8.2f}"
+        server = (f"{f['healthz_median_s']:7.3f}/{f['healthz_max_s']:.3f} "
+                  f"{f['other_median_s']:6.3f}/{f['other_max_s']:.3f} {f['hostile_s']:8.2f}"
                   f"  {f['status']} {f['score']}" if "other_max_s" in f else
                   f"{'-':>12s} {'-':>10s} {'-':>8s}  triage: {f['triage']}")
-        print(f"{name:34s} {f['mb']:5.2f} {_s(f['triage_s']):>9s} {per_mb:>7s} {server}")
+        triage = "-" if "verifier" in f else _s(f["triage_s"])
+        print(f"{name:40s} {f['mb']:5.2f} {triage:>9s} {per_mb:>7s} {server}")
+    waits = [f["other_max_s"] for f in figures.values() if "other_max_s" in f]
+    print(f"worst wait of the other caller: {max(waits, default=0):.3f} s (target: 2 s)")
     path = record("worst_case", figures, {"size_bytes": args.size, "cap_s": args.cap_s,
                                           "server": not args.no_server, "math_workers": 2,
+                                          "callers": [HOSTILE_ADDRESS, OTHER_ADDRESS],
                                           "cpus": os.cpu_count()},
                   publish=args.publish, measured_on=measured_on)
     print(f"wrote {path}")
