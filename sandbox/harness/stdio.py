@@ -83,15 +83,25 @@ def run_tests(job, workdir, env, zygote, checker):
     if failure:
         return failure
     use_zygote = job["language"].get("forkserver") and zygote is not None and zygote.alive()
-    if use_zygote:
+    if not use_zygote:
+        return run_each(job, workdir, env, None, checker)
+    try:
         try:
             error = zygote.load(job["source"], job["language"]["source"], workdir, env,
                                 time.monotonic() + job["time_limit_s"])
         except (TimeoutError, OSError, EOFError, ValueError):
-            use_zygote, error = False, None  # fall back to a fresh interpreter per test
-            kill_group(zygote.process)  # and replace it after this execution
+            kill_group(zygote.process)  # replaced after this execution
+            return run_each(job, workdir, env, None, checker)  # a fresh interpreter per test
         if error is not None:
             return {"status": SYNTAX_ERROR, "detail": error[-job["stderr_tail_bytes"]:]}
+        return run_each(job, workdir, env, zygote, checker)
+    finally:  # the loader ends with the execution: the next one's programs fork clean
+        zygote.unload(time.monotonic() + 10)
+
+
+def run_each(job, workdir, env, zygote, checker):
+    """Each test's run: a fork of the loaded program (``zygote``) or a fresh process."""
+    use_zygote = zygote is not None
     results = []
     for index, test in enumerate(job["tests"]):
         if turn_over(job, len(results)):

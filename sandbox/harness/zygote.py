@@ -1,11 +1,17 @@
 """The Python fork server ("zygote"). Starting an interpreter costs ~25 ms per test; forking a
 warm one costs ~1 ms.
 
-The zygote is a fresh interpreter started between executions, before any job is known; it
-holds no test data, only the program it is given. For each test it forks a child that takes
-the test's pipes as stdin/stdout/stderr, drops to the candidate's uid, lowers its limits and
-runs the program as ``__main__``. The zygote reports the child's pid and, later, its wait
-status. It keeps root (its children drop it), so no candidate can reach it.
+The zygote is a fresh interpreter started before any job is known, and it stays that way:
+it never reads anything of a caller's. A program's source comes as a descriptor that only a
+child of it reads: a *loader* (``load``), forked per execution, which compiles the program
+and forks one child per test until the execution ends (``unload``) and its memory with it;
+or a snippet's own child (``run_script``). A test's input and output go through pipes it
+only passes on. So a program forked from it, whoever's, finds no earlier program, source,
+test or result in its frames, heap or raw memory (tests/sandbox/test_fork_server.py).
+Each child takes its pipes as stdin/stdout/stderr, drops to the candidate's uid, lowers its
+limits and runs the program as ``__main__``; the zygote (or the loader) reports its pid and,
+later, its wait status. Both keep root (their children drop it), so no candidate can reach
+them.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,6 +34,7 @@ from .processes import (
     oom_kills,
     supervise,
 )
+from .pymain import run_as_main, run_script
 from .statuses import RUNTIME_ERROR
 
 ZYGOTE_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from harness import zygote; "
@@ -36,165 +44,127 @@ ZYGOTE_MEMORY_MB = 1024
 
 def zygote_main(control_fd):
     """Runs in the zygote: control messages on ``control_fd`` (a Unix socket)."""
-    import io
-    import socket
-    import traceback
-
-    from . import candidate_server  # imported once here: a forked candidate server starts warm
+    from . import candidate_server  # noqa: F401 - imported once here: a forked one starts warm
 
     make_undumpable()  # its children inherit this: none can be traced by another
-    control = socket.socket(fileno=control_fd)
-    code, cwd = None, slate.WORK_ROOT
+    serve_control(socket.socket(fileno=control_fd), None)
+
+
+def serve_control(control, program):
+    """The zygote's loop (``program`` None), or a loader's (``program``: the compiled code, None
+    if it did not compile, and its work dir), which ends at ``unload``. Each message is
+    handled in a call of its own: what it held is gone when the next child forks."""
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(control, 1 << 16, 5)
         except OSError:
             return
-        if not message:
+        if not message or not handle(control, json.loads(message), fds, program):
             return
-        request = json.loads(message)
-        if request["op"] == "ready":
-            control.sendall(b'{"op": "ready"}')
-            continue
-        if request["op"] == "load":  # the source comes as a descriptor: we never enter the
-            cwd = request["cwd"]     # work dir, which is the candidate's
-            os.environ.update(request["env"])
+
+
+def handle(control, request, fds, program):
+    """One control message; False when it ends the loop (a loader's ``unload``)."""
+    op = request["op"]
+    if op == "ready":
+        control.sendall(b'{"op": "ready"}')
+    elif op == "load" and program is None:
+        load(control, request, fds)
+    elif op == "unload":  # the zygote has nothing loaded: its loader said so as it ended
+        return program is None
+    elif op == "load" or (op == "run" and (program is None or program[0] is None)):
+        close_all(fds)  # one program per loader; the zygote runs none
+        control.sendall(json.dumps({"op": "loaded" if op == "load" else "started",
+                                    "error": f"cannot {op} here"}).encode())
+    else:
+        fork_child(control, request, fds, program)
+    return True
+
+
+def load(control, request, fds):
+    """Fork a loader, which compiles the program from its descriptor (the zygote never reads
+    it) and forks each test's child from it until ``unload``. When the loader has ended,
+    however it ended, the zygote says ``unloaded``: exactly once per load."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.environ.update(request["env"])  # its tests': never the zygote's
             try:
                 with os.fdopen(fds[0], "rb") as f:
                     code = compile(f.read(), request["name"], "exec")
-                reply = {"op": "loaded"}
+                reply = {"op": "loaded", "pid": os.getpid()}
             except (SyntaxError, ValueError, MemoryError, RecursionError):
-                reply = {"op": "loaded", "error": traceback.format_exc(limit=0)}
+                import traceback
+
+                code = None
+                reply = {"op": "loaded", "pid": os.getpid(),
+                         "error": traceback.format_exc(limit=0)}
             control.sendall(json.dumps(reply).encode())
-            continue
-        pid = os.fork()
-        if pid == 0:  # the child: becomes the program
-            try:
-                os.setsid()
-                for target, fd in enumerate(fds):
-                    os.dup2(fd, target)
-                os.closerange(len(fds), 65536)
-                slate.drop_privileges()
-                if request["op"] == "script":  # a snippet (run_code): its own source
-                    os._exit(run_script(request))
-                if request["op"] == "serve":  # an assertion job's candidate server
-                    os.chdir(request["cwd"])
-                    os.environ.update(request["env"])
-                    apply_limits(request["memory_mb"], None)
-                    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w"), encoding="utf-8",
-                                                  write_through=True)
-                    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w"), encoding="utf-8",
-                                                  write_through=True)
-                    candidate_server.serve_candidate(request["entry_point"], request["preamble"],
-                                                     request["setup"])
-                    os._exit(0)
-                os.chdir(cwd)
-                apply_limits(request["memory_mb"], request["cpu_s"])
-                sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r")),
-                                             encoding="utf-8")
-                sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w")),
-                                              encoding="utf-8")
-                sys.stderr = io.TextIOWrapper(io.FileIO(2, "w"), encoding="utf-8",
-                                              write_through=True)
-                sys.argv = [request["argv0"]]
-                status = run_as_main(code, request["argv0"])
-            except BaseException:  # noqa: BLE001
-                status = 1
+            serve_control(control, (code, request["cwd"]))
+        finally:
+            os._exit(0)
+    close_all(fds)
+    os.waitpid(pid, 0)
+    control.sendall(b'{"op": "unloaded"}')
+
+
+def fork_child(control, request, fds, program):
+    """A child of the zygote (a snippet's, a candidate server) or of a loader (a test's run of
+    its program), reported ``started`` and, when it has ended, ``exited``."""
+    pid = os.fork()
+    if pid == 0:  # the child: becomes the program
+        status = 1
+        try:
+            status = become_program(request, fds, program)
+        finally:
             os._exit(status)
-        for fd in fds:
-            os.close(fd)
-        control.sendall(json.dumps({"op": "started", "pid": pid}).encode())
-        _, wait_status = os.waitpid(pid, 0)
-        control.sendall(json.dumps({"op": "exited", "pid": pid, "status": wait_status}).encode())
+    close_all(fds)
+    control.sendall(json.dumps({"op": "started", "pid": pid}).encode())
+    _, wait_status = os.waitpid(pid, 0)
+    control.sendall(json.dumps({"op": "exited", "pid": pid, "status": wait_status}).encode())
 
 
-def run_script(request):
-    """A snippet's child (op ``script``), as ``python3 -s main.py`` runs it: the source comes
-    on fd 3 and is read and compiled here, after the uid drop and under the program's limits,
-    so it never enters the zygote's memory (where a later program forked from it could read
-    it); the script's directory first on the path; stdout unbuffered as PYTHONUNBUFFERED asks;
-    a syntax error printed as Python prints it; at the end, threads joined and atexit run."""
+def become_program(request, fds, program):
+    """In a forked child: its descriptors, its own session, the candidate's uid, then the job
+    of ``request["op"]``; its exit status."""
     import io
 
-    cwd, path = request["cwd"], os.path.join(request["cwd"], request["argv0"])
-    os.chdir(cwd)
-    os.environ.update(request["env"])
-    apply_limits(request["memory_mb"], request["cpu_s"])
-    unbuffered = bool(request["env"].get("PYTHONUNBUFFERED"))
-    # the zygote's -I ignored these variables; the program's python3 would not
-    sys.dont_write_bytecode = bool(request["env"].get("PYTHONDONTWRITEBYTECODE"))
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r")), encoding="utf-8")
-    raw = io.FileIO(1, "w")
-    sys.stdout = io.TextIOWrapper(raw if unbuffered else io.BufferedWriter(raw),
-                                  encoding="utf-8", write_through=unbuffered)
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w"), encoding="utf-8",
-                                  errors="backslashreplace", write_through=True)
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-    with os.fdopen(3, "rb") as f:
-        source = f.read()
     try:
-        code = compile(source, path, "exec")
-    except BaseException as exc:  # noqa: BLE001 - SyntaxError, null bytes, MemoryError
-        print_uncaught(exc, None)  # no frames: python3 prints none for these
-        sys.stderr.flush()
-        return 1
-    sys.argv = [request["argv0"]]
-    sys.path[:] = [cwd, *(p for p in sys.path if p != PACKAGE_PARENT)]
-    return run_as_main(code, path, finish=True)
+        os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(len(fds), 65536)
+        slate.drop_privileges()
+        if request["op"] == "script":  # a snippet (run_code): its own source
+            return run_script(request)
+        if request["op"] == "serve":  # an assertion job's candidate server
+            from . import candidate_server
 
-
-def run_as_main(code, filename, finish=False):
-    """Exit status of running ``code`` the way ``python3 file`` would; ``finish``: and end as
-    the interpreter ends, non-daemon threads joined and atexit functions run (a forked
-    program otherwise ends at its last line, and a thread's output is lost)."""
-    namespace = {"__name__": "__main__", "__file__": filename, "__builtins__": __builtins__}
-    status = 0
-    try:
-        exec(code, namespace)
-    except SystemExit as exc:
-        status = exit_status(exc)
-    except BaseException as exc:  # noqa: BLE001 - uncaught, printed like Python does
-        print_uncaught(exc, exc.__traceback__.tb_next)  # from the program's frame
-        status = 1
-    if finish:
-        try:
-            threading = sys.modules.get("threading")
-            if threading is not None:
-                threading._shutdown()
-            import atexit
-
-            atexit._run_exitfuncs()
-        except SystemExit as exc:
-            status = exit_status(exc)
-        except BaseException as exc:  # noqa: BLE001
-            print_uncaught(exc, exc.__traceback__)
-            status = status or 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001
-            status = status or 1
-    return status
-
-
-def print_uncaught(exc, tb):
-    """Print an uncaught exception as Python does: through ``sys.excepthook`` (the program
-    may have set its own), or the default hook when that one fails."""
-    exc = exc.with_traceback(tb)  # the hook prints the exception's own, whatever it is given
-    try:
-        sys.excepthook(type(exc), exc, tb)
+            os.chdir(request["cwd"])
+            os.environ.update(request["env"])
+            apply_limits(request["memory_mb"], None)
+            sys.stdout = io.TextIOWrapper(io.FileIO(1, "w"), encoding="utf-8",
+                                          write_through=True)
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w"), encoding="utf-8",
+                                          write_through=True)
+            candidate_server.serve_candidate(request["entry_point"], request["preamble"],
+                                             request["setup"])
+            return 0
+        code, cwd = program
+        os.chdir(cwd)
+        apply_limits(request["memory_mb"], request["cpu_s"])
+        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r")), encoding="utf-8")
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w")), encoding="utf-8")
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w"), encoding="utf-8", write_through=True)
+        sys.argv = [request["argv0"]]
+        return run_as_main(code, request["argv0"])
     except BaseException:  # noqa: BLE001
-        sys.__excepthook__(type(exc), exc, tb)
+        return 1
 
 
-def exit_status(exc):
-    """The exit status of an uncaught SystemExit, its message printed as Python prints it."""
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code & 0xFF
-    sys.stderr.write(f"{exc.code}\n")
-    return 1
+def close_all(fds):
+    for fd in fds:
+        os.close(fd)
 
 
 def zygote_limits():
@@ -208,8 +178,6 @@ class Zygote:
     """The harness's handle on a fork server."""
 
     def __init__(self):
-        import socket
-
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         os.set_inheritable(theirs.fileno(), True)
 
@@ -223,29 +191,27 @@ class Zygote:
         )
         theirs.close()
         self.answered = False  # it has answered a message: its start is behind it
+        self.loader = None  # the pid of the loader of this execution's program, if any
+        self.loaded = False  # a loader was asked for and has not been reported gone
 
     def wait_ready(self, deadline):
         """Wait out the zygote's own start (its imports: up to seconds on a loaded machine),
         which must not count against the first program's time limit."""
         if not self.answered:
-            import socket
-
             socket.send_fds(self.control, [b'{"op": "ready"}'], [])
             self._recv("ready", deadline)
 
     def alive(self):
-        """Running and not stopped (a program may have sent it SIGSTOP)."""
+        """Running and not stopped (a program may have sent it SIGSTOP), and so is the loader
+        of the loaded program, if one is (the OOM killer may take it)."""
         if self.process.poll() is not None:
             return False
-        try:
-            with open(f"/proc/{self.process.pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t", "Z")
-        except OSError:
-            return False
+        return running(self.process.pid) and (self.loader is None or running(self.loader))
 
-    def _recv(self, op, deadline, pid=None):
+    def _recv(self, op, deadline, pid=None, ends_load=False):
         """The next message ``op`` (for ``pid``); older messages, such as the exit of a
-        program the sweep killed, are skipped."""
+        program the sweep killed, are skipped. ``ends_load``: OSError if the loader ends
+        first."""
         while True:
             self.control.settimeout(max(0.001, deadline - time.monotonic()))
             data = self.control.recv(1 << 20)
@@ -253,20 +219,38 @@ class Zygote:
                 raise EOFError
             message = json.loads(data)
             self.answered = True
+            if message.get("op") == "unloaded":
+                self.loaded, self.loader = False, None
+                if ends_load:
+                    raise OSError("the loader ended")
             if message.get("op") == op and (pid is None or message.get("pid") == pid):
                 return message
 
     def load(self, source, name, cwd, env, deadline):
-        """None when the program compiled; else the error text."""
-        import socket
-
+        """Fork a loader of ``source``, which ``start`` forks from until ``unload``. None when
+        the program compiled; else the error text."""
         fd = source_fd(source)
         try:
+            self.loaded = True
             socket.send_fds(self.control, [json.dumps({
                 "op": "load", "name": name, "cwd": cwd, "env": env}).encode()], [fd])
         finally:
             os.close(fd)
-        return self._recv("loaded", deadline).get("error")
+        reply = self._recv("loaded", deadline, ends_load=True)
+        self.loader = reply.get("pid")
+        return reply.get("error")
+
+    def unload(self, deadline):
+        """End the loader, and the program's memory with it: the zygote is as it started. On
+        any failure the zygote is killed (and replaced after this execution: serve.py)."""
+        try:
+            if self.loaded:
+                self.control.sendall(b'{"op": "unload"}')
+            while self.loaded:
+                self._recv("unloaded", deadline)
+        except (OSError, EOFError, ValueError):  # TimeoutError is an OSError
+            kill_group(self.process)
+            self.loaded, self.loader = False, None
 
     def start(self, memory_mb, cpu_s, argv0):
         """Fork the loaded program."""
@@ -274,8 +258,7 @@ class Zygote:
                            "argv0": argv0})
 
     def script(self, source, memory_mb, cpu_s, argv0, cwd, env):
-        """Fork a child that compiles and runs ``source`` itself (``run_script``); what was
-        loaded stays loaded."""
+        """Fork a child that compiles and runs ``source`` itself (``run_script``)."""
         fd = source_fd(source)
         try:
             return self._fork({"op": "script", "memory_mb": memory_mb, "cpu_s": cpu_s,
@@ -285,8 +268,6 @@ class Zygote:
 
     def _fork(self, request, extra_fds=()):
         """A child with new pipes as its stdin, stdout and stderr, ``extra_fds`` after them."""
-        import socket
-
         fds = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr
         theirs = [fds[0][0], fds[1][1], fds[2][1]]
         ours = [fds[0][1], fds[1][0], fds[2][0]]
@@ -301,7 +282,7 @@ class Zygote:
             for fd in theirs:
                 os.close(fd)
         try:
-            pid = self._recv("started", time.monotonic() + 10)["pid"]
+            pid = started(self._recv("started", time.monotonic() + 10))
         except BaseException:
             for fd in ours:
                 os.close(fd)
@@ -311,13 +292,10 @@ class Zygote:
     def serve(self, fds, memory_mb, cwd, env, entry_point, preamble, setup=False):
         """Fork a candidate server (``candidate_server.serve_candidate``) with ``fds`` as its
         descriptors 0-4; as the candidate's uid, in ``cwd``."""
-        import socket
-
         socket.send_fds(self.control, [json.dumps({
             "op": "serve", "memory_mb": memory_mb, "cwd": cwd, "env": env,
             "entry_point": entry_point, "preamble": preamble, "setup": setup}).encode()], fds)
-        pid = self._recv("started", time.monotonic() + 10)["pid"]
-        return ForkedProcess(self, pid)
+        return ForkedProcess(self, started(self._recv("started", time.monotonic() + 10)))
 
     def close(self):
         kill_group(self.process)
@@ -330,6 +308,7 @@ class ForkedProcess:
 
     def __init__(self, zygote, pid, stdin_fd=None, stdout_fd=None, stderr_fd=None):
         self.zygote, self.pid, self.returncode = zygote, pid, None
+        self.parent = zygote.loader  # None: the zygote's own child
         self.stdin = None if stdin_fd is None else os.fdopen(stdin_fd, "wb", buffering=0)
         self.stdout = None if stdout_fd is None else os.fdopen(stdout_fd, "rb", buffering=0)
         self.stderr = None if stderr_fd is None else os.fdopen(stderr_fd, "rb", buffering=0)
@@ -338,15 +317,18 @@ class ForkedProcess:
         if self.returncode is None:
             try:
                 reply = self.zygote._recv("exited", time.monotonic(), self.pid)
-            except TimeoutError:
-                return None
+            except TimeoutError:  # and if its loader is gone, no one will say it exited
+                if self.parent is None or running(self.parent):
+                    return None
+                return self._poll_orphan()
             except (OSError, EOFError, ValueError):
                 return self._poll_orphan()  # the program killed the zygote
             self.returncode = os.waitstatus_to_exitcode(reply["status"])
         return self.returncode
 
     def _poll_orphan(self):
-        """With the zygote gone, its child is re-parented to us (PID 1): wait for it here."""
+        """With its parent (the zygote, the loader) gone, its child is re-parented to us
+        (PID 1): wait for it here."""
         try:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
         except ChildProcessError:
@@ -370,6 +352,22 @@ class ForkedProcess:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def running(pid):
+    """``pid`` exists and is neither stopped nor a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t", "Z")
+    except OSError:
+        return False
+
+
+def started(reply):
+    """The pid of a ``started`` reply; OSError when the fork server refused."""
+    if reply.get("error"):
+        raise OSError(reply["error"])
+    return reply["pid"]
 
 
 def source_fd(source):

@@ -60,14 +60,17 @@ for path in {READS!r}:
 fork_server = [p for p in os.listdir('/proc')
                if p.isdigit() and os.stat(f'/proc/{{p}}').st_uid == 0
                and 'zygote_main' in open(f'/proc/{{p}}/cmdline').read()]
-print('fork servers', len(fork_server))
+print('fork server', 'found' if fork_server else 'missing')  # and a loader, in an item
 for what in ['environ', 'mem']:
-    try:
-        with open(f'/proc/{{fork_server[0]}}/{{what}}', 'rb') as f:
-            f.read(1)
-        print('READ the fork server', what)
-    except OSError:
-        print('blocked the fork server', what)
+    seen = set()
+    for pid in fork_server:
+        try:
+            with open(f'/proc/{{pid}}/{{what}}', 'rb') as f:
+                f.read(1)
+            seen.add('READ')
+        except OSError:
+            seen.add('blocked')
+    print(' and '.join(sorted(seen)), 'the fork server', what)
 with open('ok.txt', 'w') as f:
     f.write('work dir is writable')
 print(open('ok.txt').read())
@@ -80,15 +83,16 @@ def filesystem_expected(runtime: str) -> str:
     fork of the zygote, a fresh interpreter, or a cell of the session's kernel, all under the
     candidate's uid), and the fork server beside it. One exception: gVisor (20221219) lets
     any uid read a process's environ, which for PID 1 holds the image's variables only (PATH,
-    HOME, HOSTNAME; the server passes none) and for the fork server PATH, LANG and
-    PYTHONDONTWRITEBYTECODE. Their memory stays closed there too, and PID 1's fd 1 (a
+    HOME, HOSTNAME; the server passes none), for the fork server PATH, LANG and
+    PYTHONDONTWRITEBYTECODE, and for an item's loader (a fork of it) the program's own
+    environment. Their memory stays closed there too, and PID 1's fd 1 (a
     mode-0 memfd: harness/serve.py); the fork server's fds 0-2 are /dev/null."""
     environ = "READ" if runtime == "runsc" else "blocked"
     return "\n".join(
         [f"blocked {p}" for p in WRITES]
         + [f"{environ if p == '/proc/1/environ' else 'blocked'} {p}" for p in READS]
-        + ["fork servers 1", f"{environ} the fork server environ", "blocked the fork server mem",
-           "work dir is writable"])
+        + ["fork server found", f"{environ} the fork server environ",
+           "blocked the fork server mem", "work dir is writable"])
 
 
 # Two children that outlive the program: one in a session of its own (out of the program's
@@ -124,3 +128,80 @@ def kill_everything_raises(runtime: str) -> bool:
     server, root's: EPERM, which it does not report); gVisor (20221219) counts only those it
     signalled. Either way nothing outside the candidate's uid is reached."""
     return runtime == "runsc"
+
+
+# Another program's leftovers in this one's own process: every string "zqx-secret-" followed
+# by 24 hex digits that it finds in its frames (the sys._getframe chain, each frame's locals,
+# globals and constants, code objects' constants within), its heap (every object the
+# collector tracks and what each refers to) and its raw memory (every readable anonymous
+# mapping, copied through a pipe, which answers EFAULT where a read would crash). Its own
+# constant, MINE, must turn up in all three (the search works); anything else is a secret
+# of an earlier program that a fork server kept (harness/zygote.py).
+SECRET_HUNT = r"""
+import ctypes, gc, os, re, sys, types
+PATTERN = re.compile(rb"zqx-secret-[0-9a-f]{24}")
+MINE = "zqx-secret-" + "0" * 24  # one constant, folded by the compiler
+found = {"frames": set(), "heap": set(), "memory": set()}
+def note(where, data):
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    found[where].update(m.decode() for m in PATTERN.findall(data))
+def look(where, value, depth=0):
+    if isinstance(value, (str, bytes, bytearray)):
+        note(where, value)
+    elif isinstance(value, types.CodeType) and depth < 8:
+        note(where, value.co_code)
+        for const in value.co_consts:
+            look(where, const, depth + 1)
+    elif isinstance(value, (tuple, list, set, frozenset)) and depth < 8:
+        for item in list(value)[:100000]:
+            look(where, item, depth + 1)
+    elif isinstance(value, dict) and depth < 8:
+        for key, item in list(value.items())[:100000]:
+            look(where, key, depth + 1)
+            look(where, item, depth + 1)
+    elif isinstance(value, (types.FunctionType, types.MethodType)) and depth < 8:
+        look(where, getattr(value, "__code__", None), depth + 1)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+libc.write.restype = ctypes.c_ssize_t
+def memory():
+    with open("/proc/self/maps") as f:
+        regions = [line.split() for line in f]
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    for region in regions:
+        if "r" not in region[1] or (len(region) > 5 and region[5] not in ("[heap]", "[stack]")):
+            continue
+        start, end = (int(x, 16) for x in region[0].split("-"))
+        tail = b""
+        while start < end:
+            n = libc.write(w, start, min(end - start, 1 << 16))
+            if n <= 0:
+                break
+            chunk = os.read(r, n)
+            note("memory", tail + chunk)
+            tail, start = chunk[-64:], start + n
+    os.close(r)
+    os.close(w)
+memory()
+frame = sys._getframe()
+while frame is not None:
+    look("frames", frame.f_code)
+    look("frames", dict(frame.f_locals))
+    look("frames", dict(frame.f_globals))
+    frame = frame.f_back
+for obj in gc.get_objects():  # strings and code are reached as what a tracked object holds
+    for ref in gc.get_referents(obj):
+        if isinstance(ref, (str, bytes, bytearray, types.CodeType)):
+            look("heap", ref)
+for where, secrets in found.items():
+    print(where, "mine" if secrets == {MINE} else sorted(secrets - {MINE}) or "MINE MISSING")
+"""
+SECRET_HUNT_EXPECTED = "frames mine\nheap mine\nmemory mine"
+
+
+def secret_program(secret: str) -> str:
+    """A stdin/stdout program that holds ``secret`` ("zqx-secret-" and 24 hex digits) as a
+    constant, and prints the sum of two numbers."""
+    return f"SECRET = {secret!r}\nprint(sum(map(int, input().split())))\n"
