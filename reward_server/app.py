@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi_offline import FastAPIOffline
 
-from reward_server import __version__
+from reward_server import __version__, worker_isolation
 from reward_server.errors import ApiError, api_error_handler, validation_error_handler
 from reward_server.middleware import BearerAuth, BodyLimit, ErrorGuard, RequestMetrics
 from reward_server.routes import meta, openrlhf, rewards, run_code, sessions
@@ -31,6 +31,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        worker_isolation.configure(settings.worker_isolation == "on")
         verifiers = {name: cls(settings) for name, cls in classes.items()}
         started = []
         try:

@@ -54,6 +54,7 @@ from typing import Any, Literal, NamedTuple
 
 from pebble import ProcessExpired, ProcessPool
 
+from reward_server import worker_isolation
 from reward_server.metrics import POOL_REBUILDS, WORKER_CRASHES
 
 # "died", "killed" and "lost" are retried inside ``run`` and never returned.
@@ -120,7 +121,9 @@ def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
     return time.perf_counter() - started, time.process_time() - cpu_started, alarm.fired, value
 
 
-def _init_worker(memory_mb: int, warm_up: Callable[[], None] | None, name: str) -> None:
+def _init_worker(memory_mb: int, warm_up: Callable[[], None] | None, name: str,
+                 isolated: bool) -> None:
+    worker_isolation.isolate(isolated)  # before anything reads a caller's text
     # The cap is on what the worker adds to the address space it was forked with: a worker
     # forked later inherits the server's size then (its threads' stacks and malloc arenas,
     # more pools), and with an absolute cap a replacement forked from a 1 GB server had no
@@ -168,11 +171,15 @@ class TimeoutPool:
         # the watchdog in ``_await`` assumes no more are in pebble: a caller without a gate
         # of ``slots`` (tests, scripts) waits here, first come, first served
         self._handed = asyncio.Semaphore(self.slots)
+        worker_isolation.check_installation()
+        isolated = worker_isolation.enabled()
+        context = worker_isolation.context()  # workers are never forks of the server
         self._new_pool = lambda: ProcessPool(
             max_workers=workers + SPARE_WORKERS,  # only ``workers`` tasks at a time
             max_tasks=max_tasks_per_worker,  # recycle: SymPy caches grow without bound
             initializer=_init_worker,
-            initargs=(memory_mb, warm_up, name),
+            initargs=(memory_mb, warm_up, name, isolated),
+            context=context,
         )
         self._pool = self._new_pool()
 

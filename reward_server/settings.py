@@ -82,6 +82,13 @@ class ServerSettings(BaseSettings):
         "memory); any other timeout on its second occurrence. 0: off.",
     )
 
+    # The workers run libraries on a policy's text; what they may reach is reward_server.
+    # worker_isolation's docstring. "off" only where every caller and completion is trusted.
+    worker_isolation: Literal["on", "off"] = Field(
+        "on", description="Scoring workers (math, ifeval, format, reasoning_gym) run as a uid "
+        "of their own, without network, the server's environment or its memory (when the "
+        "server is root). 'off': they run as the server's user; a trusted setup only.")
+
     plugins: list[str] = Field(
         default_factory=list,
         description="Extra verifier classes as 'module:Class', besides installed entry points.",

@@ -38,5 +38,17 @@ fi
 .venv/bin/python -c 'import reward_server.app, reward_server.ray_serve, sympy, latex2sympy2_extended, pytest, torch, transformers, trl, openrlhf, verl, peft
 from trainer.models import smollm2_gguf; smollm2_gguf()' \
   || { echo "setup: the install did not complete" >&2; exit 1; }
+# Scoring workers drop to a uid of their own (reward_server/worker_isolation.py), which must
+# read the interpreter and the packages: a Python under a private home (pyenv's /root/.pyenv)
+# gets the others' execute bit on the directories above it (traverse, not list), and the
+# server refuses to start until it has it
+if [ "$(id -u)" = 0 ]; then
+  .venv/bin/python -c 'from reward_server.worker_isolation import unreadable_paths
+print("\n".join(unreadable_paths()))' | while read -r dir; do
+    [ -n "$dir" ] || continue
+    echo "setup: chmod o+x $dir (scoring workers run as an unprivileged uid and import from below it)"
+    chmod o+x "$dir"
+  done
+fi
 rm -f .venv/.installed-*
 touch "$stamp"

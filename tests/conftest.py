@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -51,6 +53,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "extra_engine" in used or (
                 callspec is not None and callspec.params.get("sandbox_runtime") == "runsc"):
             item.add_marker(pytest.mark.gvisor)
+
+
+@pytest.fixture
+def open_tmp_path() -> Iterator[Path]:
+    """A directory any user may traverse, for files a scoring worker touches: the workers
+    run as a uid of their own (reward_server/worker_isolation.py), and pytest's own tmp root
+    is its owner's only."""
+    path = Path(tempfile.mkdtemp(prefix="vr-open-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -23,9 +23,9 @@ PROCESSES = 2 + SPARE_WORKERS  # REWARD_SERVER_MATH_WORKERS=2, plus the warm spa
 
 def _workers(server_pid: int) -> list[psutil.Process]:
     """The math pool's processes, by the name its workers give themselves (the other
-    verifiers' pools fork the same command line)."""
+    verifiers' pools fork from the same forkserver, a child of the server)."""
     found = []
-    for child in psutil.Process(server_pid).children():
+    for child in psutil.Process(server_pid).children(recursive=True):
         try:  # a killed worker not yet reaped is a zombie
             if child.status() != psutil.STATUS_ZOMBIE and child.name() == "math-worker":
                 found.append(child)

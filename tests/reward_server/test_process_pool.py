@@ -73,7 +73,15 @@ def pool():
 
 
 def _workers() -> set[int]:
-    return {p.pid for p in psutil.Process().children()}
+    """The pools' workers: children of the forkserver, a child of this process."""
+    found = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.name() == "worker" and p.status() != psutil.STATUS_ZOMBIE:
+                found.add(p.pid)
+        except psutil.Error:
+            continue
+    return found
 
 
 async def test_soft_limit_stops_the_task_and_keeps_its_worker(pool: TimeoutPool) -> None:
@@ -121,6 +129,7 @@ async def _kill_runs(pool: TimeoutPool, tmp_path: Path, kills: int) -> tuple[obj
     outside, as an operator or the OOM killer would."""
     notes = tmp_path / "pids"
     notes.touch()
+    notes.chmod(0o666)  # the worker's uid is its own
     task = asyncio.ensure_future(pool.run(noted_sleep, str(notes), 1.0, timeout=20.0))
     killed: set[int] = set()
     while not task.done():
@@ -132,16 +141,16 @@ async def _kill_runs(pool: TimeoutPool, tmp_path: Path, kills: int) -> tuple[obj
     return task.result(), len(killed)
 
 
-async def test_a_task_killed_from_outside_runs_again(pool: TimeoutPool, tmp_path: Path
+async def test_a_task_killed_from_outside_runs_again(pool: TimeoutPool, open_tmp_path: Path
                                                      ) -> None:
-    result, killed = await _kill_runs(pool, tmp_path, kills=3)
+    result, killed = await _kill_runs(pool, open_tmp_path, kills=3)
     assert killed == 3
     assert result.outcome == "ok", result  # three kills in a row are not the task's doing
 
 
 async def test_a_task_killed_from_outside_without_end_is_unavailable(
-        pool: TimeoutPool, tmp_path: Path) -> None:
-    result, killed = await _kill_runs(pool, tmp_path, kills=100)
+        pool: TimeoutPool, open_tmp_path: Path) -> None:
+    result, killed = await _kill_runs(pool, open_tmp_path, kills=100)
     assert killed == MAX_OUTSIDE_LOSSES + 1
     assert result.outcome == "unavailable" and "SIGKILL" in (result.detail or ""), result
 
@@ -182,12 +191,12 @@ def test_cache_keeps_what_it_is_given_and_nothing_when_off() -> None:
 def test_prestart_starts_every_worker_before_the_first_task() -> None:
     """pebble starts workers at the first task: a fresh server's first request waited for
     their imports and warm-up, and its memory tripled under it (read as a leak)."""
-    before = {p.pid for p in psutil.Process().children()}
+    before = _workers()
     pool = TimeoutPool(workers=2, memory_mb=512)
     try:
         pool.prestart()
         deadline = time.monotonic() + 20
-        while len({p.pid for p in psutil.Process().children()} - before) < 3:
+        while len(_workers() - before) < 3:
             assert time.monotonic() < deadline, "the workers did not start"
             time.sleep(0.05)
     finally:

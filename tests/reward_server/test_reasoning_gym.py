@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from reward_server.verifiers.reasoning_gym.guard import UNEVALUATED
 from tests.conftest import ServerProcess, run_server
 
 reasoning_gym = pytest.importorskip("reasoning_gym")
@@ -52,6 +54,17 @@ def _in_process(dataset: Any, answer: str, entry: dict[str, Any]) -> float:
         return 0.0
 
 
+def _restates_the_question(task: str, answer: str) -> bool:
+    """An answer the task's own generator left as an unevaluated ``Integral`` (SymPy found
+    no closed form: about one intermediate_integration entry in eight). The library pays it
+    1; here it is the question restated, 0 (guard.UNEVALUATED)."""
+    return task in _SYMPY_PARSED and re.search(
+        r"\b(?:" + "|".join(sorted(UNEVALUATED)) + r")\s*\(", answer) is not None
+
+
+_SYMPY_PARSED = {"simple_integration", "intermediate_integration", "polynomial_multiplication"}
+
+
 def _post(srv: ServerProcess, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     r = httpx.post(srv.url + "/v1/verify/reasoning_gym", timeout=300,
                    content=json.dumps({"items": items}, default=str),
@@ -69,7 +82,9 @@ def test_every_task_scores_as_the_library_scores_it_in_process(srv: ServerProces
         for answer in ([entry["answer"]] if isinstance(entry["answer"], str) else []) + [WRONG]:
             items.append({"response": f"<think>...</think>\n<answer>{answer}</answer>",
                           "entry": entry})
-            expected.append((task, answer, _in_process(dataset, answer, entry)))
+            want = 0.0 if _restates_the_question(task, answer) else _in_process(
+                dataset, answer, entry)
+            expected.append((task, answer, want))
     results = _post(srv, items)
     differ = [(task, answer[:40], want, got["score"], got.get("detail"))
               for (task, answer, want), got in zip(expected, results, strict=True)
@@ -146,7 +161,8 @@ def test_no_answer_runs_as_code_in_the_scorers_that_would_run_it(srv: ServerProc
     assert max(r["score"] for r in results) < 0.1  # at most a task's credit for the format
     # the guard leaves honest answers alone in those same tasks
     honest = [{"response": f"<answer>{e['answer']}</answer>", "entry": e} for e in (
-        reasoning_gym.create_dataset(t, size=1, seed=5)[0] for t in EVAL_TASKS)]
+        next(e for e in reasoning_gym.create_dataset(t, size=20, seed=5)
+             if not _restates_the_question(t, e["answer"])) for t in EVAL_TASKS)]
     assert [r["score"] for r in _post(srv, honest)] == [1.0] * len(EVAL_TASKS)
 
 
@@ -198,11 +214,11 @@ def test_mixed_with_math_in_one_request(srv: ServerProcess) -> None:
     assert "entry" in info["reasoning_gym"]["item_schema"]["properties"]
 
 
-def test_without_the_extra_the_server_starts_and_says_what_to_install(tmp_path: Path
-                                                                       ) -> None:
+def test_without_the_extra_the_server_starts_and_says_what_to_install(
+        tmp_path: Path, open_tmp_path: Path) -> None:
     """A PYTHONPATH entry that shadows the library with a module that fails to import: the
     server still serves math, and a reasoning_gym item is unscorable, naming the extra."""
-    shadow = tmp_path / "shadow" / "reasoning_gym"
+    shadow = open_tmp_path / "shadow" / "reasoning_gym"  # the workers import from it
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('not installed (test)')\n")
     path = os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")])

@@ -138,3 +138,93 @@ def test_the_installed_guard_covers_every_sympy_string_path() -> None:
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[True, True, True, True] [False, False, False, False]"
+
+
+def _in_fresh_worker(body: str) -> str:
+    """``body`` after the guard is installed, in a process of its own (the guard patches the
+    process for good); its stdout."""
+    probe = (
+        "import os, sys, tempfile\n"
+        "from reward_server.verifiers.reasoning_gym import guard, library\n"
+        "guard.install()\n" + body
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
+# A name SymPy writes into source that lambdify execs: evalf of a Sum (hypsum), round() and
+# Max() of one reach it. Each {name} is a string that is Python, not a name.
+NAME_PAYLOADS = [
+    "Sum(2**(-DeferredVector({name})), (DeferredVector({name}), 0, oo)) > 0",
+    "Sum(2**(-Symbol({name})), (Symbol({name}), 0, oo)) > 0",
+    "round(Sum(2**(-Symbol({name})), (Symbol({name}), 0, oo)), 3)",
+    "Max(Sum(1/Symbol({name})**2, (Symbol({name}), 1, oo)), 1)",
+    "Sum(2**(-DeferredVector({name})), (DeferredVector({name}), 0, oo)) + x",
+]
+
+
+@pytest.mark.slow
+def test_names_that_are_python_do_not_run_in_any_sympy_task() -> None:
+    """Each payload to each task whose scorer parses with SymPy: the Python in the name never
+    runs (it would create a file), and the task scores it as an answer it cannot read."""
+    body = (
+        "import json\n"
+        "marker = tempfile.mktemp()\n"
+        f"payloads = {NAME_PAYLOADS!r}\n"
+        "name = repr(f\"x=(__import__('os').system('touch {marker}'))\")\n"
+        "seen = {}\n"
+        "for task in ('polynomial_multiplication', 'simple_integration',\n"
+        "             'intermediate_integration', 'countdown', 'puzzle24'):\n"
+        "    import reasoning_gym\n"
+        "    entry = reasoning_gym.create_dataset(task, size=1, seed=3)[0]\n"
+        "    for p in payloads:\n"
+        "        status, score, _ = library.score_one(task, p.format(name=name), entry)\n"
+        "        seen[f'{task} {payloads.index(p)}'] = [status, score, os.path.exists(marker)]\n"
+        "print(json.dumps(seen))\n"
+    )
+    import json
+
+    seen = json.loads(_in_fresh_worker(body))
+    assert len(seen) == 5 * len(NAME_PAYLOADS)
+    for key, (status, score, ran) in seen.items():
+        assert not ran, key
+        assert status == "ok" and score < 1.0, (key, status, score)
+
+
+@pytest.mark.slow
+def test_the_question_restated_unevaluated_scores_zero() -> None:
+    """``Integral(<integrand>, x)`` differentiates back to the integrand, which the library's
+    integration scorers check: paid 1 in-process, 0 here; the antiderivative still scores 1.
+    (About one intermediate_integration entry in eight has an unevaluated Integral as its
+    own answer, where SymPy found no closed form: that answer scores 0 here too.)"""
+    body = (
+        "import json, reasoning_gym, sympy\n"
+        "x = sympy.Symbol('x')\n"
+        "out = {}\n"
+        "for task in ('simple_integration', 'intermediate_integration'):\n"
+        "    entry = next(e for e in reasoning_gym.create_dataset(task, size=20, seed=5)\n"
+        "                 if 'Integral' not in e['answer'])\n"
+        "    integrand = entry['metadata']['integrand']\n"
+        "    restated = [f'Integral({integrand}, x)', f'Integral({integrand}, x) + 7',\n"
+        "                f'Derivative(Integral(Integral({integrand}, x), x), x)']\n"
+        "    out[task] = {'restated': [library.score_one(task, r, entry)[1] for r in restated],\n"
+        "                 'own': library.score_one(task, entry['answer'], entry)[1]}\n"
+        "print(json.dumps(out))\n"
+    )
+    import json
+
+    out = json.loads(_in_fresh_worker(body))
+    for task, scores in out.items():
+        assert scores["own"] == 1.0, task
+        assert max(scores["restated"]) == 0.0, (task, scores)
+
+
+@pytest.mark.parametrize("code", [
+    "Symbol('x=(1)')", "Float('1.5; import os')", "Symbol('lambda')", "Symbol(b'x')",
+    "Symbol('x' * 3)", "Integral(Symbol('x'), Symbol('x'))",
+])
+def test_strings_that_are_not_names_or_numbers_are_refused(code: str) -> None:
+    with pytest.raises(UnsafeAnswer):
+        check_expression_code(code, NAMES | {"Integral"})

@@ -25,6 +25,8 @@ version's must be read before the pin moves.
 from __future__ import annotations
 
 import ast
+import keyword
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +37,10 @@ MAX_CODE_CHARS = 20_000  # an answer longer than this is not an expression worth
 
 class UnsafeAnswer(ValueError):
     """Text that would run as code: refused before it reaches ``eval``."""
+
+
+class RestatedQuestion(UnsafeAnswer):
+    """An answer that is the question's operation unevaluated (``UNEVALUATED``)."""
 
 
 _INT_OPS: dict[type[ast.AST], Callable[[int, int], int]] = {
@@ -86,10 +92,23 @@ def safe_eval(source: Any, *_: Any) -> Any:
 
 # Builtins a SymPy expression may call: numeric conversions, nothing that reaches objects.
 _NUMERIC_BUILTINS = frozenset({"abs", "int", "float", "round", "pow", "complex", "bool"})
-# SymPy names that turn text into code, or run it.
+# SymPy names that turn text into code, or run it (DeferredVector's name is written into
+# the source lambdify execs, which evalf of a Sum reaches through hypsum).
 _REFUSED_CALLS = frozenset({"sympify", "S", "lambdify", "parse_expr", "var", "symbols",
                             "preview", "init_printing", "plot", "exec", "eval", "compile",
-                            "evaluate", "Function"})
+                            "evaluate", "Function", "DeferredVector", "IndexedBase", "Idx",
+                            "Indexed", "MatrixSymbol", "Dummy", "Wild", "WildFunction"})
+# The question's own operation left unevaluated: an answer ``Integral(f, x)`` to "integrate
+# f" differentiates back to f, and ``Derivative``/``Sum``/``Limit``... restate a question the
+# same way. No task asks for one, so none is an answer (the restated-question rule the math
+# verifier applies to a copied expression).
+UNEVALUATED = frozenset({"Integral", "Derivative", "Sum", "Product", "Limit", "Subs",
+                         "Lambda", "Order", "O", "UnevaluatedExpr"})
+# A string in the code SymPy's parser evals is a symbol's name or a number's digits, as its
+# transformations write them (``Symbol('x')``, ``Float('1.5')``): the printers write a name
+# into source that lambdify execs, so a name is an identifier and nothing else.
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+_DIGITS = re.compile(r"(?=\.?[0-9])[0-9]{0,4300}(?:\.[0-9]{0,4300})?(?:[eE][+-]?[0-9]{1,5})?")
 _EXPRESSION_NODES = (
     ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Call, ast.Name,
     ast.Constant, ast.Tuple, ast.List, ast.Set, ast.keyword, ast.Load, ast.operator,
@@ -125,19 +144,36 @@ def check_expression_code(code: str, callable_names: frozenset[str]) -> None:
         tree = ast.parse(code, mode="eval")
     except (SyntaxError, MemoryError, RecursionError) as exc:
         raise UnsafeAnswer(f"not an expression: {exc}") from None
+    # a string is an argument of a call (Symbol('x')), never an operand: 'x' + '=' builds
+    # what no single constant may be
+    arguments = {id(a) for call in ast.walk(tree) if isinstance(call, ast.Call)
+                 for a in [*call.args, *(k.value for k in call.keywords)]}
     for node in ast.walk(tree):
         if not isinstance(node, _EXPRESSION_NODES):
             raise UnsafeAnswer(f"{type(node).__name__} is not part of an expression")
         if isinstance(node, ast.Name) and node.id.startswith("_"):
             raise UnsafeAnswer(f"the name {node.id!r}")
+        if isinstance(node, ast.Constant):
+            _check_constant(node.value, id(node) in arguments)
         if isinstance(node, ast.keyword) and (node.arg is None or node.arg.startswith("_")):
             raise UnsafeAnswer("a ** or private keyword argument")
         if isinstance(node, ast.Call):
             func = node.func
             if not isinstance(func, ast.Name):
                 raise UnsafeAnswer("a call of something other than a name")
+            if func.id in UNEVALUATED:
+                raise RestatedQuestion(f"{func.id} left unevaluated is not an answer")
             if func.id not in callable_names and func.id not in _NUMERIC_BUILTINS:
                 raise UnsafeAnswer(f"a call of {func.id!r}")
+
+
+def _check_constant(value: Any, argument: bool) -> None:
+    if type(value) in (int, float, complex, bool) or value is None:
+        return
+    if type(value) is str and argument and (_DIGITS.fullmatch(value) or (
+            _NAME.fullmatch(value) and not keyword.iskeyword(value))):
+        return
+    raise UnsafeAnswer(f"the constant {str(value)[:40]!r} is neither a name nor a number")
 
 
 def _guarded_stringify(original: Callable[..., str], callable_names: frozenset[str]
