@@ -17,6 +17,7 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 # Larger than any reply (a build of at most 16 MB travels base64'd) and smaller than any
@@ -48,7 +49,11 @@ class Channel:
         self._sock = sock
         self._stdout = bytearray()
 
-    def request(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def request(self, message: dict[str, Any], timeout_s: float,
+                go_on: Callable[[], bool] | None = None) -> dict[str, Any]:
+        """The job's reply. Before it, the harness may ask, past an item's turn, whether the
+        item runs on in this container (``{"ask": "turn"}``): ``go_on()`` answers (None:
+        yes, always). Each frame must carry the job's id."""
         deadline = time.monotonic() + timeout_s
         job_id = secrets.token_hex(16)
         data = json.dumps({**message, "id": job_id}).encode()
@@ -56,11 +61,21 @@ class Channel:
             self._sock.settimeout(timeout_s)
             self._drain_stale()
             self._sock.sendall(struct.pack(">I", len(data)) + data)
-            body = self._read_frame(deadline)
+            while True:
+                reply = self._read_reply(deadline, job_id)
+                if reply.get("ask") != "turn" or set(reply) != {"ask", "id"}:
+                    break
+                answer = json.dumps({"go_on": go_on is None or go_on(), "id": job_id}).encode()
+                self._sock.sendall(struct.pack(">I", len(answer)) + answer)
         except TimeoutError:
             raise ChannelTimeout(f"no answer within {timeout_s:.1f} s") from None
         except (OSError, struct.error) as exc:
             raise ChannelClosed(f"harness channel broke: {exc}") from exc
+        del reply["id"]
+        return reply
+
+    def _read_reply(self, deadline: float, job_id: str) -> dict[str, Any]:
+        body = self._read_frame(deadline)
         try:
             reply = json.loads(body)
         except ValueError:
@@ -70,7 +85,6 @@ class Channel:
                                    "job's reply", sent=True)
         if self._stdout:
             raise ChannelMisframed(f"{len(self._stdout)} bytes followed the reply", sent=True)
-        del reply["id"]
         return reply
 
     def _read_frame(self, deadline: float) -> bytes:

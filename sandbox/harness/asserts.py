@@ -14,6 +14,7 @@ import ast
 import builtins
 import os
 import time
+from contextlib import contextmanager, nullcontext
 
 from .candidate import (
     Candidate,
@@ -29,6 +30,7 @@ from .processes import kill_group, oom_kills
 from .protocol import recv_frame
 from .statuses import (
     BAD_TESTS,
+    HARNESS_ERROR,
     MEMORY_LIMIT,
     OK,
     PASSED,
@@ -38,7 +40,16 @@ from .statuses import (
     WRONG_ANSWER,
 )
 from .suite import CHECK, split_tests
-from .verdicts import every_test, failed_all, over_budget, skipped, time_left
+from .turns import TRUSTED_GRACE_S, TrustedTimeout, may_go_on, resumable, trusted_clock
+from .verdicts import (
+    every_test,
+    failed_all,
+    over_budget,
+    restarted_clock,
+    skipped,
+    time_left,
+    yielded,
+)
 
 
 class BadTests(Exception):
@@ -112,6 +123,8 @@ def run_setup(setup, namespace):
             exec(as_module(node, "test_setup"), namespace)
         except CandidateNotLoaded:
             raise BadTests("test_setup calls the solution; it runs before it loads") from None
+        except TrustedTimeout:
+            raise BadTests("test_setup ran past the time limit") from None
         except Exception as exc:  # noqa: BLE001 - the dataset's setup is broken
             raise BadTests(f"test_setup failed: {type(exc).__name__}: {exc}") from None
     return setup_classes(namespace)
@@ -126,6 +139,9 @@ def run_before_candidate(steps, namespace, names):
             exec(as_module(steps[0]), namespace)
         except (CandidateNotLoaded, NameError):
             break  # it needs the candidate's names: run it once the candidate is up
+        except TrustedTimeout:
+            raise BadTests("the test code ran past the time limit before the solution "
+                           "loaded") from None
         except Exception as exc:  # noqa: BLE001 - the dataset's test code is broken
             raise BadTests(f"test setup failed: {type(exc).__name__}: {exc}") from None
         steps.pop(0)
@@ -157,17 +173,22 @@ def short(value, limit=200):
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def run_asserts(job, workdir, env, zygote=None):
+def run_asserts(job, workdir, env, zygote=None, ask=None):
+    """Run the job's tests; a later turn of it (``done``: the tests earlier turns ran) runs
+    the rest. Past its turn, between two tests, ``ask()`` says whether to run on here (see
+    ``turns``, which says when a job may end its turn and how long one that may not runs)."""
     entry = job.get("entry_point")
     candidate = Candidate()
     namespace = {"__name__": SETUP_MODULE, "__builtins__": builtins}
+    done = job.get("done") or 0
     try:
         setup, steps = parse(job)
-        count = sum(map(is_test, steps))
-        if entry:  # after test_setup too: a prompt's stub never stands for the solution
-            namespace["candidate"] = namespace[entry] = candidate.function(entry)
-        candidate.classes = run_setup(setup, namespace)
-        steps = run_before_candidate(steps, namespace, {"candidate", entry})
+        count = sum(map(is_test, steps)) - done  # the tests this turn reports
+        with rebuilding(job):
+            if entry:  # after test_setup too: a prompt's stub never stands for the solution
+                namespace["candidate"] = namespace[entry] = candidate.function(entry)
+            candidate.classes = run_setup(setup, namespace)
+            steps = run_before_candidate(steps, namespace, {"candidate", entry})
         if entry:
             namespace["candidate"] = namespace[entry] = candidate.function(entry)
     except BadTests as exc:
@@ -182,13 +203,10 @@ def run_asserts(job, workdir, env, zygote=None):
         return data.decode("utf-8", "backslashreplace")
 
     try:
-        candidate.start(job, workdir, env, stderr_fd, zygote)
-        try:
-            hello = recv_frame(candidate.from_child, time.monotonic() + time_left(job))
-        except TimeoutError:
+        with restarted_clock(job) if job.get("continues") else nullcontext():
+            hello = load(candidate, job, workdir, env, stderr_fd, zygote)
+        if hello is None:
             return failed_all(count, TIMEOUT, "the solution did not finish loading in time")
-        except Exception:  # noqa: BLE001 - EOF, or a frame that is not JSON
-            hello = {"load_error": "the solution exited while loading"}
         if not valid_hello(hello):
             return failed_all(count, RUNTIME_ERROR, "the solution's process broke the protocol")
         if "load_error" in hello:
@@ -198,11 +216,25 @@ def run_asserts(job, workdir, env, zygote=None):
                     "tests": every_test(count, RUNTIME_ERROR,
                                         detail[-job["stderr_tail_bytes"]:])}
         install(namespace, candidate, hello)
+        turns = ask is not None and resumable(steps, namespace, is_test)
+        if done and not turns:  # the host resumes only a job that could end its turn
+            return {"status": HARNESS_ERROR, "detail": "a later turn of a job that has none"}
+        steps = steps[done:]
+        if not turns:
+            one_turn(job)
         results = []
         for step in steps:
             if time_left(job) <= 0:
-                return {"status": OK, "tests": results + over_budget(job, count - len(results))}
+                return {"status": OK, "tests": results + out_of_time(job, count - len(results))}
             if is_test(step):
+                if turns and (candidate.failure is not None or candidate.process.poll()
+                              is not None):
+                    # the solution was stopped or ended: a later turn would load it again,
+                    # and its later tests must fail as they do in one turn
+                    turns = False
+                    one_turn(job)
+                if turns and not may_go_on(job, len(results), ask):
+                    return yielded(job, results)
                 results.append(run_one(test_call(step, namespace, candidate, entry), candidate,
                                        job, stderr_tail))
                 if results[-1]["status"] != PASSED and job.get("stop_on_failure"):
@@ -210,8 +242,10 @@ def run_asserts(job, workdir, env, zygote=None):
                 continue
             candidate.deadline = time.monotonic() + time_left(job)
             try:
-                exec(as_module(step), namespace)
-            except (Exception, CandidateCrashed, CandidateTimeout) as exc:  # noqa: BLE001
+                with trusted_clock(time_left(job) + TRUSTED_GRACE_S):
+                    exec(as_module(step), namespace)
+            except (Exception, CandidateCrashed, CandidateTimeout,  # noqa: BLE001
+                    TrustedTimeout) as exc:
                 message = f"the test code failed after the solution loaded: " \
                           f"{type(exc).__name__}: {exc}"
                 return {"status": OK, "tests": results + every_test(
@@ -223,6 +257,43 @@ def run_asserts(job, workdir, env, zygote=None):
         if candidate.process is not None:
             kill_group(candidate.process)
             candidate.process.wait()
+
+
+@contextmanager
+def rebuilding(job):
+    """The trusted setup under one test's limit (a loop there held the container until the
+    host gave up); in a later turn off the item's clock, as the rebuild is the schedule's
+    cost, not the item's."""
+    with restarted_clock(job) if job.get("continues") else nullcontext():
+        with trusted_clock(job["time_limit_s"]):
+            yield
+
+
+def load(candidate, job, workdir, env, stderr_fd, zygote):
+    """Start the solution's process; its first frame, or None if it did not come in time."""
+    candidate.start(job, workdir, env, stderr_fd, zygote)
+    try:
+        return recv_frame(candidate.from_child, time.monotonic() + time_left(job))
+    except TimeoutError:
+        return None
+    except Exception:  # noqa: BLE001 - EOF, or a frame that is not JSON
+        return {"load_error": "the solution exited while loading"}
+
+
+def one_turn(job):
+    """The rest of the job runs in this turn: at most the longest a test may take."""
+    if job.get("unsplit_s"):
+        job["deadline"] = min(job["deadline"], time.monotonic() + job["unsplit_s"])
+
+
+def out_of_time(job, count):
+    """The tests the job's time did not reach: its budget's, or, for a job that runs in one
+    turn (``turns``), that turn's."""
+    if job.get("unsplit_s") and job["deadline"] < job["started"] + job["budget_s"]:
+        return every_test(count, TIMEOUT, "not run: test code that cannot go on in a later "
+                          "turn runs in one, of at most the longest a test may take "
+                          f"({job['unsplit_s']:g} s)")
+    return over_budget(job, count)
 
 
 def as_module(node, filename="test_code"):
@@ -242,7 +313,11 @@ def run_one(call, candidate, job, stderr_tail):
     status, message = PASSED, ""
     candidate.failure = None
     try:
-        call()
+        with trusted_clock(time_left(job) + TRUSTED_GRACE_S):
+            call()
+    except TrustedTimeout:  # in the test's own code; the solution is stopped with it
+        status, message = TIMEOUT, "the test ran past its time limit"
+        candidate.fail(CandidateTimeout(message))
     except AssertionError as exc:
         status, message = WRONG_ANSWER, f"AssertionError: {exc}"
     except CandidateTimeout as exc:

@@ -31,9 +31,10 @@ def prepare_workdir(job):
     return workdir
 
 
-def execute(job, zygote, state):
+def execute(job, zygote, state, ask=None):
     """One execution in a fresh work dir; afterwards the container is swept and checked
-    against its fresh state (``state``), and reported dirty unless it matches."""
+    against its fresh state (``state``), and reported dirty unless it matches. ``ask()``:
+    the host's word, past an assertion job's turn, on whether it may run on (``turns``)."""
     new_execution()
     spare = (zygote.process.pid,) if zygote is not None else ()
     started = time.monotonic()
@@ -49,7 +50,7 @@ def execute(job, zygote, state):
         elif job["mode"] == "snippet":
             result = run_snippet(job, workdir, env, zygote)
         else:
-            result = run_asserts(job, workdir, env, zygote)
+            result = run_asserts(job, workdir, env, zygote, ask)
     except Exception as exc:  # noqa: BLE001 - report, never die: we are PID 1
         detail = f"{type(exc).__name__}: {exc}"[:500]
         # once a program of the candidate's ran, a failure is its doing: failed tests (0)

@@ -1,0 +1,130 @@
+"""Assertion items take turns on the container pool, as stdin/stdout items do.
+
+One container, a request budget of 10 s. Caller A (127.0.0.1) sends an MBPP item of 30
+asserts that each take half a second; caller B (127.0.0.2) then sends a correct item. An
+assertion item used to run in one turn, up to its own budget: B waited behind A's 15 s,
+its budget ran out and its correct item came back ``not_run`` (null), 3 of 3. Now A's item
+ends its turn between two tests while B waits, and runs the rest after B's, with the
+verdicts one turn would give. Order is read from events (which answer came first, the
+turns the server counted), never from the clock. Under runc and gVisor.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
+
+BUDGET_S = 10.0  # per request: what B may be shut out for
+LONGEST_TEST_S = 3.0  # the server's max_time_limit_s: test code that cannot take turns
+SLOW = "```python\nimport time\ndef slow(k):\n    time.sleep(0.5)\n    return k\n```"
+
+
+@pytest.fixture(scope="module")
+def one_container(sandbox_runtime: SandboxRuntime, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[ServerProcess]:
+    """One container, under runc or gVisor."""
+    env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "1", "REWARD_SERVER_CACHE_SIZE": "0",
+           "REWARD_SERVER_REQUEST_BUDGET_S": str(BUDGET_S),
+           "REWARD_SERVER_SANDBOX_MAX_TIME_LIMIT_S": str(LONGEST_TEST_S), **sandbox_runtime.env}
+    with run_server(tmp_path_factory.mktemp(f"fair-turns-{sandbox_runtime.name}"),
+                    env=env) as srv:
+        wait_for_sandbox(srv.url, timeout_s=180)
+        yield srv
+
+
+def counter(url: str, name: str) -> float:
+    text = httpx.get(url + "/metrics").text
+    match = re.search(rf'^{name}{{verifier="code"}} (\S+)$', text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def post(url: str, items: list[dict[str, Any]], source: str, out: dict[str, Any],
+         finished: list[str]) -> threading.Thread:
+    """POST from ``source`` (a loopback address: another caller to the fair gate); appends
+    ``source`` to ``finished`` when the answer is in."""
+    def run() -> None:
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=source)) as client:
+            out["response"] = client.post(url + "/v1/verify/code", json={"items": items},
+                                          timeout=300)
+        finished.append(source)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def hold_then_arrive(url: str, hog: dict[str, Any]) -> tuple[dict, dict, list[str]]:
+    """A sends ``hog``; once it holds the container (the gate granted it), B sends a
+    correct item. Both results, and the order in which the answers came."""
+    victim = {"response": "```python\ndef add(a, b):\n    return a + b\n```",
+              "test_list": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]}
+    granted = counter(url, "reward_queue_wait_seconds_count")
+    a: dict[str, Any] = {}
+    b: dict[str, Any] = {}
+    finished: list[str] = []
+    threads = [post(url, [hog], "127.0.0.1", a, finished)]
+    while counter(url, "reward_queue_wait_seconds_count") <= granted:  # A holds it now
+        time.sleep(0.05)
+    threads.append(post(url, [victim], "127.0.0.2", b, finished))
+    for thread in threads:
+        thread.join()
+    return a["response"].json()["results"][0], b["response"].json()["results"][0], finished
+
+
+def test_a_long_assertion_item_lets_another_caller_in_and_keeps_its_verdicts(
+        one_container: ServerProcess) -> None:
+    asserts = [f"assert slow({k}) + BASE == {k + 100}" for k in range(30)]
+    asserts[20] = "assert slow(20) + BASE == 0"  # a failing test in a later turn
+    hog = {"response": SLOW, "test_list": asserts, "test_setup_code": "BASE = 100",
+           "time_limit_s": 2.0, "budget_s": 120.0}
+    turns = counter(one_container.url, "reward_turns_yielded_total")
+    a, b, finished = hold_then_arrive(one_container.url, hog)
+
+    # B ran within its share, while A's item was still running: scored, not a null
+    assert (b["status"], b["score"]) == ("ok", 1.0), b
+    assert finished == ["127.0.0.2", "127.0.0.1"], finished
+    assert counter(one_container.url, "reward_turns_yielded_total") > turns
+    # A's item went on in a later turn (its setup rebuilt, the solution loaded again) and
+    # got the verdicts one turn would: every test once, in order
+    assert (a["status"], a["passed"], a["total"]) == ("ok", 29, 30), a
+    assert [t["status"] for t in a["tests"]] == (
+        ["passed"] * 20 + ["wrong_answer"] + ["passed"] * 9)
+
+
+def test_assertion_code_that_cannot_take_turns_runs_no_longer_than_one_test(
+        one_container: ServerProcess) -> None:
+    """A helper of the test code's own may change what the next test sees, so no later
+    turn could take over exactly: such an item runs in one turn, bounded as one test is."""
+    asserts = [f"assert same(slow({k}), {k})" for k in range(30)]
+    hog = {"response": SLOW, "test_list": asserts, "budget_s": 120.0, "time_limit_s": 2.0,
+           "test_setup_code": "def same(a, b):\n    return a == b"}
+    a, b, finished = hold_then_arrive(one_container.url, hog)
+    assert (b["status"], b["score"]) == ("ok", 1.0), b
+    statuses = [t["status"] for t in a["tests"]]
+    cut = statuses.index("timeout")
+    assert 0 < cut < 30 and statuses == ["passed"] * cut + ["timeout"] * (30 - cut), a
+    assert "cannot go on in a later turn" in a["tests"][-1]["stderr"], a["tests"][-1]
+
+
+def test_a_test_that_loops_in_its_own_code_stops_at_its_time_limit(
+        one_container: ServerProcess) -> None:
+    """The test's own expression runs in the harness, not in the solution's process: it
+    is stopped at the test's limit, as the solution is, not when the item's budget ends.
+    The solution stopped with it fails the tests after it, whether or not another caller
+    came in between (a later turn would have loaded it again)."""
+    item = {"response": SLOW, "budget_s": 120.0, "time_limit_s": 1.0,
+            "test_list": ["assert slow(1) == 1",
+                          "assert all(True for _ in iter(int, 1))",  # never ends
+                          "assert slow(2) == 2"]}
+    a, b, _ = hold_then_arrive(one_container.url, item)
+    assert (b["status"], b["score"]) == ("ok", 1.0), b
+    assert [t["status"] for t in a["tests"]] == ["passed", "timeout", "runtime_error"], a
+    assert "ran past its time limit" in a["tests"][1]["stderr"], a["tests"][1]
