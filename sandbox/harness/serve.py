@@ -95,8 +95,8 @@ def serve():
         result["undumpable"] = undumpable
         result["id"] = job.get("id")
         send_frame(CHANNEL.verdicts, printable(result))
-        # the zygote outlives executions: it holds no state but the last program's code,
-        # which the next load replaces, and no candidate can reach it (another uid).
+        # the zygote outlives executions: it never reads a program (a loader it forks does,
+        # and ends with the execution: zygote.py), and no candidate can reach it (another uid).
         if zygote is None or not zygote.alive():
             zygote = respawn(zygote, state)
 
