@@ -59,5 +59,11 @@ class SandboxConfig:
     output_limit_bytes: int = 8 * 1024 * 1024
     max_output_limit_bytes: int = 32 * 1024 * 1024
     stderr_tail_bytes: int = 2048
+    # What one snippet (/run_code) sends back: its streams' text (as JSON) and its fetched
+    # files' base64, together; past it streams keep their first bytes and files are left out.
+    # Room for a stream at the output limit beside a little else, where a flood of escaped
+    # bytes on both streams and a large file once made a 101 MB answer (the server holds a
+    # few copies of it while it answers); the channel's frame (64 MiB) holds 4/3 of the max.
+    snippet_response_limit_bytes: int = 16 * 1024 * 1024
     # How long an execution may wait for a free container before it is unscorable
     acquire_timeout_s: float = 120.0

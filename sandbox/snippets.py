@@ -9,6 +9,7 @@ call to the next opens a session (``sandbox/sessions.py``, an interpreter of its
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
@@ -19,7 +20,8 @@ from typing import Any
 from sandbox.channel import ChannelClosed, ChannelMisframed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
-from sandbox.harness.snippet import inside
+from sandbox.harness.fetch import path_parts
+from sandbox.harness.snippet import STREAMS
 from sandbox.harness.statuses import (
     HARNESS_ERROR,
     MEMORY_LIMIT,
@@ -29,6 +31,7 @@ from sandbox.harness.statuses import (
     TIMEOUT,
 )
 from sandbox.languages import LanguageSpec
+from sandbox.response_limit import text_within
 from sandbox.runner import OUTSIDE_SLACK_S, Sandbox
 
 log = logging.getLogger("sandbox.snippets")
@@ -37,6 +40,7 @@ EXITED = "exited"  # the command ended by itself (any exit code)
 # How a command ended: by itself, or stopped by one of the sandbox's limits
 ENDINGS = frozenset({EXITED, TIMEOUT, MEMORY_LIMIT, OUTPUT_LIMIT})
 DEFAULT_COMPILE_TIMEOUT_S = 10.0  # SandboxFusion's default
+MAX_FETCH_FILES = 256  # paths one call may ask back
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class Limits:
     compile_timeout_s: float
     memory_mb: int
     output_limit_bytes: int  # stdout, and stderr, each
+    response_limit_bytes: int  # the streams' text (as JSON) and the files' base64, together
 
     @classmethod
     def of(cls, snippet: Snippet, config: SandboxConfig) -> Limits:
@@ -73,7 +78,8 @@ class Limits:
             compile_timeout_s=min(snippet.compile_timeout_s or DEFAULT_COMPILE_TIMEOUT_S,
                                   c.compile_time_limit_s),
             memory_mb=min(snippet.memory_mb or c.max_memory_mb, c.max_memory_mb),
-            output_limit_bytes=c.output_limit_bytes)
+            output_limit_bytes=c.output_limit_bytes,
+            response_limit_bytes=c.snippet_response_limit_bytes)
 
 
 @dataclass(frozen=True)
@@ -92,13 +98,16 @@ class Command:
 class SnippetResult:
     """``compile`` is None for a language that does not compile, ``run`` None when the
     compile failed; ``files`` the fetched ones (base64), ``missing`` why the others were
-    not; ``note`` what the sandbox saw beyond the commands (the container died)."""
+    not; ``cut`` what the response limit cut (``run.stdout``: its first bytes kept) or left
+    out (``files/<path>``), with its size in bytes before; ``note`` what the sandbox saw
+    beyond the commands (the container died)."""
 
     limits: Limits
     compile: Command | None = None
     run: Command | None = None
     files: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
+    cut: dict[str, int] = field(default_factory=dict)
     note: str | None = None
 
 
@@ -106,7 +115,7 @@ def check_paths(files: Mapping[str, str], fetch: tuple[str, ...], source: str) -
     """Why the snippet's file names or contents cannot be used (naming the field), or None."""
     for name, data in files.items():
         try:
-            inside("/work", name)
+            path_parts(name)
         except ValueError:
             return f"files[{name!r}]: a relative path inside the work dir, without '..'"
         if name == source:
@@ -115,9 +124,11 @@ def check_paths(files: Mapping[str, str], fetch: tuple[str, ...], source: str) -
             base64.b64decode(data, validate=True)
         except (binascii.Error, ValueError):
             return f"files[{name!r}]: not base64"
+    if len(fetch) > MAX_FETCH_FILES:
+        return f"fetch_files: {len(fetch)} paths, more than {MAX_FETCH_FILES}"
     for index, name in enumerate(fetch):
         try:
-            inside("/work", name)
+            path_parts(name)
         except ValueError:
             return f"fetch_files[{index}]: a relative path inside the work dir, without '..'"
     return None
@@ -132,6 +143,7 @@ def job_of(snippet: Snippet, limits: Limits, config: SandboxConfig) -> dict[str,
         "compile_time_limit_s": limits.compile_timeout_s, "memory_mb": limits.memory_mb,
         "compile_memory_mb": config.compile_memory_mb,
         "output_limit_bytes": limits.output_limit_bytes,
+        "response_limit_bytes": limits.response_limit_bytes,
         "stderr_tail_bytes": config.stderr_tail_bytes,
         "budget_s": limits.compile_timeout_s + limits.run_timeout_s + 1.0,
     }
@@ -175,7 +187,8 @@ async def run_snippet(sandbox: Sandbox, snippet: Snippet) -> SnippetResult:
         except BaseException:
             pool.release(pooled, healthy=False)
             raise
-        result = _parse(reply, limits)
+        # decoded and cut off the event loop: up to the response limit of a program's bytes
+        result = await asyncio.to_thread(_parse, reply, limits)
         if result is None:
             pool.release(pooled, healthy=False)
             detail = reply.get("detail") if isinstance(reply, dict) else None
@@ -200,38 +213,65 @@ def _broken(limits: Limits, why: str) -> SnippetResult:
 
 
 def _parse(reply: Any, limits: Limits) -> SnippetResult | None:
-    """The harness's answer; None when it is not a snippet's (a harness error, a failure)."""
+    """The harness's answer, its streams and files within the response limit; None when it
+    is not a snippet's (a harness error, a failure)."""
     if (not isinstance(reply, dict) or reply.get("status") == HARNESS_ERROR
             or reply.get("candidate_failed") or not isinstance(reply.get("files"), dict)):
         return None
-    commands = [_command(reply.get(k)) for k in ("compile", "run")]
-    if any(c is False for c in commands):
+    ends = {step: _ending(reply[step]) for step in ("compile", "run")
+            if reply.get(step) is not None}
+    try:
+        data = {(step, stream): base64.b64decode(reply[step][stream], validate=True)
+                for step in ends for stream in ("stdout", "stderr")}
+    except (KeyError, TypeError, ValueError, binascii.Error):
         return None
-    files = {k: v for k, v in reply["files"].items() if isinstance(v, str)}
-    missing = reply.get("missing") if isinstance(reply.get("missing"), dict) else {}
-    return SnippetResult(limits, compile=commands[0] or None, run=commands[1] or None,
-                         files=files, missing={str(k): str(v) for k, v in missing.items()})
+    if any(end is None for end in ends.values()):
+        return None
+    # what the harness cut, with each one's size before; then what the text cuts further
+    cut = {k: v for k, v in _mapping(reply, "cut").items()
+           if isinstance(k, str) and tuple(k.split(".")) in data and isinstance(v, int)}
+    texts, left = {}, limits.response_limit_bytes
+    for key in STREAMS:  # the harness's order
+        if key in data:
+            texts[key], size, whole = text_within(data[key], left)
+            if not whole:
+                cut.setdefault(".".join(key), len(data[key]))
+            left -= size
+    commands = {step: Command(ended, code, texts[step, "stdout"], texts[step, "stderr"], time_s)
+                for step, (ended, code, time_s) in ends.items()}
+    missing = {str(k): str(v) for k, v in _mapping(reply, "missing").items()}
+    cut.update((f"files/{k}", v) for k, v in _mapping(reply, "cut_files").items()
+               if isinstance(v, int))
+    files = {}
+    for name, encoded in reply["files"].items():
+        if not isinstance(encoded, str):
+            continue
+        if len(encoded) > left:  # the text took more than the bytes the harness counted
+            size = len(encoded) // 4 * 3 - encoded[-2:].count("=")
+            cut[f"files/{name}"] = size
+            missing[name] = f"over the response limit ({size} bytes)"
+            continue
+        files[name], left = encoded, left - len(encoded)
+    return SnippetResult(limits, compile=commands.get("compile"), run=commands.get("run"),
+                         files=files, missing=missing, cut=cut)
 
 
-def _command(raw: Any) -> Command | None | bool:
-    """A command of the reply; None when absent, False when malformed."""
-    if raw is None:
-        return None
+def _mapping(reply: dict[str, Any], key: str) -> dict[Any, Any]:
+    value = reply.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _ending(raw: Any) -> tuple[str, int | None, float] | None:
+    """How a command of the reply ended: (ended, code, seconds); None when malformed."""
     try:
         status = raw["status"]
         ended = EXITED if status in (None, RUNTIME_ERROR) else status
         code = raw["code"]
         if ended not in ENDINGS or not (code is None or isinstance(code, int)):
-            return False
-        return Command(ended, None if ended == TIMEOUT else code, _text(raw["stdout"]),
-                       _text(raw["stderr"]), float(raw["time_ms"]) / 1000)
-    except (KeyError, TypeError, ValueError, binascii.Error):
-        return False
-
-
-def _text(data: str) -> str:
-    """A program's bytes as text: invalid UTF-8 escaped (``\\xff``), as verdicts escape it."""
-    return base64.b64decode(data, validate=True).decode("utf-8", "backslashreplace")
+            return None
+        return ended, None if ended == TIMEOUT else code, float(raw["time_ms"]) / 1000
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 __all__ = ["ENDINGS", "EXITED", "Command", "Limits", "Snippet", "SnippetResult", "check_paths",

@@ -4,6 +4,8 @@ reward posts here with only its URL changed.
 (No ``from __future__ import annotations`` here: FastAPI reads the parameter types from the
 endpoint's annotations.)"""
 
+import asyncio
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
@@ -20,4 +22,6 @@ router = APIRouter()
                               "container could run it"}})
 async def run_code_route(body: RunCodeRequest, request: Request) -> JSONResponse:
     status, response = await run_code(request.app.state.scorer, body, caller_of(request))
-    return JSONResponse(response.model_dump(mode="json"), status_code=status)
+    # rendered off the event loop: up to the response limit of a program's output
+    return await asyncio.to_thread(
+        lambda: JSONResponse(response.model_dump(mode="json"), status_code=status))

@@ -31,7 +31,9 @@ class RunCodeRequest(BaseModel):
                                          "base64 content, written before the run (null: "
                                          "skipped, as in SandboxFusion).")
     fetch_files: list[str] = Field(default_factory=list, description="Work-dir paths read "
-                                   "back after the run; a missing one is left out.")
+                                   "back after the run, as the program's user, no symbolic "
+                                   "link followed; only regular files. One that cannot be "
+                                   "read is left out, and message says why.")
 
 
 class CommandRunResult(BaseModel):
@@ -51,6 +53,9 @@ class AppliedLimits(BaseModel):
     memory_limit_MB: int
     output_limit_bytes: int = Field(description="stdout, and stderr, each: past it the "
                                     "program is stopped (message says so).")
+    response_limit_bytes: int | None = Field(None, description="stdout and stderr (as JSON "
+                                             "text) and the files' base64, together: past it "
+                                             "the rest is cut (``cut`` says what).")
 
 
 class RunCodeResponse(BaseModel):
@@ -63,3 +68,7 @@ class RunCodeResponse(BaseModel):
     executor_pod_name: str | None = None
     files: dict[str, str] = Field(default_factory=dict, description="Fetched files, base64.")
     limits: AppliedLimits | None = None
+    cut: dict[str, int] = Field(default_factory=dict, description="What the response limit "
+                                "cut, with its size in bytes before: a stream "
+                                "(``run_result.stdout``) keeps its first bytes, a file "
+                                "(``files/<path>``) is left out. Empty: nothing was cut.")

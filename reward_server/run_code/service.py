@@ -82,12 +82,18 @@ async def run_code(scorer: Scorer, request: RunCodeRequest, caller: Hashable
 
 def response_of(result: SnippetResult) -> RunCodeResponse:
     """SandboxFusion's answer: Success only when every command ran to its own end with exit
-    code 0; what stopped a command, and files not fetched, go into ``message``."""
+    code 0 and the run's stdout came back whole; what stopped a command, what the response
+    limit cut, and files not fetched, go into ``message``."""
     notes = [note for note in (_stopped("compile", result.compile, result),
                                _stopped("run", result.run, result), result.note) if note]
+    notes += [f"{_field(name)}: cut to its first bytes at the response limit of "
+              f"{result.limits.response_limit_bytes} bytes ({size} bytes)"
+              for name, size in result.cut.items() if not name.startswith("files/")]
     notes += [f"fetch_files {name!r}: {why}" for name, why in result.missing.items()]
     commands = [c for c in (result.compile, result.run) if c is not None]
-    ok = result.run is not None and all(c.ended == EXITED and c.code == 0 for c in commands)
+    # a stdout the answer cannot hold whole is no program's output to judge
+    ok = (result.run is not None and all(c.ended == EXITED and c.code == 0 for c in commands)
+          and "run.stdout" not in result.cut)
     limits = result.limits
     return RunCodeResponse(
         status="Success" if ok else "Failed", message="; ".join(dict.fromkeys(notes)),
@@ -96,7 +102,15 @@ def response_of(result: SnippetResult) -> RunCodeResponse:
         limits=AppliedLimits(compile_timeout=limits.compile_timeout_s,
                              run_timeout=limits.run_timeout_s,
                              memory_limit_MB=limits.memory_mb,
-                             output_limit_bytes=limits.output_limit_bytes))
+                             output_limit_bytes=limits.output_limit_bytes,
+                             response_limit_bytes=limits.response_limit_bytes),
+        cut={_field(name): size for name, size in result.cut.items()})
+
+
+def _field(name: str) -> str:
+    """A stream's name in the snippet (``run.stdout``) as the answer's (``run_result.stdout``)."""
+    step, dot, stream = name.partition(".")
+    return f"{step}_result.{stream}" if dot and step in ("compile", "run") else name
 
 
 def _as_sandbox_fusion(command: Command | None) -> CommandRunResult | None:

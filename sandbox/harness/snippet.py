@@ -3,10 +3,11 @@ program compiled once if its language compiles, run once on the given stdin, and
 printed, its exit code and the files asked for sent back. Nothing is judged here: the caller
 reads the output (SandboxFusion's ``run_code``, which veRL's reward calls per test case).
 
-The files in and out are the candidate's: they are written and read under its uid, paths
-inside the work dir only, links never followed and only regular files read (a FIFO left in
-the work dir must not hang PID 1). stdout, stderr and files travel base64'd: a program's
-bytes need not be UTF-8, and JSON's escapes would grow them past the channel's frame.
+The files in and out are the candidate's: written under its uid, paths inside the work dir
+only, and read back by a child that holds its uid, no link followed on the way
+(``fetch.py``). stdout, stderr and files travel base64'd: a program's bytes need not be
+UTF-8, and JSON's escapes would grow them past the channel's frame. All of them together stay
+within the job's response limit, cut here before they reach the host (``reply``).
 
 Python runs as a fork of the warm zygote (``zygote.run_script``: ~2 ms where a fresh
 interpreter costs 15-60 ms, most of a call) unless files came with the call: an uploaded
@@ -19,24 +20,23 @@ from __future__ import annotations
 
 import base64
 import os
-import stat
 import time
 
 from . import slate
 from .artifacts import as_candidate
+from .fetch import fetch_files, path_parts
 from .processes import compiling, kill_group, run_process
 from .statuses import OK, RUNTIME_ERROR
 from .zygote import run_forked
 
-MAX_FETCH_BYTES = 16 * 1024 * 1024  # all fetched files together: the reply is one frame
+# What a call sends back, its streams' bytes and its files' base64 together, when the job sets
+# no limit: the reply is one frame, and the server holds it while it answers
+RESPONSE_LIMIT_BYTES = 16 * 1024 * 1024
 
 
 def inside(workdir, rel):
     """The path of ``rel`` in ``workdir``; ValueError for an absolute path or a ``..``."""
-    parts = rel.replace("\\", "/").split("/")
-    if os.path.isabs(rel) or any(p in ("", ".", "..") for p in parts):
-        raise ValueError(f"bad file path {rel!r}")
-    return os.path.join(workdir, *parts)
+    return os.path.join(workdir, *path_parts(rel))
 
 
 def write_files(files, workdir):
@@ -48,35 +48,6 @@ def write_files(files, workdir):
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "wb") as f:
                 f.write(base64.b64decode(data))
-
-
-def fetch_files(names, workdir):
-    """``{path: base64}`` of the files asked for that exist as regular files, and the
-    reasons for the others (``{path: why}``), within MAX_FETCH_BYTES in all."""
-    found, missing, total = {}, {}, 0
-    with as_candidate():
-        for rel in names:
-            try:
-                path = inside(workdir, rel)
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except (ValueError, OSError) as exc:
-                missing[rel] = str(exc) if isinstance(exc, ValueError) else exc.strerror
-                continue
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    missing[rel] = "not a regular file"
-                    continue
-                if total + st.st_size > MAX_FETCH_BYTES:
-                    missing[rel] = f"over the {MAX_FETCH_BYTES >> 20} MiB of fetched files"
-                    continue
-                with os.fdopen(os.dup(fd), "rb") as f:
-                    data = f.read(MAX_FETCH_BYTES - total + 1)
-                total += len(data)
-                found[rel] = base64.b64encode(data).decode()
-            finally:
-                os.close(fd)
-    return found, missing
 
 
 def outcome(run):
@@ -117,18 +88,37 @@ def run_snippet(job, workdir, env, zygote=None):
     # the whole of stderr up to the output limit (run_process keeps 4x its tail)
     tail = limit // 4 + 1
     write_files(job.get("files") or {}, workdir)
-    result = {"status": OK, "compile": None, "run": None}
+    commands = {}
     if language.get("compile"):
-        made = run_process(language["compile"], b"", job["compile_time_limit_s"],
-                           job["compile_memory_mb"], limit, tail, workdir, env,
-                           compiling(language))
-        result["compile"] = outcome(made)
-        if made["status"] is not None:
-            result["files"], result["missing"] = fetch_files(job.get("fetch_files") or [],
-                                                             workdir)
-            return result
-    stdin = (job.get("stdin") or "").encode("utf-8", "surrogatepass")
-    ran = run_program(job, stdin, tail, workdir, env, zygote)
-    result["run"] = outcome(ran)
-    result["files"], result["missing"] = fetch_files(job.get("fetch_files") or [], workdir)
+        commands["compile"] = run_process(language["compile"], b"", job["compile_time_limit_s"],
+                                          job["compile_memory_mb"], limit, tail, workdir, env,
+                                          compiling(language))
+    if commands.get("compile", {}).get("status") is None:
+        stdin = (job.get("stdin") or "").encode("utf-8", "surrogatepass")
+        commands["run"] = run_program(job, stdin, tail, workdir, env, zygote)
+    return reply(commands, job, workdir)
+
+
+# The order in which the response limit is spent: first what a caller judges
+STREAMS = (("run", "stdout"), ("compile", "stdout"), ("compile", "stderr"), ("run", "stderr"))
+
+
+def reply(commands, job, workdir):
+    """Each command's outcome and the files, all within the job's response limit: the
+    streams in STREAMS's order keep their first bytes, then the files that still fit come
+    whole. ``cut`` names each stream cut (``"run.stdout"``), ``cut_files`` each file left out
+    for the limit, with its size in bytes before."""
+    left = job.get("response_limit_bytes") or RESPONSE_LIMIT_BYTES
+    result = {"status": OK, "compile": None, "run": None, "cut": {}}
+    commands = {step: dict(ran) for step, ran in commands.items()}
+    for step, stream in STREAMS:
+        if step in commands:
+            data = commands[step][stream]
+            if len(data) > left:
+                result["cut"][f"{step}.{stream}"] = len(data)
+                commands[step][stream] = data = data[:left]
+            left -= len(data)
+    result.update((step, outcome(ran)) for step, ran in commands.items())
+    result["files"], result["missing"], result["cut_files"] = fetch_files(
+        job.get("fetch_files") or [], workdir, left)
     return result

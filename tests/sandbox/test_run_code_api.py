@@ -54,6 +54,7 @@ def test_oversized_code_or_stdin_names_the_field(srv: ServerProcess, field: str)
     ({"files": {"main.py": ""}}, "files['main.py']: the program's own file name"),
     ({"files": {"a.txt": "not base64!"}}, "files['a.txt']: not base64"),
     ({"fetch_files": ["ok.txt", "a/../../b"]}, "fetch_files[1]: a relative path"),
+    ({"fetch_files": ["a.txt"] * 257}, "fetch_files: 257 paths, more than 256"),
     ({"run_timeout": 0}, "run_timeout: Input should be greater than 0"),
     ({"memory_limit_MB": "lots"}, "memory_limit_MB: Input should be a valid integer"),
 ])

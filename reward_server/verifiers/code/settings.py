@@ -71,6 +71,11 @@ class SandboxSettings(SessionSettings):
                                         le=256 * 1024 * 1024, description=(
         "The most output per test an item can ask for (output_limit_mb); the harness holds "
         "about 3x this while it compares, in the container's memory."))
+    snippet_response_limit_bytes: int = Field(
+        SandboxConfig.snippet_response_limit_bytes, ge=64 * 1024, le=32 * 1024 * 1024,
+        description=("What one /run_code call sends back: stdout and stderr as JSON text and "
+                     "the fetched files' base64, together. Past it streams keep their first "
+                     "bytes and files are left out, named in the answer's cut."))
     acquire_timeout_s: float = Field(SandboxConfig.acquire_timeout_s, gt=0, description=(
         "How long an execution may wait for a free container before it is unscorable."))
     item_budget_s: float = Field(SandboxConfig.item_budget_s, gt=0, le=600, description=(

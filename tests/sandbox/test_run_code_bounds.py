@@ -1,0 +1,152 @@
+"""``POST /run_code``'s files and size through the real server and Docker engine, under runc
+and gVisor: ``fetch_files`` resolves each path inside the work dir without following a link
+anywhere on it, as the program's own user (a link to ``/proc/self`` once handed the caller
+the harness's memory map), and one call's answer stays within the response limit, what was
+cut named, the server's memory bounded while it answers (8 MiB of escaped bytes on each
+stream and a 16 MiB file once made a 101 MB answer and grew it by 300 MB). Units of the same:
+tests/sandbox/test_fetch_files.py."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sandbox.config import SandboxConfig
+from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
+from tests.sandbox.test_hostile_code import POOL, assert_clean
+
+pytestmark = pytest.mark.usefixtures("docker_ready")
+
+STARTUP_S = 180
+LIMIT = SandboxConfig.snippet_response_limit_bytes
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory,
+        sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
+    env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL)}
+    with run_server(tmp_path_factory.mktemp(f"run-code-bounds-{sandbox_runtime.name}"),
+                    env=env, startup_s=STARTUP_S) as server:
+        wait_for_sandbox(server.url, timeout_s=180)
+        yield server
+
+
+def post(srv: ServerProcess, **body: Any) -> httpx.Response:
+    with httpx.Client(base_url=srv.url, timeout=120) as c:
+        r = c.post("/run_code", json={"language": "python", **body})
+    assert r.status_code == 200, r.text[:2000]
+    return r
+
+
+# The program leaves links in its work dir: to the harness's /proc entries (as /proc/self
+# names them when PID 1 opens it, and as /proc/1), to a file outside the work dir, and to a
+# directory inside it; then a FIFO, a file it cannot read itself, and one plain file.
+LINKS = r"""
+import os
+os.symlink("/proc/self", "p")
+os.mkdir("a")
+os.symlink("/proc/1", "a/b")
+os.symlink("/proc/self/maps", "maps")
+os.symlink("/opt/harness/serve.py", "outside.py")
+os.mkdir("real")
+open("real/f.txt", "w").write("inside")
+os.symlink("real", "link")
+os.mkfifo("fifo")
+open("locked.txt", "w").write("locked")
+os.chmod("locked.txt", 0)
+open("mine.txt", "w").write("mine")
+print("left")
+"""
+REFUSED = {
+    "p/maps": "a symbolic link on its path (not followed)",
+    "p/environ": "a symbolic link on its path (not followed)",
+    "p/status": "a symbolic link on its path (not followed)",
+    "p/fd/1": "a symbolic link on its path (not followed)",
+    "a/b/maps": "a symbolic link on its path (not followed)",
+    "a/b/environ": "a symbolic link on its path (not followed)",
+    "maps": "a symbolic link on its path (not followed)",
+    "outside.py": "a symbolic link on its path (not followed)",
+    "link/f.txt": "a symbolic link on its path (not followed)",
+    "fifo": "not a regular file",
+    "locked.txt": "Permission denied",
+}
+# What any of the harness's /proc files or its code would show
+HARNESS_DATA = ("python3", "/usr/", "VmRSS", "PATH=", "def serve", "[heap]")
+
+
+def test_fetch_files_follows_no_link_and_reads_as_the_program(srv: ServerProcess) -> None:
+    r = post(srv, code=LINKS, fetch_files=[*REFUSED, "mine.txt"])
+    got = r.json()
+    assert got["status"] == "Success", got["message"]
+    assert got["files"] == {"mine.txt": base64.b64encode(b"mine").decode()}
+    for name, why in REFUSED.items():
+        assert f"fetch_files {name!r}: {why}" in got["message"], (name, got["message"])
+    for data in HARNESS_DATA:
+        assert data not in r.text, data
+    assert_clean(srv)
+
+
+FLOOD = r"""
+import sys
+with open("big.bin", "wb") as f:
+    f.write(b"\xff" * (16 << 20))
+sys.stdout.buffer.write(b"\xff" * (8 << 20))
+sys.stdout.flush()
+sys.stderr.buffer.write(b"\xff" * (8 << 20))
+"""
+# The answer's overhead beside its streams and files: the other fields and the message
+SLACK_BYTES = 64 * 1024
+# Peak memory the server may add for one such call: it holds the harness's frame (4/3 of the
+# limit), the decoded bytes and their text, and the rendered answer, a few copies of the
+# limit; before the limit it grew by 300 MB
+GROWTH_BOUND_BYTES = 10 * LIMIT
+
+
+def memory(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (its peak) of a process, in bytes."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) * 1024
+    return fields
+
+
+def test_one_call_s_answer_stays_within_the_response_limit(srv: ServerProcess) -> None:
+    post(srv, code="print(1)")  # the path warm: its first call's imports are not the answer's
+    before = memory(srv.proc.pid)
+    r = post(srv, code=FLOOD, fetch_files=["big.bin"])
+    after = memory(srv.proc.pid)
+    got = r.json()
+    assert len(r.content) <= LIMIT + SLACK_BYTES, len(r.content)
+    assert got["cut"] == {"run_result.stdout": 8 << 20, "run_result.stderr": 8 << 20,
+                          "files/big.bin": 16 << 20}, got["cut"]
+    assert got["files"] == {} and got["limits"]["response_limit_bytes"] == LIMIT
+    # stdout is what a caller judges: cut, it is no Success
+    assert got["status"] == "Failed" and got["run_result"]["return_code"] == 0
+    assert got["run_result"]["stdout"].startswith("\\xff\\xff")
+    assert f"run_result.stdout: cut to its first bytes at the response limit of {LIMIT}" \
+        in got["message"]
+    assert "fetch_files 'big.bin': over the response limit (16777216 bytes)" in got["message"]
+    growth = max(after["VmHWM"], after["VmRSS"]) - before["VmRSS"]
+    assert growth < GROWTH_BOUND_BYTES, (before, after)
+    print(f"server memory: {before} -> {after}, answer {len(r.content)} bytes")
+    again = post(srv, code="print(input()[::-1])", stdin="abc")
+    assert again.json()["run_result"]["stdout"] == "cba\n"
+    assert_clean(srv)
+
+
+def test_output_within_the_limit_comes_back_whole(srv: ServerProcess) -> None:
+    """A large stdout of plain text and a file beside it, together under the limit: nothing
+    cut, the answer as before."""
+    code = ("import sys\nopen('out.bin', 'wb').write(bytes(range(256)) * 4096)\n"
+            "sys.stdout.write('line\\n' * (1 << 20))")
+    got = post(srv, code=code, fetch_files=["out.bin"]).json()
+    assert got["status"] == "Success" and got["cut"] == {}, got["message"]
+    assert got["run_result"]["stdout"] == "line\n" * (1 << 20)
+    assert base64.b64decode(got["files"]["out.bin"]) == bytes(range(256)) * 4096
