@@ -260,6 +260,9 @@ class TimeoutPool:
             if exc.exitcode == -signal.SIGKILL:
                 return TaskResult("killed", None, "its worker was killed (SIGKILL)")
             return TaskResult("died", None, f"its worker died (exit code {exc.exitcode})")
+        except ImportError as exc:  # the worker's uid cannot read the task's module: ours
+            return TaskResult("unavailable", None, f"not scored: the worker cannot import "
+                              f"its code ({exc})"[:300])
         except Exception as exc:  # a bug in the task: report it on the item, keep the batch
             return TaskResult("crashed", None, f"{type(exc).__name__}: {exc}"[:200])
         except asyncio.CancelledError:

@@ -104,26 +104,31 @@ def context() -> BaseContext:
     return ctx
 
 
-def import_roots() -> list[str]:
-    """Where a worker imports from: the standard library and site-packages, and each
-    ``sys.path`` entry a loaded module came from (the project, a plug-in's directory)."""
+def import_roots() -> tuple[list[str], list[str]]:
+    """Where a worker imports from: the roots it cannot do without (the standard library,
+    site-packages, this package's), and the others a loaded module came from (a plug-in's
+    directory, a test's)."""
     paths = sysconfig.get_paths()
-    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    essential = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    essential.add(str(Path(__file__).resolve().parent.parent))  # an editable install's
     entries = sorted({os.path.abspath(p) for p in sys.path if p}, key=len, reverse=True)
-    for module in list(sys.modules.values()):
+    others = set()
+    for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
         if file:
             file = os.path.abspath(file)
-            roots.update(next(([e] for e in entries if file.startswith(e + os.sep)), []))
-    return sorted(roots)
+            root = next((e for e in entries if file.startswith(e + os.sep)), None)
+            if root is not None:
+                (essential if name.partition(".")[0] == __package__ else others).add(root)
+    return sorted(essential), sorted(others - essential)
 
 
 def unreadable_paths(paths: list[str] | None = None) -> list[str]:
-    """The import roots (``import_roots``) that a user other than the owner cannot reach: a
-    directory on the way without the others' execute bit, or the root itself without their
-    read bit."""
+    """The ``paths`` (the essential import roots by default) that a user other than the
+    owner cannot reach: a directory on the way without the others' execute bit, or the root
+    itself without their read bit."""
     bad = []
-    for entry in paths if paths is not None else import_roots():
+    for entry in paths if paths is not None else import_roots()[0]:
         if not entry or not os.path.exists(entry):
             continue
         path = Path(entry).resolve()
@@ -137,7 +142,9 @@ def unreadable_paths(paths: list[str] | None = None) -> list[str]:
 
 def check_installation() -> None:
     """``RuntimeError`` naming the fix where workers would drop to a uid that cannot read
-    the interpreter or the packages (a virtualenv under a private home)."""
+    the interpreter, site-packages or this package (a virtualenv under a private home). A
+    plug-in's directory they cannot read is logged: a task of a pool whose code lives there
+    comes back ``unavailable`` (``process_pool``), never a score."""
     if not _enabled or os.geteuid() != 0:
         return
     bad = unreadable_paths()
@@ -147,6 +154,10 @@ def check_installation() -> None:
             f"{', '.join(bad)}: install the server where any user may read it, or make "
             "those directories traversable (chmod o+x), or run with --worker-isolation off "
             "(a trusted setup only: workers then run as root)")
+    hidden = unreadable_paths(import_roots()[1])
+    if hidden:
+        _warn_once("scoring workers cannot import from " + ", ".join(hidden)
+                   + " (a plug-in there that scores in a worker pool gets 'unavailable')")
 
 
 def isolate(enabled: bool) -> None:

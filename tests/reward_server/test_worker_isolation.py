@@ -12,6 +12,7 @@ import os
 import secrets
 import socket
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -169,3 +170,23 @@ def test_the_servers_math_workers_hold_no_token_and_no_network(tmp_path: Path) -
             assert os.readlink(f"/proc/{pid}/ns/net") != own_net
             mode = Path(f"/proc/{pid}/mem").stat()
             assert mode.st_uid == 0 and not mode.st_mode & stat.S_IROTH  # not dumpable
+
+
+@root_only
+def test_a_task_whose_code_the_worker_cannot_import_is_unavailable(tmp_path: Path) -> None:
+    """A plug-in under a directory only its owner reads (pytest's tmp_path): its task is
+    not scored (unavailable, null), never a crash that would score the answer 0."""
+    (tmp_path / "private_plugin.py").write_text("def score(x):\n    return x\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import private_plugin  # type: ignore[import-not-found]
+
+        pool = TimeoutPool(1, 512, name="probe-worker")
+        try:
+            task = asyncio.run(pool.run(private_plugin.score, 1, timeout=60))
+        finally:
+            pool.close()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("private_plugin", None)
+    assert task.outcome == "unavailable", task  # pebble's worker fails to unpickle it
