@@ -4,9 +4,11 @@ The items: every task's entries (seeded), each with its own answer and with a wr
 ``<answer>`` tags, in batches of ``--batch``. In-process is what a training recipe does: the
 task's ``score_answer`` called in the trainer's own process (unguarded: it runs the answer as
 code in nine tasks, docs/reasoning_gym.md). The service: the real server on loopback, its
-result cache off, so every item is scored afresh; one request per batch, one at a time. The
-two are measured in turn ``--repeats`` times, in wall-clock and in CPU time (``bench/costs.py``:
-this process, the server and its scoring workers), and the medians reported.
+result cache off, so every item is scored afresh, in the sandbox (``--containers`` warm
+containers; the scorer's fork server forks a process per chunk there); one request per batch,
+one at a time. The two are measured in turn ``--repeats`` times, in wall-clock and in CPU time
+(``bench/costs.py``: this process and the server; plus the sandbox containers' CPU, from their
+cgroups), and the medians reported.
 
 Writes JSON (date, commit, machine, figures) through ``bench/record.py``.
 
@@ -16,6 +18,7 @@ Writes JSON (date, commit, machine, figures) through ``bench/record.py``.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import statistics
@@ -30,8 +33,7 @@ import psutil
 
 from bench.costs import Cost, settle, timed
 from bench.record import commit, record
-from reward_server.testing import run_server
-from reward_server.verifiers.reasoning_gym.settings import ReasoningGymSettings
+from reward_server.testing import run_server, sandbox_containers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,7 +65,20 @@ def in_process(batch: list[tuple[Any, dict[str, Any], str]]) -> None:
             pass
 
 
-WORKERS = ("rgym-worker",)
+def containers_cpu_s(server_pid: int) -> float:
+    """CPU seconds the server's sandbox containers have used (their cgroups: v1's cpuacct or
+    v2's cpu.stat), those alive now."""
+    total = 0.0
+    for container in sandbox_containers(server_pid):
+        cid = container["id"]
+        for path in glob.glob(f"/sys/fs/cgroup/cpuacct/docker/{cid}*/cpuacct.usage"):
+            total += int(Path(path).read_text()) / 1e9
+        for path in glob.glob(f"/sys/fs/cgroup/**/*{cid}*/cpu.stat", recursive=True):
+            usage = Path(path).read_text().split("usage_usec ", 1)[1].split()[0]
+            total += int(usage) / 1e6
+    return total
+
+
 RATIOS = ("service_over_in_process", "service_over_in_process_cpu")
 
 
@@ -85,8 +100,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="in-process and service "
                         "measured in turn this many times: the medians are the figures")
     parser.add_argument("--per-task", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=None,
-                        help="scoring workers (default: the server's default)")
+    parser.add_argument("--containers", type=int, default=1,
+                        help="warm sandbox containers (the scorer's processes run there)")
     parser.add_argument("--chunk", type=int, default=256)
     parser.add_argument("--publish", action="store_true")
     args = parser.parse_args()
@@ -100,8 +115,7 @@ def main() -> None:
 
     env = {"REWARD_SERVER_CACHE_SIZE": "0",
            "REWARD_SERVER_REASONING_GYM_CHUNK_ITEMS": str(args.chunk)}
-    if args.workers is not None:
-        env["REWARD_SERVER_REASONING_GYM_WORKERS"] = str(args.workers)
+    env["REWARD_SERVER_SANDBOX_POOL_SIZE"] = str(args.containers)
     runs: list[dict[str, float]] = []
     with run_server(Path(tempfile.mkdtemp()), env=env, startup_s=300) as srv, \
             httpx.Client(base_url=srv.url, timeout=600) as client:
@@ -114,13 +128,16 @@ def main() -> None:
         t0 = time.perf_counter()
         post(bodies[0])
         cold_s = time.perf_counter() - t0
-        for _ in range(3):  # every worker builds each task's scorer once (arc_agi: 0.4 s)
+        for _ in range(3):  # every container's scorer builds each task's once (arc_agi: 1 s)
             post(bodies[0])
         server = psutil.Process(srv.proc.pid)
         settle(server)
         for _ in range(args.repeats):  # in turn: a change of load hits both sides
             local = timed(lambda: [in_process(batch) for batch in batches])
-            served = timed(lambda: [post(body) for body in bodies], server, WORKERS)
+            inside = containers_cpu_s(srv.proc.pid)
+            served = timed(lambda: [post(body) for body in bodies], server)
+            served = served._replace(cpu_s=served.cpu_s + containers_cpu_s(srv.proc.pid)
+                                     - inside)
             runs.append(figures(sum(len(b) for b in batches), local, served))
         results = post(bodies[-1])
     out: dict[str, Any] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
@@ -130,7 +147,8 @@ def main() -> None:
     print(json.dumps(out, indent=2))
     path = record("reasoning_gym", out, {"batch": args.batch, "rounds": args.rounds,
                                          "repeats": args.repeats, "per_task": args.per_task,
-                                         "workers": args.workers or ReasoningGymSettings().workers,
+                                         "containers": args.containers,
+                                         "scored_in": "sandbox",
                                          "chunk_items": args.chunk,
                                          "cache": "off", "cpus": os.cpu_count()},
                   publish=args.publish, measured_on=measured_on)

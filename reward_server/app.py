@@ -38,6 +38,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             for verifier in verifiers.values():
                 await verifier.start()
                 started.append(verifier)
+            for verifier in verifiers.values():
+                verifier.bind(verifiers)
             app.state.scorer = Scorer(verifiers, settings)
             log.info("verifiers ready: %s", ", ".join(sorted(verifiers)))
             async with Sessions(app.state.scorer) as app.state.sessions:  # closed first

@@ -71,6 +71,10 @@ class TimeoutMemory(Generic[V]):
         found = self._seen.get(self._digest(key))
         return None if found is None else (found[0], time.monotonic() - found[1])
 
+    def __len__(self) -> int:
+        """Keys remembered (some may have expired): 0 lets a caller skip hashing its keys."""
+        return len(self._seen)
+
     def put(self, key: Hashable, value: V, certain: bool = False) -> bool:
         """Record a timeout; True if it is now remembered (see the class docstring)."""
         if self.ttl_s <= 0:

@@ -35,7 +35,12 @@ fi
 
 bash ./ensure_docker.sh
 
-hash=$( (echo "$PACKAGES"; cat Dockerfile harness/*.py toolchains/*.py
+# the scorers: their pinned packages, and the verifier modules the image carries
+SCORER_SOURCES="../reward_server/verifiers/reasoning_gym/guard.py
+  ../reward_server/verifiers/reasoning_gym/corrections.py
+  ../reward_server/verifiers/reasoning_gym/library.py"
+hash=$( (echo "$PACKAGES"; cat Dockerfile harness/*.py toolchains/*.py scorers/requirements.txt \
+           scorers/prepare.sh $SCORER_SOURCES
          if [ -n "$TESTLIB_H" ]; then cat "$TESTLIB_H"; fi) | sha256sum | cut -c1-12)
 # the base's tag names its package list, so a new list makes a new base
 BASE_TAG=verifiable-rewards-sandbox-base:bookworm-$(echo "python3 $PACKAGES" | sha256sum | cut -c1-8)
@@ -58,6 +63,7 @@ if [ -n "$TESTLIB_H" ]; then
 fi
 
 if [ "$OFFLINE" = 0 ] && timeout 60 docker pull -q python:3.12-slim >/dev/null 2>&1; then
+  bash scorers/prepare.sh "$context/scorers" 3.12  # installed by the Docker build
   docker build -q --label "vr.hash=$hash" --build-arg "PACKAGES=$PACKAGES" -t "$TAG" "$context" \
     >/tmp/vr-build.log 2>&1 \
     || { tail -20 /tmp/vr-build.log >&2; exit 1; }
@@ -66,6 +72,7 @@ if [ "$OFFLINE" = 0 ] && timeout 60 docker pull -q python:3.12-slim >/dev/null 2
 fi
 
 bash ../scripts/debian_base.sh "$BASE_TAG" "python3,${PACKAGES// /,}"
+bash scorers/prepare.sh "$context/scorers" 3.11  # Debian bookworm's python3
 docker build -q --label "vr.hash=$hash" --build-arg "BASE=$BASE_TAG" \
   --build-arg INSTALL_PACKAGES=0 -t "$TAG" "$context" >/tmp/vr-build.log 2>&1 \
   || { tail -20 /tmp/vr-build.log >&2; exit 1; }

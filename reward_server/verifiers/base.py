@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -61,6 +61,10 @@ class Verifier(ABC):
 
     async def stop(self) -> None:
         """Release everything ``start`` acquired; called once at shutdown."""
+
+    def bind(self, verifiers: Mapping[str, Verifier]) -> None:
+        """Called once every verifier has started: a verifier that works in another's
+        resource (reasoning_gym in the code verifier's sandbox) takes it here."""
 
     @abstractmethod
     async def verify(self, items: Sequence[ItemBase]) -> list[ResultBase]:

@@ -12,6 +12,7 @@ import time
 from . import slate
 from .asserts import run_asserts
 from .processes import candidate_ran, new_execution
+from .scorer import run_scoring
 from .snippet import run_snippet
 from .statuses import HARNESS_ERROR, OK
 from .stdio import run_stdio
@@ -21,12 +22,14 @@ def prepare_workdir(job):
     """A fresh work dir: made by root with the source in it, then handed to the candidate's uid
     (root cannot enter it afterwards, and does not need to)."""
     workdir = tempfile.mkdtemp(dir=slate.WORK_ROOT)
-    source = os.path.join(workdir, "solution.py" if job["mode"] == "assert"
-                          else job["language"]["source"])
-    with open(source, "w", encoding="utf-8", errors="surrogatepass") as f:
-        f.write(job["source"])  # a lone surrogate stays invalid UTF-8: the compiler's to judge
+    if job["mode"] != "score":  # a scoring chunk brings answers to score, not a program
+        source = os.path.join(workdir, "solution.py" if job["mode"] == "assert"
+                              else job["language"]["source"])
+        with open(source, "w", encoding="utf-8", errors="surrogatepass") as f:
+            f.write(job["source"])  # a lone surrogate stays invalid UTF-8: the compiler's
+        if slate.isolated():
+            os.chown(source, *slate.CANDIDATE)
     if slate.isolated():
-        os.chown(source, *slate.CANDIDATE)
         os.chown(workdir, *slate.CANDIDATE)
     return workdir
 
@@ -49,6 +52,8 @@ def execute(job, zygote, state, ask=None):
             result = run_stdio(job, workdir, env, zygote)
         elif job["mode"] == "snippet":
             result = run_snippet(job, workdir, env, zygote)
+        elif job["mode"] == "score":
+            result = run_scoring(job, workdir, state)
         else:
             result = run_asserts(job, workdir, env, zygote, ask)
     except Exception as exc:  # noqa: BLE001 - report, never die: we are PID 1
@@ -58,6 +63,7 @@ def execute(job, zygote, state, ask=None):
                    "detail": f"the run failed after the program started: {detail}"}
                   if candidate_ran() else {"status": HARNESS_ERROR, "detail": detail})
     finally:
+        spare = (*spare, *state.kept)  # the scorer's fork server, if this container has one
         left_behind = slate.other_processes(exclude=spare)
         try:
             slate.sweep(keep=spare)

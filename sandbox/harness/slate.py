@@ -330,16 +330,33 @@ class Slate:
         self.fresh_names = {p: listing(p) for p in (WORK_ROOT, *SHARED_DIRS)}
         self.fresh_memory = memory_in_use()
         self.harness_limits = limits_of(os.getpid())
+        self.kept = {}  # pid -> limits: trusted processes kept across executions (the scorer's)
         self.watch(zygote)
 
     def watch(self, zygote):
         """A new fork server (a Zygote, or None): remember its limits as it starts."""
         self.zygote_limits = None if zygote is None else limits_of(zygote.process.pid)
 
+    def keep(self, pid):
+        """A trusted process started between candidates that outlives executions (the
+        scorer's fork server, ``scorer.py``): the sweep spares it, and what it holds is part
+        of the fresh state from now on."""
+        self.kept[pid] = limits_of(pid)
+        self.rebase()
+
+    def forget(self, pid):
+        self.kept.pop(pid, None)
+
+    def rebase(self):
+        """The memory in use now is the fresh level: called by trusted code only, before
+        any candidate process of the execution runs (a kept process grew)."""
+        self.fresh_memory = memory_in_use()
+
     def problems(self, zygote):
         """Why this container is not as it was fresh (empty when it is)."""
         found = []
-        left = other_processes(exclude=() if zygote is None else (zygote.process.pid,))
+        left = other_processes(exclude=(*self.kept, *(() if zygote is None
+                                                     else (zygote.process.pid,))))
         if left:
             found.append(f"{len(left)} processes left")
         for path in (WORK_ROOT, *SHARED_DIRS):
@@ -369,4 +386,6 @@ class Slate:
             found.append("the fork server is gone")
         elif zygote is not None and limits_of(zygote.process.pid) != self.zygote_limits:
             found.append("the fork server's limits changed")
+        if any(limits_of(pid) not in (None, limits) for pid, limits in self.kept.items()):
+            found.append("the scorer's fork server's limits changed")
         return found

@@ -5,7 +5,6 @@ scorers that run the answer as code, a stuck scorer, and bad input."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import warnings
 from collections.abc import Iterator
@@ -26,7 +25,9 @@ WRONG = "zzz not it"
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def srv(tmp_path_factory: pytest.TempPathFactory, docker_ready: None
+        ) -> Iterator[ServerProcess]:
+    """Scoring in the sandbox (the image carries the library: sandbox/build_image.sh)."""
     env = {"REWARD_SERVER_REASONING_GYM_TIMEOUT_S": "3"}
     with run_server(tmp_path_factory.mktemp("rg"), env=env) as server:
         yield server
@@ -214,23 +215,34 @@ def test_mixed_with_math_in_one_request(srv: ServerProcess) -> None:
     assert "entry" in info["reasoning_gym"]["item_schema"]["properties"]
 
 
-def test_without_the_extra_the_server_starts_and_says_what_to_install(
-        tmp_path: Path, open_tmp_path: Path) -> None:
-    """A PYTHONPATH entry that shadows the library with a module that fails to import: the
-    server still serves math, and a reasoning_gym item is unscorable, naming the extra."""
-    shadow = open_tmp_path / "shadow" / "reasoning_gym"  # the workers import from it
-    shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("raise ImportError('not installed (test)')\n")
-    path = os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")])
-    with run_server(tmp_path, env={"PYTHONPATH": path}) as server:
-        r = httpx.post(server.url + "/v1/rewards", json={"items": [
+def test_without_the_sandbox_image_items_are_unscorable_naming_the_build(tmp_path: Path
+                                                                         ) -> None:
+    """No image to score in (none built, or built without the scorers): the server still
+    serves math, and a reasoning_gym item is unscorable (null), naming the command."""
+    env = {"REWARD_SERVER_SANDBOX_IMAGE": "verifiable-rewards-sandbox:no-such-tag"}
+    with run_server(tmp_path, env=env) as server:
+        r = httpx.post(server.url + "/v1/rewards", timeout=60, json={"items": [
             {"verifier": "math", "response": "\\boxed{4}", "answer": "4"},
-            {"verifier": "reasoning_gym", "response": "<answer>1</answer>", "task": "x",
-             "metadata": {}}]})
+            {"verifier": "reasoning_gym", "response": "<answer>1</answer>",
+             "task": "basic_arithmetic", "metadata": {}}]})
     out = r.json()
     assert out["rewards"] == [1.0, None]
     assert out["results"][1]["status"] == "unavailable"
-    assert "verifiable-rewards[reasoning-gym]" in out["results"][1]["detail"]
+    assert "bash sandbox/build_image.sh" in out["results"][1]["detail"]
+
+
+def test_host_scoring_an_operators_opt_in_needs_no_sandbox(tmp_path: Path) -> None:
+    """``host_scoring`` (off by default; a trusted setup without Docker): the answers are
+    scored in the host's guarded workers, with no image to score in."""
+    entry = reasoning_gym.create_dataset("basic_arithmetic", size=1, seed=1)[0]
+    env = {"REWARD_SERVER_REASONING_GYM_HOST_SCORING": "true",
+           "REWARD_SERVER_SANDBOX_IMAGE": "verifiable-rewards-sandbox:no-such-tag"}
+    with run_server(tmp_path, env=env) as server:
+        r = httpx.post(server.url + "/v1/verify/reasoning_gym", timeout=60, json={"items": [
+            {"response": f"<answer>{entry['answer']}</answer>", "entry": entry},
+            {"response": "<answer>-1</answer>", "entry": entry}]})
+    assert [(x["status"], x["score"]) for x in r.json()["results"]] == [("ok", 1.0),
+                                                                         ("ok", 0.0)]
 
 
 def test_tricks_the_librarys_own_scorers_pay_are_not_paid(srv: ServerProcess) -> None:

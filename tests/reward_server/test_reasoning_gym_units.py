@@ -43,3 +43,25 @@ def test_last_number_on_megabytes_of_digits_and_commas() -> None:
 def test_a_requests_answers_spread_over_the_workers(jobs: int, workers: int, most: int,
                                                     size: int) -> None:
     assert chunk_size(jobs, workers, most) == size
+
+
+def test_the_task_list_and_the_images_pin_are_the_pinned_librarys() -> None:
+    """The server validates ``task`` against its own list (it never imports the library);
+    the sandbox image installs the version pyproject.toml's extra pins."""
+    import tomllib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from reward_server.verifiers.reasoning_gym.tasks import LIBRARY_VERSION, TASKS
+
+    pytest.importorskip("reasoning_gym")
+    from reasoning_gym.factory import DATASETS
+
+    root = Path(__file__).resolve().parents[2]
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["reasoning-gym"]
+    image = (root / "sandbox" / "scorers" / "requirements.txt").read_text().splitlines()
+    assert extra == [f"reasoning-gym=={LIBRARY_VERSION}"]
+    assert f"reasoning_gym=={LIBRARY_VERSION}" in image
+    assert version("reasoning-gym") == LIBRARY_VERSION
+    assert TASKS == set(DATASETS)

@@ -1,10 +1,13 @@
-"""The reasoning-gym library as the scoring workers call it: its task names, and each task's
-own ``score_answer`` on an entry that came over JSON.
+"""The reasoning-gym library as a scorer calls it: its task names, and each task's own
+``score_answer`` on an entry that came over JSON.
 
-Only the workers import the library (60 MB and a second of imports the server process does
-without), and each installs ``guard`` first: the library's scorers would otherwise run the
-model's answer as code. Everything here runs in a worker; the server process imports this
-module for its names only.
+This module runs where the library is: in the sandbox (the image's /opt/scorers, called by
+``sandbox/harness/scorer_server.py``), or in the host's worker processes where an operator
+opted into host scoring. The server process imports it for its names only. ``guard`` is
+installed first wherever it runs: the library's scorers would otherwise run the model's
+answer as code (in the sandbox that is defence in depth; on the host it is all there is).
+It needs nothing of the server but ``corrections`` and ``guard``: those three files are what
+the image carries.
 """
 
 from __future__ import annotations
@@ -22,15 +25,25 @@ from reward_server.verifiers.reasoning_gym import corrections
 EXTRA_HINT = "pip install 'verifiable-rewards[reasoning-gym]'"
 
 
-def warm_up() -> None:
-    """The worker's start: import the library, guard it, and build one scorer (its caches)."""
-    try:
+def warm_up(guarded: bool = True) -> None:
+    """A scorer's start: import the library, guard it (unless a test asks to see the sandbox
+    hold alone), and build one scorer (its caches). ImportError without the library."""
+    import reasoning_gym  # noqa: F401  (imports every task module)
+
+    if guarded:
         from reward_server.verifiers.reasoning_gym import guard
 
         guard.install()
-    except ImportError:  # the verifier reports it at start (task_names)
-        return
     scorer("basic_arithmetic", "null")
+
+
+def warm_up_worker() -> None:
+    """A host worker's start (host scoring): ``warm_up``; without the library the verifier
+    reports it at start (``task_names``)."""
+    try:
+        warm_up()
+    except ImportError:
+        return
 
 
 def task_names() -> list[str]:

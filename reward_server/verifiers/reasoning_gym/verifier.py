@@ -1,11 +1,18 @@
 """The ``reasoning_gym`` verifier: a completion scored by the reasoning-gym task's own
-``score_answer``, in guarded worker processes (``guard``), in chunks.
+``score_answer``, in the sandbox (``backends``), in chunks.
 
-An item's way: its answer is extracted here (``answers``); a result computed before for the
-same (task, answer, entry) comes from the cache; the rest of a request's answers go to a
-worker a chunk at a time (``chunk_items``), one slot of the fair gate each, so a batch of
-256 costs a few hand-offs, not 256. A chunk that runs out of time (a scorer stuck on one
-hostile answer) is run again one answer at a time, so only that answer times out (0).
+An item's way: its answer is extracted here (``answers``: string scanning, nothing
+evaluated); a result computed before for the same caller and (task, answer, entry) comes from
+the cache; the rest of a request's answers go to the sandbox a chunk at a time
+(``chunk_items``), one slot of the code verifier's fair gate each, so a batch of 256 costs a
+few hand-offs, not 256. In the container each chunk is scored by a process of its own under
+the candidate's uid; an answer that runs past ``timeout_s`` times out alone (0) and the rest
+of its chunk is scored; a chunk's turn ends after ``backends.TURN_S`` and the rest waits for
+the gate again.
+
+The cache and the remembered timeouts are per caller: a scorer that a hostile answer took
+over can forge the results of its own chunk (the items of one request), and those must not
+be served to anyone else.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import math
 import pickle
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator, with_config
@@ -24,18 +31,27 @@ from typing_extensions import TypedDict  # pydantic reads its fields on Python 3
 
 from reward_server import metrics
 from reward_server.cache import ResultCache, TimeoutMemory
-from reward_server.fair_queue import BudgetSpent, FairGate
-from reward_server.process_pool import TimeoutPool
+from reward_server.fair_queue import BudgetSpent, current_request
+from reward_server.process_pool import CPU_BOUND
 from reward_server.statuses import NOT_RUN, UNAVAILABLE
 from reward_server.text import printable
-from reward_server.verifiers.base import ItemBase, PooledVerifier, ResultBase
-from reward_server.verifiers.reasoning_gym import library
+from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
 from reward_server.verifiers.reasoning_gym.answers import ExtractMode, ThinkMode, answer_of
+from reward_server.verifiers.reasoning_gym.backends import (
+    Backend,
+    HostScoring,
+    Job,
+    SandboxScoring,
+    Unbound,
+)
 from reward_server.verifiers.reasoning_gym.settings import ReasoningGymSettings
+from reward_server.verifiers.reasoning_gym.tasks import TASKS
+from sandbox.scoring import Scored
 
 INLINE_CHARS = 64 * 1024  # a request with more text has its answers extracted on a thread
-# the task names the workers' library registers, learnt at start; empty: not known (yet)
-KNOWN_TASKS: set[str] = set()
+KNOWN_TASKS = TASKS  # the pinned library's (the image's); the host never imports it
+NO_SANDBOX = "the code verifier's sandbox is not loaded, and reasoning_gym scores in it " \
+             "(host_scoring, for a trusted setup without Docker, scores on the host)"
 
 
 @with_config(ConfigDict(extra="allow"))
@@ -71,7 +87,7 @@ class ReasoningGymItem(ItemBase):
                                           "the library's default: several scorers read it.")
 
     _task: str = PrivateAttr()
-    _entry_key: str = PrivateAttr()
+    _entry_key: bytes = PrivateAttr()
     _config_key: str = PrivateAttr()
 
     @model_validator(mode="after")
@@ -116,47 +132,58 @@ class ReasoningGymResult(ResultBase):
     detail: str | None = None
 
 
-# (task, answer, the entry pickled, the config as canonical JSON): what a score depends on,
-# and what a worker is handed (the pickle crosses as bytes, not pickled again)
-Job = tuple[str, str, bytes, str]
+# (caller, task, answer, entry pickled, config): the cache's key; results are a caller's own
+Key = tuple[Hashable, str, str, bytes, str]
 
 
 def chunk_size(jobs: int, workers: int, most: int) -> int:
-    """Answers per hand-off: a request's answers spread over every worker (a batch of 256
-    on two workers is scored on two cores), ``most`` at a time."""
+    """Answers per hand-off: a request's answers spread over every container (a batch of 256
+    on two is scored on two cores), ``most`` at a time."""
     return max(1, min(most, -(-jobs // max(1, workers))))
 
 
-def _result(status: str, score: float, detail: str | None, extracted: str | None
+def _result(status: str, score: float | None, detail: str | None, extracted: str | None
             ) -> ReasoningGymResult:
-    return ReasoningGymResult(score=None if math.isnan(score) else score, status=status,  # type: ignore[arg-type]
+    if score is not None and math.isnan(score):
+        score = None
+    return ReasoningGymResult(score=score, status=status,  # type: ignore[arg-type]
                               extracted=None if extracted is None else printable(extracted[:200]),
                               detail=detail)
 
 
-class ReasoningGymVerifier(PooledVerifier):
+class ReasoningGymVerifier(Verifier):
     name = "reasoning_gym"
     item_model = ReasoningGymItem
     result_model = ReasoningGymResult
     description = "Any reasoning-gym task, scored by the library's own score_answer."
     settings_model = ReasoningGymSettings
+    config: ReasoningGymSettings
 
-    _missing: str | None = None
+    _backend: Backend = Unbound("the reasoning_gym verifier has not started")
 
     async def start(self) -> None:
-        config: ReasoningGymSettings = self.config  # type: ignore[assignment]
-        self._pool = TimeoutPool(config.workers, config.memory_mb, library.warm_up,
-                                 name="rgym-worker")
-        self._gate = FairGate(self._pool.slots, self.name)
         self._cache: ResultCache[ReasoningGymResult] = ResultCache(self.settings.cache_size)
         self._timeouts: TimeoutMemory[ReasoningGymResult] = TimeoutMemory(
             self.settings.timeout_memory_s)
-        names = await self._pool.run(library.task_names, timeout=120)
-        if names.outcome == "ok":
-            KNOWN_TASKS.update(names.value)
-        else:  # the server runs on; every item says what to install
-            self._missing = f"reasoning-gym is not installed ({names.detail}): " \
-                            f"{library.EXTRA_HINT}"
+        if self.config.host_scoring:
+            backend = HostScoring(self.config)
+            self._backend = backend
+            await backend.start()
+        else:
+            self._backend = Unbound(NO_SANDBOX)  # until bind() hands it the sandbox
+
+    def bind(self, verifiers: Mapping[str, Verifier]) -> None:
+        """Score in the code verifier's sandbox, behind its fair gate: reasoning_gym's chunks
+        share the containers with code items and /run_code, by time."""
+        code = verifiers.get("code")
+        if self.config.host_scoring or code is None:
+            return
+        sandbox, gate = getattr(code, "sandbox", None), getattr(code, "gate", None)
+        if sandbox is not None and gate is not None:
+            self._backend = SandboxScoring(sandbox, gate, self.config)
+
+    async def stop(self) -> None:
+        await self._backend.stop()
 
     async def verify(self, items: Sequence[ReasoningGymItem]) -> list[ReasoningGymResult]:  # type: ignore[override]
         started = time.perf_counter()
@@ -180,74 +207,79 @@ class ReasoningGymVerifier(PooledVerifier):
 
     async def _score(self, items: Sequence[ReasoningGymItem], answers: list[str | None]
                      ) -> list[ReasoningGymResult]:
+        request = current_request()
+        caller = request.caller if request is not None else None
         out: list[ReasoningGymResult | None] = [None] * len(items)
-        todo: dict[Job, list[int]] = {}
+        todo: dict[Key, list[int]] = {}
         hits = 0
+        missing = self._backend.missing
         for k, (item, answer) in enumerate(zip(items, answers, strict=True)):
-            if self._missing is not None:
-                out[k] = _result(UNAVAILABLE, math.nan, self._missing, answer)
+            if missing is not None:
+                out[k] = _result(UNAVAILABLE, None, missing, answer)
             elif answer is None:
                 out[k] = _result("no_answer", 0.0, "no answer in the completion "
                                  f"(extract={item.extract!r})", None)
             else:
-                job = (item._task, answer, item._entry_key, item._config_key)
-                cached, hit = self._cache.peek(job)
+                key = (caller, item._task, answer, item._entry_key, item._config_key)
+                cached, hit = self._cache.peek(key)
                 if hit:
                     hits += 1
                     out[k] = cached
                 else:
-                    todo.setdefault(job, []).append(k)
+                    todo.setdefault(key, []).append(k)
         metrics.CACHE_HITS.labels(self.name).inc(hits)
-        jobs = list(todo)
-        size = chunk_size(len(jobs), self._pool.slots if self._pool else 1,
-                          self.config.chunk_items)  # type: ignore[union-attr]
-        chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
+        keys = list(todo)
+        if len(self._timeouts):  # answers that ran out of time a moment ago are not run again
+            keys = [key for key in keys if not self._remembered(key, todo, out)]
+        size = chunk_size(len(keys), self._backend.slots, self.config.chunk_items)
+        chunks = [keys[i:i + size] for i in range(0, len(keys), size)]
         for chunk, scored in zip(chunks, await asyncio.gather(*map(self._chunk, chunks)),
                                  strict=True):
-            for job, result in zip(chunk, scored, strict=True):
-                for k in todo[job]:
+            for key, result in zip(chunk, scored, strict=True):
+                for k in todo[key]:
                     out[k] = result
         return out  # type: ignore[return-value]
 
-    async def _chunk(self, jobs: list[Job]) -> list[ReasoningGymResult]:
-        """The chunk's results; a chunk that did not finish runs again one job at a time."""
-        if len(jobs) == 1 and (found := self._timeouts.get(jobs[0])) is not None:
-            metrics.TIMEOUTS_REMEMBERED.labels(self.name).inc()
-            value, age_s = found
-            return [value.model_copy(update={"detail": f"{value.detail} (the same answer, "
-                                             f"{age_s:.0f} s ago; remembered)"})]
-        assert self._pool is not None, "ReasoningGymVerifier.start() was not awaited"
-        try:
-            async with self._gate.slot() as held:
-                task = await self._pool.run(library.score_many, jobs,
-                                            timeout=self.config.timeout_s)  # type: ignore[union-attr]
-                held.cost_s = task.cost_s
-        except BudgetSpent as exc:
-            return [_result(NOT_RUN, math.nan, str(exc), job[1]) for job in jobs]
-        if task.outcome == "ok":
-            results = [_result(s, v, d, job[1]) for (s, v, d), job in zip(
-                task.value, jobs, strict=True)]
-            metrics.CACHE_MISSES.labels(self.name).inc(len(jobs))
-            for job, result in zip(jobs, results, strict=True):
-                self._cache.put(job, result)
-            return results
-        if task.outcome == UNAVAILABLE:  # the pool's loss: no answer's doing
-            return [_result(UNAVAILABLE, math.nan, task.detail, job[1]) for job in jobs]
-        if len(jobs) > 1:  # which answer it was: each alone, under its own limit
-            return [r for one in await asyncio.gather(*(self._chunk([j]) for j in jobs))
-                    for r in one]
-        return [self._failed(jobs[0], task.outcome, task.detail, task.cpu_bound)]
+    def _remembered(self, key: Key, todo: dict[Key, list[int]],
+                    out: list[ReasoningGymResult | None]) -> bool:
+        found = self._timeouts.get(key)
+        if found is None:
+            return False
+        metrics.TIMEOUTS_REMEMBERED.labels(self.name).inc()
+        value, age_s = found
+        remembered = value.model_copy(update={"detail": f"{value.detail} (the same answer, "
+                                              f"{age_s:.0f} s ago; remembered)"})
+        for k in todo[key]:
+            out[k] = remembered
+        return True
 
-    def _failed(self, job: Job, outcome: str, detail: str | None, cpu_bound: bool
-                ) -> ReasoningGymResult:
-        answer = job[1]
-        if outcome == "timeout":
+    async def _chunk(self, keys: list[Key], first: bool = True) -> list[ReasoningGymResult]:
+        """The chunk's results: what its turn scored, then the rest in turns of its own
+        (``first``: only the first waits under the request's budget; the rest were handed
+        over already, and a cut would make them null for the caller's own slow answers)."""
+        jobs: list[Job] = [key[1:] for key in keys]  # type: ignore[misc]
+        try:
+            async with self._backend.gate.slot(budgeted=first):
+                scored = await self._backend.score(jobs)
+        except BudgetSpent as exc:
+            return [_result(NOT_RUN, None, str(exc), job[1]) for job in jobs]
+        if not scored:  # ran out of time as a whole: which answer it was, each alone
+            return [r for one in await asyncio.gather(*(self._chunk([k], first)
+                                                        for k in keys)) for r in one]
+        results = [self._settle(key, s) for key, s in zip(keys, scored, strict=False)]
+        if len(scored) < len(keys):
+            results += await self._chunk(keys[len(scored):], first=False)
+        return results
+
+    def _settle(self, key: Key, scored: Scored) -> ReasoningGymResult:
+        """A scored item as a result; what the answer decided is cached, a timeout
+        remembered for a while, the sandbox's outage neither."""
+        result = _result(scored.status, scored.score, scored.detail, key[2])
+        if scored.status == "timeout":
             metrics.TIMEOUTS.labels(self.name).inc()
-            result = _result("timeout", 0.0, detail, answer)
-            self._timeouts.put(job, result, certain=cpu_bound)
-            return result
-        # out of memory, or the scorer ended its worker: this answer's doing
-        result = _result("error", 0.0, f"the task's scorer failed on this answer "
-                         f"({outcome}): {detail}", answer)
-        self._timeouts.put(job, result, certain=True)
+            self._timeouts.put(key, result,
+                               certain=scored.cpu_s >= CPU_BOUND * self.config.timeout_s)
+        elif scored.status != UNAVAILABLE:
+            metrics.CACHE_MISSES.labels(self.name).inc()
+            self._cache.put(key, result)
         return result
