@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi_offline import FastAPIOffline
 
 from reward_server import __version__, worker_isolation
+from reward_server.callers import load_tokens
 from reward_server.errors import ApiError, api_error_handler, validation_error_handler
 from reward_server.middleware import BearerAuth, BodyLimit, ErrorGuard, RequestMetrics
 from reward_server.routes import meta, openrlhf, rewards, run_code, sessions
@@ -67,8 +68,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     # outermost last: metrics see every response, auth runs before the body is read
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    if settings.api_token is not None:
-        app.add_middleware(BearerAuth, token=settings.api_token.get_secret_value())
+    tokens = load_tokens(settings)
+    if tokens:
+        app.add_middleware(BearerAuth, tokens=tokens)
     known = {"/healthz", "/metrics", "/v1/verifiers", "/v1/rewards", "/get_reward", "/docs",
              "/redoc", "/openapi.json", "/run_code", "/v1/sessions"}
     app.add_middleware(RequestMetrics, routes=known | {f"/v1/verify/{n}" for n in classes})

@@ -15,6 +15,7 @@ import tempfile
 from pydantic import ValidationError
 from pydantic_settings import CliApp, SettingsError
 
+from reward_server.callers import load_tokens
 from reward_server.settings import SETTINGS_FILE_ENV, ServerSettings, settings_class
 from reward_server.verifiers.registry import PluginError
 
@@ -38,6 +39,7 @@ def _settings_file(settings: ServerSettings) -> str:
 def main(argv: list[str] | None = None) -> None:
     try:
         settings = _parse(sys.argv[1:] if argv is None else argv)
+        load_tokens(settings)  # a malformed tokens file stops here, in one line
     except (ValidationError, SettingsError) as exc:
         first = str(exc).strip().splitlines()
         print(f"reward-server: invalid settings: {' '.join(first[:3])}", file=sys.stderr)
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    # the fair gates tell callers apart by address: X-Forwarded-For only from trusted proxies
+    # without tokens a caller is its address: X-Forwarded-For only from trusted proxies
     proxies = {"proxy_headers": bool(settings.forwarded_allow_ips),
                "forwarded_allow_ips": settings.forwarded_allow_ips or None}
     if settings.workers > 1:

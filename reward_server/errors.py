@@ -23,13 +23,17 @@ from fastapi.responses import JSONResponse
 class ApiError(Exception):
     status_code = 400
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.headers = headers  # e.g. a 429's Retry-After
 
 
 class Unauthorized(ApiError):
     status_code = 401
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, {"WWW-Authenticate": "Bearer"})
 
 
 class UnknownVerifier(ApiError):
@@ -71,8 +75,8 @@ def format_validation_errors(errors: Iterable[dict[str, Any]], prefix: Iterable[
 
 async def api_error_handler(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
-    return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=headers)
+    return JSONResponse({"detail": exc.message}, status_code=exc.status_code,
+                        headers=exc.headers)
 
 
 async def validation_error_handler(_: Request, exc: Exception) -> JSONResponse:

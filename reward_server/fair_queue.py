@@ -6,8 +6,8 @@ behind a ``FairGate`` that lets ``slots`` items run at a time. Served first come
 served, one batch of slow items would hold every later request behind all of it.
 
 Policy: an equal share of worker *time*, as Linux's CFS shares a CPU between tasks
-(vruntime), at two levels, as cgroups nest: first between **callers** (the client's address,
-see ``routes.caller_of``), then between the **requests** of one caller. Each share
+(vruntime), at two levels, as cgroups nest: first between **callers** (a token's name, or
+the client's address: ``callers``), then between the **requests** of one caller. Each share
 accumulates the seconds of work its items cost: what the holder measured (a math task's run
 time inside its worker), else the time the slot was held; items still running count up to
 now. A free slot goes to the least-served caller, and within it to its least-served request;

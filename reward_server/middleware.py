@@ -10,7 +10,6 @@ import base64
 import binascii
 import json
 import logging
-import secrets
 import time
 import uuid
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reward_server import metrics
+from reward_server.callers import SCOPE_KEY, Tokens
 
 log = logging.getLogger("reward_server")
 
@@ -34,39 +34,43 @@ async def _send_json(send: Send, status: int, detail: str, headers: list | None 
 
 
 class BearerAuth:
-    """Every route but ``/healthz`` needs the token when configured: ``Authorization: Bearer
-    <token>``, or HTTP Basic with the token as the password (any user name). Basic is for
-    clients that send no header of their own: veRL's SandboxFusion client posts with
+    """Every route but ``/healthz`` needs a token when any is configured: ``Authorization:
+    Bearer <token>``, or HTTP Basic with the token as the password (any user name). Basic is
+    for clients that send no header of their own: veRL's SandboxFusion client posts with
     ``requests``, which turns a URL's ``http://user:<token>@host:port/run_code`` into Basic.
-    Both are compared in constant time."""
+    Each is compared with every token in constant time; the name of the one that matched is
+    the request's caller (``callers``)."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, tokens: Tokens) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
-        self.password = token.encode()
+        self.tokens = tokens
 
-    def authorized(self, given: bytes) -> bool:
+    def identify(self, given: bytes) -> str | None:
+        """The name of the token ``given`` (the Authorization header) carries, or None."""
         scheme, _, credentials = given.partition(b" ")
+        if scheme.lower() == b"bearer":
+            return self.tokens.identify(credentials)
         if scheme.lower() != b"basic":
-            return secrets.compare_digest(given, self.expected)
+            return None
         try:
             decoded = base64.b64decode(credentials.strip(), validate=True)
         except (binascii.Error, ValueError):
-            return False
+            return None
         _, colon, password = decoded.partition(b":")
-        return secrets.compare_digest(password, self.password) and bool(colon)
+        return self.tokens.identify(password) if colon else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] == "/healthz":
             return await self.app(scope, receive, send)
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        if not self.authorized(given):
+        name = self.identify(dict(scope["headers"]).get(b"authorization", b""))
+        if name is None:
             return await _send_json(
                 send, 401, "missing or invalid token (Authorization: Bearer <token>, or HTTP "
                 "Basic with the token as the password)",
                 [(b"www-authenticate", b"Bearer"),
                  (b"www-authenticate", b'Basic realm="reward_server"')],
             )
+        scope[SCOPE_KEY] = name
         await self.app(scope, receive, send)
 
 

@@ -47,13 +47,24 @@ class ServerSettings(BaseSettings):
         "info", description="uvicorn log level.")
     forwarded_allow_ips: str = Field(
         "", description="Proxies whose X-Forwarded-For names the client (comma-separated "
-        "addresses, or '*'), as uvicorn's --forwarded-allow-ips. The fair gates share the "
-        "workers per client address, so a client must not name itself: '' trusts no one "
-        "(the peer's address is the caller); the compose stack sets its nginx.")
+        "addresses, or '*'), as uvicorn's --forwarded-allow-ips. Without tokens the fair "
+        "gates and sessions know a caller by its address, so a client must not name itself: "
+        "'' trusts no one (the peer's address is the caller); the compose stack sets its nginx.")
+    # Tokens make a caller its credential (reward_server/callers.py): with any configured,
+    # every route but /healthz needs one, and the caller is the token's name, not the address.
     api_token: SecretStr | None = Field(
-        None, description="If set, every route but /healthz needs 'Authorization: Bearer "
-        "<token>', or HTTP Basic with the token as the password (veRL's SandboxFusion client "
-        "sends only a URL: http://user:<token>@host/run_code).")
+        None, description="One token, whose caller is named 'default': every route but "
+        "/healthz then needs 'Authorization: Bearer <token>', or HTTP Basic with the token as "
+        "the password (veRL's SandboxFusion client sends only a URL: "
+        "http://user:<token>@host/run_code). Give it as REWARD_SERVER_API_TOKEN or in "
+        "api_tokens_file, not as the flag: a flag is in /proc/<pid>/cmdline for every local "
+        "user to read.")
+    api_tokens_file: Path | None = Field(
+        None, description="A file of 'name:token' lines, one token per caller (a team, a "
+        "trainer; '#' starts a comment), read at start: each name is a caller of its own to "
+        "the fair gates and the session caps, whatever its address, and what logs and metrics "
+        "show (never the token). Keep it owner-only (chmod 600). With api_token as well, "
+        "both are accepted.")
 
     # Request limits: each answered with 413 naming the limit, never a 500 or an OOM.
     max_items_per_request: int = Field(8192, ge=1, description="Items in one request.")

@@ -104,13 +104,16 @@ def sandbox_containers(owner_pid: int | None = None,
         client.close()
 
 
-def wait_for_sandbox(url: str, timeout_s: float = 120) -> None:
-    """Until a trivial code item runs (the pool fills in the background after start)."""
+def wait_for_sandbox(url: str, timeout_s: float = 120,
+                     headers: dict[str, str] | None = None) -> None:
+    """Until a trivial code item runs (the pool fills in the background after start);
+    ``headers``: a token's, on a server that needs one."""
     deadline = time.monotonic() + timeout_s
     while True:  # a fresh item each time, never answered from the result cache
         token = str(random.getrandbits(64))
         item = {"response": "print(input())", "tests": [{"input": token, "output": token}]}
-        r = httpx.post(f"{url}/v1/verify/code", json={"items": [item]}, timeout=60)
+        r = httpx.post(f"{url}/v1/verify/code", json={"items": [item]}, timeout=60,
+                       headers=headers)
         result = r.json()["results"][0]
         if result["status"] == "ok" and result["score"] == 1.0:
             return

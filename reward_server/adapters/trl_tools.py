@@ -33,12 +33,13 @@ batch per process), calls ``reset`` before each rollout and has no end-of-rollou
 ``callback()`` calls when training ends), at garbage collection and at exit; should all of
 those be missed (a killed process), the server's idle TTL ends it (``idle_ttl_s``). So a
 generation batch holds up to one session per rollout that called the tool, all at once. The
-server lets one caller (client address: all processes of one host count as one) hold
-``sandbox_session_max_per_caller`` sessions (4) and ``sandbox_session_max_open`` (16) in all;
-a call past the cap reads ``HTTP 429`` as its text. For rollouts of a generation batch of B
-per host that all use the tool, start the server with
-``REWARD_SERVER_SANDBOX_SESSION_MAX_PER_CALLER=B`` and ``..._MAX_OPEN`` at least that (each
-session holds a container: plan memory for them).
+server lets one caller (its token's name, every host of a team together; without tokens, a
+host: all its processes and loopback addresses count as one) hold
+``sandbox_session_max_per_caller`` sessions (4) and ``sandbox_session_max_open`` (16) in all,
+the last ``sandbox_session_reserve`` (4) of them for callers that hold none; a call past a cap
+reads ``HTTP 429`` as its text. For B rollouts in flight per caller that all use the tool,
+start the server with ``REWARD_SERVER_SANDBOX_SESSION_MAX_PER_CALLER=B`` and ``..._MAX_OPEN``
+at least B plus the reserve (each session holds a container: plan memory for them).
 """
 
 from __future__ import annotations

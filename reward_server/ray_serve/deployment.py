@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from ray import serve
 
 from reward_server.app import create_app
+from reward_server.callers import load_tokens
 from reward_server.client import RewardRequestError, RewardServerUnavailable
 from reward_server.settings import ServerSettings, settings_class
 
@@ -55,7 +56,8 @@ class RewardServer:
     async def rewards(self, items: list[Any], on_invalid: str = "null",
                       caller: str = "ray-handle") -> dict[str, Any]:
         """``POST /v1/rewards`` from a handle: the same JSON answer. ``caller`` is whom the
-        fair gates share the workers between (a URL caller is its address)."""
+        fair gates share the workers between (a URL caller is its address) when the server
+        has no tokens; with tokens, the first token's name is."""
         return await self._post("/v1/rewards", items, on_invalid, caller)
 
     async def verify(self, verifier: str, items: list[Any], on_invalid: str = "null",
@@ -65,8 +67,10 @@ class RewardServer:
 
     async def _post(self, path: str, items: list[Any], on_invalid: str,
                     caller: str) -> dict[str, Any]:
-        token = self.settings.api_token
-        headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
+        # with tokens, the handle's caller is the first token's name (its ``caller`` is a
+        # caller only without them, as a URL client's address is)
+        token = load_tokens(self.settings).first()
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         transport = httpx.ASGITransport(app=self.asgi, client=(caller, 0))
         headers["content-type"] = "application/json"
         # ASCII JSON, as the client sends it: a lone surrogate in a completion stays escaped

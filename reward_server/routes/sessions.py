@@ -27,7 +27,8 @@ def _sessions(request: Request) -> Sessions:
 
 @router.post("", status_code=201, response_model=SessionInfo,
              summary="Start a Python interpreter whose state outlives each cell",
-             responses={429: {"description": "The caller's or the server's session cap"},
+             responses={429: {"description": "The caller's or the server's session cap; "
+                                         "Retry-After says when one may free"},
                         503: {"description": "No sandbox container could be had"}})
 async def create_session(body: CreateSessionRequest, request: Request) -> SessionInfo:
     return await _sessions(request).create(caller_of(request), body)

@@ -13,10 +13,19 @@ class SessionSettings(BaseModel):
     session_max_open: int = Field(16, ge=0, description="Sessions open at once on this server "
                                   "(each holds a sandbox container of its own); 0 turns "
                                   "sessions off. Past it: 429.")
-    # A trainer runs one session per rollout in flight; a handful per client address keeps
-    # one client from taking every container while it runs a batch.
-    session_max_per_caller: int = Field(4, ge=1, description="Sessions one caller (client "
-                                        "address) may hold open at once. Past it: 429.")
+    # A trainer runs one session per rollout in flight; a handful per caller keeps one
+    # caller from taking every container while it runs a batch.
+    session_max_per_caller: int = Field(4, ge=1, description="Sessions one caller may hold "
+                                        "open at once: one token's name, or without tokens "
+                                        "one client host (every loopback address counts as "
+                                        "one, an IPv6 address as its /64). Past it: 429.")
+    # The cap alone lets session_max_open / session_max_per_caller callers fill the server;
+    # keeping the last places for first sessions takes that many more, each with none yet.
+    session_reserve: int = Field(4, ge=0, description="Of session_max_open, places kept for "
+                                 "callers that hold no session: a caller's second and later "
+                                 "sessions are refused (429) once this few are free, so "
+                                 "callers already served cannot shut a new one out. At most "
+                                 "session_max_open - session_max_per_caller is kept.")
     # A rollout's turns come seconds apart; five minutes of silence is a caller that went away
     # (crashed, or forgot DELETE): its container is freed for the next.
     session_idle_ttl_s: float = Field(300.0, gt=0, le=86400, description="A session with no "

@@ -9,31 +9,37 @@ Errors a caller can meet here (each an ``ApiError``, so a JSON ``detail``):
     TooManySessions     429  the caller's cap or the server's
     SessionsUnavailable 503  no container could be had for a new session
 
-Bounds: ``session_max_per_caller`` and ``session_max_open`` (counted with the sessions being
-created, so a burst cannot overshoot), an idle TTL closed by a reaper task, a cell time limit
-and output cap enforced in the container (``harness/session.py``). A session's id is 192
-random bits and answers its creator only; the caller is the client's address, as the fair
-gates key it (``routes.caller_of``).
+Who: a session belongs to the caller that created it (``callers``: its token's name, or
+without tokens its address). Its id is 256 random bits, a capability never listed to anyone
+else; another caller's id answers the 404 of an unknown one, word for word.
 
-Taking a container goes through the code verifier's fair gate, as a snippet does: a burst of
-new sessions waits its turn beside code items. Cells do not: each runs in its own session's
-container, bounded by that container's CPUs and the server-wide cap."""
+Bounds: ``session_max_per_caller`` per quota (a token's name, or a client host),
+``session_max_open`` in all, of which ``session_reserve`` places are kept for callers that
+hold none (each counted with the sessions being created, so a burst cannot overshoot); over
+them a 429 with Retry-After. An idle TTL closed by a reaper task, a cell time limit and output
+cap enforced in the container (``harness/session.py``).
+
+Taking a container, and each cell, goes through the code verifier's fair gate, as a snippet
+and a code item do: a cell holds one of the gate's slots while it runs (the CPUs the gate
+shares are the host's, whichever container a cell runs in), so a caller running cells gets
+its share of the slots, not more, and another caller's item takes the next free one."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import math
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from reward_server import metrics
 from reward_server.admission import too_large_message
+from reward_server.callers import Caller
 from reward_server.errors import ApiError, InvalidItems, PayloadTooLarge, UnknownVerifier
 from reward_server.fair_queue import BudgetSpent, request_scope
 from reward_server.run_code.schemas import CommandRunStatus
@@ -75,6 +81,9 @@ class SessionGone(ApiError):
 class TooManySessions(ApiError):
     status_code = 429
 
+    def __init__(self, message: str, headers: dict[str, str]) -> None:
+        super().__init__(message, headers)
+
 
 class SessionsUnavailable(ApiError):
     status_code = 503
@@ -83,7 +92,7 @@ class SessionsUnavailable(ApiError):
 @dataclass(eq=False)
 class _Session:
     id: str
-    caller: Hashable
+    caller: Caller
     sandbox: SandboxSession
     limits: SessionLimits
     created_at: float = field(default_factory=time.time)
@@ -94,11 +103,15 @@ class _Session:
     why: str = ""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
+    def idle_left(self) -> float | None:
+        """Seconds until its idle TTL closes it; None while a cell runs or after it ended."""
+        if self.state != "open" or self.running:
+            return None
+        return max(0.0, self.limits.idle_ttl_s - (time.monotonic() - self.last_used))
+
     def info(self) -> SessionInfo:
-        left = None
-        if self.state == "open" and not self.running:
-            left = round(max(0.0, self.limits.idle_ttl_s - (time.monotonic() - self.last_used)),
-                         3)
+        left = self.idle_left()
+        left = None if left is None else round(left, 3)
         return SessionInfo(session_id=self.id, language="python", python=self.sandbox.python,
                            state=self.state, cells=self.cells, created_at=self.created_at,
                            expires_in_s=left, limits=self.limits)
@@ -111,8 +124,8 @@ class Sessions:
     def __init__(self, scorer: Scorer) -> None:
         self.scorer = scorer
         self._open: dict[str, _Session] = {}
-        self._ended: OrderedDict[str, tuple[Hashable, SessionState, str]] = OrderedDict()
-        self._creating: dict[Hashable, int] = {}
+        self._ended: OrderedDict[str, tuple[Caller, SessionState, str]] = OrderedDict()
+        self._creating: dict[str, int] = {}  # by quota
         self._reaper: asyncio.Task[None] | None = None
         self._threads: ThreadPoolExecutor | None = None
         self._code: Any = None
@@ -144,7 +157,7 @@ class Sessions:
 
     # --- the API ------------------------------------------------------------------------------
 
-    async def create(self, caller: Hashable, request: CreateSessionRequest) -> SessionInfo:
+    async def create(self, caller: Caller, request: CreateSessionRequest) -> SessionInfo:
         settings = self._enabled()
         if request.language.strip().lower() not in LANGUAGES:
             raise InvalidItems(f"language: {request.language[:100]!r} has no session kernel "
@@ -161,30 +174,31 @@ class Sessions:
             idle_ttl_s=min(request.idle_ttl_s or settings.session_idle_ttl_s,
                            settings.session_idle_ttl_s))
         self._admit(caller, settings)
-        self._creating[caller] = self._creating.get(caller, 0) + 1
+        quota = caller.quota
+        self._creating[quota] = self._creating.get(quota, 0) + 1
         try:
             sandbox = await self._start(caller, limits, files)
         finally:
-            self._creating[caller] -= 1
-            if not self._creating[caller]:
-                del self._creating[caller]
-        session = _Session(secrets.token_urlsafe(24), caller, sandbox, limits)
+            self._creating[quota] -= 1
+            if not self._creating[quota]:
+                del self._creating[quota]
+        session = _Session(secrets.token_urlsafe(32), caller, sandbox, limits)
         self._open[session.id] = session
         metrics.SESSIONS_OPEN.inc()
         return session.info()
 
-    def info(self, caller: Hashable, session_id: str) -> SessionInfo:
+    def info(self, caller: Caller, session_id: str) -> SessionInfo:
         return self._get(caller, session_id).info()
 
-    def of_caller(self, caller: Hashable) -> list[SessionInfo]:
+    def of_caller(self, caller: Caller) -> list[SessionInfo]:
         return [s.info() for s in self._open.values() if s.caller == caller]
 
-    async def close(self, caller: Hashable, session_id: str) -> SessionInfo:
+    async def close(self, caller: Caller, session_id: str) -> SessionInfo:
         session = self._get(caller, session_id)
         await self._end(session, "closed", "closed by DELETE")
         return session.info()
 
-    async def run(self, caller: Hashable, session_id: str, request: RunCellsRequest
+    async def run(self, caller: Caller, session_id: str, request: RunCellsRequest
                   ) -> tuple[int, RunCellsResponse]:
         """The HTTP status and the cells' results (200 whatever the code did; 503 when the
         sandbox failed under it)."""
@@ -202,7 +216,7 @@ class Sessions:
         try:
             async with session.lock:
                 self._get(caller, session_id)  # it may have ended while this waited
-                return await self._run_cells(session, request.sources, time_limit)
+                return await self._run_cells(session, request.sources, time_limit, caller)
         finally:
             session.running -= 1
             session.last_used = time.monotonic()
@@ -229,21 +243,31 @@ class Sessions:
             raise InvalidItems(why)
         return files
 
-    def _admit(self, caller: Hashable, settings: SessionSettings) -> None:
-        mine = sum(s.caller == caller for s in self._open.values()) + self._creating.get(caller, 0)
+    def _admit(self, caller: Caller, settings: SessionSettings) -> None:
+        """429 past the caller's quota, the server's cap, or into the places kept for
+        callers that hold no session."""
+        ours = [s for s in self._open.values() if s.caller.quota == caller.quota]
+        mine = len(ours) + self._creating.get(caller.quota, 0)
         if mine >= settings.session_max_per_caller:
             raise TooManySessions(
                 f"this caller has {mine} sessions open, its limit "
                 f"(sandbox_session_max_per_caller={settings.session_max_per_caller}); close "
-                "one (DELETE /v1/sessions/{id}) or let it expire")
+                "one (DELETE /v1/sessions/{id}) or let it expire", _retry_after(ours))
         everyone = len(self._open) + sum(self._creating.values())
-        if everyone >= settings.session_max_open:
+        limit = settings.session_max_open
+        why = f"sandbox_session_max_open={limit}"
+        reserve = min(settings.session_reserve,
+                      max(0, settings.session_max_open - settings.session_max_per_caller))
+        if mine and reserve:
+            limit -= reserve
+            why = (f"its last {reserve} places are kept for callers that hold no session: "
+                   f"sandbox_session_reserve={settings.session_reserve}")
+        if everyone >= limit:
             raise TooManySessions(
-                f"the server has {everyone} sessions open, its limit "
-                f"(sandbox_session_max_open={settings.session_max_open}); try again when "
-                "one closes")
+                f"the server has {everyone} sessions open, its limit for this caller ({why}); "
+                "try again when one closes", _retry_after(list(self._open.values())))
 
-    async def _start(self, caller: Hashable, limits: SessionLimits,
+    async def _start(self, caller: Caller, limits: SessionLimits,
                      files: dict[str, str]) -> SandboxSession:
         assert self._threads is not None
         sandbox_limits = SandboxLimits(limits.memory_limit_MB, limits.output_limit_bytes)
@@ -256,7 +280,7 @@ class Sessions:
         except (SandboxUnavailable, BudgetSpent) as exc:
             raise SessionsUnavailable(f"no sandbox container for a session: {exc}") from None
 
-    def _get(self, caller: Hashable, session_id: str) -> _Session:
+    def _get(self, caller: Caller, session_id: str) -> _Session:
         session = self._open.get(session_id)
         if session is not None and session.caller == caller:
             return session
@@ -268,37 +292,51 @@ class Sessions:
         raise SessionNotFound(f"no session {session_id[:64]!r} (unknown, or not this "
                               f"caller's){hint}")
 
-    async def _run_cells(self, session: _Session, sources: list[str], time_limit: float
-                         ) -> tuple[int, RunCellsResponse]:
+    async def _run_cells(self, session: _Session, sources: list[str], time_limit: float,
+                         caller: Caller) -> tuple[int, RunCellsResponse]:
         results: list[CellRunResult] = []
         message = ""
-        for code in sources:
-            started = time.perf_counter()
-            try:
-                cell = await session.sandbox.run(code, time_limit)
-            except SandboxUnavailable as exc:
-                metrics.SESSION_CELLS.labels(SANDBOX_ERROR).inc()
-                await self._end(session, "lost", str(exc))
-                return 503, RunCellsResponse(status=SANDBOX_ERROR, message=str(exc),
-                                             cells=results, session=session.info())
-            session.cells += 1
-            status = _status(cell)
-            metrics.SESSION_CELLS.labels(status).inc()
-            metrics.SESSION_CELL_LATENCY.observe(time.perf_counter() - started)
-            results.append(CellRunResult(status=status, execution_time=round(cell.time_s, 6),
-                                         stdout=cell.stdout, stderr=cell.stderr,
-                                         display=cell.display, error=cell.error))
-            if not cell.alive:
-                why = (session.why if session.state != "open" else cell.note or "lost")
-                await self._end(session, "lost", why)
-                message = f"the session is lost: {why}"
-                break
-            if cell.stopped or cell.error:
-                message = cell.note or _raised(cell)
-                break
+        # one request to the gate: its budget bounds the time other callers shut it out
+        with request_scope(self.scorer.settings.request_budget_s, caller):
+            for index, code in enumerate(sources):
+                try:
+                    async with self._code.gate.slot():  # a cell's turn, as an item's
+                        self._get(caller, session.id)  # it may have ended while this waited
+                        started = time.perf_counter()
+                        cell = await session.sandbox.run(code, time_limit)
+                except BudgetSpent as exc:  # it never ran: the session stays as it was
+                    return 503, RunCellsResponse(status=SANDBOX_ERROR, message=(
+                        f"cells[{index}] {exc}"), cells=results, session=session.info())
+                except SandboxUnavailable as exc:
+                    metrics.SESSION_CELLS.labels(SANDBOX_ERROR).inc()
+                    await self._end(session, "lost", str(exc))
+                    return 503, RunCellsResponse(status=SANDBOX_ERROR, message=str(exc),
+                                                 cells=results, session=session.info())
+                message = self._record(session, cell, started, results)
+                if message:
+                    if not cell.alive:
+                        await self._end(session, "lost", message)
+                        message = f"the session is lost: {message}"
+                    break
         ok = not message
         return 200, RunCellsResponse(status="Success" if ok else "Failed", message=message,
                                      cells=results, session=session.info())
+
+    def _record(self, session: _Session, cell: CellResult, started: float,
+                results: list[CellRunResult]) -> str:
+        """The cell's result appended; what stops the run ('' for nothing)."""
+        session.cells += 1
+        status = _status(cell)
+        metrics.SESSION_CELLS.labels(status).inc()
+        metrics.SESSION_CELL_LATENCY.observe(time.perf_counter() - started)
+        results.append(CellRunResult(status=status, execution_time=round(cell.time_s, 6),
+                                     stdout=cell.stdout, stderr=cell.stderr,
+                                     display=cell.display, error=cell.error))
+        if not cell.alive:
+            return session.why if session.state != "open" else cell.note or "lost"
+        if cell.stopped or cell.error:
+            return cell.note or _raised(cell)
+        return ""
 
     async def _end(self, session: _Session, state: SessionState, why: str) -> None:
         """Forget it (its id answers 410 from now on) and remove its container."""
@@ -323,9 +361,17 @@ class Sessions:
             for session in list(self._open.values()):
                 idle = now - session.last_used
                 if not session.running and idle > session.limits.idle_ttl_s:
-                    log.info("session %s expired after %.0f s idle", session.id[:8], idle)
+                    log.info("session %s of %s expired after %.0f s idle", session.id[:8],
+                             session.caller, idle)
                     await self._end(session, "expired",
                                     f"no cell for {session.limits.idle_ttl_s:g} s, its idle TTL")
+
+
+def _retry_after(sessions: list[_Session]) -> dict[str, str]:
+    """Retry-After: when the first of these would reach its idle TTL (a running one: a TTL
+    after now), at least a second."""
+    left = [s.idle_left() or s.limits.idle_ttl_s for s in sessions]
+    return {"Retry-After": str(max(1, math.ceil(min(left, default=1.0))))}
 
 
 def _status(cell: CellResult) -> CommandRunStatus:

@@ -48,8 +48,11 @@ MAX_OPEN, PER_CALLER = 4, 2
 SETTINGS = {"REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL),
             "REWARD_SERVER_SANDBOX_SESSION_MAX_OPEN": str(MAX_OPEN),
             "REWARD_SERVER_SANDBOX_SESSION_MAX_PER_CALLER": str(PER_CALLER),
-            "REWARD_SERVER_SANDBOX_SESSION_OUTPUT_LIMIT_BYTES": "65536"}
-# Other callers: loopback answers the whole of 127/8, and a caller is its client address
+            "REWARD_SERVER_SANDBOX_SESSION_OUTPUT_LIMIT_BYTES": "65536",
+            # 127.0.0.1 stands for a proxy: the callers it names are hosts elsewhere
+            "REWARD_SERVER_FORWARDED_ALLOW_IPS": "127.0.0.1"}
+# Other callers: without tokens a caller is its client address (loopback answers the whole
+# of 127/8), and the caps count every loopback address as one host (reward_server/callers.py)
 OTHER, THIRD = "127.0.0.2", "127.0.0.3"
 
 
@@ -63,8 +66,13 @@ def srv(tmp_path_factory: pytest.TempPathFactory,
 
 
 def client(srv: ServerProcess, address: str = "127.0.0.1") -> httpx.Client:
-    return httpx.Client(base_url=srv.url, timeout=120,
-                        transport=httpx.HTTPTransport(local_address=address))
+    """A caller at ``address``: a loopback one connects from it, any other is named by the
+    trusted proxy (X-Forwarded-For from 127.0.0.1)."""
+    if address.startswith("127."):
+        return httpx.Client(base_url=srv.url, timeout=120,
+                            transport=httpx.HTTPTransport(local_address=address))
+    return httpx.Client(base_url=srv.url, timeout=120, headers={"X-Forwarded-For": address},
+                        transport=httpx.HTTPTransport(local_address="127.0.0.1"))
 
 
 class Session:
@@ -197,18 +205,27 @@ def test_another_caller_cannot_reach_it(srv: ServerProcess) -> None:
 
 
 def test_caps_per_caller_and_server_wide(srv: ServerProcess) -> None:
+    """Without tokens a caller's quota is its host: loopback addresses (any local process may
+    use any) hold PER_CALLER sessions between them, an IPv6 /64 likewise; the server's last
+    places are kept for callers that hold none; past either cap a 429 with Retry-After."""
     opened: list[Session] = []
-    try:
-        opened += [Session(srv) for _ in range(PER_CALLER)]
-        with client(srv) as c:
+
+    def refused(address: str, setting: str) -> None:
+        with client(srv, address) as c:
             r = c.post("/v1/sessions", json={})
-            assert r.status_code == 429 and "sandbox_session_max_per_caller" in r.text, r.text
-        opened += [Session(srv, OTHER) for _ in range(MAX_OPEN - PER_CALLER)]
-        with client(srv, THIRD) as third:  # within its own cap, past the server's
-            r = third.post("/v1/sessions", json={})
-            assert r.status_code == 429 and "sandbox_session_max_open" in r.text, r.text
+        assert r.status_code == 429 and setting in r.json()["detail"], (address, r.text)
+        assert int(r.headers["retry-after"]) >= 1
+
+    try:
+        opened += [Session(srv, "127.0.0.1"), Session(srv, OTHER)]  # PER_CALLER of loopback
+        for address in (THIRD, "127.0.0.4"):
+            refused(address, "sandbox_session_max_per_caller")
+        opened.append(Session(srv, "2001:db8::1"))
+        refused("2001:db8::2", "sandbox_session_reserve")  # its /64 has one, 1 place is left
+        opened.append(Session(srv, "192.0.2.1"))  # a caller with none takes the last place
+        refused("198.51.100.7", "sandbox_session_max_open")
         opened.pop(0).__exit__()
-        opened.append(Session(srv, THIRD))  # a closed one's place is free again
+        opened.append(Session(srv, "198.51.100.7"))  # a closed one's place is free again
     finally:
         for s in opened:
             s.__exit__()
@@ -258,11 +275,12 @@ def test_an_interpreter_that_exits_loses_its_session(srv: ServerProcess) -> None
 
 
 HOSTILE: dict[str, tuple[str, dict[str, Any], str]] = {
-    # name: (its caller, its session's request, its cell); each within its session's limits
-    "memory": ("127.0.0.1", {"memory_limit_MB": 128},
+    # name: (its caller, its session's request, its cell); each within its session's limits;
+    # four hosts (the loopback addresses would be one caller, over its cap)
+    "memory": ("192.0.2.1", {"memory_limit_MB": 128},
                "xs = []\nwhile True:\n    xs.append(bytearray(10 * 1024**2))"),
-    "flood": (THIRD, {}, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)"),
-    "fork": ("127.0.0.4", {}, "import os\nwhile True:\n    os.fork()"),
+    "flood": ("192.0.2.3", {}, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)"),
+    "fork": ("192.0.2.4", {}, "import os\nwhile True:\n    os.fork()"),
 }
 
 
