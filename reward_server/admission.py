@@ -62,27 +62,68 @@ def check_field_sizes(items: Sequence[Any], settings: ServerSettings) -> None:
 
 
 def oversized(value: Any, path: str, limit: int) -> tuple[str, int] | None:
-    """The first string over ``limit`` bytes and its path; a walk with a stack of its own
-    (a raw item may nest as deep as the body parser allows, past the recursion limit here).
-    Numbers, booleans and nulls are not visited, and a path is only written for what is
-    (a board of 10,000 numbers in an entry's metadata costs one type check each)."""
-    stack = [(value, path)]
+    """The first string over ``limit`` bytes and its path. A body may hold millions of small
+    values (a million ``[]`` in a field no model reads), so the walk first only looks for
+    such a string, with a stack of its own (a raw item may nest past the recursion limit
+    here) and no path written; the path is found only for what it found."""
+    if not _holds_oversized(value, limit):
+        return None
+    return _named(value, path, limit)
+
+
+def _too_long(text: str, limit: int) -> int | None:
+    # a str of n characters holds at most 4n UTF-8 bytes: encode only when it may matter
+    if len(text) * 4 > limit and (size := len(text.encode("utf-8", "replace"))) > limit:
+        return size
+    return None
+
+
+def _holds_oversized(value: Any, limit: int) -> bool:
+    stack = [value]
+    pop, extend = stack.pop, stack.extend
     while stack:
-        value, path = stack.pop()
+        value = pop()
+        kind = type(value)
+        if kind is str:
+            if len(value) * 4 > limit and _too_long(value, limit) is not None:
+                return True
+        elif kind is dict:
+            extend(value.values())
+        elif kind is list or kind is tuple:
+            extend(value)
+        elif isinstance(value, BaseModel):
+            extend(getattr(value, name) for name in type(value).model_fields)
+        elif isinstance(value, str):
+            stack.append(str(value))
+        elif isinstance(value, Mapping):
+            extend(value.values())
+        elif isinstance(value, list | tuple):
+            extend(value)
+    return False
+
+
+def _named(value: Any, path: str, limit: int) -> tuple[str, int] | None:
+    """The path down to the first oversized string, known to be there: at each level, the
+    first child that holds one (each subtree walked at most once a level)."""
+    while True:
         if isinstance(value, str):
-            # a str of n characters holds at most 4n UTF-8 bytes: encode only when it may matter
-            if len(value) * 4 > limit and (size := len(value.encode("utf-8", "replace"))) > limit:
-                return path, size
-            continue
+            size = _too_long(value, limit)
+            return None if size is None else (path, size)
         if isinstance(value, BaseModel):
             value = {name: getattr(value, name) for name in type(value).model_fields}
         if isinstance(value, Mapping):
-            stack.extend((sub, f"{path}.{key}") for key, sub in reversed(list(value.items()))
-                         if isinstance(sub, _WALKED))
+            children: Any = value.items()
+            step = ".{}"
         elif isinstance(value, list | tuple):
-            stack.extend((sub, f"{path}[{k}]") for k, sub in reversed(list(enumerate(value)))
-                         if isinstance(sub, _WALKED))
-    return None
+            children, step = enumerate(value), "[{}]"
+        else:
+            return None
+        for key, sub in children:
+            if _holds_oversized(sub, limit):
+                value, path = sub, path + step.format(key)
+                break
+        else:
+            return None
 
 
 _WALKED = (str, Mapping, list, tuple, BaseModel)  # what may hold a string

@@ -67,7 +67,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, validation_error_handler)
 
     # outermost last: metrics see every response, auth runs before the body is read
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
+                       max_containers=settings.max_json_containers,
+                       max_values=settings.max_json_values)
     tokens = load_tokens(settings)
     if tokens:
         app.add_middleware(BearerAuth, tokens=tokens)

@@ -76,15 +76,29 @@ class BearerAuth:
 
 class BodyLimit:
     """Reads the body up to the limit before the app sees it (the app would buffer it whole
-    anyway); a body past the limit, declared or streamed, is answered 413 at once."""
+    anyway); a body past the limit, declared or streamed, is answered 413 at once. So is one
+    of more JSON containers or values than its limits: bytes do not bound what parsing costs
+    (a million ``[]`` in 3 MB held the event loop for seconds), their count does."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, max_containers: int | None = None,
+                 max_values: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.max_containers = max_containers
+        self.max_values = max_values
 
     def _message(self) -> str:
         return (f"request body exceeds the limit of {self.max_bytes} bytes "
                 "(REWARD_SERVER_MAX_BODY_BYTES); split the batch")
+
+    def _too_many(self, containers: int, values: int) -> str | None:
+        if self.max_containers is not None and containers > self.max_containers:
+            return (f"request body: more than {self.max_containers} JSON containers ('[', "
+                    "'{') (REWARD_SERVER_MAX_JSON_CONTAINERS); split the batch")
+        if self.max_values is not None and values > self.max_values:
+            return (f"request body: more than {self.max_values} JSON values ('[', '{{', ',') "
+                    "(REWARD_SERVER_MAX_JSON_VALUES); split the batch")
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -93,7 +107,7 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             return await _send_json(send, 413, self._message())
         chunks: list[bytes] = []
-        size = 0
+        size = containers = commas = 0
         while True:
             message = await receive()
             if message["type"] != "http.request":  # client went away
@@ -102,6 +116,11 @@ class BodyLimit:
             size += len(chunk)
             if size > self.max_bytes:
                 return await _send_json(send, 413, self._message())
+            containers += chunk.count(b"[") + chunk.count(b"{")
+            commas += chunk.count(b",")
+            refused = self._too_many(containers, containers + commas)
+            if refused:
+                return await _send_json(send, 413, refused)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from reward_server.admission import (
     OnInvalid,
@@ -24,6 +24,8 @@ from reward_server.fair_queue import request_scope
 from reward_server.settings import ServerSettings
 from reward_server.statuses import INVALID_ITEM
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
+
+T = TypeVar("T")
 
 
 class Scorer:
@@ -47,8 +49,9 @@ class Scorer:
         ``body_bytes``: the request body's size, when known (admission.may_hold_oversized)."""
         check_item_count(len(raw_items), self.settings)
         verifier = self.get(name)
-        admitted = admit_all(verifier.item_model, raw_items, self.settings, name, on_invalid,
-                             body_bytes)
+        admitted = await _off_the_loop_if(
+            may_hold_oversized(body_bytes, self.settings), admit_all, verifier.item_model,
+            raw_items, self.settings, name, on_invalid, body_bytes)
         items = [a for a in admitted if not isinstance(a, Refused)]
         with request_scope(self.settings.request_budget_s, caller):  # one request to the pools
             results = iter(await verifier.verify(items) if items else [])
@@ -61,6 +64,23 @@ class Scorer:
         item order; a refused item is ``(its verifier's name or None, Refused)``."""
         check_item_count(len(raw_items), self.settings)
         walk = may_hold_oversized(body_bytes, self.settings)
+        out, groups = await _off_the_loop_if(walk, self._admit_batch, raw_items, on_invalid,
+                                             walk)
+
+        async def run(name: str, batch: list[tuple[int, ItemBase]]) -> list[tuple[int, ResultBase]]:
+            results = await self.verifiers[name].verify([item for _, item in batch])
+            return [(index, result) for (index, _), result in zip(batch, results, strict=True)]
+
+        with request_scope(self.settings.request_budget_s, caller):  # one request to the pools
+            shares = await asyncio.gather(*(run(n, b) for n, b in groups.items()))
+        for name, scored in zip(groups, shares, strict=True):
+            for index, result in scored:
+                out[index] = (name, result)
+        return out  # type: ignore[return-value]
+
+    def _admit_batch(self, raw_items: Sequence[Any], on_invalid: OnInvalid, walk: bool
+                     ) -> tuple[list[tuple[str | None, ResultBase] | None],
+                                dict[str, list[tuple[int, ItemBase]]]]:
         if on_invalid == "error" and walk:
             check_field_sizes(raw_items, self.settings)  # every field walked once, here
             walk = False
@@ -74,17 +94,7 @@ class Scorer:
                 groups[name].append((index, admitted))  # type: ignore[index]
         if on_invalid == "error":
             raise_refusals([result for _, result in filter(None, out)])
-
-        async def run(name: str, batch: list[tuple[int, ItemBase]]) -> list[tuple[int, ResultBase]]:
-            results = await self.verifiers[name].verify([item for _, item in batch])
-            return [(index, result) for (index, _), result in zip(batch, results, strict=True)]
-
-        with request_scope(self.settings.request_budget_s, caller):  # one request to the pools
-            shares = await asyncio.gather(*(run(n, b) for n, b in groups.items()))
-        for name, scored in zip(groups, shares, strict=True):
-            for index, result in scored:
-                out[index] = (name, result)
-        return out  # type: ignore[return-value]
+        return out, groups
 
     def _admit_mixed(self, raw: Any, index: int, on_invalid: OnInvalid, walk: bool
                      ) -> tuple[str | None, ItemBase | Refused]:
@@ -101,3 +111,12 @@ class Scorer:
         fields = {k: v for k, v in raw.items() if k != "verifier"}
         return name, admit(self.verifiers[name].item_model, fields, index, self.settings, name,
                            walk)
+
+
+async def _off_the_loop_if(large: bool, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``; on a thread for a body that may hold a field over the size limit
+    (over 2 MiB by default), whose walk and validation cost what its values number: the
+    event loop answers other callers meanwhile (the thread yields the GIL every 5 ms)."""
+    if not large:
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)

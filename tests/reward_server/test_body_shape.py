@@ -1,0 +1,56 @@
+"""What a body's bytes do not bound: millions of small JSON values in a few megabytes (a
+million ``[]`` in a field no model reads held the event loop for seconds, parsed and then
+walked there). Their count is a limit of its own, taken as the body arrives; a large body's
+admission runs off the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+
+from reward_server import scoring
+from tests.conftest import ServerProcess
+
+
+def _junk(values: str, n: int) -> bytes:
+    return ('{"items":[{"verifier":"math","response":"\\\\boxed{1}","answer":"1","junk":['
+            + ",".join([values] * n) + "]}]}").encode()
+
+
+def test_a_million_containers_are_refused_before_parsing(server: ServerProcess) -> None:
+    body = _junk("[]", 1_100_000)  # 3.3 MB: within the body limit
+    for path in ("/v1/rewards", "/v1/verify/math"):
+        r = httpx.post(server.url + path, content=body, timeout=120,
+                       headers={"content-type": "application/json"})
+        assert r.status_code == 413, r.text[:300]
+        assert "REWARD_SERVER_MAX_JSON_CONTAINERS" in r.json()["detail"]
+
+
+def test_millions_of_numbers_are_refused_before_parsing(server: ServerProcess) -> None:
+    r = httpx.post(server.url + "/v1/rewards", content=_junk("1", 8_500_000), timeout=120,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 413, r.text[:300]
+    assert "REWARD_SERVER_MAX_JSON_VALUES" in r.json()["detail"]
+
+
+def test_prose_with_commas_and_junk_under_the_limits_is_scored(server: ServerProcess) -> None:
+    """3 MB of prose (a comma every 20 bytes) and 200,000 numbers nobody reads: under the
+    limits, walked off the loop, scored."""
+    prose = "Let us think, step by step, about it. " * 80_000 + "\\\\boxed{1}"
+    body = ('{"items":[{"verifier":"math","response":"' + prose + '","answer":"1",'
+            '"junk":[' + ",".join(["1"] * 200_000) + "]}]}").encode()
+    r = httpx.post(server.url + "/v1/rewards", content=body, timeout=120,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["results"][0]["status"] == "response_too_long"  # 3 MB > the field limit
+
+
+def test_a_large_bodys_admission_runs_on_a_thread() -> None:
+    async def where() -> tuple[int, int]:
+        return (await scoring._off_the_loop_if(True, threading.get_ident),
+                await scoring._off_the_loop_if(False, threading.get_ident))
+
+    off, on = asyncio.run(where())
+    assert off != threading.get_ident() and on == threading.get_ident()
