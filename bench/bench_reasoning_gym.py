@@ -71,11 +71,14 @@ def containers_cpu_s(server_pid: int) -> float:
     total = 0.0
     for container in sandbox_containers(server_pid):
         cid = container["id"]
-        for path in glob.glob(f"/sys/fs/cgroup/cpuacct/docker/{cid}*/cpuacct.usage"):
+        v1 = glob.glob(f"/sys/fs/cgroup/cpuacct/docker/{cid}*/cpuacct.usage")
+        for path in v1:
             total += int(Path(path).read_text()) / 1e9
-        for path in glob.glob(f"/sys/fs/cgroup/**/*{cid}*/cpu.stat", recursive=True):
-            usage = Path(path).read_text().split("usage_usec ", 1)[1].split()[0]
-            total += int(usage) / 1e6
+        for path in [] if v1 else glob.glob(f"/sys/fs/cgroup/**/*{cid}*/cpu.stat",
+                                            recursive=True):
+            text = Path(path).read_text()
+            if "usage_usec " in text:
+                total += int(text.split("usage_usec ", 1)[1].split()[0]) / 1e6
     return total
 
 
