@@ -74,6 +74,13 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+# How a JSON object with a key opens outside a string: a brace, then the key's quote or raw
+# whitespace other than a space, none of which a string holds (its quotes, tabs and newlines
+# are escaped). A brace alone would count LaTeX's (a 2 MB \boxed{ answer holds a million), and
+# "{}" and "{ " are in LaTeX and code too: an empty object counts as a value, by its comma.
+_OBJECT_OPENINGS = (b'{"', b"{\t", b"{\n", b"{\r")
+
+
 class BodyLimit:
     """Reads the body up to the limit before the app sees it (the app would buffer it whole
     anyway); a body past the limit, declared or streamed, is answered 413 at once. So is one
@@ -93,11 +100,11 @@ class BodyLimit:
 
     def _too_many(self, containers: int, values: int) -> str | None:
         if self.max_containers is not None and containers > self.max_containers:
-            return (f"request body: more than {self.max_containers} JSON containers ('[', "
-                    "'{') (REWARD_SERVER_MAX_JSON_CONTAINERS); split the batch")
+            return (f"request body: more than {self.max_containers} JSON arrays and objects "
+                    "(REWARD_SERVER_MAX_JSON_CONTAINERS); split the batch")
         if self.max_values is not None and values > self.max_values:
-            return (f"request body: more than {self.max_values} JSON values ('[', '{{', ',') "
-                    "(REWARD_SERVER_MAX_JSON_VALUES); split the batch")
+            return (f"request body: more than {self.max_values} JSON values (arrays, objects "
+                    "and ',') (REWARD_SERVER_MAX_JSON_VALUES); split the batch")
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -116,7 +123,7 @@ class BodyLimit:
             size += len(chunk)
             if size > self.max_bytes:
                 return await _send_json(send, 413, self._message())
-            containers += chunk.count(b"[") + chunk.count(b"{")
+            containers += chunk.count(b"[") + sum(map(chunk.count, _OBJECT_OPENINGS))
             commas += chunk.count(b",")
             refused = self._too_many(containers, containers + commas)
             if refused:

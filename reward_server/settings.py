@@ -73,14 +73,15 @@ class ServerSettings(BaseSettings):
     )
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1, description="Bytes in a request body.")
     # JSON is parsed on the event loop, at ~1 us a container and ~0.15 us a number: what a
-    # body's bytes cannot bound, its count of '[', '{' and ',' does (strings included, so a
-    # count is an upper bound, taken as the body arrives). The defaults fit 64 MB of prose.
+    # body's bytes cannot bound, its count of arrays, objects and commas does (counted in the
+    # bytes as the body arrives: '[' and ',' in strings too, an upper bound; an object by its
+    # opening, which LaTeX's braces do not look like). The defaults fit 64 MB of prose.
     max_json_containers: int = Field(
-        1024 * 1024, ge=1, description="'[' and '{' in a request body (strings included): "
-        "more is a 413 naming the limit; split the batch.")
+        1024 * 1024, ge=1, description="Arrays and objects in a request body ('[' in strings "
+        "counted too): more is a 413 naming the limit; split the batch.")
     max_json_values: int = Field(
-        8 * 1024 * 1024, ge=1, description="'[', '{' and ',' in a request body (strings "
-        "included): more is a 413 naming the limit; split the batch.")
+        8 * 1024 * 1024, ge=1, description="Arrays, objects and commas in a request body "
+        "(strings' counted too): more is a 413 naming the limit; split the batch.")
 
     cache_size: int = Field(
         100_000, ge=0, description="Entries in the per-process result cache; 0 turns it off."

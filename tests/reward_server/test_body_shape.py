@@ -28,6 +28,26 @@ def test_a_million_containers_are_refused_before_parsing(server: ServerProcess) 
         assert "REWARD_SERVER_MAX_JSON_CONTAINERS" in r.json()["detail"]
 
 
+def test_a_million_objects_are_refused_however_they_are_spaced(server: ServerProcess) -> None:
+    for value in ('{"a":1}', '{\n"a":1}', '{\t "a":1}'):
+        r = httpx.post(server.url + "/v1/rewards", content=_junk(value, 1_100_000),
+                       timeout=120, headers={"content-type": "application/json"})
+        assert r.status_code == 413, (value, r.text[:300])
+        assert "REWARD_SERVER_MAX_JSON_CONTAINERS" in r.json()["detail"]
+
+
+def test_latex_braces_are_not_objects(server: ServerProcess) -> None:
+    """1.2 million LaTeX braces in a string are a string's bytes, not JSON objects: under
+    the limits, scored (a response over the field limit scores 0)."""
+    response = "\\\\frac{1}{2} " * 600_000 + "\\\\boxed{1}"
+    body = '{"items":[{"verifier":"math","response":"' + response + '","answer":"1"}]}'
+    assert body.count("{") > 1_100_000
+    r = httpx.post(server.url + "/v1/rewards", content=body.encode(), timeout=120,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["results"][0]["status"] == "response_too_long"
+
+
 def test_millions_of_numbers_are_refused_before_parsing(server: ServerProcess) -> None:
     r = httpx.post(server.url + "/v1/rewards", content=_junk("1", 8_500_000), timeout=120,
                    headers={"content-type": "application/json"})
