@@ -3,10 +3,12 @@ harness's side). Runs as ``python3 -I -c SERVER_BOOT``, root, non-dumpable, in a
 its own, with ``SCORERS``' packages on its path and no other process's.
 
 The server imports reasoning-gym and SymPy once (seconds), installs the guard (a deny-list:
-defence in depth here, the sandbox is the boundary), builds each task's default scorer the
-first time the harness names the task (``warm``), and freezes what it holds out of the
-collector's reach, so a child copies few pages. It never scores and never reads a chunk: each
-chunk comes as a descriptor that only its child reads.
+defence in depth here, the sandbox is the boundary), warms each task the first time the
+harness names it (``library.warm_task``: its default scorer, run on one entry the library
+generates itself, so a child does not pay a first score's imports and caches again), and
+freezes what it holds out of the collector's reach, so a child copies few pages. It never
+scores a caller's answer and never reads a chunk: each chunk comes as a descriptor that only
+its child reads.
 
 The child: its own session, descriptors 3 (the chunk, JSON) and 4 (the results) and
 /dev/null as 0-2, nothing else (the control socket closed), the candidate's uid, the address
@@ -67,10 +69,7 @@ def server_main(control_fd, guarded):
         request = json.loads(message)
         if request["op"] == "warm":
             for task in request["tasks"]:
-                try:
-                    library.scorer(str(task), "null")  # a name of its own DATASETS, or KeyError
-                except Exception:  # noqa: BLE001 - the child meets the failure on the item
-                    pass
+                library.warm_task(str(task))  # a name of its own DATASETS, else nothing
             gc.freeze()
             control.sendall(b'{"op": "warmed"}')
             continue
