@@ -4,16 +4,21 @@ exit 0 to accept. Compiled before the candidate's program is, and kept: the next
 the same checker in this container reuses it (``CACHE_ROOT``, a tmpfs of its own that the
 clean slate leaves alone and no candidate can write; the last ``CACHE_SIZE`` are kept).
 
-It runs under a uid of its own (``slate.CHECKER``), in a directory of its own, so nothing the
-candidate left running can trace, signal or replace it; the three files it reads are root's,
-readable by its group only, and removed after each check. A checker that does not compile,
-crashes, reports a failure of its own (testlib's exit 3) or runs past its time limit is the
-dataset's fault: the item is ``bad_tests`` (null), never a 0 or a 1 for the candidate —
-unless it fails only on the candidate's output and accepts the reference answer
-(``stdio.judge_output``): then the output made it fail, and the test is a wrong answer.
-Before each check every process of the candidate's uid is killed (``slate.release_candidate``):
-a child that left its session could otherwise fill the pids limit, and the checker could not
-start; a checker that still cannot start is the candidate's failure (``CheckerBlocked``).
+It runs under a uid of its own (``slate.CHECKER``), so nothing the candidate left running can
+trace, signal or replace it; the three files it reads are root's, readable by its group only,
+and removed after each check. A checker is a caller's code too: once compiled, its directory
+is sealed (root's, readable and runnable by the checker's group, writable by nobody), and it
+writes only in a scratch directory of its own per check (HOME, TMPDIR), so a checker cannot
+rewrite another caller's kept checker into one that accepts everything.
+
+A checker that does not compile, crashes, reports a failure of its own (testlib's exit 3) or
+runs past its time limit is the dataset's fault: the item is ``bad_tests`` (null), never a 0 or
+a 1 for the candidate — unless it fails only on the candidate's output and accepts the
+reference answer (``stdio.judge_output``): then the output made it fail, and the test is a
+wrong answer. Before each check every process of the candidate's uid is killed
+(``slate.release_candidate``): a child that left its session could otherwise fill the pids
+limit, and the checker could not start; a checker that still cannot start is the candidate's
+failure (``CheckerBlocked``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 from collections import OrderedDict
@@ -69,7 +75,6 @@ class Checker:
         if cacheable and os.path.isdir(_cache.get(key, "")):
             _cache.move_to_end(key)
             self.dir = _cache[key]
-            self.env = self._env()
             return
         self.dir = tempfile.mkdtemp(dir=CACHE_ROOT if cacheable else slate.WORK_ROOT)
         path = os.path.join(self.dir, self.language["source"])
@@ -78,17 +83,24 @@ class Checker:
         if slate.isolated():
             os.chown(path, *slate.CHECKER)
             os.chown(self.dir, *slate.CHECKER)
-        self.env = self._env()
+        self.env = self._env(self.dir)
         if self.language.get("compile"):
             self._compile()
             drop_caches(self.dir)
+        if slate.isolated():
+            try:
+                seal(self.dir)
+            except OSError as exc:  # what its compiler left there cannot be made root's
+                raise CheckerBroken(f"the checker's directory could not be sealed: {exc}"
+                                    ) from None
         if cacheable:
             _cache[key] = self.dir
             while len(_cache) > CACHE_SIZE:
                 remove(_cache.popitem(last=False)[1])
 
-    def _env(self):
-        return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.dir, "TMPDIR": self.dir,
+    @staticmethod
+    def _env(home):
+        return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home,
                 "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
     def _compile(self):
@@ -111,13 +123,14 @@ class Checker:
         if why is not None:
             raise CheckerBlocked(f"the checker could not run: {why}")
         limit = min(CHECK_TIME_LIMIT_S, job["deadline"] - time.monotonic())
-        files = None
+        files = scratch = None
         try:
             files = self._write_files(test_input, output, answer)
+            scratch = self._scratch()
             result = run_process([*self.language["run"], *files], b"", limit,
                                  job["compile_memory_mb"], job["output_limit_bytes"],
-                                 job["stderr_tail_bytes"], self.dir, self.env, self.language,
-                                 who=slate.CHECKER)
+                                 job["stderr_tail_bytes"], self.dir, self._env(scratch),
+                                 self.language, who=slate.CHECKER)
         except OSError as exc:  # the work dir's tmpfs, which the candidate can fill
             raise CheckerBlocked(f"the checker's files could not be written: {exc}") from None
         finally:
@@ -125,6 +138,8 @@ class Checker:
                 for path in files:
                     os.unlink(path)
                 os.rmdir(os.path.dirname(files[0]))
+            if scratch is not None:
+                remove(scratch)
         message = tail(result["stderr"] or result["stdout"], job["stderr_tail_bytes"]).strip()
         if not result["started"]:
             raise CheckerBlocked(f"the checker could not start: {message}")
@@ -163,6 +178,15 @@ class Checker:
             os.chmod(files, 0o750)
         return paths
 
+    @staticmethod
+    def _scratch():
+        """The checker's own writable directory for one check (its HOME and TMPDIR): its
+        program's directory is sealed."""
+        scratch = tempfile.mkdtemp(dir=slate.WORK_ROOT)
+        if slate.isolated():
+            os.chown(scratch, *slate.CHECKER)
+        return scratch
+
     def close(self):
         """Remove its directory, unless the cache keeps it (a checker that did not compile
         is not kept)."""
@@ -189,15 +213,32 @@ def drop_caches(path):
             os.seteuid(0)
 
 
+def seal(path):
+    """Make a compiled checker's directory root's: directories and files readable (and
+    runnable, where they were) by the checker's group, writable by no one but root. Owner
+    first, then into it: root has no DAC override here and could not enter the checker's
+    0700 directory before taking it."""
+    st = os.lstat(path)
+    os.lchown(path, 0, slate.CHECKER[1])
+    if stat.S_ISLNK(st.st_mode):
+        return
+    if stat.S_ISDIR(st.st_mode):
+        os.chmod(path, 0o750)
+        for name in os.listdir(path):
+            seal(os.path.join(path, name))
+    else:
+        os.chmod(path, 0o440 | (0o110 if st.st_mode & 0o100 else 0))
+
+
 def remove(path):
-    """Remove a checker's directory: emptied as its uid (root may not enter it), then
-    removed by root, whose directory holds it."""
-    root = slate.isolated()
+    """Remove a checker's directory: emptied as its owner (root may not enter the checker's
+    own; a sealed one is root's), then removed by root, whose directory holds it."""
+    owner = os.lstat(path).st_uid if slate.isolated() else None
     try:
-        if root:
-            os.seteuid(slate.CHECKER[0])
+        if owner:
+            os.seteuid(owner)
         slate.empty_dir(path, time.monotonic() + slate.JANITOR_TIMEOUT_S)
     finally:
-        if root:
+        if owner:
             os.seteuid(0)
     os.rmdir(path)

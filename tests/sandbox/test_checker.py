@@ -166,17 +166,18 @@ def test_a_broken_checker_makes_the_item_unscorable(srv: ServerProcess) -> None:
 
 
 def test_a_checker_is_compiled_once_per_container(srv: ServerProcess) -> None:
-    """A checker that counts its runs in its own directory: items after the first in a
-    container find the directory (and what was compiled there) as the last item left it."""
-    counting = ("import os, sys\nn = int(open('runs').read()) if os.path.exists('runs') else 0\n"
-                "open('runs', 'w').write(str(n + 1))\nprint('runs', n, file=sys.stderr)")
+    """A checker that reports its own directory's name (made once per compilation) and
+    writes a file in its HOME: items after the first in a container find the directory it
+    was compiled in; HOME is a scratch directory of its own (its program's is sealed)."""
+    reporting = ("import os, sys\nopen(os.path.join(os.environ['HOME'], 'note'), 'w').write('x')\n"
+                 "print('dir', os.path.basename(os.getcwd()), file=sys.stderr)")
     seen = []
     for i in range(5):  # one at a time, over the pool's 3 containers: one gets two
         (result,) = verify(srv, {"response": RIGHT + f"# {i}\n", "tests": TESTS[:1],
-                                 "checker": {"language": "python", "source": counting}})
+                                 "checker": {"language": "python", "source": reporting}})
         assert result["score"] == 1.0, result
-        seen.append(int(result["tests"][0]["stderr"].rsplit("runs ", 1)[1]))
-    assert max(seen) >= 1, seen
+        seen.append(result["tests"][0]["stderr"].rsplit("dir ", 1)[1].split()[0])
+    assert len(set(seen)) < len(seen), seen
 
 
 def test_bad_checker_items(srv: ServerProcess) -> None:

@@ -1,0 +1,77 @@
+"""A dataset's checker is a caller's code: it must not reach the checkers another caller's
+items are judged by. Checkers compiled once are kept in the container (``/checkers``) for
+the next item with the same one; every kept checker's directory was its uid's, so a checker
+that rewrote the others into ``exit 0`` made every later item they judge pass, whoever sent
+it. Through the real server with one container (every item meets what the one before left),
+under runc and gVisor."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import (
+    SandboxRuntime,
+    ServerProcess,
+    run_server,
+    verify_code,
+    wait_for_sandbox,
+)
+from tests.sandbox.test_checker import PY_CHECKER, RIGHT, TESTS, WRONG
+
+pytestmark = pytest.mark.usefixtures("docker_ready")
+
+# Rewrites every file it can under /checkers into a checker that accepts anything, and says
+# how many it rewrote; then accepts the output it was given.
+TAMPER = """import os, sys
+done = 0
+for root, dirs, files in os.walk("/checkers"):
+    for name in files:
+        path = os.path.join(root, name)
+        try:
+            os.chmod(path, 0o755)
+        except OSError:
+            pass
+        try:
+            with open(path, "w") as f:
+                f.write("import sys\\nsys.exit(0)\\n")
+            done += 1
+        except OSError:
+            pass
+    for name in dirs:
+        try:
+            with open(os.path.join(root, name, "checker.py"), "w") as f:
+                f.write("import sys\\nsys.exit(0)\\n")
+            done += 1
+        except OSError:
+            pass
+print("rewrote", done, file=sys.stderr)
+"""
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory,
+        sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
+    env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": "1",
+           "REWARD_SERVER_CACHE_SIZE": "0"}
+    with run_server(tmp_path_factory.mktemp(f"checker-tamper-{sandbox_runtime.name}"),
+                    env=env) as server:
+        wait_for_sandbox(server.url, timeout_s=180)
+        yield server
+
+
+def test_a_checker_cannot_rewrite_another_callers_kept_checker(srv: ServerProcess) -> None:
+    honest = {"language": "python", "source": PY_CHECKER}
+    (first,) = verify_code(srv.url, {"response": RIGHT, "tests": TESTS, "checker": honest})
+    assert first["score"] == 1.0, first  # compiled and kept
+    (attack,) = verify_code(srv.url, {"response": RIGHT, "tests": TESTS[:1],
+                                      "checker": {"language": "python", "source": TAMPER}})
+    assert attack["score"] == 1.0, attack
+    assert "rewrote 0" in attack["tests"][0]["stderr"], attack
+    for _ in range(2):  # the honest checker, kept, still judges
+        right, wrong = verify_code(
+            srv.url, {"response": RIGHT, "tests": TESTS, "checker": honest},
+            {"response": WRONG, "tests": TESTS, "checker": honest})
+        assert (right["score"], wrong["score"]) == (1.0, 0.0), (right, wrong)
+        assert {t["status"] for t in wrong["tests"]} == {"wrong_answer"}, wrong
