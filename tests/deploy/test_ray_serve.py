@@ -172,11 +172,13 @@ def test_mixed_batch_by_url_on_replicas_of_both_nodes(cluster: RayCluster, rewar
 
 
 class _Recording(httpx.HTTPTransport):
-    """The real transport, counting the answers that the client will retry."""
+    """The real transport, counting the answers that the client will retry, and saying when
+    the first chunk has been answered (the batch is then under way on every replica)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.failures: list[str] = []
+        self.answered = threading.Event()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         try:
@@ -186,6 +188,8 @@ class _Recording(httpx.HTTPTransport):
             raise
         if response.status_code >= 500:
             self.failures.append(str(response.status_code))
+        else:
+            self.answered.set()
         return response
 
 
@@ -204,7 +208,11 @@ def _scored_through(url: str, fault: Callable[[], None], retry_for_s: float
 
     thread = threading.Thread(target=score)
     thread.start()
-    time.sleep(1.5)  # chunks are in flight on both replicas
+    # Strike once the first chunk is answered, not after a fixed delay: on a loaded machine
+    # the batch may not have started by then, and a fault before it hits nothing. Eight
+    # chunks are sent at once, so when one is back the other seven are in flight on both
+    # replicas (each chunk's code item sleeps, so none is quick).
+    assert transport.answered.wait(120), "no chunk was answered before the fault"
     fault()
     thread.join(retry_for_s + 60)
     assert not thread.is_alive()
