@@ -71,6 +71,12 @@ class CandidateNotLoaded(BaseException):
 class Candidate:
     """The trusted process's handle on the candidate server."""
 
+    # Called before the solution's process starts (the tester tells PID 1 too)
+    on_start = staticmethod(candidate_started)
+    # Only a fork server's child drops to the candidate's uid where this process cannot
+    # (the tester): no fresh interpreter then, which would run under this process's uid
+    forks_only = False
+
     def __init__(self):
         self.process = self.to_child = self.from_child = self.deadline = None
         self.failure = None  # the CandidateCrashed/CandidateTimeout of the current test
@@ -151,7 +157,7 @@ class Candidate:
         from_child_r, from_child_w = os.pipe()
         self.to_child, self.from_child = to_child_w, from_child_r
         setup = bool(self.classes)
-        candidate_started()
+        self.on_start()
         try:
             if zygote is not None and zygote.alive():
                 devnull = os.open(os.devnull, os.O_RDONLY)
@@ -165,6 +171,8 @@ class Candidate:
                     kill_group(zygote.process)  # replaced after this execution
                 finally:
                     os.close(devnull)
+            if self.forks_only:
+                raise OSError("no fork server to start the solution from")
             code = ("import os, sys; os.dup2({r}, 3); os.dup2({w}, 4); "
                     "os.dup2(os.open(os.devnull, os.O_RDONLY), 0); os.dup2(2, 1); "
                     "sys.path.insert(0, {p!r}); "

@@ -16,6 +16,7 @@ from .scorer import run_scoring
 from .snippet import run_snippet
 from .statuses import HARNESS_ERROR, OK
 from .stdio import run_stdio
+from .tester import run_tested
 
 
 def prepare_workdir(job):
@@ -54,7 +55,9 @@ def execute(job, zygote, state, ask=None):
             result = run_snippet(job, workdir, env, zygote)
         elif job["mode"] == "score":
             result = run_scoring(job, workdir, state)
-        else:
+        elif slate.isolated():  # the caller's test code, in a process of its own
+            result = run_tested(job, workdir, env, zygote, ask)
+        else:  # one uid for everything (no root): nothing to keep the test code from
             result = run_asserts(job, workdir, env, zygote, ask)
     except Exception as exc:  # noqa: BLE001 - report, never die: we are PID 1
         detail = f"{type(exc).__name__}: {exc}"[:500]

@@ -60,7 +60,15 @@ def new_execution():
     _Started.ran = False
 
 
+# Who kills a process where this one may not (the tester: another uid, no capability):
+# PID 1, asked on the relay (sandbox/harness/tester.py). None: this process kills.
+KILLER = None
+
+
 def kill_group(process):
+    if KILLER is not None:
+        KILLER(process)
+        return
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

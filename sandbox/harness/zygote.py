@@ -42,11 +42,21 @@ ZYGOTE_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from harness import
 ZYGOTE_MEMORY_MB = 1024
 
 
+class _Role:
+    """Whether this process is the container's zygote, the one that forks testers (PID 1
+    asks it); a tester's own fork server, which the test code drives, forks none."""
+
+    main = False
+
+
 def zygote_main(control_fd):
     """Runs in the zygote: control messages on ``control_fd`` (a Unix socket)."""
-    from . import candidate_server  # noqa: F401 - imported once here: a forked one starts warm
+    # imported once here: a forked candidate server or tester starts warm
+    from . import candidate_server, tester  # noqa: F401
+    from .asserts import run_asserts  # noqa: F401
 
     make_undumpable()  # its children inherit this: none can be traced by another
+    _Role.main = True
     serve_control(socket.socket(fileno=control_fd), None)
 
 
@@ -72,7 +82,8 @@ def handle(control, request, fds, program):
         load(control, request, fds)
     elif op == "unload":  # the zygote has nothing loaded: its loader said so as it ended
         return program is None
-    elif op == "load" or (op == "run" and (program is None or program[0] is None)):
+    elif op == "load" or (op == "run" and (program is None or program[0] is None)) or (
+            op == "tester" and (program is not None or not _Role.main)):
         close_all(fds)  # one program per loader; the zygote runs none
         control.sendall(json.dumps({"op": "loaded" if op == "load" else "started",
                                     "error": f"cannot {op} here"}).encode())
@@ -134,6 +145,11 @@ def become_program(request, fds, program):
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         os.closerange(len(fds), 65536)
+        if request["op"] == "tester":  # an assertion job's test process: drops to its own uid
+            from .tester import serve_tester
+
+            serve_tester(3)
+            return 0
         slate.drop_privileges()
         if request["op"] == "script":  # a snippet (run_code): its own source
             return run_script(request)
@@ -297,10 +313,69 @@ class Zygote:
             "entry_point": entry_point, "preamble": preamble, "setup": setup}).encode()], fds)
         return ForkedProcess(self, started(self._recv("started", time.monotonic() + 10)))
 
+    def tester(self, relay_fd):
+        """Fork an assertion job's test process (``tester.serve_tester``), ``relay_fd`` its
+        fd 3; /dev/null its stdin, stdout and stderr."""
+        devnull = os.open(os.devnull, os.O_RDWR)
+        try:
+            socket.send_fds(self.control, [b'{"op": "tester"}'],
+                            [devnull, devnull, devnull, relay_fd])
+        finally:
+            os.close(devnull)
+        return ForkedProcess(self, started(self._recv("started", time.monotonic() + 10)))
+
     def close(self):
         kill_group(self.process)
         self.process.wait()
         self.control.close()
+
+
+class ForkedZygote(Zygote):
+    """A fork server forked from this process (the zygote's loop, run by its child), for a
+    process that is about to drop root and must still start programs as the candidate."""
+
+    def __init__(self, control, pid):
+        self.control, self.process = control, _Child(pid)
+        self.answered, self.loader, self.loaded = True, None, False
+
+    @classmethod
+    def fork(cls):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                ours.close()
+                _Role.main = False
+                serve_control(theirs, None)
+            finally:
+                os._exit(0)
+        theirs.close()
+        return cls(ours, pid)
+
+
+class _Child:
+    """A child process by its pid, with the part of Popen's interface the zygote's handle
+    uses (it may not be signalled: it keeps root)."""
+
+    def __init__(self, pid):
+        self.pid, self.returncode = pid, None
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        return self.poll()
+
+    def kill(self):
+        pass
 
 
 class ForkedProcess:
@@ -350,7 +425,7 @@ class ForkedProcess:
     def kill(self):
         try:
             os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):  # a tester's: PID 1 kills (KILLER)
             pass
 
 
