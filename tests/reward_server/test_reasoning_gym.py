@@ -8,12 +8,14 @@ import json
 import re
 import warnings
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from reward_server.verifiers.reasoning_gym import corrections
 from reward_server.verifiers.reasoning_gym.guard import UNEVALUATED
 from tests.conftest import ServerProcess, run_server
 
@@ -46,11 +48,13 @@ def _entries() -> list[tuple[str, dict[str, Any], Any]]:
     return out
 
 
-def _in_process(dataset: Any, answer: str, entry: dict[str, Any]) -> float:
-    """The library's score; a scorer that raises on the answer (prime_factorization's on
-    text that is no number) gives it nothing."""
+def _in_process(task: str, dataset: Any, answer: str, entry: dict[str, Any]) -> float:
+    """The library's score, with the service's corrections of what its scorers pay by mistake
+    (``corrections``: each tested against the library's own in
+    ``test_tricks_the_librarys_own_scorers_pay_are_not_paid``); a scorer that raises on the
+    answer (prime_factorization's on text that is no number) gives it nothing."""
     try:
-        return float(dataset.score_answer(answer, entry))
+        return corrections.score(task, answer, entry, dataset.score_answer)
     except Exception:  # noqa: BLE001
         return 0.0
 
@@ -84,7 +88,7 @@ def test_every_task_scores_as_the_library_scores_it_in_process(srv: ServerProces
             items.append({"response": f"<think>...</think>\n<answer>{answer}</answer>",
                           "entry": entry})
             want = 0.0 if _restates_the_question(task, answer) else _in_process(
-                dataset, answer, entry)
+                task, dataset, answer, entry)
             expected.append((task, answer, want))
     results = _post(srv, items)
     differ = [(task, answer[:40], want, got["score"], got.get("detail"))
@@ -247,7 +251,9 @@ def test_host_scoring_an_operators_opt_in_needs_no_sandbox(tmp_path: Path) -> No
 
 def test_tricks_the_librarys_own_scorers_pay_are_not_paid(srv: ServerProcess) -> None:
     """countdown misses numbers written 309e0, puzzle24 never checks which numbers were used,
-    spell_backward's float sum misses its own penalty: each paid in-process, not here."""
+    spell_backward's float sum misses its own penalty, complex_arithmetic pays ``nan``,
+    game_of_life_halting pays any answer, coin_flip pays ``0``: each paid in-process, not
+    here."""
     countdown = reasoning_gym.create_dataset("countdown", size=1, seed=1)
     puzzle = reasoning_gym.create_dataset("puzzle24", size=1, seed=1)
     c, p = countdown[0], puzzle[0]
@@ -255,6 +261,11 @@ def test_tricks_the_librarys_own_scorers_pay_are_not_paid(srv: ServerProcess) ->
     forged = "*".join(map(str, numbers)) + f"*0e0+{target}e0"
     words = {n: reasoning_gym.create_dataset("spell_backward", size=40, seed=n) for n in (1,)}
     spell = next(e for e in words[1] if len(e["answer"]) == 7)
+    complex_ = reasoning_gym.create_dataset("complex_arithmetic", size=1, seed=1)
+    life = reasoning_gym.create_dataset("game_of_life_halting", size=20, seed=1)
+    halts = next(e for e in life if e["answer"] == "True")
+    flips = reasoning_gym.create_dataset("coin_flip", size=40, seed=1)
+    flip = next(e for e in flips if e["answer"].startswith("0.") and len(e["answer"]) >= 5)
     cases = [  # (task's dataset, entry, answer, what the library pays, what we pay)
         (countdown, c, forged, 1.0, 0.01),
         (countdown, c, c["answer"], 1.0, 1.0),
@@ -262,6 +273,13 @@ def test_tricks_the_librarys_own_scorers_pay_are_not_paid(srv: ServerProcess) ->
         (puzzle, p, p["answer"], 1.0, 1.0),
         (words[1], spell, spell["answer"] + "zzz", 0.9999999999999998, 0.8),
         (words[1], spell, spell["answer"], 1.0, 1.0),
+        (complex_, complex_[0], "nan", 1.0, 0.0),
+        (complex_, complex_[0], complex_[0]["answer"], 1.0, 1.0),
+        (life, halts, "False", 1.0, 0.0),
+        (life, halts, "banana", 1.0, 0.0),
+        (life, halts, "True", 1.0, 1.0),
+        (flips, flip, "0", 1.0, 1 / len(f"{float(Fraction(flip['answer'])):.10g}")),
+        (flips, flip, flip["answer"], 1.0, 1.0),
     ]
     for dataset, entry, answer, paid, _ in cases:
         assert dataset.score_answer(answer, entry) == paid, (answer, paid)

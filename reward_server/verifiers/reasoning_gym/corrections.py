@@ -12,6 +12,15 @@ tests/reward_server/test_reasoning_gym.py).
   for exactly 1.0 to take 0.2 off a reversed word with junk after it; for words of 6, 7, 10,
   13-15, 19, 22-24 letters the sum misses 1.0 (0.9999999999999998) and the junk is paid in
   full. The same rule in exact fractions.
+- complex_arithmetic scores ``min(1, exp(-distance))``: an answer ``nan`` (any spelling
+  ``float`` reads) has a NaN distance, and ``min(1.0, nan)`` is 1.0. An answer with a NaN
+  scores 0.
+- game_of_life_halting compares ``bool(answer) == bool(entry["answer"])``, and both strings
+  "True" and "False" are true: any answer is paid. The answer must be the entry's, as text
+  (case and surrounding space aside).
+- coin_flip gives a prefix of the expected decimal partial credit, divided by the *shorter*
+  of the two: ``0`` is a full prefix of "0.234375" and paid 1.0 on most entries. Divided by
+  the expected answer's length, as a prefix's share of it.
 """
 
 from __future__ import annotations
@@ -38,7 +47,32 @@ def score(task: str, answer: str, entry: dict[str, Any],
                 return UNPARSEABLE
     if task == "spell_backward":
         return _spell_backward(answer, entry)
+    if task == "complex_arithmetic" and "nan" in answer.lower():
+        return 0.0
+    if task == "game_of_life_halting":
+        return float(answer.strip().lower() == str(entry["answer"]).strip().lower())
+    if task == "coin_flip":
+        return _coin_flip(answer, entry)
     return float(score_answer(answer, entry))
+
+
+def _coin_flip(answer: str, entry: dict[str, Any], tol: float = 1e-4) -> float:
+    """The library's rule (within ``tol``: 1; else the matching prefix of the two written to
+    10 significant digits), the prefix a share of the expected answer."""
+    try:
+        given = float(Fraction(answer.replace(",", "")))
+        expected = float(Fraction(str(entry["answer"]).replace(",", "")))
+    except (ValueError, ZeroDivisionError):
+        return 0.0
+    if abs(given - expected) <= tol:
+        return 1.0
+    given_text, expected_text = f"{given:.10g}", f"{expected:.10g}"
+    prefix = 0
+    for a, b in zip(given_text, expected_text, strict=False):
+        if a != b:
+            break
+        prefix += 1
+    return prefix / len(expected_text)
 
 
 def _spell_backward(answer: str, entry: dict[str, Any]) -> float:
