@@ -66,7 +66,7 @@ async def run_code(scorer: Scorer, request: RunCodeRequest, caller: Hashable
                               "server does not load (its plugins setting)") from None
     try:
         with request_scope(scorer.settings.request_budget_s, caller):
-            async with code.gate.slot():  # type: ignore[attr-defined]
+            async with code.unsplit_slot():  # type: ignore[attr-defined]
                 result = await run_snippet(code.sandbox, snippet)  # type: ignore[attr-defined]
     except (SandboxUnavailable, BudgetSpent) as exc:
         metrics.ITEMS.labels(METRICS_NAME, SANDBOX_ERROR).inc()

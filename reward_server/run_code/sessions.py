@@ -22,7 +22,9 @@ cap enforced in the container (``harness/session.py``).
 Taking a container, and each cell, goes through the code verifier's fair gate, as a snippet
 and a code item do: a cell holds one of the gate's slots while it runs (the CPUs the gate
 shares are the host's, whichever container a cell runs in), so a caller running cells gets
-its share of the slots, not more, and another caller's item takes the next free one."""
+its share of the slots, not more, and another caller's item takes the next free one. A cell
+cannot end its turn early as an item does, so cells and snippets together hold all of the
+gate's slots but one (``CodeVerifier.unsplit_slot``): items always find one."""
 
 from __future__ import annotations
 
@@ -300,7 +302,7 @@ class Sessions:
         with request_scope(self.scorer.settings.request_budget_s, caller):
             for index, code in enumerate(sources):
                 try:
-                    async with self._code.gate.slot():  # a cell's turn, as an item's
+                    async with self._code.unsplit_slot():  # a cell cannot end its turn early
                         self._get(caller, session.id)  # it may have ended while this waited
                         started = time.perf_counter()
                         cell = await session.sandbox.run(code, time_limit)

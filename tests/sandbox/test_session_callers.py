@@ -12,6 +12,8 @@ import secrets
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -32,16 +34,20 @@ def auth(team: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {TEAMS[team]}"}
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    path = tmp_path_factory.mktemp("session-callers")
+def teams_server(path: Path, **settings: str) -> Iterator[ServerProcess]:
+    """A server with the teams' tokens and ``SETTINGS`` (``settings`` over them)."""
     tokens = path / "tokens"
     tokens.write_text("".join(f"{name}:{token}\n" for name, token in TEAMS.items()))
     os.chmod(tokens, 0o600)
-    with run_server(path, env={**SETTINGS, "REWARD_SERVER_API_TOKENS_FILE": str(tokens)},
-                    startup_s=180) as server:
+    env = {**SETTINGS, **settings, "REWARD_SERVER_API_TOKENS_FILE": str(tokens)}
+    with run_server(path, env=env, startup_s=180) as server:
         wait_for_sandbox(server.url, timeout_s=180, headers=auth("team-a"))
         yield server
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from teams_server(tmp_path_factory.mktemp("session-callers"))
 
 
 def team(srv: ServerProcess, name: str, address: str = "127.0.0.1") -> httpx.Client:
@@ -121,6 +127,31 @@ CELL = ("import time\nt0 = time.time()\ns = time.process_time()\n"
 FLOOD = 8  # cells per request, one request per session of the flooding team
 
 
+def open_each(opened: Opened, clients: list[httpx.Client]) -> list[str]:
+    """A session for each client: their ids."""
+    ids = []
+    for client in clients:
+        r = opened.open(client)
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["session_id"])
+    return ids
+
+
+def wait_until_busy(clients: list[httpx.Client], ids: list[str], runs: list[Any]) -> None:
+    """Until every session's run request is in (a busy session has no expiry)."""
+    deadline = time.monotonic() + 120
+    while not all(c.get(f"/v1/sessions/{s}").json()["expires_in_s"] is None
+                  for c, s in zip(clients, ids, strict=True)):
+        assert time.monotonic() < deadline and not any(f.done() for f in runs)
+        time.sleep(0.05)
+
+
+def echo_item() -> dict[str, Any]:
+    token = str(random.getrandbits(64))
+    return {"response": "```python\nprint(input())\n```",
+            "tests": [{"input": token, "output": token}]}
+
+
 def test_a_flood_of_cells_waits_its_turn_at_the_gate(srv: ServerProcess,
                                                      opened: Opened) -> None:
     """Team A runs cells in two sessions at once while team B posts a code item, on a server
@@ -129,11 +160,7 @@ def test_a_flood_of_cells_waits_its_turn_at_the_gate(srv: ServerProcess,
     two sessions overlap), and B's item, an arriving caller, takes the next free turn
     instead of waiting behind the flood (most of A's cells start after B has its answer)."""
     flooders = [team(srv, "team-a", address) for address in ADDRESSES[:2]]
-    ids = []
-    for client in flooders:
-        r = opened.open(client)
-        assert r.status_code == 201, r.text
-        ids.append(r.json()["session_id"])
+    ids = open_each(opened, flooders)
 
     def flood(client: httpx.Client, session: str) -> dict:
         r = client.post(f"/v1/sessions/{session}/run",
@@ -143,15 +170,8 @@ def test_a_flood_of_cells_waits_its_turn_at_the_gate(srv: ServerProcess,
 
     with ThreadPoolExecutor(2) as threads, team(srv, "team-b") as b:
         floods = [threads.submit(flood, c, s) for c, s in zip(flooders, ids, strict=True)]
-        deadline = time.monotonic() + 120
-        while not all(c.get(f"/v1/sessions/{s}").json()["expires_in_s"] is None
-                      for c, s in zip(flooders, ids, strict=True)):  # both requests are in
-            assert time.monotonic() < deadline and not any(f.done() for f in floods)
-            time.sleep(0.05)
-        token = str(random.getrandbits(64))
-        item = {"response": "```python\nprint(input())\n```",
-                "tests": [{"input": token, "output": token}]}
-        r = b.post("/v1/verify/code", json={"items": [item]})
+        wait_until_busy(flooders, ids, floods)
+        r = b.post("/v1/verify/code", json={"items": [echo_item()]})
         answered = time.time()
         assert r.status_code == 200 and r.json()["results"][0]["score"] == 1.0, r.text
         results = [f.result() for f in floods]
@@ -165,3 +185,40 @@ def test_a_flood_of_cells_waits_its_turn_at_the_gate(srv: ServerProcess,
         assert end <= start, f"two cells ran at once on a gate of one slot: {spans}"
     after = sum(start > answered for start, _ in spans)
     assert after > FLOOD, f"B's item waited behind {2 * FLOOD - after} of A's cells"
+
+
+@pytest.fixture(scope="module")
+def two_slots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Two slots at the gate and a short request budget: a wait past it is ``not_run``."""
+    yield from teams_server(tmp_path_factory.mktemp("session-callers-two"),
+                            REWARD_SERVER_SANDBOX_POOL_SIZE="2",
+                            REWARD_SERVER_REQUEST_BUDGET_S="10")
+
+
+def test_long_cells_leave_a_slot_for_another_callers_item(two_slots: ServerProcess,
+                                                          opened: Opened) -> None:
+    """Team A runs a 15 s cell in each of its two sessions at once; team B posts a code item
+    meanwhile. A cell cannot end its turn early, so cells held both slots and B's item came
+    back ``not_run`` (null) when its 10 s budget ran out; now cells hold all slots but one,
+    and B's item is scored while A's cells still run."""
+    clients = [team(two_slots, "team-a", address) for address in ADDRESSES[:2]]
+    ids = open_each(opened, clients)
+
+    def run(client: httpx.Client, session: str) -> httpx.Response:
+        return client.post(f"/v1/sessions/{session}/run",
+                           json={"cells": ["import time\ntime.sleep(15)"], "cell_timeout": 60})
+
+    with ThreadPoolExecutor(2) as threads, team(two_slots, "team-b") as b:
+        cells = [threads.submit(run, c, s) for c, s in zip(clients, ids, strict=True)]
+        wait_until_busy(clients, ids, cells)
+        time.sleep(1)  # the cells that may start have started
+        r = b.post("/v1/verify/code", json={"items": [echo_item()]})
+        still_running = not all(f.done() for f in cells)
+        answers = [f.result() for f in cells]
+    assert r.status_code == 200, r.text
+    result = r.json()["results"][0]
+    assert (result["status"], result["score"]) == ("ok", 1.0), result
+    assert still_running, "B's item was answered only after A's cells ended"
+    # A's first cell ran; its second waited for A's own slot, within A's budget or not
+    assert any(a.status_code == 200 and a.json()["status"] == "Success" for a in answers), [
+        a.text for a in answers]

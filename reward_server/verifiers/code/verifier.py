@@ -12,11 +12,12 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
 
 from reward_server import metrics
-from reward_server.fair_queue import FairGate
+from reward_server.fair_queue import FairGate, Held
 from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
 from reward_server.verifiers.base import Verifier
 from reward_server.verifiers.code.extract import extract_code
@@ -59,17 +60,28 @@ class CodeVerifier(Verifier):
         # another request's) takes the spare meanwhile. Whose turn it is: the gate.
         self.sandbox = Sandbox(replace(config, pool_size=config.pool_size + SPARE_CONTAINERS))
         await self.sandbox.start()
+        slots = config.pool_size * len(self.sandbox.pool.pools)
         self._lane: SlowLane[CodeResult] = SlowLane(
-            self.name, config.pool_size * len(self.sandbox.pool.pools), self.settings.cache_size,
-            self.settings.timeout_memory_s, _LANE_VERDICTS)
+            self.name, slots, self.settings.cache_size, self.settings.timeout_memory_s,
+            _LANE_VERDICTS)
+        self._unsplit = FairGate(max(1, slots - 1), f"{self.name}-unsplit")
 
     async def stop(self) -> None:
         await self.sandbox.stop()
 
     @property
     def gate(self) -> FairGate:
-        """The fair gate in front of the containers: /run_code's snippets take turns here."""
+        """The fair gate in front of the containers: items take turns here."""
         return self._lane.gate
+
+    @asynccontextmanager
+    async def unsplit_slot(self) -> AsyncIterator[Held]:
+        """One of the gate's slots for work that cannot end its turn early (a /run_code
+        snippet, a session cell: up to a minute each), which holds at most all of the
+        gate's slots but one at once: items, which take turns, always find one, whoever holds
+        the rest with minute-long cells. With one slot there is none to keep."""
+        async with self._unsplit.slot(), self._lane.gate.slot() as held:
+            yield held
 
     async def verify(self, items: Sequence[CodeItem]) -> list[CodeResult]:  # type: ignore[override]
         return list(await asyncio.gather(*(self._verify_one(i) for i in items)))
