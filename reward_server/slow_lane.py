@@ -6,7 +6,8 @@ An item's way through it, in order:
 1. the result cache (``cache.ResultCache``): an answer computed before, or a copy's that is
    running now (see ``SlowLane``);
 2. the memory of timeouts (``cache.TimeoutMemory``): a copy of an item that ran out of time
-   a moment ago is answered at once, without a worker;
+   a moment ago, for the same caller, is answered at once, without a worker (a timeout may
+   be the load's, which another caller can make: never handed to someone else);
 3. the fair gate (``fair_queue.FairGate``): whose item takes the next free worker. Work may
    take several turns (``Turn.slot`` once per turn), so a long item lets others in between;
 4. the work itself, whose result says whether it was a timeout, and whether the machine's
@@ -26,7 +27,7 @@ from typing import Generic, TypeVar
 
 from reward_server import metrics
 from reward_server.cache import ResultCache, TimeoutMemory
-from reward_server.fair_queue import BudgetSpent, FairGate, Held
+from reward_server.fair_queue import BudgetSpent, FairGate, Held, current_request
 from reward_server.statuses import NOT_RUN  # the status of an item the budget left unrun
 
 V = TypeVar("V")
@@ -111,7 +112,7 @@ class SlowLane(Generic[V]):
         return value  # type: ignore[return-value]
 
     def remembered(self, key: Hashable) -> V | None:
-        found = self._timeouts.get(key)
+        found = self._timeouts.get(_callers(key))
         if found is None:
             return None
         metrics.TIMEOUTS_REMEMBERED.labels(self.name).inc()
@@ -155,7 +156,7 @@ class SlowLane(Generic[V]):
             self._settle(turn, exc=exc)
             raise
         if done.timeout is not None:
-            self._timeouts.put(key, done.value, certain=done.timeout)
+            self._timeouts.put(_callers(key), done.value, certain=done.timeout)
         if self.verdicts.cacheable(done.value):
             self._cache.put(key, done.value)
         self._settle(turn, value=done.value)
@@ -173,3 +174,9 @@ class SlowLane(Generic[V]):
             running.exception()  # retrieved: followers compute for themselves
         else:
             running.set_result(value)  # type: ignore[arg-type]
+
+
+def _callers(key: Hashable) -> Hashable:
+    """``key`` as the current request's caller remembers it."""
+    scope = current_request()
+    return (None if scope is None else scope.caller, key)

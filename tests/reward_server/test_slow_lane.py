@@ -97,12 +97,13 @@ async def test_budget_cuts_tasks_other_callers_kept_waiting_and_a_timeout_is_rem
                                      for k in range(2)))
     assert all(isinstance(e, BudgetSpent) and "budget of 0.5 s" in str(e) for e in out), out
     assert [r.outcome for r in await hogging] == ["timeout", "timeout"]  # type: ignore[union-attr]
-    # remembered at once if the spin had its CPU (this machine may be busy), else at its
-    # second timeout: by the third call it is never run again
-    again = await run(lane, one, spin, timeout=1.0)
-    assert again.outcome == "timeout"  # type: ignore[union-attr]
-    started = time.monotonic()
-    third = await run(lane, one, spin, timeout=1.0)
+    # remembered for its caller at once if the spin had its CPU (this machine may be busy),
+    # else at its second timeout: by the third call it is never run again
+    with request_scope(None, caller="hog"):
+        again = await run(lane, one, spin, timeout=1.0)
+        assert again.outcome == "timeout"  # type: ignore[union-attr]
+        started = time.monotonic()
+        third = await run(lane, one, spin, timeout=1.0)
     assert third.outcome == "timeout" and "remembered" in (third.detail or "")  # type: ignore[union-attr]
     assert time.monotonic() - started < 0.5
     assert (await run(lane, one, pid_after, 0.0, timeout=5.0)).outcome == "ok"  # type: ignore[union-attr]
@@ -130,6 +131,26 @@ async def test_a_timeout_the_load_may_have_caused_is_believed_the_second_time(
     assert time.monotonic() - started >= 0.4
     third = await run(lane, one, time.sleep, 5.0, timeout=0.5)
     assert third.outcome == "timeout" and "remembered" in (third.detail or "")  # type: ignore[union-attr]
+
+
+async def test_a_remembered_timeout_is_its_callers_own() -> None:
+    """A timeout may be the load's doing, and another caller can make load: one caller's
+    remembered timeout never answers another's copy of the item, which runs."""
+    calls: list[str] = []
+
+    async def timing_out(turn: Turn) -> Done[str]:
+        async with turn.slot():
+            calls.append("run")
+        return Done("timeout", timeout=True)
+
+    lane: SlowLane[str] = SlowLane("unit", 1, 0, 60.0, LaneVerdicts(
+        cacheable=lambda v: False, remembered=lambda v, age: v + " (remembered)"))
+    with request_scope(None, caller="a"):
+        assert await lane.run("k", timing_out, str) == "timeout"
+        assert await lane.run("k", timing_out, str) == "timeout (remembered)"
+    with request_scope(None, caller="b"):
+        assert await lane.run("k", timing_out, str) == "timeout"
+    assert len(calls) == 2
 
 
 async def test_work_in_several_turns_lets_another_caller_in_between() -> None:
