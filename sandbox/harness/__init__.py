@@ -4,8 +4,9 @@ It reads length-prefixed JSON jobs on stdin, runs the untrusted program of each 
 tests under per-process limits, and answers each with one JSON verdict on stdout. Standard
 library only, so it runs on any image with python3 (>= 3.9). Modules, in the order a job
 meets them: ``serve`` (the loop), ``jobs`` (one execution and its clean-up), ``stdio`` and
-``asserts`` (the two kinds of job; ``candidate`` and ``candidate_server``, the two ends of
-the assertion proxy; ``checker``, a dataset's output checker), ``zygote`` (the Python fork
+``asserts`` (the two kinds of job; ``tester``, the process an assertion job's test code
+runs in; ``candidate`` and ``candidate_server``, the two ends of the assertion proxy;
+``checker``, a dataset's output checker), ``zygote`` (the Python fork
 server), ``processes`` (one process under limits), ``compare`` (outputs, return values),
 ``protocol`` (frames, the plain-data codec), ``objects`` (the test setup's objects on
 that codec's wire),
@@ -21,7 +22,9 @@ Why the candidate cannot forge the verdict:
   program runs in child processes that inherit none of this process's descriptors, and this
   process is made non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``), so a child cannot open
   ``/proc/<pid>/fd/1``, read its memory or ptrace it.
-- Assertion tests (``test_code``) run here, never in the candidate's process (``asserts``).
+- Assertion tests (``test_code``) run in the job's tester, never in the candidate's process
+  (``asserts``) and never here: the test code is a caller's too, and must not reach the
+  harness or the next caller's job (``tester``).
 - Every program runs under another uid than this process and its fork server (which run as
   root with four capabilities), so it cannot signal, ``prlimit`` or trace them; after each
   execution ``slate`` kills what is left, empties every place the candidate could write and

@@ -1,6 +1,6 @@
 """An assertion job (HumanEval, MBPP, call-based APPS/TACO): the dataset's test code runs in
-this trusted process; the candidate's module runs in its own process (``candidate``), and the
-names the test code takes from it are proxies.
+this trusted process (the job's tester: ``tester``); the candidate's module runs in its own
+process (``candidate``), and the names the test code takes from it are proxies.
 
 Order: ``test_setup`` (trusted code from the dataset) runs first, then the statements of
 ``test_code`` that do not reach the candidate; a failure there is the dataset's (``bad_tests``,

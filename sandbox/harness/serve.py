@@ -19,7 +19,8 @@ ASK_TIMEOUT_S = 30.0  # for the host's answer to ``ask_host`` (it answers at onc
 
 class Channel:
     """The descriptors of the host's channel: private copies of the container's stdin and
-    stdout, which nothing but ``serve`` uses (``private_channel``)."""
+    stdout, which nothing but ``serve`` uses (``private_channel``); the zygote, and so a job's
+    tester (``tester``), never holds them."""
 
     jobs = 0
     verdicts = 1

@@ -1,7 +1,6 @@
 """The verdict channel belongs to the harness alone: what trusted code (the test code, its
 ``check``, ``test_setup``, ``prompt``, ``test_imports``) prints in the harness, the test
-process, never reaches it, and an item whose code writes to it anyway cannot pass itself or
-hand its verdict to the next item.
+process, never reaches it; the test code runs in a process that never holds it.
 
 The victim is the next item in the same container: one warm container (``POOL_SIZE=1``), no
 result cache, items one after another. Under runc and gVisor."""
@@ -84,16 +83,30 @@ def test_trusted_code_that_prints_does_not_shift_verdicts(srv: ServerProcess,
     assert_next_items_get_their_own_verdicts(srv)
 
 
-def test_test_code_that_writes_on_the_verdict_channel_itself_is_not_paid(
-        srv: ServerProcess) -> None:
-    """Trusted code can reach anything in the harness; what the host does when the stream is
-    misframed anyway: the item runs again in a fresh container, misframes again and scores 0
-    (its solution is right: what broke the channel is not paid), and the next items get their
-    own verdicts."""
+def test_test_code_cannot_reach_the_verdict_channel(srv: ServerProcess) -> None:
+    """Test code ran in the harness and wrote a forged frame on the channel's own descriptor
+    (the host then ran the item again and scored it 0). It runs in a tester now, which never
+    holds the channel: a forged frame written on every descriptor it has but its two sockets
+    (its relay to PID 1 and its own fork server: breaking them nulls its own item only), and
+    on every one of PID 1's it can open, reaches no verdict (the item, right, scores 1 in one
+    run), and the next items get their own verdicts."""
     writer = {"response": "def f(x):\n    return x + 1\n", "entry_point": "f", "test_code": (
-        "import os, sys, struct\n"
-        "fd = sys.modules['harness.serve'].CHANNEL.verdicts\n"
-        f"os.write(fd, {FORGED_FRAME.encode()!r})\n"
+        "import os\n"
+        f"frame = {FORGED_FRAME.encode()!r}\n"
+        "paths = ['/proc/1/fd/' + n for n in os.listdir('/proc/1/fd')] "
+        "if os.access('/proc/1/fd', os.R_OK) else []\n"
+        "for fd in range(64):\n"
+        "    try:\n"
+        "        if not os.readlink('/proc/self/fd/%d' % fd).startswith('socket:'):\n"
+        "            os.write(fd, frame)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "for path in paths + ['/proc/1/fd/%d' % n for n in range(64)]:\n"
+        "    try:\n"
+        "        with open(path, 'wb') as sink:\n"
+        "            sink.write(frame)\n"
+        "    except OSError:\n"
+        "        pass\n"
         "assert f(1) == 2")}
-    assert score(srv, writer) == 0.0
+    assert score(srv, writer) == 1.0
     assert_next_items_get_their_own_verdicts(srv)
