@@ -71,7 +71,7 @@ def _train(model: Any, tokenizer: Any, tmp_path: Path, url: str,
     def record(completions: list[Any], **kwargs: Any) -> list[float]:
         seen.extend(zip(completions, kwargs.get("environments") or [None] * len(completions),
                         strict=True))
-        open_sessions.append(len(httpx.get(f"{url}/v1/sessions").json()))
+        open_sessions.append(len(httpx.get(f"{url}/v1/sessions", timeout=60).json()))
         return [0.0] * len(completions)
 
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2,
@@ -91,7 +91,7 @@ def _tool_outputs(completion: list[dict[str, Any]]) -> list[str]:
 
 
 def _run_code_calls(url: str) -> float:
-    text = httpx.get(f"{url}/metrics").text
+    text = httpx.get(f"{url}/metrics", timeout=60).text
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
                if s.name == "reward_requests_total" and s.labels.get("route") == "/run_code")
 
@@ -136,14 +136,14 @@ def test_a_session_keeps_variables_within_a_rollout_and_closes(sandbox_url: str,
         # x survived from the first call to the second, in each rollout's own interpreter
         assert all(_tool_outputs(c) == ["", "42"] for c, _ in seen), seen
         assert all(env.calls == 2 for _, env in seen)
-        assert httpx.get(f"{sandbox_url}/v1/sessions").json() == []  # closed at train end
+        assert httpx.get(f"{sandbox_url}/v1/sessions", timeout=60).json() == []  # closed at train end
         # a fresh rollout of a reused instance starts from a fresh interpreter
         env = seen[0][1]
         env.reset()
         assert "NameError: name 'x' is not defined" in env.run_python("print(x)")
     finally:
         sessions.close()
-    assert httpx.get(f"{sandbox_url}/v1/sessions").json() == []
+    assert httpx.get(f"{sandbox_url}/v1/sessions", timeout=60).json() == []
 
 
 def test_an_unreachable_server_is_the_tools_text_not_an_exception() -> None:
@@ -171,4 +171,4 @@ def test_past_the_per_caller_cap_a_call_reads_the_servers_429(sandbox_url: str) 
         assert sessions().run_python("1 + 1") == "2"
     finally:
         sessions.close()
-    assert httpx.get(f"{sandbox_url}/v1/sessions").json() == []
+    assert httpx.get(f"{sandbox_url}/v1/sessions", timeout=60).json() == []

@@ -42,19 +42,19 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
      ("POST", "/v1/rewards"), ("POST", "/v1/verify/math"), ("GET", "/nope")],
 )
 def test_routes_need_the_token(secured: ServerProcess, method: str, path: str) -> None:
-    r = httpx.request(method, secured.url + path, json={"items": []})
+    r = httpx.request(method, secured.url + path, json={"items": []}, timeout=60)
     assert r.status_code == 401
     assert "Bearer <token>" in r.json()["detail"] and "HTTP Basic" in r.json()["detail"]
     wrong = httpx.request(method, secured.url + path, json={"items": []},
-                          headers={"Authorization": "Bearer nope"})
+                          headers={"Authorization": "Bearer nope"}, timeout=60)
     assert wrong.status_code == 401
     right = httpx.request(method, secured.url + path, json={"items": []},
-                          headers={"Authorization": f"Bearer {TOKEN}"})
+                          headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
     assert right.status_code != 401
 
 
 def test_healthz_is_open(secured: ServerProcess) -> None:
-    assert httpx.get(secured.url + "/healthz").status_code == 200
+    assert httpx.get(secured.url + "/healthz", timeout=60).status_code == 200
 
 
 def test_client_sends_the_token(secured: ServerProcess) -> None:
@@ -69,15 +69,15 @@ def test_client_sends_the_token(secured: ServerProcess) -> None:
 @pytest.mark.parametrize("team", sorted(TEAMS))
 def test_each_teams_token_is_taken(secured: ServerProcess, team: str) -> None:
     token = TEAMS[team]
-    bearer = httpx.get(secured.url + "/v1/verifiers", headers={"Authorization": f"Bearer {token}"})
+    bearer = httpx.get(secured.url + "/v1/verifiers", headers={"Authorization": f"Bearer {token}"}, timeout=60)
     assert bearer.status_code == 200, bearer.text
-    basic = httpx.get(secured.url + "/v1/verifiers", auth=("anyone", token))
+    basic = httpx.get(secured.url + "/v1/verifiers", auth=("anyone", token), timeout=60)
     assert basic.status_code == 200, basic.text
     for wrong in (token[:-1], token + "x", f"{TOKEN}{token}", team):
-        r = httpx.get(secured.url + "/v1/verifiers", headers={"Authorization": f"Bearer {wrong}"})
+        r = httpx.get(secured.url + "/v1/verifiers", headers={"Authorization": f"Bearer {wrong}"}, timeout=60)
         assert r.status_code == 401, wrong
     no_colon = base64.b64encode(token.encode()).decode()  # Basic needs user:password
-    r = httpx.get(secured.url + "/v1/verifiers", headers={"Authorization": f"Basic {no_colon}"})
+    r = httpx.get(secured.url + "/v1/verifiers", headers={"Authorization": f"Basic {no_colon}"}, timeout=60)
     assert r.status_code == 401
 
 

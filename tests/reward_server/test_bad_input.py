@@ -35,7 +35,7 @@ def test_too_many_items(limited: ServerProcess) -> None:
     items = [{"response": "\\boxed{1}", "answer": "1"}] * 6
     for path, body in (("/v1/verify/math", items), ("/v1/rewards",
                        [{"verifier": "math", **i} for i in items])):
-        r = httpx.post(limited.url + path, json={"items": body})
+        r = httpx.post(limited.url + path, json={"items": body}, timeout=60)
         assert r.status_code == 413
         assert "6 items exceed the limit of 5" in _detail(r)
         assert "MAX_ITEMS_PER_REQUEST" in _detail(r)
@@ -44,14 +44,14 @@ def test_too_many_items(limited: ServerProcess) -> None:
 def test_field_too_large_names_the_field(limited: ServerProcess) -> None:
     """(By default the item gets a result of its own instead: test_item_errors.py.)"""
     items = [{"response": "ok", "answer": "1"}, {"response": "é" * 60, "answer": "1"}]
-    r = httpx.post(limited.url + "/v1/verify/math?on_invalid=error", json={"items": items})
+    r = httpx.post(limited.url + "/v1/verify/math?on_invalid=error", json={"items": items}, timeout=60)
     assert r.status_code == 413
     assert _detail(r).startswith("items[1].response: 120 bytes exceed the limit of 100")
 
 
 def test_body_too_large(limited: ServerProcess) -> None:
     r = httpx.post(limited.url + "/v1/verify/math", content=b"x" * 5000,
-                   headers={"content-type": "application/json"})
+                   headers={"content-type": "application/json"}, timeout=60)
     assert r.status_code == 413
     assert "body exceeds the limit of 4000 bytes" in _detail(r)
 
@@ -64,7 +64,7 @@ def test_body_too_large_without_content_length(limited: ServerProcess) -> None:
         yield b"]}"
 
     r = httpx.post(limited.url + "/v1/verify/math", content=chunks(),
-                   headers={"content-type": "application/json"})
+                   headers={"content-type": "application/json"}, timeout=60)
     assert r.status_code == 413
 
 

@@ -41,7 +41,7 @@ def one_container(sandbox_runtime: SandboxRuntime, tmp_path_factory: pytest.Temp
 
 
 def counter(url: str, name: str) -> float:
-    text = httpx.get(url + "/metrics").text
+    text = httpx.get(url + "/metrics", timeout=60).text
     match = re.search(rf'^{name}{{verifier="code"}} (\S+)$', text, re.M)
     return float(match.group(1)) if match else 0.0
 
@@ -51,7 +51,7 @@ def post(url: str, items: list[dict[str, Any]], source: str, out: dict[str, Any]
     """POST from ``source`` (a loopback address: another caller to the fair gate); appends
     ``source`` to ``finished`` when the answer is in."""
     def run() -> None:
-        with httpx.Client(transport=httpx.HTTPTransport(local_address=source)) as client:
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=60) as client:
             out["response"] = client.post(url + "/v1/verify/code", json={"items": items},
                                           timeout=300)
         finished.append(source)

@@ -41,7 +41,7 @@ def post_later(url: str, path: str, items: list[dict[str, Any]], delay_s: float,
     def post() -> None:
         time.sleep(delay_s)
         started = time.monotonic()
-        with httpx.Client(transport=httpx.HTTPTransport(local_address=source)) as client:
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=60) as client:
             out["response"] = client.post(url + path, json={"items": items}, timeout=300)
         out["elapsed"] = time.monotonic() - started
 
@@ -97,7 +97,7 @@ def test_honest_math_request_is_not_held_behind_a_hostile_batch(server: ServerPr
     assert len(results) == 12 and all(r["status"] == "timeout" for r in results)
     assert all(r["score"] == 0.0 and "exceeded" in (r["detail"] or "") for r in results), results
 
-    text = httpx.get(server.url + "/metrics").text
+    text = httpx.get(server.url + "/metrics", timeout=60).text
     assert metric(text, "reward_queue_wait_seconds_count", "math") >= 12 + 8
     assert re.search(r"^reward_requests_in_flight \S+$", text, re.M)
     assert re.search(r'^reward_queue_items_waiting\{verifier="math"\} 0\.0$', text, re.M)
@@ -167,7 +167,7 @@ def test_honest_code_request_is_not_held_behind_a_hostile_batch(
     assert len(results) == 10
     assert all(r["status"] == "ok" and r["score"] == 0.0 and r["tests"][0]["status"] == "timeout"
                for r in results), [(r["status"], r["score"]) for r in results]
-    text = httpx.get(code_server.url + "/metrics").text
+    text = httpx.get(code_server.url + "/metrics", timeout=60).text
     assert metric(text, "reward_queue_wait_seconds_count", "code") >= 10 + 4
 
 
@@ -254,7 +254,7 @@ def test_the_server_says_not_run_for_an_item_the_budget_cut(tmp_path: Path) -> N
         thread.start()
         time.sleep(0.3)
         fresh = {**item, "answer": "\\sqrt{2}\\cdot 1"}  # not the cached verdict
-        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as other:
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=60) as other:
             [cut] = other.post(srv.url + "/v1/verify/math", json={"items": [fresh]},
                                timeout=120).json()["results"]
         thread.join()
@@ -329,14 +329,14 @@ def test_an_item_that_takes_several_turns_gets_the_verdict_it_would_in_one(
     stop = threading.Event()
 
     def others() -> None:  # another caller's quick items, one after another
-        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as c:
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=60) as c:
             k = 0
             while not stop.is_set():
                 c.post(one_container.url + "/v1/verify/code", timeout=120, json={"items": [
                     {"response": f"```python\nprint({k})\n```", "tests": [{"output": str(k)}]}]})
                 k += 1
 
-    turns = metric(httpx.get(one_container.url + "/metrics").text,
+    turns = metric(httpx.get(one_container.url + "/metrics", timeout=60).text,
                    "reward_turns_yielded_total", "code")
     thread = threading.Thread(target=others)
     if busy:
@@ -347,7 +347,7 @@ def test_an_item_that_takes_several_turns_gets_the_verdict_it_would_in_one(
         stop.set()
         if busy:
             thread.join()
-    yielded = metric(httpx.get(one_container.url + "/metrics").text,
+    yielded = metric(httpx.get(one_container.url + "/metrics", timeout=60).text,
                      "reward_turns_yielded_total", "code") - turns
     assert (yielded >= 1) if busy else (yielded == 0), yielded  # 2.7 s in 1 s turns
     assert (result["status"], result["passed"], result["total"]) == ("ok", 8, 9), result

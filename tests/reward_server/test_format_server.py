@@ -37,7 +37,7 @@ def _verify(srv: ServerProcess, items: list[dict], timeout: float = 60, **params
 
 
 def _metric(srv: ServerProcess, name: str, **labels: str) -> float:
-    text = httpx.get(srv.url + "/metrics").text
+    text = httpx.get(srv.url + "/metrics", timeout=60).text
     return sum(sample.value for family in text_string_to_metric_families(text)
                for sample in family.samples
                if sample.name == name and labels.items() <= sample.labels.items())
@@ -69,10 +69,10 @@ def test_in_a_mixed_batch_and_in_the_verifier_list(srv: ServerProcess) -> None:
         {"verifier": "math", "response": "\\boxed{2}", "answer": "2"},
         {"verifier": "format", "response": R1, "rules": ["tag_count"]},
         {"verifier": "format", "response": "no tags", "rules": ["tag_count"]},
-    ]})
+    ]}, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["rewards"] == [1.0, 1.0, 0.0]
-    listed = {v["name"]: v for v in httpx.get(srv.url + "/v1/verifiers").json()["verifiers"]}
+    listed = {v["name"]: v for v in httpx.get(srv.url + "/v1/verifiers", timeout=60).json()["verifiers"]}
     schema = str(listed["format"])
     for word in ("think_answer", "tag_count", "final_answer", "answer_line", "regex",
                  "prefix", "all_or_nothing", "strict", "reason"):
@@ -92,7 +92,7 @@ def test_a_bad_item_gets_its_own_result_naming_the_known_rules(srv: ServerProces
                                            "'final_answer'")
     assert "regex does not compile" in results[1]["detail"]
     r = httpx.post(srv.url + "/v1/verify/format", params={"on_invalid": "error"},
-                   json={"items": items})
+                   json={"items": items}, timeout=60)
     assert r.status_code == 422 and "'tags'" in r.text
 
 

@@ -33,7 +33,7 @@ def _verify(srv: ServerProcess, items: list[dict], timeout: float = 60) -> list[
 
 
 def _metric(srv: ServerProcess, name: str, **labels: str) -> float:
-    text = httpx.get(srv.url + "/metrics").text
+    text = httpx.get(srv.url + "/metrics", timeout=60).text
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     total = 0.0
     for line in text.splitlines():
@@ -71,10 +71,10 @@ def test_in_a_mixed_batch_and_in_the_verifier_list(srv: ServerProcess) -> None:
         {"verifier": "ifeval", "response": "All in English words here.",
          "instructions": [ENGLISH, NO_COMMA]},
         {"verifier": "math", "response": "\\boxed{3}", "answer": "2"},
-    ]})
+    ]}, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["rewards"] == [1.0, 1.0, 0.0]
-    listed = {v["name"]: v for v in httpx.get(srv.url + "/v1/verifiers").json()["verifiers"]}
+    listed = {v["name"]: v for v in httpx.get(srv.url + "/v1/verifiers", timeout=60).json()["verifiers"]}
     schema = str(listed["ifeval"])
     for field in ("instructions", "instruction_id_list", "ground_truth", "strict",
                   "all_or_nothing", "length_constraints:number_words"):

@@ -46,9 +46,9 @@ def _metric(url: str, verifier: str, status: str) -> float:
 def test_verify_answers_every_valid_item_and_names_the_bad_one(limited: ServerProcess,
                                                                case: str) -> None:
     bad, detail = BAD[case]
-    alone = httpx.post(limited.url + "/v1/verify/math", json={"items": GOOD}).json()["results"]
+    alone = httpx.post(limited.url + "/v1/verify/math", json={"items": GOOD}, timeout=60).json()["results"]
     before = _metric(limited.url, "math", "invalid_item")
-    r = httpx.post(limited.url + "/v1/verify/math", json={"items": [GOOD[0], bad, GOOD[1]]})
+    r = httpx.post(limited.url + "/v1/verify/math", json={"items": [GOOD[0], bad, GOOD[1]]}, timeout=60)
     assert r.status_code == 200, r.text
     results = r.json()["results"]
     assert [results[0], results[2]] == alone  # exactly what the valid items get alone
@@ -67,7 +67,7 @@ def test_rewards_gives_each_bad_item_its_own_result(limited: ServerProcess) -> N
         [1, 2],
     ]
     before = _metric(limited.url, "none", "invalid_item")
-    r = httpx.post(limited.url + "/v1/rewards", json={"items": items})
+    r = httpx.post(limited.url + "/v1/rewards", json={"items": items}, timeout=60)
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["rewards"] == [1.0, None, None, None, 0.0, None]
@@ -92,7 +92,7 @@ def test_a_response_over_the_limit_scores_0_not_null(limited: ServerProcess, pat
     items = [GOOD[0], long]
     if path == "/v1/rewards":
         items = [{"verifier": "math", **i} for i in items]
-    results = httpx.post(limited.url + path, json={"items": items}).json()["results"]
+    results = httpx.post(limited.url + path, json={"items": items}, timeout=60).json()["results"]
     assert results[0]["score"] == 1.0
     assert results[1]["score"] == 0.0 and results[1]["status"] == "response_too_long"
     assert results[1]["detail"].startswith(f"items[1].response: {LIMIT + 10} bytes exceed")
@@ -101,17 +101,17 @@ def test_a_response_over_the_limit_scores_0_not_null(limited: ServerProcess, pat
 def test_on_invalid_error_refuses_the_whole_request(limited: ServerProcess) -> None:
     url = limited.url
     r = httpx.post(url + "/v1/verify/math?on_invalid=error",
-                   json={"items": [GOOD[0], {"response": "x"}, {"response": "y"}]})
+                   json={"items": [GOOD[0], {"response": "x"}, {"response": "y"}]}, timeout=60)
     assert r.status_code == 422
     assert r.json()["detail"] == ("items[1].answer: Field required; "
                                   "items[2].answer: Field required")
     r = httpx.post(url + "/v1/rewards?on_invalid=error",
-                   json={"items": [{"verifier": "math", **GOOD[0]}, {"verifier": "chess"}]})
+                   json={"items": [{"verifier": "math", **GOOD[0]}, {"verifier": "chess"}]}, timeout=60)
     assert r.status_code == 404 and KNOWN_VERIFIERS in r.text
     long = {"verifier": "math", "response": "x" * (LIMIT + 1), "answer": "1"}
-    r = httpx.post(url + "/v1/rewards?on_invalid=error", json={"items": [long]})
+    r = httpx.post(url + "/v1/rewards?on_invalid=error", json={"items": [long]}, timeout=60)
     assert r.status_code == 413 and r.json()["detail"].startswith("items[0].response:")
-    r = httpx.post(url + "/v1/rewards?on_invalid=maybe", json={"items": []})
+    r = httpx.post(url + "/v1/rewards?on_invalid=maybe", json={"items": []}, timeout=60)
     assert r.status_code == 422 and "on_invalid" in r.json()["detail"]
 
 
@@ -136,7 +136,7 @@ def test_the_client_sees_each_bad_item_or_raises_when_asked(limited: ServerProce
 
 
 def test_the_api_page_still_shows_each_verifiers_item_schema(limited: ServerProcess) -> None:
-    spec = httpx.get(limited.url + "/openapi.json").json()
+    spec = httpx.get(limited.url + "/openapi.json", timeout=60).json()
 
     def resolve(node: dict[str, Any]) -> dict[str, Any]:
         while "$ref" in node:

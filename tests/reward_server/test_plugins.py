@@ -31,22 +31,22 @@ def test_entry_point_plugin_adds_an_endpoint(tmp_path: Path) -> None:
     path = os.pathsep.join([str(site), str(EXAMPLE), os.environ.get("PYTHONPATH", "")])
     with run_server(tmp_path, env={"PYTHONPATH": path}) as srv:
         with_plugin = sorted([*BUILT_IN_VERIFIERS, "exact_match"])
-        assert httpx.get(srv.url + "/healthz").json()["verifiers"] == with_plugin
+        assert httpx.get(srv.url + "/healthz", timeout=60).json()["verifiers"] == with_plugin
         r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": [
             {"response": "thinking...\nParis", "answer": "paris"},
             {"response": "Paris", "answer": "paris", "case_sensitive": True},
             {"response": "   ", "answer": "x"},
-        ]})
+        ]}, timeout=60)
         assert [x["score"] for x in r.json()["results"]] == [1.0, 0.0, 0.0]
         assert r.json()["results"][2]["status"] == "empty"
         r = httpx.post(srv.url + "/v1/rewards", json={"items": [
             {"verifier": "math", "response": "\\boxed{2}", "answer": "2"},
             {"verifier": "exact_match", "response": "yes", "answer": "yes"},
-        ]})
+        ]}, timeout=60)
         assert r.json()["rewards"] == [1.0, 1.0]
-        names = [v["name"] for v in httpx.get(srv.url + "/v1/verifiers").json()["verifiers"]]
+        names = [v["name"] for v in httpx.get(srv.url + "/v1/verifiers", timeout=60).json()["verifiers"]]
         assert names == with_plugin
-        r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": [{"response": "x"}]})
+        r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": [{"response": "x"}]}, timeout=60)
         result = r.json()["results"][0]  # a plug-in's bad item is refused like any other
         assert result["status"] == "invalid_item" and "items[0].answer" in result["detail"]
 
@@ -67,11 +67,11 @@ def test_a_plugins_settings_section_is_a_flag_and_reaches_it(tmp_path: Path) -> 
              {"response": "Paris", "answer": "paris", "case_sensitive": False}]
     env = {"PYTHONPATH": path, "REWARD_SERVER_EXACT_MATCH_CASE_SENSITIVE": "true"}
     with run_server(tmp_path / "env", env=env) as srv:
-        r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": items})
+        r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": items}, timeout=60)
         assert [x["score"] for x in r.json()["results"]] == [0.0, 1.0]
     with run_server(tmp_path / "flag", env={"PYTHONPATH": path},
                     args=["--exact-match-case-sensitive", "true"]) as srv:
-        r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": items})
+        r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": items}, timeout=60)
         assert [x["score"] for x in r.json()["results"]] == [0.0, 1.0]
 
 
@@ -79,7 +79,7 @@ def test_plugins_setting_loads_a_class_by_path(tmp_path: Path) -> None:
     env = {"PYTHONPATH": str(EXAMPLE),
            "REWARD_SERVER_PLUGINS": '["exact_match_verifier:ExactMatchVerifier"]'}
     with run_server(tmp_path, env=env) as srv:
-        assert "exact_match" in httpx.get(srv.url + "/healthz").json()["verifiers"]
+        assert "exact_match" in httpx.get(srv.url + "/healthz", timeout=60).json()["verifiers"]
 
 
 def test_registry_rejects_malformed_plugins() -> None:

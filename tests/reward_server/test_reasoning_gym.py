@@ -213,9 +213,9 @@ def test_mixed_with_math_in_one_request(srv: ServerProcess) -> None:
         {"verifier": "math", "response": "\\boxed{4}", "answer": "4"},
         {"verifier": "reasoning_gym", "response": f"<answer>{entry['answer']}</answer>",
          "entry": entry},
-    ]})
+    ]}, timeout=60)
     assert r.json()["rewards"] == [1.0, 1.0]
-    info = {v["name"]: v for v in httpx.get(srv.url + "/v1/verifiers").json()["verifiers"]}
+    info = {v["name"]: v for v in httpx.get(srv.url + "/v1/verifiers", timeout=60).json()["verifiers"]}
     assert "entry" in info["reasoning_gym"]["item_schema"]["properties"]
 
 
