@@ -68,6 +68,9 @@ def _relay(fd, job, ask):
     came to, False)."""
     deadline = job["deadline"] + SLACK_S
     started = False
+    # the host is asked at most once a turn, as ``turns.may_go_on`` asks: test code that asks
+    # more often is answered here, and cannot keep the host answering
+    next_ask = job.get("yield_at")
     while True:
         try:
             frame = recv_frame(fd, None if math.isinf(deadline) else deadline,
@@ -86,8 +89,17 @@ def _relay(fd, job, ask):
             send_frame(fd, {"op": "killed"})
         elif frame.get("op") == "ask":
             asked = time.monotonic()
-            go_on = bool(ask()) if ask is not None else False
-            deadline += time.monotonic() - asked  # the host's time, not the job's
+            if ask is None or next_ask is None:
+                go_on = True  # a job of one turn
+            elif next_ask == math.inf:
+                go_on = False  # told to end its turn already
+            elif asked < next_ask:
+                go_on = True  # within its turn
+            else:
+                go_on = bool(ask())
+                deadline += time.monotonic() - asked  # the host's time, not the job's
+                # (from the ask: the tester starts its next turn after the answer, later)
+                next_ask = asked + job["yield_after_s"] if go_on else math.inf
             send_frame(fd, {"op": "turn", "go_on": go_on})
         else:
             return lost(started, ValueError(f"an unknown request {str(frame)[:100]}")), False
