@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import math
 import os
 import time
 from contextlib import contextmanager, nullcontext
@@ -181,6 +182,8 @@ def run_asserts(job, workdir, env, zygote=None, ask=None):
     candidate = Candidate()
     namespace = {"__name__": SETUP_MODULE, "__builtins__": builtins}
     done = job.get("done") or 0
+    if job.get("unsplit_s"):  # setup, load and tests: one turn, unless the host extends it
+        job["turn_end"] = job["started"] + job["unsplit_s"]
     try:
         setup, steps = parse(job)
         count = sum(map(is_test, steps)) - done  # the tests this turn reports
@@ -225,6 +228,8 @@ def run_asserts(job, workdir, env, zygote=None, ask=None):
         results = []
         for step in steps:
             if time_left(job) <= 0:
+                if turns and job["deadline"] > time.monotonic():  # its turn is over, not its
+                    return yielded(job, results)  # budget: the host runs the rest later
                 return {"status": OK, "tests": results + out_of_time(job, count - len(results))}
             if is_test(step):
                 if turns and (candidate.failure is not None or candidate.process.poll()
@@ -265,7 +270,7 @@ def rebuilding(job):
     host gave up); in a later turn off the item's clock, as the rebuild is the schedule's
     cost, not the item's."""
     with restarted_clock(job) if job.get("continues") else nullcontext():
-        with trusted_clock(job["time_limit_s"]):
+        with trusted_clock(time_left(job)):
             yield
 
 
@@ -281,15 +286,15 @@ def load(candidate, job, workdir, env, stderr_fd, zygote):
 
 
 def one_turn(job):
-    """The rest of the job runs in this turn: at most the longest a test may take."""
-    if job.get("unsplit_s"):
-        job["deadline"] = min(job["deadline"], time.monotonic() + job["unsplit_s"])
+    """The rest of the job runs in this turn: at most the longest a test may take, from the
+    job's start (``turn_end``), which no answer of the host's extends now."""
+    job["one_turn"] = True
 
 
 def out_of_time(job, count):
     """The tests the job's time did not reach: its budget's, or, for a job that runs in one
     turn (``turns``), that turn's."""
-    if job.get("unsplit_s") and job["deadline"] < job["started"] + job["budget_s"]:
+    if job.get("one_turn") and job.get("turn_end", math.inf) < job["deadline"]:
         return every_test(count, TIMEOUT, "not run: test code that cannot go on in a later "
                           "turn runs in one, of at most the longest a test may take "
                           f"({job['unsplit_s']:g} s)")

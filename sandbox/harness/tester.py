@@ -17,6 +17,11 @@ PID 1 on the *relay*, a socket only the two hold:
 - the result, which PID 1 checks and keeps to the shape a result has; the time the job took
   is PID 1's own clock, never the tester's word.
 
+The job's clocks run in the tester (its trusted code's ``SIGALRM``, its turn), which test
+code can stop. So PID 1 keeps the turn too: a tester still running past its turn's end
+(``unsplit_s`` from the start, extended only when the host lets the job run on) plus a
+grace is killed, and holds a container no longer than one test may.
+
 The tester can forge only its own job's result, which its own test code decides anyway.
 """
 
@@ -30,12 +35,16 @@ import time
 from . import processes, slate
 from .protocol import JOB_FRAME_BYTES, recv_frame, send_frame
 from .statuses import BAD_TESTS, EXECUTION_STATUSES, HARNESS_ERROR, OK, TEST_STATUSES
+from .turns import TRUSTED_GRACE_S
 
 RESULT_FRAME_BYTES = 16 * 1024 * 1024
 # Past the job's own deadline, the test process's trusted clocks still get their grace, and
 # its last frame time to arrive
 SLACK_S = 10.0
 RESULT_KEYS = {"status", "detail", "tests", "yielded", "elapsed_s"}
+# Past the end of its turn, the tester's own clock stops a test's trusted code after
+# ``TRUSTED_GRACE_S``; then its result frame has this long to arrive
+TURN_SLACK_S = 2.0
 TEST_KEYS = {"status", "time_ms", "stderr"}
 
 
@@ -67,13 +76,16 @@ def _relay(fd, job, ask):
     """Serve the tester's requests until its result: (its result, True); else (what the job
     came to, False)."""
     deadline = job["deadline"] + SLACK_S
+    grace = TRUSTED_GRACE_S + TURN_SLACK_S
+    turn_end = time.monotonic() + job["unsplit_s"] + grace if job.get("unsplit_s") else math.inf
     started = False
     # the host is asked at most once a turn, as ``turns.may_go_on`` asks: test code that asks
     # more often is answered here, and cannot keep the host answering
     next_ask = job.get("yield_at")
     while True:
         try:
-            frame = recv_frame(fd, None if math.isinf(deadline) else deadline,
+            until = min(deadline, turn_end)
+            frame = recv_frame(fd, None if math.isinf(until) else until,
                                max_bytes=RESULT_FRAME_BYTES)
             if not isinstance(frame, dict):
                 raise ValueError("not an object")
@@ -97,9 +109,13 @@ def _relay(fd, job, ask):
                 go_on = True  # within its turn
             else:
                 go_on = bool(ask())
-                deadline += time.monotonic() - asked  # the host's time, not the job's
+                host_s = time.monotonic() - asked  # the host's time, not the job's
+                deadline += host_s
+                turn_end += host_s
                 # (from the ask: the tester starts its next turn after the answer, later)
                 next_ask = asked + job["yield_after_s"] if go_on else math.inf
+                if go_on:  # a test that starts before the next ask may take its limit
+                    turn_end = max(turn_end, next_ask + host_s + job["time_limit_s"] + grace)
             send_frame(fd, {"op": "turn", "go_on": go_on})
         else:
             return lost(started, ValueError(f"an unknown request {str(frame)[:100]}")), False

@@ -182,4 +182,6 @@ def may_go_on(job, ran, ask):
     if not ask():
         return False
     job["yield_at"] = time.monotonic() + job["yield_after_s"]
+    if "turn_end" in job:  # another turn: a test started before the next ask ends in it
+        job["turn_end"] = max(job["turn_end"], job["yield_at"] + job["time_limit_s"])
     return True

@@ -13,8 +13,10 @@ from .statuses import OK, SKIPPED, TIMEOUT
 
 
 def time_left(job):
-    """This test's time limit: the per-test limit, or what is left of the item's budget."""
-    return min(job["time_limit_s"], job["deadline"] - time.monotonic())
+    """This test's time limit: the per-test limit, or what is left of the item's budget or
+    of its turn (``turn_end``: an assertion job's, see ``turns``)."""
+    now = time.monotonic()
+    return min(job["time_limit_s"], job["deadline"] - now, job.get("turn_end", math.inf) - now)
 
 
 def turn_over(job, ran):

@@ -128,3 +128,29 @@ def test_a_test_that_loops_in_its_own_code_stops_at_its_time_limit(
     assert (b["status"], b["score"]) == ("ok", 1.0), b
     assert [t["status"] for t in a["tests"]] == ["passed", "timeout", "runtime_error"], a
     assert "ran past its time limit" in a["tests"][1]["stderr"], a["tests"][1]
+
+
+# Test code that stops the clock the harness keeps on it, then loops: the tester's own clocks
+# are the caller's to stop, so PID 1 keeps the turn too (sandbox/harness/tester.py)
+STOPS_ITS_CLOCK = """import signal, time
+signal.setitimer(signal.ITIMER_REAL, 0)
+signal.signal(signal.SIGALRM, signal.SIG_IGN)
+while True:
+    try:
+        time.sleep(1)
+    except BaseException:
+        pass
+"""
+
+
+def test_test_code_that_stops_its_own_clock_holds_the_container_one_turn(
+        one_container: ServerProcess) -> None:
+    """It held the container for its item's whole budget (120 s here), and the caller who
+    came next got ``not_run`` when its 10 s ran out; now PID 1 stops it at the end of its
+    turn (the longest a test may take, 3 s, and a grace): the other caller is scored within
+    its budget, and the item whose own test code never ended is the dataset's null."""
+    hog = {"response": SLOW, "test_list": [f"assert slow({k}) == {k}" for k in range(20)],
+           "budget_s": 120.0, "time_limit_s": 2.0, "test_setup_code": STOPS_ITS_CLOCK}
+    a, b, _ = hold_then_arrive(one_container.url, hog)
+    assert (b["status"], b["score"]) == ("ok", 1.0), b
+    assert (a["status"], a["score"]) == ("bad_tests", None), a

@@ -20,7 +20,7 @@ from sandbox.harness.statuses import BAD_TESTS, OK
 def job(**extra: Any) -> dict[str, Any]:
     now = time.monotonic()
     return {"started": now, "deadline": now + 30, "yield_at": None, "yield_after_s": None,
-            **extra}
+            "time_limit_s": 1.0, **extra}
 
 
 def relay(job_: dict[str, Any], requests: list[dict[str, Any]], ask=None
@@ -72,6 +72,33 @@ def test_once_told_to_end_its_turn_the_tester_hears_so_again_without_the_host() 
                           [{"op": "ask"}] * 20, ask)
     assert len(asked) == 1
     assert [r["go_on"] for r in replies] == [False] * 20
+
+
+def test_a_tester_past_its_turn_is_stopped_by_pid_1_whatever_its_own_clocks_say() -> None:
+    """Test code that stops its own clock and loops: PID 1 gives up at the turn's end plus
+    the grace, long before the job's budget (30 s here), and the tester's late result is
+    not taken."""
+    ours, theirs = socket.socketpair()
+    gone = threading.Event()
+
+    def stuck_tester() -> None:
+        send_frame(theirs.fileno(), {"op": "started"})
+        gone.wait(30)
+        try:
+            send_frame(theirs.fileno(), {"result": {"status": OK, "tests": []}})
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=stuck_tester)
+    thread.start()
+    try:
+        result, from_tester = tester._relay(ours.fileno(), job(unsplit_s=0.2), None)
+    finally:
+        gone.set()
+        thread.join(10)
+        ours.close()
+        theirs.close()
+    assert not from_tester and result["candidate_failed"] is True, result
 
 
 def test_a_job_of_one_turn_never_asks_the_host() -> None:
