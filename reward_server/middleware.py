@@ -76,9 +76,12 @@ class BearerAuth:
 
 # How a JSON object with a key opens outside a string: a brace, then the key's quote or raw
 # whitespace other than a space, none of which a string holds (its quotes, tabs and newlines
-# are escaped). A brace alone would count LaTeX's (a 2 MB \boxed{ answer holds a million), and
-# "{}" and "{ " are in LaTeX and code too: an empty object counts as a value, by its comma.
+# are escaped). A brace alone would count LaTeX's (a 2 MB \boxed{ answer holds a million).
 _OBJECT_OPENINGS = (b'{"', b"{\t", b"{\n", b"{\r")
+# An object as a value, however it opens ("{}", "{ }"): a brace where a value starts, after
+# an array's "[", a "," or a key's ":", spaces between not counted. Rare in LaTeX and code, so
+# counting one there costs a body nothing near the limit.
+_OBJECT_VALUES = (b"[{", b",{", b":{")
 
 
 class BodyLimit:
@@ -123,7 +126,9 @@ class BodyLimit:
             size += len(chunk)
             if size > self.max_bytes:
                 return await _send_json(send, 413, self._message())
-            containers += chunk.count(b"[") + sum(map(chunk.count, _OBJECT_OPENINGS))
+            squeezed = chunk.replace(b" ", b"")
+            containers += (chunk.count(b"[") + sum(map(chunk.count, _OBJECT_OPENINGS))
+                           + sum(map(squeezed.count, _OBJECT_VALUES)))
             commas += chunk.count(b",")
             refused = self._too_many(containers, containers + commas)
             if refused:
