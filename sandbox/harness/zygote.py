@@ -44,7 +44,9 @@ ZYGOTE_MEMORY_MB = 1024
 
 class _Role:
     """Whether this process is the container's zygote, the one that forks testers (PID 1
-    asks it); a tester's own fork server, which the test code drives, forks none."""
+    asks it). A tester's own fork server, which the test code drives, only forks candidate
+    servers (``serve``): its loader would compile, as root, a file the test code names, and
+    a compile error's traceback quotes the file's lines."""
 
     main = False
 
@@ -78,12 +80,12 @@ def handle(control, request, fds, program):
     op = request["op"]
     if op == "ready":
         control.sendall(b'{"op": "ready"}')
-    elif op == "load" and program is None:
+    elif op == "load" and program is None and _Role.main:
         load(control, request, fds)
-    elif op == "unload":  # the zygote has nothing loaded: its loader said so as it ended
+    elif op == "unload" and _Role.main:  # nothing loaded here: its loader said so as it ended
         return program is None
-    elif op == "load" or (op == "run" and (program is None or program[0] is None)) or (
-            op == "tester" and (program is not None or not _Role.main)):
+    elif (op in ("load", "unload") or (op == "run" and (program is None or program[0] is None))
+          or (op == "tester" and program is not None) or (not _Role.main and op != "serve")):
         close_all(fds)  # one program per loader; the zygote runs none
         control.sendall(json.dumps({"op": "loaded" if op == "load" else "started",
                                     "error": f"cannot {op} here"}).encode())

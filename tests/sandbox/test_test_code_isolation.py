@@ -71,6 +71,37 @@ assert add(1, 1) == 2
 """
 
 
+# Drives every fork-server socket it holds with each request but ``serve``: a loader of its
+# own fork server (root) compiled a file the test code named, and the compile error quoted it
+DRIVES_ITS_FORK_SERVER = """import json, os, socket
+replies = []
+for fd in range(3, 64):
+    try:
+        if not os.readlink("/proc/self/fd/%d" % fd).startswith("socket:"):
+            continue
+        s = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        continue
+    if s.type != socket.SOCK_SEQPACKET:
+        continue
+    s.settimeout(5)
+    for op in ("load", "script", "run", "tester", "unload"):
+        src = os.memfd_create("x")
+        os.write(src, b"\\n" + b"return 1")
+        os.lseek(src, 0, 0)
+        request = {"op": op, "name": "/etc/shadow", "cwd": "/", "env": {}, "memory_mb": 64,
+                   "cpu_s": 1, "argv0": "x"}
+        try:
+            socket.send_fds(s, [json.dumps(request).encode()], [src])
+            replies.append(s.recv(65536).decode())
+        except OSError as exc:
+            replies.append(repr(exc))
+        os.close(src)
+assert replies and all("cannot" in r for r in replies), replies
+assert add(1, 1) == 2
+"""
+
+
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory,
         sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
@@ -113,3 +144,11 @@ def test_test_code_finds_no_earlier_job_in_its_memory(srv: ServerProcess) -> Non
     assert first["score"] == 1.0, first
     (scan,) = verify_code(srv.url, {"response": RIGHT_ADD, "test_code": SCAN})
     assert scan["score"] == 1.0, scan  # its first test lists what it found
+
+
+def test_test_code_gets_nothing_of_roots_from_its_own_fork_server(srv: ServerProcess) -> None:
+    """The tester's own fork server keeps root (its children drop to the candidate's uid):
+    it forks candidate servers for the tester and refuses anything else."""
+    (result,) = verify_code(srv.url, {"response": RIGHT_ADD,
+                                      "test_code": DRIVES_ITS_FORK_SERVER})
+    assert result["score"] == 1.0, result
