@@ -4,12 +4,13 @@ exit 0 to accept. Compiled before the candidate's program is, and kept: the next
 the same checker in this container reuses it (``CACHE_ROOT``, a tmpfs of its own that the
 clean slate leaves alone and no candidate can write; the last ``CACHE_SIZE`` are kept).
 
-It runs under a uid of its own (``slate.CHECKER``), so nothing the candidate left running can
-trace, signal or replace it; the three files it reads are root's, readable by its group only,
-and removed after each check. A checker is a caller's code too: once compiled, its directory
-is sealed (root's, readable and runnable by the checker's group, writable by nobody), and it
-writes only in a scratch directory of its own per check (HOME, TMPDIR), so a checker cannot
-rewrite another caller's kept checker into one that accepts everything.
+It runs under a uid of its own (``CHECKER_IDS``: one per kept checker), so nothing the
+candidate left running can trace, signal or replace it; the three files it reads are root's,
+readable by its group only, and removed after each check. A checker is a caller's code too:
+once compiled, its directory is sealed (root's, readable and runnable by that checker's own
+group, writable by nobody), and it writes only in a scratch directory of its own per check
+(HOME, TMPDIR), so a checker can neither rewrite another caller's kept checker into one that
+accepts everything nor read it (a dataset's checker may hold what its tests hide).
 
 A checker that does not compile, crashes, reports a failure of its own (testlib's exit 3) or
 runs past its time limit is the dataset's fault: the item is ``bad_tests`` (null), never a 0 or
@@ -43,7 +44,10 @@ CHECK_TIME_LIMIT_S = 10.0
 REJECTS = frozenset({1, 2, 4, 7, 8})
 CACHE_ROOT = "/checkers"  # mounted by the pool (sandbox/pool.py); without it, no cache
 CACHE_SIZE = 8
-_cache = OrderedDict()  # checker key -> its directory under CACHE_ROOT, compiled
+# A uid and gid per kept checker, and one for the checker being built: no checker shares its
+# group, which alone may read a sealed directory, with another
+CHECKER_IDS = tuple((10100 + i, 10100 + i) for i in range(CACHE_SIZE + 1))
+_cache = OrderedDict()  # checker key -> (its directory under CACHE_ROOT, compiled; its ids)
 
 
 class CheckerBroken(Exception):
@@ -66,37 +70,40 @@ class Checker:
         self.job = job
         self.dir = None
         self.env = None
+        self.who = CHECKER_IDS[0]
 
     def build(self):
         """Write and compile the checker, or find it compiled; raises CheckerBroken."""
         key = hashlib.sha256(json.dumps([self.language, self.source], sort_keys=True)
                              .encode("utf-8", "surrogatepass")).hexdigest()
         cacheable = slate.isolated() and os.path.ismount(CACHE_ROOT)
-        if cacheable and os.path.isdir(_cache.get(key, "")):
+        if cacheable and os.path.isdir(_cache.get(key, ("",))[0]):
             _cache.move_to_end(key)
-            self.dir = _cache[key]
+            self.dir, self.who = _cache[key]
             return
+        taken = {who for _, who in _cache.values()}
+        self.who = next(who for who in CHECKER_IDS if who not in taken)
         self.dir = tempfile.mkdtemp(dir=CACHE_ROOT if cacheable else slate.WORK_ROOT)
         path = os.path.join(self.dir, self.language["source"])
         with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
             f.write(self.source)
         if slate.isolated():
-            os.chown(path, *slate.CHECKER)
-            os.chown(self.dir, *slate.CHECKER)
+            os.chown(path, *self.who)
+            os.chown(self.dir, *self.who)
         self.env = self._env(self.dir)
         if self.language.get("compile"):
             self._compile()
-            drop_caches(self.dir)
+            drop_caches(self.dir, self.who)
         if slate.isolated():
             try:
-                seal(self.dir)
+                seal(self.dir, self.who[1])
             except OSError as exc:  # what its compiler left there cannot be made root's
                 raise CheckerBroken(f"the checker's directory could not be sealed: {exc}"
                                     ) from None
         if cacheable:
-            _cache[key] = self.dir
+            _cache[key] = (self.dir, self.who)
             while len(_cache) > CACHE_SIZE:
-                remove(_cache.popitem(last=False)[1])
+                remove(_cache.popitem(last=False)[1][0])
 
     @staticmethod
     def _env(home):
@@ -108,7 +115,7 @@ class Checker:
         limit = min(job["compile_time_limit_s"], job["deadline"] - time.monotonic())
         result = run_process(self.language["compile"], b"", limit, job["compile_memory_mb"],
                              job["output_limit_bytes"], job["stderr_tail_bytes"], self.dir,
-                             self.env, compiling(self.language), who=slate.CHECKER)
+                             self.env, compiling(self.language), who=self.who)
         if result["status"] is not None:
             why = "ran past its time limit" if result["status"] == TIMEOUT else "failed"
             raise CheckerBroken(f"the checker does not compile: the compiler {why}: "
@@ -130,7 +137,7 @@ class Checker:
             result = run_process([*self.language["run"], *files], b"", limit,
                                  job["compile_memory_mb"], job["output_limit_bytes"],
                                  job["stderr_tail_bytes"], self.dir, self._env(scratch),
-                                 self.language, who=slate.CHECKER)
+                                 self.language, who=self.who)
         except OSError as exc:  # the work dir's tmpfs, which the candidate can fill
             raise CheckerBlocked(f"the checker's files could not be written: {exc}") from None
         finally:
@@ -165,7 +172,7 @@ class Checker:
                 with open(path, "wb") as f:
                     f.write(data)
                 if slate.isolated():
-                    os.chown(path, 0, slate.CHECKER[1])
+                    os.chown(path, 0, self.who[1])
                     os.chmod(path, 0o640)
         except OSError:
             for path in paths:
@@ -174,35 +181,34 @@ class Checker:
             os.rmdir(files)
             raise
         if slate.isolated():
-            os.chown(files, 0, slate.CHECKER[1])
+            os.chown(files, 0, self.who[1])
             os.chmod(files, 0o750)
         return paths
 
-    @staticmethod
-    def _scratch():
+    def _scratch(self):
         """The checker's own writable directory for one check (its HOME and TMPDIR): its
         program's directory is sealed."""
         scratch = tempfile.mkdtemp(dir=slate.WORK_ROOT)
         if slate.isolated():
-            os.chown(scratch, *slate.CHECKER)
+            os.chown(scratch, *self.who)
         return scratch
 
     def close(self):
         """Remove its directory, unless the cache keeps it (a checker that did not compile
         is not kept)."""
-        if self.dir is not None and self.dir not in _cache.values():
+        if self.dir is not None and self.dir not in (d for d, _ in _cache.values()):
             remove(self.dir)
         self.dir = None
 
 
-def drop_caches(path):
+def drop_caches(path, who):
     """Remove the compiler's caches from a checker's directory (Go's build cache in its
     HOME): a kept checker holds its program only, since the clean slate counts the memory
     of every tmpfs, this one's too."""
     root = slate.isolated()
     try:
         if root:
-            os.seteuid(slate.CHECKER[0])
+            os.seteuid(who[0])
         for name in os.listdir(path):
             cache = os.path.join(path, name)
             if name.startswith(".") and os.path.isdir(cache) and not os.path.islink(cache):
@@ -213,19 +219,19 @@ def drop_caches(path):
             os.seteuid(0)
 
 
-def seal(path):
+def seal(path, gid):
     """Make a compiled checker's directory root's: directories and files readable (and
     runnable, where they were) by the checker's group, writable by no one but root. Owner
     first, then into it: root has no DAC override here and could not enter the checker's
     0700 directory before taking it."""
     st = os.lstat(path)
-    os.lchown(path, 0, slate.CHECKER[1])
+    os.lchown(path, 0, gid)
     if stat.S_ISLNK(st.st_mode):
         return
     if stat.S_ISDIR(st.st_mode):
         os.chmod(path, 0o750)
         for name in os.listdir(path):
-            seal(os.path.join(path, name))
+            seal(os.path.join(path, name), gid)
     else:
         os.chmod(path, 0o440 | (0o110 if st.st_mode & 0o100 else 0))
 

@@ -25,9 +25,6 @@ import signal
 import time
 
 CANDIDATE = (10001, 10001)  # uid, gid of every program; the harness is root
-# A dataset's checker runs under a uid of its own: no process the candidate left behind can
-# trace, signal or overwrite it (sandbox/harness/checker.py)
-CHECKER = (10002, 10002)
 # An assertion job's test code (a caller's) runs under a uid of its own, with no capability:
 # it reaches neither the harness nor the next caller's job (sandbox/harness/tester.py)
 TESTER = (10003, 10003)

@@ -1,5 +1,5 @@
 """A dataset's checker is a caller's code: it must not reach the checkers another caller's
-items are judged by. Checkers compiled once are kept in the container (``/checkers``) for
+items are judged by, to rewrite or to read them. Checkers compiled once are kept in the container (``/checkers``) for
 the next item with the same one; every kept checker's directory was its uid's, so a checker
 that rewrote the others into ``exit 0`` made every later item they judge pass, whoever sent
 it. Through the real server with one container (every item meets what the one before left),
@@ -22,13 +22,20 @@ from tests.sandbox.test_checker import PY_CHECKER, RIGHT, TESTS, WRONG
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
-# Rewrites every file it can under /checkers into a checker that accepts anything, and says
-# how many it rewrote; then accepts the output it was given.
+# Reads and rewrites every file it can under /checkers but its own into a checker that
+# accepts anything, and says how many it read and rewrote; then accepts the output it got.
 TAMPER = """import os, sys
-done = 0
+done = read = 0
+own = os.getcwd()
 for root, dirs, files in os.walk("/checkers"):
+    if root.startswith(own):
+        continue
     for name in files:
         path = os.path.join(root, name)
+        try:
+            read += bool(open(path, "rb").read(1))
+        except OSError:
+            pass
         try:
             os.chmod(path, 0o755)
         except OSError:
@@ -46,7 +53,7 @@ for root, dirs, files in os.walk("/checkers"):
             done += 1
         except OSError:
             pass
-print("rewrote", done, file=sys.stderr)
+print("rewrote", done, "read", read, file=sys.stderr)
 """
 
 
@@ -61,14 +68,15 @@ def srv(tmp_path_factory: pytest.TempPathFactory,
         yield server
 
 
-def test_a_checker_cannot_rewrite_another_callers_kept_checker(srv: ServerProcess) -> None:
+def test_a_checker_cannot_rewrite_or_read_another_callers_kept_checker(
+        srv: ServerProcess) -> None:
     honest = {"language": "python", "source": PY_CHECKER}
     (first,) = verify_code(srv.url, {"response": RIGHT, "tests": TESTS, "checker": honest})
     assert first["score"] == 1.0, first  # compiled and kept
     (attack,) = verify_code(srv.url, {"response": RIGHT, "tests": TESTS[:1],
                                       "checker": {"language": "python", "source": TAMPER}})
     assert attack["score"] == 1.0, attack
-    assert "rewrote 0" in attack["tests"][0]["stderr"], attack
+    assert "rewrote 0 read 0" in attack["tests"][0]["stderr"], attack
     for _ in range(2):  # the honest checker, kept, still judges
         right, wrong = verify_code(
             srv.url, {"response": RIGHT, "tests": TESTS, "checker": honest},
