@@ -145,7 +145,9 @@ def checked(job, result):
             and isinstance(t.get("time_ms", 0.0), (int, float))
             and isinstance(t.get("stderr", ""), str) for t in tests):
         return {"status": BAD_TESTS, "detail": "the test process sent malformed tests"}
-    out = {"status": result["status"]}
+    # the harness's own failure is PID 1's to report (the host retries it in another
+    # container): from the tester, whose test code may say anything, it is the test code's
+    out = {"status": BAD_TESTS if result["status"] == HARNESS_ERROR else result["status"]}
     if "tests" in result:
         out["tests"] = tests
     if isinstance(result.get("detail"), str):

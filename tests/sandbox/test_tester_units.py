@@ -122,6 +122,11 @@ def test_a_result_not_of_a_results_shape_is_the_test_codes_null(result: Any, why
     assert out["status"] == BAD_TESTS and why in out["detail"]
 
 
+def test_a_harness_error_from_the_tester_is_the_test_codes_null_not_a_retry() -> None:
+    out = tester.checked(job(), {"status": "harness_error", "detail": "says who"})
+    assert out == {"status": BAD_TESTS, "detail": "says who"}
+
+
 def test_a_result_keeps_its_shape_and_its_time_is_pid_1s() -> None:
     started = time.monotonic() - 2.0
     out = tester.checked(job(started=started), {
