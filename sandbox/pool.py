@@ -68,6 +68,7 @@ T = TypeVar("T")
 
 BUILD_HINT = "run: bash sandbox/build_image.sh"
 ENGINE_RECHECK_S = 1.0  # a failed health ping is asked again after this, before the pool is dropped
+STATS_RETRY_S = 0.5  # before a gVisor container's unreadable pids count is asked again
 ENGINE_HINT = "start the engine (bash sandbox/ensure_docker.sh) or set DOCKER_HOST"
 
 
@@ -245,9 +246,14 @@ class ContainerPool:
         (config.py says why) and the harness inside cannot see them, so they are read from
         outside; an unreadable count is no headroom. The engine answers with its next sample
         (up to ~1 s), so this runs beside the next execution, not before it: a container that
-        dies meanwhile is the runner's to re-run (runner.py)."""
+        dies meanwhile is the runner's to re-run (runner.py). A loaded engine sometimes answers
+        the stats call with an empty body: it is asked once more before the count is taken
+        as unreadable."""
         try:
             free = await self.free_pids(pooled)
+            if free is None and not self._closing:
+                await asyncio.sleep(STATS_RETRY_S)
+                free = await self.free_pids(pooled)
         finally:
             pooled.checking = False
         if free is None or free < self.config.gvisor_pids_headroom:
