@@ -10,7 +10,7 @@ import time
 
 from . import session, slate
 from .jobs import execute
-from .processes import make_undumpable
+from .processes import make_undumpable, private_sink
 from .protocol import JOB_FRAME_BYTES, printable, recv_frame, send_frame
 from .zygote import spawn_zygote
 
@@ -45,13 +45,8 @@ def private_channel():
 
 
 def new_sink():
-    """A memory file as fd 1, mode 0: gVisor lets any uid reopen ``/proc/1/fd/1`` by the
-    file's own permissions (a memfd's are 0777), where a program would read what the tests
-    printed (an expected value)."""
-    sink = os.memfd_create("stdout")
-    os.fchmod(sink, 0)
-    os.dup2(sink, 1)
-    os.close(sink)
+    """A memory file as fd 1 (``processes.private_sink``)."""
+    private_sink(1)
 
 
 def empty_stdout():
