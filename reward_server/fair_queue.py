@@ -21,6 +21,14 @@ stream pays for its own items, and a batch of another caller's gets its turn wit
 item's time limit per busy slot. (Requests of one caller still share fairly between
 themselves: a trainer's evaluation job does not wait for its training batch.)
 
+Within a caller the same holds one level down, so a caller's **one-item requests together
+are one share**, served in the order they came: a rollout fleet sends one request per
+rollout or per turn, and were each its own share, a backlog of them (slow items arriving
+faster than they finish) would each be served before the caller's batch got its second item,
+and the batch would wait for the whole backlog. As one share they pay for their own items,
+and the batch gets its turn within about one item's time limit per busy slot, whatever the
+backlog's size. Each request of several items is a share of its own.
+
 Why time and not items: round-robin by items gives a batch of 3-second items 3 s of a worker
 per turn and an honest batch 10 ms, so with two workers the slow batch soon holds both.
 Sharing time, an arriving caller is the least served, so its first item takes the next slot
@@ -35,6 +43,9 @@ so slowness cannot buy a null where a fast wrong answer gets 0. A request's answ
 thus bounded by its budget plus its own work on its share of the workers, each item of which
 is bounded by its own time limit. Items already running finish under their own time limit.
 
+Each grant or release costs O(log n) in the shares in flight (``fair_shares``), so 10,000
+requests waiting cost no more per event than 10.
+
 The request is found through a context variable that ``request_scope`` sets (the scoring
 layer opens one per HTTP request; asyncio tasks inherit it). Work outside any scope shares
 one anonymous request with no budget.
@@ -45,7 +56,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Hashable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -54,9 +64,11 @@ from dataclasses import dataclass, field
 from cachetools import TTLCache
 
 from reward_server import metrics
+from reward_server.fair_shares import Caller, Order, Request, Waiter
 
 IDLE_MEMORY_S = 60.0  # how long an idle caller's share is remembered
 IDLE_CALLERS = 10_000  # at most this many remembered (least recently idle go first)
+SINGLES = "one-item requests"  # the key of a caller's one-item requests' common share
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: one per request
@@ -65,12 +77,17 @@ class RequestScope:
     budget_s: float | None
     deadline: float | None  # time.monotonic(); None: no budget
     caller: Hashable = None  # who sent it (routes.caller_of); None: one anonymous caller
+    items: int | None = None  # how many items it holds, when known (1: shares as a single)
     # per gate: the caller's busy seconds there when this request first came, so its clock
     # skips the caller's own work from the request's start, whichever item is waiting
     busy_at_arrival: dict[FairGate, float] = field(default_factory=dict, repr=False)
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def share_key(self) -> Hashable:
+        """Its share among its caller's requests: its own, or its caller's singles'."""
+        return SINGLES if self.items == 1 else self
 
 
 class BudgetSpent(Exception):
@@ -82,12 +99,13 @@ _ids = itertools.count(1)
 
 
 @contextmanager
-def request_scope(budget_s: float | None, caller: Hashable = None) -> Iterator[RequestScope]:
+def request_scope(budget_s: float | None, caller: Hashable = None, items: int | None = None
+                  ) -> Iterator[RequestScope]:
     """Everything scored inside (and in tasks started inside) is one request to the gates.
-    ``budget_s`` None or 0: no budget."""
+    ``budget_s`` None or 0: no budget. ``items``: how many items the request holds."""
     budget = budget_s or None
     scope = RequestScope(next(_ids), budget,
-                         None if budget is None else time.monotonic() + budget, caller)
+                         None if budget is None else time.monotonic() + budget, caller, items)
     token = _current.set(scope)
     try:
         with metrics.REQUESTS_IN_FLIGHT.track_inprogress():
@@ -100,67 +118,11 @@ def current_request() -> RequestScope | None:
     return _current.get()
 
 
-@dataclass(eq=False)
-class _Waiter:
-    future: asyncio.Future[int]
-    queued_at: float
-
-
-@dataclass(eq=False)
-class _Request:
-    """One request's place at one gate."""
-
-    key: RequestScope | None
-    served_s: float  # slot-seconds of finished items, from the level it joined at
-    waiting: deque[_Waiter] = field(default_factory=deque)
-    running: dict[int, float] = field(default_factory=dict)  # grant -> monotonic start
-    started_sum: float = 0.0  # of the running items' starts: served() in O(1)
-
-    def served(self, now: float) -> float:
-        return self.served_s + len(self.running) * now - self.started_sum
-
-    def head_since(self) -> float:
-        return self.waiting[0].queued_at
-
-
-@dataclass(eq=False)
-class _Caller:
-    """One caller's place at one gate: its requests, and the time it had a slot."""
-
-    key: Hashable
-    served_s: float
-    requests: dict[RequestScope | None, _Request] = field(default_factory=dict)
-    floor: float = 0.0  # its least-served request's level, for requests that join
-    busy_s: float = 0.0  # seconds with at least one item running, up to busy_since
-    busy_since: float | None = None
-    running: int = 0
-    waiting: int = 0
-    started_sum: float = 0.0
-
-    def served(self, now: float) -> float:
-        return self.served_s + self.running * now - self.started_sum
-
-    def busy(self, now: float) -> float:
-        return self.busy_s + (0.0 if self.busy_since is None else now - self.busy_since)
-
-    def ready(self) -> list[_Request]:
-        return [r for r in self.requests.values() if r.waiting]
-
-    def head_since(self) -> float:
-        return min(r.head_since() for r in self.ready())
-
-
 @dataclass
 class Held:
     """A held slot. ``cost_s``: the work the item measured; None charges the time held."""
 
     cost_s: float | None = None
-
-
-def _level(shares: list[_Caller] | list[_Request], floor: float, now: float) -> float:
-    """Where a share that joins starts: level with the least served, never below the floor
-    (kept while none is in flight, so a caller that leaves and comes back banks nothing)."""
-    return max(floor, min((s.served(now) for s in shares), default=floor))
 
 
 class FairGate:
@@ -176,7 +138,8 @@ class FairGate:
             raise ValueError(f"a gate needs at least one slot, got {slots}")
         self.slots = slots
         self.name = name
-        self._callers: dict[Hashable, _Caller] = {}
+        self._callers: dict[Hashable, Caller] = {}
+        self._order = Order()  # of the callers
         # a caller that went idle: its level, busy seconds and request floor, for a while,
         # so a trainer that posts batch after batch keeps what it was served (else each
         # batch would join level with the least served, and the gate share items, not time)
@@ -184,7 +147,7 @@ class FairGate:
             IDLE_CALLERS, ttl=IDLE_MEMORY_S)
         self._grants = itertools.count(1)
         self._floor = 0.0  # the least-served caller's level, kept when none is in flight
-        self._running = self._waiting = 0
+        self._running = self._waiting = self._requests = 0
 
     @property
     def running(self) -> int:
@@ -196,8 +159,9 @@ class FairGate:
 
     @property
     def requests(self) -> int:
-        """Requests with items waiting or running here."""
-        return sum(len(c.requests) for c in self._callers.values())
+        """Request shares with items waiting or running here (a caller's one-item requests
+        count as one)."""
+        return self._requests
 
     @property
     def callers(self) -> int:
@@ -217,28 +181,40 @@ class FairGate:
         finally:
             self._release(caller, request, grant, held.cost_s)
 
-    def _join(self, scope: RequestScope | None, now: float) -> tuple[_Caller, _Request]:
+    def _join(self, scope: RequestScope | None, waiter: Waiter, now: float
+              ) -> tuple[Caller, Request]:
+        """The caller's and the request's shares, joined if new, with ``waiter`` queued."""
         key = None if scope is None else scope.caller
         caller = self._callers.get(key)
+        new_caller = caller is None
         if caller is None:
-            self._floor = _level(list(self._callers.values()), self._floor, now)
+            self._floor = self._order.least(now, self._floor)
             level, busy_s, floor = self._idle.pop(key, (self._floor, 0.0, 0.0))
-            caller = self._callers[key] = _Caller(key, max(level, self._floor), busy_s=busy_s,
-                                                  floor=floor)
-        request = caller.requests.get(scope)
+            caller = self._callers[key] = Caller(max(level, self._floor), key=key,
+                                                 busy_s=busy_s, floor=floor)
+        share_key = None if scope is None else scope.share_key()
+        request = caller.requests.get(share_key)
+        new_request = request is None
         if request is None:
-            caller.floor = _level(list(caller.requests.values()), caller.floor, now)
-            request = caller.requests[scope] = _Request(scope, caller.floor)
+            caller.floor = caller.order.least(now, caller.floor)
+            request = caller.requests[share_key] = Request(caller.floor, key=share_key)
+            self._requests += 1
+        for share in (request, caller):
+            share.queue.append(waiter)
+            share.waiting += 1
+        self._waiting += 1
+        # a share already in flight keeps its place: a new item is never its oldest
+        if new_request:
+            caller.order.add(request)
+        if new_caller:
+            self._order.add(caller)
         return caller, request
 
-    async def _acquire(self, budgeted: bool) -> tuple[_Caller, _Request, int]:
+    async def _acquire(self, budgeted: bool) -> tuple[Caller, Request, int]:
         scope = current_request()
         now = time.monotonic()
-        caller, request = self._join(scope, now)
-        waiter = _Waiter(asyncio.get_running_loop().create_future(), now)
-        request.waiting.append(waiter)
-        caller.waiting += 1
-        self._waiting += 1
+        waiter = Waiter(asyncio.get_running_loop().create_future(), now)
+        caller, request = self._join(scope, waiter, now)
         busy_at_arrival = (None if scope is None or not budgeted
                            else scope.busy_at_arrival.setdefault(self, caller.busy(now)))
         self._dispatch()
@@ -257,11 +233,11 @@ class FairGate:
             if waiter.future.done() and not waiter.future.cancelled():  # granted as we gave up
                 self._release(caller, request, waiter.future.result())
             else:
-                waiter.future.cancel()
-                request.waiting.remove(waiter)
-                caller.waiting -= 1
+                waiter.future.cancel()  # left in the queues, dropped when it reaches a head
+                for share in (request, caller):
+                    share.waiting -= 1
                 self._waiting -= 1
-                self._forget_if_idle(caller, request)
+                self._settle(caller, request, time.monotonic())
                 self._publish()
             if isinstance(exc, TimeoutError) and scope is not None:
                 metrics.BUDGET_CUTS.labels(self.name).inc()
@@ -274,51 +250,55 @@ class FairGate:
     def _dispatch(self) -> None:
         now = time.monotonic()
         while self._running < self.slots and self._waiting:
-            ready = [c for c in self._callers.values() if c.waiting]
-            caller = min(ready, key=lambda c: (c.served(now), c.head_since()))
-            request = min(caller.ready(), key=lambda r: (r.served(now), r.head_since()))
-            waiter = request.waiting.popleft()
-            caller.waiting -= 1
-            self._waiting -= 1
-            if waiter.future.done():  # its waiter gave up
-                continue
+            caller = self._order.best(now)
+            assert isinstance(caller, Caller)
+            request = caller.order.best(now)
+            assert isinstance(request, Request)
+            waiter = request.pop_head()
             grant = next(self._grants)
+            request.starts[grant] = now
+            for share, order in ((request, caller.order), (caller, self._order)):
+                share.waiting -= 1
+                share.running += 1
+                share.started_sum += now
+                if share.running == 1:
+                    order.started(share)
             if caller.busy_since is None:
                 caller.busy_since = now
-            request.running[grant] = now
-            request.started_sum += now
-            caller.running += 1
-            caller.started_sum += now
+            self._waiting -= 1
             self._running += 1
             metrics.QUEUE_WAIT.labels(self.name).observe(now - waiter.queued_at)
             waiter.future.set_result(grant)
         self._publish()
 
-    def _release(self, caller: _Caller, request: _Request, grant: int,
+    def _release(self, caller: Caller, request: Request, grant: int,
                  cost_s: float | None = None) -> None:
         now = time.monotonic()
-        started = request.running.pop(grant)
-        request.started_sum -= started
-        caller.running -= 1
-        caller.started_sum -= started
-        self._running -= 1
+        started = request.starts.pop(grant)
         cost = now - started if cost_s is None else cost_s
-        request.served_s += cost
-        caller.served_s += cost
+        for share in (request, caller):
+            share.running -= 1
+            share.started_sum -= started
+            share.served_s += cost
+        self._running -= 1
         if caller.running == 0 and caller.busy_since is not None:
             caller.busy_s += now - caller.busy_since
             caller.busy_since = None
-        self._forget_if_idle(caller, request)
+        self._settle(caller, request, now)
         self._dispatch()
 
-    def _forget_if_idle(self, caller: _Caller, request: _Request) -> None:
-        now = time.monotonic()
-        if not request.waiting and not request.running:
-            caller.floor = _level(list(caller.requests.values()), caller.floor, now)
-            caller.requests.pop(request.key, None)
-        if not caller.requests:
-            self._floor = _level(list(self._callers.values()), self._floor, now)
-            self._callers.pop(caller.key, None)
+    def _settle(self, caller: Caller, request: Request, now: float) -> None:
+        """After an item of ``request`` stopped running or waiting: each share back in its
+        order by its new level and head, or gone when nothing of it is left."""
+        floor = caller.order.settle(request, caller.floor, now)
+        if floor is not None:
+            caller.floor = floor
+            del caller.requests[request.key]
+            self._requests -= 1
+        floor = self._order.settle(caller, self._floor, now)
+        if floor is not None:
+            self._floor = floor
+            del self._callers[caller.key]
             self._idle[caller.key] = (caller.served(now), caller.busy(now), caller.floor)
 
     def _publish(self) -> None:

@@ -53,7 +53,8 @@ class Scorer:
             may_hold_oversized(body_bytes, self.settings), admit_all, verifier.item_model,
             raw_items, self.settings, name, on_invalid, body_bytes)
         items = [a for a in admitted if not isinstance(a, Refused)]
-        with request_scope(self.settings.request_budget_s, caller):  # one request to the pools
+        # one request to the pools
+        with request_scope(self.settings.request_budget_s, caller, len(items)):
             results = iter(await verifier.verify(items) if items else [])
         return [a if isinstance(a, Refused) else next(results) for a in admitted]
 
@@ -71,7 +72,8 @@ class Scorer:
             results = await self.verifiers[name].verify([item for _, item in batch])
             return [(index, result) for (index, _), result in zip(batch, results, strict=True)]
 
-        with request_scope(self.settings.request_budget_s, caller):  # one request to the pools
+        admitted = sum(len(batch) for batch in groups.values())
+        with request_scope(self.settings.request_budget_s, caller, admitted):  # one request
             shares = await asyncio.gather(*(run(n, b) for n, b in groups.items()))
         for name, scored in zip(groups, shares, strict=True):
             for index, result in scored:

@@ -65,7 +65,7 @@ async def run_code(scorer: Scorer, request: RunCodeRequest, caller: Hashable
         raise UnknownVerifier("/run_code runs in the code verifier's sandbox, which this "
                               "server does not load (its plugins setting)") from None
     try:
-        with request_scope(scorer.settings.request_budget_s, caller):
+        with request_scope(scorer.settings.request_budget_s, caller, items=1):
             async with code.unsplit_slot():  # type: ignore[attr-defined]
                 result = await run_snippet(code.sandbox, snippet)  # type: ignore[attr-defined]
     except (SandboxUnavailable, BudgetSpent) as exc:

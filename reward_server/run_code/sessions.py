@@ -274,7 +274,7 @@ class Sessions:
         assert self._threads is not None
         sandbox_limits = SandboxLimits(limits.memory_limit_MB, limits.output_limit_bytes)
         try:
-            with request_scope(self.scorer.settings.request_budget_s, caller):
+            with request_scope(self.scorer.settings.request_budget_s, caller, items=1):
                 async with self._code.gate.slot():
                     return await SandboxSession.open(
                         self._code.sandbox.pool, sandbox_limits, self._threads, files,
@@ -299,7 +299,7 @@ class Sessions:
         results: list[CellRunResult] = []
         message = ""
         # one request to the gate: its budget bounds the time other callers shut it out
-        with request_scope(self.scorer.settings.request_budget_s, caller):
+        with request_scope(self.scorer.settings.request_budget_s, caller, len(sources)):
             for index, code in enumerate(sources):
                 try:
                     async with self._code.unsplit_slot():  # a cell cannot end its turn early

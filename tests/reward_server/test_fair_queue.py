@@ -11,6 +11,7 @@ import pytest
 
 from reward_server import metrics
 from reward_server.fair_queue import BudgetSpent, FairGate, current_request, request_scope
+from reward_server.fair_shares import Share
 
 
 async def item(gate: FairGate, tag: str, hold_s: float, log: list[str]) -> str:
@@ -20,10 +21,11 @@ async def item(gate: FairGate, tag: str, hold_s: float, log: list[str]) -> str:
     return tag
 
 
-def in_request(budget_s: float | None, *coros_of, caller: str | None = None) -> asyncio.Future:
+def in_request(budget_s: float | None, *coros_of, caller: str | None = None,
+               items: int | None = None) -> asyncio.Future:
     """Run the coroutines of one request (one scope, like one HTTP request) concurrently."""
     async def main() -> list:
-        with request_scope(budget_s, caller):
+        with request_scope(budget_s, caller, items):
             return await asyncio.gather(*(make() for make in coros_of), return_exceptions=True)
     return asyncio.ensure_future(main())
 
@@ -231,3 +233,62 @@ async def test_a_caller_that_posts_request_after_request_keeps_what_it_was_serve
     await a
     assert took < 1.0, (took, log)  # round-robin by items: 10 x 0.32 s
     assert log.index("B9") < log.index("A1"), log  # B had 0.2 s, A 0.3 s
+
+
+async def test_a_backlog_of_one_item_requests_does_not_starve_the_same_callers_batch() -> None:
+    """A rollout fleet's one-request-per-rollout calls arrive faster than their slow items
+    finish. Each its own share, every one of the backlog would go before the caller's batch
+    got its second item; as one share they pay for their own items, turn about with it."""
+    gate, log = FairGate(1, "unit"), []
+    stream: list[asyncio.Future] = []
+
+    async def send_stream() -> None:
+        for k in range(40):
+            stream.append(in_request(None, lambda k=k: item(gate, f"S{k}", 0.05, log),
+                                     caller="fleet", items=1))
+            await asyncio.sleep(0.01)
+
+    sender = asyncio.ensure_future(send_stream())
+    await asyncio.sleep(0.1)  # a backlog of about 8 single calls
+    batch = await in_request(None, *(lambda k=k: item(gate, f"V{k}", 0.01, log)
+                                     for k in range(8)), caller="fleet", items=8)
+    assert batch == [f"V{k}" for k in range(8)], batch
+    await sender
+    await asyncio.gather(*stream)
+    # one share each: the batch's last item waits for every single call queued before it
+    first = log.index("V0")
+    assert log.index("V7") - first < 8 + 3, log
+    assert [t for t in log if t.startswith("S")] == [f"S{k}" for k in range(40)]  # in order
+    assert (gate.running, gate.waiting, gate.requests, gate.callers) == (0, 0, 0, 0)
+
+
+async def test_a_grant_looks_at_the_shares_running_not_everyone_waiting(monkeypatch) -> None:
+    """Thousands of requests in flight: each grant and release weighs the shares that hold
+    a slot and the heap's head, not every share waiting (that made the loop stall)."""
+    calls = 0
+    served = Share.served
+
+    def counted(self: Share, now: float) -> float:
+        nonlocal calls
+        calls += 1
+        return served(self, now)
+
+    monkeypatch.setattr(Share, "served", counted)
+    gate, log, go = FairGate(2, "unit"), [], asyncio.Event()
+
+    async def held(tag: str) -> None:
+        async with gate.slot():
+            log.append(tag)
+            await go.wait()
+
+    requests = [in_request(None, lambda k=k: held(str(k)), caller=f"c{k % 500}", items=2)
+                for k in range(3000)]
+    for _ in range(10):  # every one joins and waits
+        await asyncio.sleep(0)
+    assert (gate.running, gate.waiting, gate.callers) == (2, 2998, 500)
+    calls = 0
+    go.set()
+    await asyncio.gather(*requests)
+    assert len(log) == 3000
+    assert calls < 20 * 3000, calls  # a few per grant; a walk over the callers: 1.5 million
+    assert (gate.running, gate.waiting, gate.requests, gate.callers) == (0, 0, 0, 0)
