@@ -15,7 +15,8 @@ from fastapi_offline import FastAPIOffline
 from reward_server import __version__, worker_isolation
 from reward_server.callers import load_tokens
 from reward_server.errors import ApiError, api_error_handler, validation_error_handler
-from reward_server.middleware import BearerAuth, BodyLimit, ErrorGuard, RequestMetrics
+from reward_server.middleware import (BearerAuth, BodyLimit, DropOnHangUp, ErrorGuard,
+                                      RequestMetrics)
 from reward_server.routes import meta, openrlhf, rewards, run_code, sessions
 from reward_server.routes.verify import verifier_router
 from reward_server.run_code.sessions import Sessions
@@ -66,7 +67,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.add_exception_handler(ApiError, api_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
 
-    # outermost last: metrics see every response, auth runs before the body is read
+    # outermost last: metrics see every response, auth runs before the body is read, and
+    # the hang-up watch reads what comes after the body BodyLimit has read
+    app.add_middleware(DropOnHangUp)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
                        max_containers=settings.max_json_containers,
                        max_values=settings.max_json_values)

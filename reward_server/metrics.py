@@ -57,6 +57,10 @@ QUEUE_REQUESTS = Gauge(
     "reward_queue_requests", "Requests with items waiting for or holding a worker, by "
     "verifier", ["verifier"], multiprocess_mode="livesum",
 )
+REQUESTS_DROPPED = Counter(
+    "reward_requests_dropped_total", "Requests whose client hung up before the answer: their "
+    "waiting items left the queue and their running ones were stopped",
+)
 BUDGET_CUTS = Counter(
     "reward_budget_cuts_total", "Items not run because their request's budget ran out",
     ["verifier"],

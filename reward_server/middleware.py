@@ -1,11 +1,13 @@
-"""Pure ASGI middleware: token auth (bearer or Basic), body size limit, request metrics, and
-a guard that turns any exception that escapes into a JSON 500 with a request id.
+"""Pure ASGI middleware: token auth (bearer or Basic), body size limit, request metrics, work
+dropped when its client hangs up, and a guard that turns any exception that escapes into a
+JSON 500 with a request id.
 
 Pure ASGI (not BaseHTTPMiddleware) so a body is counted as it streams in and a 413 goes out
 before a 64 MB upload is buffered."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -149,6 +151,54 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+DROPPED_KEY = "reward_server.dropped"  # set in the scope of a request whose client hung up
+
+
+class DropOnHangUp:
+    """A client that hangs up before its answer gets none, so its work stops: once the body
+    is read, a disconnect cancels the request's handling. Its items still waiting at a gate
+    leave the queue; running ones stop (a container is replaced, a math task cancelled) and,
+    unfinished, are never cached (``slow_lane``). Without it, a trainer that timed out and
+    retried would leave its first batch queued ahead of the retry, run for nobody. Sessions
+    are left out: a session outlives the request that runs a cell in it, and a cell cut
+    midway would leave the session's state half-changed."""
+
+    def __init__(self, app: ASGIApp, skip_prefixes: tuple[str, ...] = ("/v1/sessions",)
+                 ) -> None:
+        self.app = app
+        self.skip_prefixes = skip_prefixes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] != "http" or scope["method"] != "POST"
+                or scope["path"].startswith(self.skip_prefixes)):
+            return await self.app(scope, receive, send)
+        body_read = asyncio.Event()
+
+        async def reading() -> Message:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_read.set()
+            return message
+
+        async def hung_up() -> None:
+            await body_read.wait()
+            await receive()  # after the body only http.disconnect comes
+
+        handler = asyncio.ensure_future(self.app(scope, reading, send))
+        watch = asyncio.ensure_future(hung_up())
+        try:
+            await asyncio.wait({handler, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+            if not handler.done():  # the client went first (or the server is stopping)
+                handler.cancel()
+                scope[DROPPED_KEY] = True
+                metrics.REQUESTS_DROPPED.inc()
+                await asyncio.gather(handler, return_exceptions=True)
+        if not handler.cancelled():
+            handler.result()  # its exception, if any, for the guard outside
+
+
 class RequestMetrics:
     def __init__(self, app: ASGIApp, routes: set[str]) -> None:
         self.app = app
@@ -169,6 +219,8 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, recording_send)
         finally:
+            if scope.get(DROPPED_KEY):
+                status["code"] = 499  # nginx's "client closed request": no answer went out
             metrics.REQUESTS.labels(route, str(status["code"])).inc()
             metrics.REQUEST_LATENCY.labels(route).observe(time.perf_counter() - started)
 

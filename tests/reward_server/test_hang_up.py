@@ -1,0 +1,97 @@
+"""A client that hangs up takes its work with it: its items waiting at the gate leave the
+queue, its running item stops, and the next caller is served in its place.
+
+One container and a request budget of 15 s. H holds the container with a program that
+sleeps 50 s; Q's three items wait behind it. Q hangs up: its items leave the queue at once
+(they used to wait for H and then run for nobody). H hangs up: its program stops, so R's
+correct item runs and scores 1 (had H's program run on, R would have been shut out past its
+budget: null). Read from the server's own counters and verdicts, not the clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from reward_server.testing import ServerProcess, run_server, wait_for_sandbox
+
+SLEEPER = {"response": "```python\nimport time\ntime.sleep(50)\n```",
+           "tests": [{"input": "", "output": "never"}], "time_limit_s": 55, "budget_s": 58}
+ADD = {"response": "```python\ndef add(a, b):\n    return a + b\n```",
+       "test_list": ["assert add(2, 3) == 5"]}
+
+
+@pytest.fixture(scope="module")
+def one_container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "1", "REWARD_SERVER_CACHE_SIZE": "0",
+           "REWARD_SERVER_REQUEST_BUDGET_S": "15",
+           "REWARD_SERVER_SANDBOX_MAX_TIME_LIMIT_S": "60"}
+    with run_server(tmp_path_factory.mktemp("hang-up"), env=env) as srv:
+        wait_for_sandbox(srv.url, timeout_s=180)
+        yield srv
+
+
+def metric(url: str, pattern: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=60).text
+    match = re.search(rf"^{pattern} (\S+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def waiting(url: str) -> float:
+    return metric(url, r'reward_queue_items_waiting\{verifier="code"\}')
+
+
+def dropped(url: str) -> float:
+    return metric(url, "reward_requests_dropped_total")
+
+
+async def until(check, what: str, within_s: float = 30.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not await asyncio.to_thread(check):
+        assert time.monotonic() < deadline, f"never: {what}"
+        await asyncio.sleep(0.1)
+
+
+def sent(url: str, source: str, items: list[dict]) -> asyncio.Task:
+    """POST from a loopback ``source`` (its own caller); cancelling the task hangs up."""
+    async def post() -> httpx.Response:
+        transport = httpx.AsyncHTTPTransport(local_address=source)
+        async with httpx.AsyncClient(transport=transport, timeout=300) as client:
+            return await client.post(url + "/v1/verify/code", json={"items": items})
+    return asyncio.ensure_future(post())
+
+
+async def hang_up(task: asyncio.Task) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def test_a_client_that_hangs_up_leaves_the_queue_and_frees_its_container(
+        one_container: ServerProcess) -> None:
+    url = one_container.url
+
+    async def scenario() -> dict:
+        before = dropped(url)
+        granted = metric(url, r'reward_queue_wait_seconds_count\{verifier="code"\}')
+        h = sent(url, "127.0.0.1", [SLEEPER])
+        await until(lambda: metric(url, r'reward_queue_wait_seconds_count\{verifier="code"\}')
+                    > granted, "H holds the container")
+        q = sent(url, "127.0.0.2", [ADD, ADD, ADD])
+        await until(lambda: waiting(url) == 3, "Q's three items wait")
+        await hang_up(q)
+        await until(lambda: waiting(url) == 0 and dropped(url) == before + 1,
+                    "Q's items left the queue while H still runs")
+        assert not h.done()  # H's program still sleeps: the queue emptied for Q's going
+        await hang_up(h)
+        await until(lambda: dropped(url) == before + 2, "H's request dropped")
+        r = await sent(url, "127.0.0.3", [ADD])
+        return r.json()["results"][0]
+
+    result = asyncio.run(scenario())
+    assert (result["score"], result["status"]) == (1.0, "ok"), result
+    assert metric(url, r'reward_requests_total\{code="499",route="/v1/verify/code"\}') == 2
