@@ -15,8 +15,7 @@ from fastapi_offline import FastAPIOffline
 from reward_server import __version__, worker_isolation
 from reward_server.callers import load_tokens
 from reward_server.errors import ApiError, api_error_handler, validation_error_handler
-from reward_server.middleware import (BearerAuth, BodyLimit, DropOnHangUp, ErrorGuard,
-                                      RequestMetrics)
+from reward_server.middleware import BearerAuth, BodyLimit, DropOnHangUp, ErrorGuard, RequestMetrics
 from reward_server.routes import meta, openrlhf, rewards, run_code, sessions
 from reward_server.routes.verify import verifier_router
 from reward_server.run_code.sessions import Sessions

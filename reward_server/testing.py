@@ -122,6 +122,17 @@ def wait_for_sandbox(url: str, timeout_s: float = 120,
         time.sleep(0.5)
 
 
+@contextmanager
+def one_container_server(tmp_path: Path, env: dict[str, str] | None = None
+                         ) -> Iterator[ServerProcess]:
+    """A server of one sandbox container and no result cache, once the container answers:
+    where one caller's item holds the pool while another's waits."""
+    base = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "1", "REWARD_SERVER_CACHE_SIZE": "0"}
+    with run_server(tmp_path, env={**base, **(env or {})}) as srv:
+        wait_for_sandbox(srv.url, timeout_s=180)
+        yield srv
+
+
 def verify_code(url: str, *items: dict[str, Any]) -> list[dict[str, Any]]:
     """``POST /v1/verify/code`` with ``items``; the results (a 200 is asserted)."""
     with httpx.Client(base_url=url, timeout=300) as c:

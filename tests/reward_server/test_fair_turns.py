@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
+from reward_server.testing import one_container_server
+from tests.conftest import SandboxRuntime, ServerProcess
 
 BUDGET_S = 10.0  # per request: what B may be shut out for
 LONGEST_TEST_S = 3.0  # the server's max_time_limit_s: test code that cannot take turns
@@ -31,12 +32,10 @@ SLOW = "```python\nimport time\ndef slow(k):\n    time.sleep(0.5)\n    return k\
 def one_container(sandbox_runtime: SandboxRuntime, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[ServerProcess]:
     """One container, under runc or gVisor."""
-    env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "1", "REWARD_SERVER_CACHE_SIZE": "0",
-           "REWARD_SERVER_REQUEST_BUDGET_S": str(BUDGET_S),
+    env = {"REWARD_SERVER_REQUEST_BUDGET_S": str(BUDGET_S),
            "REWARD_SERVER_SANDBOX_MAX_TIME_LIMIT_S": str(LONGEST_TEST_S), **sandbox_runtime.env}
-    with run_server(tmp_path_factory.mktemp(f"fair-turns-{sandbox_runtime.name}"),
-                    env=env) as srv:
-        wait_for_sandbox(srv.url, timeout_s=180)
+    with one_container_server(tmp_path_factory.mktemp(f"fair-turns-{sandbox_runtime.name}"),
+                              env) as srv:
         yield srv
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from reward_server.testing import one_container_server
 from tests.conftest import ServerProcess, run_server, verify_code, wait_for_sandbox
 
 TIMEOUT_S = 2.0  # per math item
@@ -270,9 +271,7 @@ def test_the_server_says_not_run_for_an_item_the_budget_cut(tmp_path: Path) -> N
 @pytest.fixture(scope="module")
 def one_container(docker_ready: None, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[ServerProcess]:
-    env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "1", "REWARD_SERVER_CACHE_SIZE": "0"}
-    with run_server(tmp_path_factory.mktemp("one-container"), env=env) as srv:
-        wait_for_sandbox(srv.url)
+    with one_container_server(tmp_path_factory.mktemp("one-container")) as srv:
         yield srv
 
 

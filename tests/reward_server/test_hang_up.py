@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from reward_server.testing import ServerProcess, run_server, wait_for_sandbox
+from reward_server.testing import ServerProcess, one_container_server
 
 SLEEPER = {"response": "```python\nimport time\ntime.sleep(50)\n```",
            "tests": [{"input": "", "output": "never"}], "time_limit_s": 55, "budget_s": 58}
@@ -27,12 +27,10 @@ ADD = {"response": "```python\ndef add(a, b):\n    return a + b\n```",
 
 
 @pytest.fixture(scope="module")
-def one_container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "1", "REWARD_SERVER_CACHE_SIZE": "0",
-           "REWARD_SERVER_REQUEST_BUDGET_S": "15",
-           "REWARD_SERVER_SANDBOX_MAX_TIME_LIMIT_S": "60"}
-    with run_server(tmp_path_factory.mktemp("hang-up"), env=env) as srv:
-        wait_for_sandbox(srv.url, timeout_s=180)
+def one_container(docker_ready: None, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[ServerProcess]:
+    env = {"REWARD_SERVER_REQUEST_BUDGET_S": "15", "REWARD_SERVER_SANDBOX_MAX_TIME_LIMIT_S": "60"}
+    with one_container_server(tmp_path_factory.mktemp("hang-up"), env) as srv:
         yield srv
 
 
