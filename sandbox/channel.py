@@ -17,7 +17,6 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Callable
 from typing import Any
 
 # Larger than any reply (a build of at most 16 MB travels base64'd) and smaller than any
@@ -49,11 +48,8 @@ class Channel:
         self._sock = sock
         self._stdout = bytearray()
 
-    def request(self, message: dict[str, Any], timeout_s: float,
-                go_on: Callable[[], bool] | None = None) -> dict[str, Any]:
-        """The job's reply. Before it, the harness may ask, past an item's turn, whether the
-        item runs on in this container (``{"ask": "turn"}``): ``go_on()`` answers (None:
-        yes, always). Each frame must carry the job's id."""
+    def request(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """The job's reply, which must carry the job's id."""
         deadline = time.monotonic() + timeout_s
         job_id = secrets.token_hex(16)
         data = json.dumps({**message, "id": job_id}).encode()
@@ -61,12 +57,7 @@ class Channel:
             self._sock.settimeout(timeout_s)
             self._drain_stale()
             self._sock.sendall(struct.pack(">I", len(data)) + data)
-            while True:
-                reply = self._read_reply(deadline, job_id)
-                if reply.get("ask") != "turn" or set(reply) != {"ask", "id"}:
-                    break
-                answer = json.dumps({"go_on": go_on is None or go_on(), "id": job_id}).encode()
-                self._sock.sendall(struct.pack(">I", len(answer)) + answer)
+            reply = self._read_reply(deadline, job_id)
         except TimeoutError:
             raise ChannelTimeout(f"no answer within {timeout_s:.1f} s") from None
         except (OSError, struct.error) as exc:

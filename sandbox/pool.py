@@ -320,9 +320,8 @@ class ContainerPool:
         task.add_done_callback(self._background.discard)
 
     async def request(self, pooled: PooledContainer, message: dict[str, Any],
-                      timeout_s: float, go_on: Callable[[], bool] | None = None
-                      ) -> dict[str, Any]:
-        return await self._call(pooled.channel.request, message, timeout_s, go_on)
+                      timeout_s: float) -> dict[str, Any]:
+        return await self._call(pooled.channel.request, message, timeout_s)
 
     # --- keeping the pool full ----------------------------------------------------------------
 
@@ -543,11 +542,9 @@ class EnginePool:
         pooled.pool.release(pooled, healthy)
 
     async def request(self, pooled: PooledContainer, message: dict[str, Any],
-                      timeout_s: float, go_on: Callable[[], bool] | None = None
-                      ) -> dict[str, Any]:
-        """The job's reply; ``go_on()``: whether an assertion item past its turn runs on
-        in this container (``Channel.request``), asked on a thread of the pool's."""
-        return await pooled.pool.request(pooled, message, timeout_s, go_on)
+                      timeout_s: float) -> dict[str, Any]:
+        """The job's reply (``Channel.request``), on a thread of the pool's."""
+        return await pooled.pool.request(pooled, message, timeout_s)
 
     async def container_lost(self, pooled: PooledContainer) -> bool:
         """A container's channel closed under a run: True when that was not the program's

@@ -90,8 +90,6 @@ class Execution:
     checker: tuple[str, str] | None = None  # (language, source): judges stdin/stdout outputs
     stop_on_failure: bool = False  # all-or-nothing: the first failure decides, skip the rest
     preamble: str = ""  # the dataset's text before the program: what runs is ``program``
-    # an assertion item's later turn: the tests earlier turns ran (harness/turns.py)
-    tests_done: int = 0
 
     @property
     def program(self) -> str:
@@ -170,9 +168,9 @@ class Sandbox:
             "stop_on_failure": ex.stop_on_failure,
             "yield_after_s": yield_after_s, "continues": spent_s > 0,
         }
-        count = ex.test_count - ex.tests_done
-        if ex.test_code is not None or ex.calls is not None:
-            job.update(done=ex.tests_done, unsplit_s=c.max_time_limit_s)
+        count = ex.test_count
+        if ex.test_code is not None or ex.calls is not None:  # one turn (harness/turns.py)
+            job.update(unsplit_s=c.max_time_limit_s)
         if ex.calls is not None:
             job.update(mode="assert", test_setup=ex.test_setup, entry_point=ex.entry_point,
                        calls=[{"args": list(c.args), "expected": c.expected} for c in ex.calls],
@@ -204,11 +202,12 @@ class Sandbox:
         language's source that another execution built (or is building) is not compiled
         again: its build is unpacked instead (sandbox/builds.py).
 
-        ``yield_after_s``: an item's turn; past it, between two tests, the harness answers
-        with the tests that ran (assertions: harness/turns.py). If ``others_waiting()``,
-        the result says ``yielded`` and the caller runs the rest (``tests=`` the rest, or
-        ``tests_done=``) with ``spent_s``, the item's budget its turns used; else the next
-        turn runs at once in the same container (its build and checker already there)."""
+        ``yield_after_s``: a stdin/stdout item's turn; past it, between two tests, the
+        harness answers with the tests that ran (an assertion item has one turn:
+        harness/turns.py). If ``others_waiting()``, the result says ``yielded`` and the
+        caller runs the rest (``tests=`` the rest) with ``spent_s``, the item's budget its
+        turns used; else the next turn runs at once in the same container (its build and
+        checker already there)."""
         if ex.spec is None:
             raise ValueError(f"unknown language {ex.language!r}")
         job, count, budget = self._job(ex, yield_after_s, spent_s)
@@ -243,7 +242,7 @@ class Sandbox:
                        + MISFRAMED_RERUNS + 1):
             pooled = await self.pool.acquire()
             try:
-                reply = await self.pool.request(pooled, job, budget, go_on=go_on)
+                reply = await self.pool.request(pooled, job, budget)
                 if _yielded(reply) and go_on():
                     reply = await self._more_turns(pooled, job, reply, budget, go_on)
             except ChannelMisframed as exc:
@@ -309,15 +308,11 @@ class Sandbox:
             ran += reply["tests"]
             spent_s += _elapsed(reply)
             build = reply.get("build") or build
-            turn = {**turn, "continues": True,
+            turn = {**turn, "continues": True, "tests": turn["tests"][len(reply["tests"]):],
                     "budget_s": max(turn["budget_s"] - _elapsed(reply), 1e-3)}
-            if "done" in turn:  # assertions: the harness skips the tests that ran
-                turn["done"] += len(reply["tests"])
-            else:
-                turn["tests"] = turn["tests"][len(reply["tests"]):]
             if valid_build(build) is not None:
                 turn = {**turn, "artifacts": build["files"], "want_artifacts": False}
-            reply = await self.pool.request(pooled, turn, budget, go_on=go_on)
+            reply = await self.pool.request(pooled, turn, budget)
             if not isinstance(reply, dict):
                 return reply  # malformed: _result fails every test
         merged = {**reply, "tests": ran + list(reply.get("tests") or []),

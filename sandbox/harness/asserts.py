@@ -15,7 +15,6 @@ import builtins
 import math
 import os
 import time
-from contextlib import contextmanager, nullcontext
 
 from .candidate import (
     Candidate,
@@ -31,7 +30,6 @@ from .processes import kill_group, oom_kills
 from .protocol import recv_frame
 from .statuses import (
     BAD_TESTS,
-    HARNESS_ERROR,
     MEMORY_LIMIT,
     OK,
     PASSED,
@@ -41,16 +39,8 @@ from .statuses import (
     WRONG_ANSWER,
 )
 from .suite import CHECK, split_tests
-from .turns import TRUSTED_GRACE_S, TrustedTimeout, may_go_on, resumable, trusted_clock
-from .verdicts import (
-    every_test,
-    failed_all,
-    over_budget,
-    restarted_clock,
-    skipped,
-    time_left,
-    yielded,
-)
+from .turns import TRUSTED_GRACE_S, TrustedTimeout, trusted_clock
+from .verdicts import every_test, failed_all, over_budget, skipped, time_left
 
 
 class BadTests(Exception):
@@ -174,20 +164,17 @@ def short(value, limit=200):
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def run_asserts(job, workdir, env, zygote=None, ask=None):
-    """Run the job's tests; a later turn of it (``done``: the tests earlier turns ran) runs
-    the rest. Past its turn, between two tests, ``ask()`` says whether to run on here (see
-    ``turns``, which says when a job may end its turn and how long one that may not runs)."""
+def run_asserts(job, workdir, env, zygote=None):
+    """Run the job's tests, in one turn (``turns``)."""
     entry = job.get("entry_point")
     candidate = Candidate()
     namespace = {"__name__": SETUP_MODULE, "__builtins__": builtins}
-    done = job.get("done") or 0
-    if job.get("unsplit_s"):  # setup, load and tests: one turn, unless the host extends it
+    if job.get("unsplit_s"):  # setup, load and tests: one turn, whatever else waits
         job["turn_end"] = job["started"] + job["unsplit_s"]
     try:
         setup, steps = parse(job)
-        count = sum(map(is_test, steps)) - done  # the tests this turn reports
-        with rebuilding(job):
+        count = sum(map(is_test, steps))
+        with trusted_clock(time_left(job)):  # a loop in the setup held the container
             if entry:  # after test_setup too: a prompt's stub never stands for the solution
                 namespace["candidate"] = namespace[entry] = candidate.function(entry)
             candidate.classes = run_setup(setup, namespace)
@@ -206,8 +193,7 @@ def run_asserts(job, workdir, env, zygote=None, ask=None):
         return data.decode("utf-8", "backslashreplace")
 
     try:
-        with restarted_clock(job) if job.get("continues") else nullcontext():
-            hello = load(candidate, job, workdir, env, stderr_fd, zygote)
+        hello = load(candidate, job, workdir, env, stderr_fd, zygote)
         if hello is None:
             return failed_all(count, TIMEOUT, "the solution did not finish loading in time")
         if not valid_hello(hello):
@@ -219,27 +205,11 @@ def run_asserts(job, workdir, env, zygote=None, ask=None):
                     "tests": every_test(count, RUNTIME_ERROR,
                                         detail[-job["stderr_tail_bytes"]:])}
         install(namespace, candidate, hello)
-        turns = ask is not None and resumable(steps, namespace, is_test)
-        if done and not turns:  # the host resumes only a job that could end its turn
-            return {"status": HARNESS_ERROR, "detail": "a later turn of a job that has none"}
-        steps = steps[done:]
-        if not turns:
-            one_turn(job)
         results = []
         for step in steps:
             if time_left(job) <= 0:
-                if turns and job["deadline"] > time.monotonic():  # its turn is over, not its
-                    return yielded(job, results)  # budget: the host runs the rest later
                 return {"status": OK, "tests": results + out_of_time(job, count - len(results))}
             if is_test(step):
-                if turns and (candidate.failure is not None or candidate.process.poll()
-                              is not None):
-                    # the solution was stopped or ended: a later turn would load it again,
-                    # and its later tests must fail as they do in one turn
-                    turns = False
-                    one_turn(job)
-                if turns and not may_go_on(job, len(results), ask):
-                    return yielded(job, results)
                 results.append(run_one(test_call(step, namespace, candidate, entry), candidate,
                                        job, stderr_tail))
                 if results[-1]["status"] != PASSED and job.get("stop_on_failure"):
@@ -264,16 +234,6 @@ def run_asserts(job, workdir, env, zygote=None, ask=None):
             candidate.process.wait()
 
 
-@contextmanager
-def rebuilding(job):
-    """The trusted setup under one test's limit (a loop there held the container until the
-    host gave up); in a later turn off the item's clock, as the rebuild is the schedule's
-    cost, not the item's."""
-    with restarted_clock(job) if job.get("continues") else nullcontext():
-        with trusted_clock(time_left(job)):
-            yield
-
-
 def load(candidate, job, workdir, env, stderr_fd, zygote):
     """Start the solution's process; its first frame, or None if it did not come in time."""
     candidate.start(job, workdir, env, stderr_fd, zygote)
@@ -285,19 +245,11 @@ def load(candidate, job, workdir, env, stderr_fd, zygote):
         return {"load_error": "the solution exited while loading"}
 
 
-def one_turn(job):
-    """The rest of the job runs in this turn: at most the longest a test may take, from the
-    job's start (``turn_end``), which no answer of the host's extends now."""
-    job["one_turn"] = True
-
-
 def out_of_time(job, count):
-    """The tests the job's time did not reach: its budget's, or, for a job that runs in one
-    turn (``turns``), that turn's."""
-    if job.get("one_turn") and job.get("turn_end", math.inf) < job["deadline"]:
-        return every_test(count, TIMEOUT, "not run: test code that cannot go on in a later "
-                          "turn runs in one, of at most the longest a test may take "
-                          f"({job['unsplit_s']:g} s)")
+    """The tests the job's time did not reach: its budget's, or its one turn's (``turns``)."""
+    if job.get("turn_end", math.inf) < job["deadline"]:
+        return every_test(count, TIMEOUT, "not run: an assertion item runs in one process, of "
+                          f"at most the longest a test may take ({job['unsplit_s']:g} s)")
     return over_budget(job, count)
 
 

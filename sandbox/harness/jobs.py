@@ -35,10 +35,9 @@ def prepare_workdir(job):
     return workdir
 
 
-def execute(job, zygote, state, ask=None):
+def execute(job, zygote, state):
     """One execution in a fresh work dir; afterwards the container is swept and checked
-    against its fresh state (``state``), and reported dirty unless it matches. ``ask()``:
-    the host's word, past an assertion job's turn, on whether it may run on (``turns``)."""
+    against its fresh state (``state``), and reported dirty unless it matches."""
     new_execution()
     spare = (zygote.process.pid,) if zygote is not None else ()
     started = time.monotonic()
@@ -56,9 +55,9 @@ def execute(job, zygote, state, ask=None):
         elif job["mode"] == "score":
             result = run_scoring(job, workdir, state)
         elif slate.isolated():  # the caller's test code, in a process of its own
-            result = run_tested(job, workdir, env, zygote, ask)
+            result = run_tested(job, workdir, env, zygote)
         else:  # one uid for everything (no root): nothing to keep the test code from
-            result = run_asserts(job, workdir, env, zygote, ask)
+            result = run_asserts(job, workdir, env, zygote)
     except Exception as exc:  # noqa: BLE001 - report, never die: we are PID 1
         detail = f"{type(exc).__name__}: {exc}"[:500]
         # once a program of the candidate's ran, a failure is its doing: failed tests (0)

@@ -6,15 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 
 from . import session, slate
 from .jobs import execute
 from .processes import make_undumpable, private_sink
 from .protocol import JOB_FRAME_BYTES, printable, recv_frame, send_frame
 from .zygote import spawn_zygote
-
-ASK_TIMEOUT_S = 30.0  # for the host's answer to ``ask_host`` (it answers at once)
 
 
 class Channel:
@@ -86,7 +83,7 @@ def serve():
             continue
         if zygote is None or not zygote.alive():
             zygote = respawn(zygote, state)
-        result = execute(job, zygote, state, ask=lambda job=job: ask_host(job))
+        result = execute(job, zygote, state)
         empty_stdout()
         result["undumpable"] = undumpable
         result["id"] = job.get("id")
@@ -95,20 +92,6 @@ def serve():
         # and ends with the execution: zygote.py), and no candidate can reach it (another uid).
         if zygote is None or not zygote.alive():
             zygote = respawn(zygote, state)
-
-
-def ask_host(job):
-    """Mid-job, between two tests past the job's turn: may it run on here (True), or should
-    it end its turn because other items wait (False)? One frame each way, the job's ``id``
-    on both; no answer in time, or a malformed one, ends the turn."""
-    send_frame(CHANNEL.verdicts, {"ask": "turn", "id": job.get("id")})
-    try:
-        answer = recv_frame(CHANNEL.jobs, time.monotonic() + ASK_TIMEOUT_S,
-                            max_bytes=JOB_FRAME_BYTES)
-    except (EOFError, TimeoutError, OSError, ValueError):
-        return False
-    return (isinstance(answer, dict) and answer.get("id") == job.get("id")
-            and answer.get("go_on") is True)
 
 
 def respawn(zygote, state):

@@ -13,14 +13,12 @@ PID 1 on the *relay*, a socket only the two hold:
   such server the tester never starts the solution in another way (it would run under the
   tester's uid, and could trace it);
 - killing the solution (``kill``): PID 1 kills every process of the candidate's uid;
-- the host's word on whether a job may run past its turn (``ask``);
-- the result, which PID 1 checks and keeps to the shape a result has; the time the job took
-  is PID 1's own clock, never the tester's word.
+- the result, which PID 1 checks and keeps to the shape a result has.
 
 The job's clocks run in the tester (its trusted code's ``SIGALRM``, its turn), which test
 code can stop. So PID 1 keeps the turn too: a tester still running past its turn's end
-(``unsplit_s`` from the start, extended only when the host lets the job run on) plus a
-grace is killed, and holds a container no longer than one test may.
+(``unsplit_s`` from the start: the job has one, ``turns``) plus a grace is killed, and holds
+a container no longer than one test may.
 
 The tester can forge only its own job's result, which its own test code decides anyway.
 """
@@ -40,7 +38,7 @@ RESULT_FRAME_BYTES = 16 * 1024 * 1024
 # Past the job's own deadline, the test process's trusted clocks still get their grace, and
 # its last frame time to arrive
 SLACK_S = 10.0
-RESULT_KEYS = {"status", "detail", "tests", "yielded", "elapsed_s"}
+RESULT_KEYS = {"status", "detail", "tests"}
 # Past the end of its turn, the tester's own clock stops a test's trusted code after
 # ``TRUSTED_GRACE_S``; then its result frame has this long to arrive
 TURN_SLACK_S = 2.0
@@ -50,7 +48,7 @@ TEST_KEYS = {"status", "time_ms", "stderr"}
 # --- PID 1's side -----------------------------------------------------------------------------
 
 
-def run_tested(job, workdir, env, zygote, ask=None):
+def run_tested(job, workdir, env, zygote):
     """Run the assertion job in a tester forked from ``zygote``; its result, checked."""
     if zygote is None or not zygote.alive():
         return {"status": HARNESS_ERROR, "detail": "no fork server to run the test code in"}
@@ -62,25 +60,21 @@ def run_tested(job, workdir, env, zygote, ask=None):
             return {"status": HARNESS_ERROR, "detail": f"the test process did not start: {exc}"}
         finally:
             theirs.close()
-        send_frame(relay.fileno(), {"job": job, "workdir": workdir, "env": env,
-                                    "asks": ask is not None})
-        result, theirs = _relay(relay.fileno(), job, ask)
-        return checked(job, result) if theirs else result
+        send_frame(relay.fileno(), {"job": job, "workdir": workdir, "env": env})
+        result, theirs = _relay(relay.fileno(), job)
+        return checked(result) if theirs else result
     finally:
         relay.close()
         slate.kill_user(slate.TESTER[0])
 
 
-def _relay(fd, job, ask):
+def _relay(fd, job):
     """Serve the tester's requests until its result: (its result, True); else (what the job
     came to, False)."""
     deadline = job["deadline"] + SLACK_S
     grace = TRUSTED_GRACE_S + TURN_SLACK_S
     turn_end = time.monotonic() + job["unsplit_s"] + grace if job.get("unsplit_s") else math.inf
     started = False
-    # the host is asked at most once a turn, as ``turns.may_go_on`` asks: test code that asks
-    # more often is answered here, and cannot keep the host answering
-    next_ask = job.get("yield_at")
     while True:
         try:
             until = min(deadline, turn_end)
@@ -98,24 +92,6 @@ def _relay(fd, job, ask):
         elif frame.get("op") == "kill":
             slate.kill_user(slate.CANDIDATE[0])
             send_frame(fd, {"op": "killed"})
-        elif frame.get("op") == "ask":
-            asked = time.monotonic()
-            if ask is None or next_ask is None:
-                go_on = True  # a job of one turn
-            elif next_ask == math.inf:
-                go_on = False  # told to end its turn already
-            elif asked < next_ask:
-                go_on = True  # within its turn
-            else:
-                go_on = bool(ask())
-                host_s = time.monotonic() - asked  # the host's time, not the job's
-                deadline += host_s
-                turn_end += host_s
-                # (from the ask: the tester starts its next turn after the answer, later)
-                next_ask = asked + job["yield_after_s"] if go_on else math.inf
-                if go_on:  # a test that starts before the next ask may take its limit
-                    turn_end = max(turn_end, next_ask + host_s + job["time_limit_s"] + grace)
-            send_frame(fd, {"op": "turn", "go_on": go_on})
         else:
             return lost(started, ValueError(f"an unknown request {str(frame)[:100]}")), False
 
@@ -132,9 +108,8 @@ def lost(started, exc):
             "detail": f"the test code's process ended before the solution loaded: {why}"}
 
 
-def checked(job, result):
-    """The tester's result, kept to a result's shape: known keys, statuses and types only,
-    and the elapsed time PID 1's own."""
+def checked(result):
+    """The tester's result, kept to a result's shape: known keys, statuses and types only."""
     if not isinstance(result, dict) or not set(result) <= RESULT_KEYS or (
             result.get("status") not in EXECUTION_STATUSES):
         return {"status": BAD_TESTS, "detail": "the test process sent a malformed result"}
@@ -151,9 +126,6 @@ def checked(job, result):
         out["tests"] = tests
     if isinstance(result.get("detail"), str):
         out["detail"] = result["detail"]
-    if result.get("yielded") is True:
-        out["yielded"] = True
-        out["elapsed_s"] = time.monotonic() - job["started"]
     return out
 
 
@@ -174,12 +146,6 @@ class Relay:
         if not isinstance(answer, dict) or answer.get("op") != reply:
             raise EOFError("PID 1 broke the relay")
         return answer
-
-    def ask(self):
-        try:
-            return self.request("ask", "turn").get("go_on") is True
-        except (OSError, EOFError, ValueError):
-            return False
 
     def kill(self, process=None):
         try:
@@ -206,8 +172,7 @@ def serve_tester(relay_fd):
     Candidate.on_start = staticmethod(lambda: relay.request("started"))
     Candidate.forks_only = True
     try:
-        result = run_asserts(job, message["workdir"], message["env"], own,
-                             relay.ask if message.get("asks") else None)
+        result = run_asserts(job, message["workdir"], message["env"], own)
     except Exception as exc:  # noqa: BLE001 - the harness's own failure, said as one
         result = {"status": HARNESS_ERROR, "detail": f"{type(exc).__name__}: {exc}"[:500]}
     send_frame(relay_fd, {"result": result})

@@ -94,25 +94,3 @@ def test_bytes_left_after_a_reply_refuse_the_next_job_before_it_is_sent(channel)
     with pytest.raises(ChannelMisframed) as raised:
         ch.request({"mode": "ping"}, 5)
     assert not raised.value.sent
-
-
-def test_a_harness_asks_mid_job_whether_to_run_on_and_gets_the_hosts_answer(channel) -> None:
-    """An assertion item past its turn asks (``{"ask": "turn"}``, the job's id); the host
-    answers with ``go_on()``, and the reply that follows is the job's."""
-    ch, answers = channel
-    heard: list[dict] = []
-
-    def ask(job: dict) -> bytes:
-        heard.append(job)
-        return mux(frame({"ask": "turn", "id": job["id"]}))
-
-    def reply(answer: dict) -> bytes:
-        heard.append(answer)
-        return mux(frame({"status": "ok", "yielded": not answer["go_on"], "id": answer["id"]}))
-
-    answers += [ask, reply]
-    assert ch.request({"mode": "assert"}, 5, go_on=lambda: False) == {
-        "status": "ok", "yielded": True}
-    assert heard[1] == {"go_on": False, "id": heard[0]["id"]}
-    answers += [ask, reply]
-    assert ch.request({"mode": "assert"}, 5) == {"status": "ok", "yielded": False}

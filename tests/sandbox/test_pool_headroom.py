@@ -107,8 +107,7 @@ class _Pool:
     async def acquire(self) -> SimpleNamespace:
         return self.queue.pop(0)
 
-    async def request(self, pooled: SimpleNamespace, job: dict, budget: float,
-                      go_on: object = None) -> dict:
+    async def request(self, pooled: SimpleNamespace, job: dict, budget: float) -> dict:
         if pooled.dies == "harness":  # PID 1 raised after the program started (jobs.py)
             return {"status": "ok", "tests": [], "candidate_failed": True,
                     "detail": "the run failed after the program started: OSError: ..."}

@@ -60,7 +60,9 @@ class SandboxSettings(SessionSettings):
     default_time_limit_s: float = Field(SandboxConfig.default_time_limit_s, gt=0,
                                         description="Per-test limit when an item sets none.")
     max_time_limit_s: float = Field(SandboxConfig.max_time_limit_s, gt=0,
-                                    description="The most per-test time an item can ask for.")
+                                    description="The most per-test time an item can ask for; also "
+                                    "the whole run of an assertion item (its tests share "
+                                    "one process, in one turn).")
     default_memory_mb: int = Field(SandboxConfig.default_memory_mb, ge=32,
                                    description="Per-program memory when an item sets none.")
     max_memory_mb: int = Field(SandboxConfig.max_memory_mb, ge=32,

@@ -117,9 +117,8 @@ class CodeVerifier(Verifier):
         """A container when the lane gives this request its turn; an item that outlasts
         ``TURN_S`` while other items wait goes back to the gate between two tests and runs
         the rest in its next turn (the harness stops it there; its budget carries over);
-        with nobody waiting it goes on in the same container. Assertion items too, where a
-        later turn gets the verdicts one turn would (sandbox/harness/turns.py); one that
-        cannot take turns runs in one, no longer than a test may. A test's wall-clock
+        with nobody waiting it goes on in the same container. An assertion item runs in one
+        turn, no longer than a test may (sandbox/harness/turns.py). A test's wall-clock
         timeout may have been the machine's load: believed the second time."""
         tests: list[TestResult] = []
         spent_s, rest = 0.0, execution
@@ -136,9 +135,7 @@ class CodeVerifier(Verifier):
                 break
             metrics.TURNS_YIELDED.labels(self.name).inc()
             spent_s += run.elapsed_s
-            rest = (replace(rest, tests_done=rest.tests_done + len(run.tests))
-                    if rest.test_code is not None or rest.calls is not None
-                    else replace(rest, tests=rest.tests[len(run.tests):]))
+            rest = replace(rest, tests=rest.tests[len(run.tests):])
         result = _as_result(replace(run, tests=tests), execution.test_count)
         return Done(result, timeout=False if any(t.status == TIMEOUT for t in result.tests)
                     else None)
