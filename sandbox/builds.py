@@ -7,7 +7,8 @@ first out; a build that is too large to ship (``harness/artifacts.py``) is not k
 
 A build is the candidate's own program for exactly that source, keyed by everything its
 compile depends on (the language's row with its commands, and the source): no other program
-can run it.
+can run it. A dataset's checker's build is kept the same way (``checker_key``), so an item's
+later turn in another container unpacks its checker instead of compiling it again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ def build_key(job: dict[str, Any]) -> str | None:
         return None
     return hashlib.sha256(json.dumps([job["language"], job["source"]], sort_keys=True)
                           .encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def checker_key(job: dict[str, Any]) -> str | None:
+    """The key of a job's checker's build (its language row and source); None without a
+    checker or for one that does not compile."""
+    checker = job.get("checker")
+    if not checker or not checker["language"].get("compile"):
+        return None
+    return hashlib.sha256(json.dumps(["checker", checker["language"], checker["source"]],
+                                     sort_keys=True).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def valid_build(value: Any) -> Build | None:
@@ -78,6 +89,19 @@ class Builds:
         while self._bytes > self.max_bytes:
             _, old = self._done.popitem(last=False)
             self._bytes -= _size(old)
+
+    def kept(self, key: str) -> Build | None:
+        """A finished build, if one is kept (nothing waits for one being made)."""
+        if key in self._done:
+            self._done.move_to_end(key)
+            return self._done[key]
+        return None
+
+    def keep(self, key: str, build: Any) -> None:
+        """Keep ``build`` (as the harness sent it: checked here) when it holds files."""
+        build = valid_build(build)
+        if build is not None and "files" in build and key not in self._done:
+            self.publish(key, build)
 
     def __len__(self) -> int:
         return len(self._done)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from sandbox.builds import Build, Builds, build_key, valid_build
+from sandbox.builds import Build, Builds, build_key, checker_key, valid_build
 from sandbox.channel import ChannelClosed, ChannelMisframed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
@@ -211,6 +211,8 @@ class Sandbox:
         if ex.spec is None:
             raise ValueError(f"unknown language {ex.language!r}")
         job, count, budget = self._job(ex, yield_after_s, spent_s)
+        if (ckey := checker_key(job)) is not None and (found := self.builds.kept(ckey)):
+            job = {**job, "checker": {**job["checker"], "artifacts": found["files"]}}
         key = build_key(job)
         if key is None:
             return (await self._run_job(job, count, budget, others_waiting))[0]
@@ -243,6 +245,7 @@ class Sandbox:
             pooled = await self.pool.acquire()
             try:
                 reply = await self.pool.request(pooled, job, budget)
+                self._keep_checker(job, reply)
                 if _yielded(reply) and go_on():
                     reply = await self._more_turns(pooled, job, reply, budget, go_on)
             except ChannelMisframed as exc:
@@ -293,6 +296,12 @@ class Sandbox:
             # container is replaced; try another before calling the item unscorable.
             failure = f"sandbox harness failed: {_text(reply.get('detail'))}"
         raise SandboxUnavailable(self.pool.unavailable_reason or failure)
+
+    def _keep_checker(self, job: dict, reply: Any) -> None:
+        """The checker's build this run compiled, for the item's later turns (and items) in
+        other containers."""
+        if isinstance(reply, dict) and (ckey := checker_key(job)) is not None:
+            self.builds.keep(ckey, reply.get("checker_build"))
 
     async def _more_turns(self, pooled: PooledContainer, job: dict, reply: dict, budget: float,
                           go_on: Callable[[], bool]) -> Any:

@@ -1,5 +1,6 @@
 """What a compile step made, packed for the server, and unpacked into another work dir, so
-identical sources across the items of a batch compile once (``sandbox/builds.py``).
+identical sources across the items of a batch compile once (``sandbox/builds.py``); a
+dataset's checker's too, under the checker's uid (``checker.py``).
 
 Packed right after the compiler exits, before any program of the candidate's runs, read under
 the candidate's uid (the work dir is its own): every regular file but the source, outside
@@ -20,10 +21,11 @@ MAX_BYTES = 16 * 1024 * 1024  # a larger build is not shipped: the next item com
 MAX_FILES = 256
 
 
-def pack(workdir, source_name):
-    """{relative path: [mode, base64]} of what the compile made; None when too large."""
+def pack(workdir, source_name, who=None):
+    """{relative path: [mode, base64]} of what the compile made; None when too large.
+    ``who``: the (uid, gid) that owns ``workdir`` (default: the candidate's)."""
     files, total = {}, 0
-    with as_candidate():
+    with as_candidate(who):
         for top, dirs, names in os.walk(workdir):
             dirs[:] = [d for d in dirs if not d.startswith(".")]
             for name in names:
@@ -41,9 +43,9 @@ def pack(workdir, source_name):
     return files
 
 
-def unpack(files, workdir):
+def unpack(files, workdir, who=None):
     """Write ``files`` (from ``pack``) into ``workdir``; raises ValueError on a bad path."""
-    with as_candidate():
+    with as_candidate(who):
         for rel, (mode, data) in files.items():
             parts = rel.split("/")
             if os.path.isabs(rel) or any(p in ("", ".", "..") for p in parts):
@@ -57,14 +59,18 @@ def unpack(files, workdir):
 
 
 class as_candidate:  # noqa: N801 - used as a context manager, like a function
-    """Take the candidate's effective uid (root may not enter its work dir); no program of
-    the candidate's runs meanwhile (between executions, or between its compile and tests)."""
+    """Take the candidate's effective uid (root may not enter its work dir), or ``who``'s;
+    no program of that uid runs meanwhile (between executions, or between its compile and
+    tests)."""
+
+    def __init__(self, who=None):
+        self.who = who or slate.CANDIDATE
 
     def __enter__(self):
         self.root = slate.isolated()
         if self.root:
-            os.setegid(slate.CANDIDATE[1])
-            os.seteuid(slate.CANDIDATE[0])
+            os.setegid(self.who[1])
+            os.seteuid(self.who[0])
 
     def __exit__(self, *exc):
         if self.root:

@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections import OrderedDict
 
-from . import slate
+from . import artifacts, slate
 from .processes import compiling, run_process
 from .protocol import tail
 from .statuses import PASSED, TIMEOUT, WRONG_ANSWER
@@ -67,10 +67,13 @@ class OutOfTime(Exception):
 class Checker:
     def __init__(self, spec, job):
         self.language, self.source = spec["language"], spec["source"]
+        self.shipped = spec.get("artifacts")  # an earlier turn's build of it, via the host
+        self.build_files = None  # this job's build of it, packed for the host
         self.job = job
         self.dir = None
         self.env = None
         self.who = CHECKER_IDS[0]
+        self.compiled = False  # by this job (not found kept)
 
     def build(self):
         """Write and compile the checker, or find it compiled; raises CheckerBroken."""
@@ -92,8 +95,14 @@ class Checker:
             os.chown(self.dir, *self.who)
         self.env = self._env(self.dir)
         if self.language.get("compile"):
-            self._compile()
+            if self.shipped is not None:
+                self._unpack()
+            else:
+                self._compile()
+                self.compiled = True
             drop_caches(self.dir, self.who)
+            if self.compiled:
+                self.build_files = artifacts.pack(self.dir, self.language["source"], self.who)
         if slate.isolated():
             try:
                 seal(self.dir, self.who[1])
@@ -120,6 +129,14 @@ class Checker:
             why = "ran past its time limit" if result["status"] == TIMEOUT else "failed"
             raise CheckerBroken(f"the checker does not compile: the compiler {why}: "
                                 + tail(result["stderr"], job["stderr_tail_bytes"]))
+
+    def _unpack(self):
+        """An earlier turn's build of this checker (another container compiled it), in place
+        of compiling it again: a later turn never holds a container for a checker's compile."""
+        try:
+            artifacts.unpack(self.shipped, self.dir, self.who)
+        except (ValueError, OSError, TypeError) as exc:
+            raise CheckerBroken(f"the checker's build could not be unpacked: {exc}") from None
 
     def judge(self, test_input, output, answer):
         """(status, message) for the candidate's ``output``: passed or wrong_answer. Raises

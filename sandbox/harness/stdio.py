@@ -23,7 +23,15 @@ from .statuses import (
     TIMEOUT,
     WRONG_ANSWER,
 )
-from .verdicts import over_budget, restarted_clock, skipped, time_left, turn_over, yielded
+from .verdicts import (
+    build_turn_over,
+    over_budget,
+    restarted_clock,
+    skipped,
+    time_left,
+    turn_over,
+    yielded,
+)
 from .zygote import run_forked
 
 
@@ -56,21 +64,22 @@ def compile_program(job, workdir, env):
 
 def run_stdio(job, workdir, env, zygote=None):
     """The dataset's checker, if any, compiles first: broken, it is the dataset's fault
-    (bad_tests), found before the candidate runs."""
+    (bad_tests), found before the candidate runs. A compile may end the turn
+    (``build_turn_over``); the first turn's checker compile is kept here for the next."""
     checker = Checker(job["checker"], job) if job.get("checker") else None
     try:
         if checker is not None:
             if job.get("continues"):
-                # a later turn in a new container compiles the checker again: our
-                # scheduling's cost, not the item's, so not under (or from) its budget
+                # a later turn in a new container unpacks the checker's build the host kept
+                # (or, without one, compiles it again): our scheduling's cost, not the
+                # item's, so not under (or from) its budget
                 with restarted_clock(job):
                     checker.build()
             else:
                 checker.build()
-        result = run_tests(job, workdir, env, zygote, checker)
-        if job.get("build") is not None:
-            result["build"] = job["build"]
-        return result
+            if checker.compiled and checker.build_files is not None and build_turn_over(job):
+                return with_builds(yielded(job, []), job, checker)
+        return with_builds(run_tests(job, workdir, env, zygote, checker), job, checker)
     except CheckerBroken as exc:
         return {"status": BAD_TESTS, "detail": str(exc)[-job["stderr_tail_bytes"]:]}
     finally:
@@ -78,10 +87,23 @@ def run_stdio(job, workdir, env, zygote=None):
             checker.close()
 
 
+def with_builds(result, job, checker):
+    """``result`` with what this job compiled, for the host to keep and hand on: the
+    program's build when asked for (``want_artifacts``), the checker's when it compiled one."""
+    if job.get("build") is not None:
+        result["build"] = job["build"]
+    if checker is not None and checker.build_files is not None:
+        result["checker_build"] = {"files": checker.build_files}
+    return result
+
+
 def run_tests(job, workdir, env, zygote, checker):
+    compiles = bool(job["language"].get("compile")) and job.get("artifacts") is None
     failure = compile_program(job, workdir, env)
     if failure:
         return failure
+    if compiles and (job.get("build") or {}).get("files") and build_turn_over(job):
+        return yielded(job, [])  # the host has the build: a later turn unpacks it
     use_zygote = job["language"].get("forkserver") and zygote is not None and zygote.alive()
     if not use_zygote:
         return run_each(job, workdir, env, None, checker)

@@ -30,6 +30,16 @@ def turn_over(job, ran):
             and now < job["deadline"])
 
 
+def build_turn_over(job):
+    """After a compile whose result a later turn has without compiling again (the program's
+    build shipped to the host, the checker kept in this container), once the job's turn has
+    passed: the turn ends there, so a compile never adds to the longest span a container is
+    held without a break (a checker's compile, the program's, then a test and its check held
+    one for 100 s in one turn, past another caller's budget)."""
+    now = time.monotonic()
+    return job.get("yield_at") is not None and job["yield_at"] <= now < job["deadline"]
+
+
 @contextmanager
 def restarted_clock(job):
     """The item's clock stopped for the body: its deadline, start and turn move on by the

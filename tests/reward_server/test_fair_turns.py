@@ -159,3 +159,35 @@ def test_test_code_that_stops_its_own_clock_holds_the_container_one_turn(
     a, b, _ = hold_then_arrive(one_container.url, hog)
     assert (b["status"], b["score"]) == ("ok", 1.0), b
     assert (a["status"], a["score"]) == ("bad_tests", None), a
+
+
+def slow_cpp(body: str, loops: int = 2) -> str:
+    """C++ whose compile takes seconds (constexpr loops the compiler evaluates), then
+    ``body``, in which TOTAL is their sum (0 at run time's cost)."""
+    src = "#include <cstdio>\n#include <unistd.h>\n"
+    src += "".join(
+        f"constexpr long f{k}() {{ long s = {k}; for (long i = 0; i < 5; i++) "
+        f"for (long j = 0; j < 200000; j++) s += (i ^ j ^ {k}) % 7; return s; }}\n"
+        f"constexpr long v{k} = f{k}();\n" for k in range(loops))
+    return src + body.replace("TOTAL", "+".join(f"v{k}" for k in range(loops)))
+
+
+def test_compiles_end_their_turn_so_a_checker_item_cannot_hold_the_pool_past_a_budget(
+        one_container: ServerProcess) -> None:
+    """A checker that compiles for seconds, a program that does too, then a test and its
+    check: one turn of them all held the only container past B's budget (10 s here; 100 s
+    with the server's own limits), and B's correct item came back null. A compile now ends
+    the turn once it has passed (its build kept: the checker's and the program's are handed
+    to the next turn), so B waits for one of them at most, and A's verdict is unchanged."""
+    tag = str(time.time())
+    checker = slow_cpp("int main() { sleep(2); return (TOTAL) * 0; } // " + tag)
+    program = slow_cpp('int main() { long a, b; if (scanf("%ld %ld", &a, &b) != 2) return 1; '
+                       'usleep(2500000); printf("%ld\\n", a + b + (TOTAL) * 0); } // ' + tag)
+    hog = {"language": "cpp", "response": f"```cpp\n{program}\n```",
+           "tests": [{"input": "2 3", "output": "5"}], "time_limit_s": 3.0, "budget_s": 120.0,
+           "checker": {"language": "cpp", "source": checker}}
+    turns = counter(one_container.url, "reward_turns_yielded_total")
+    a, b, _ = hold_then_arrive(one_container.url, hog)
+    assert (b["status"], b["score"]) == ("ok", 1.0), b
+    assert (a["status"], a["score"]) == ("ok", 1.0), a
+    assert counter(one_container.url, "reward_turns_yielded_total") > turns

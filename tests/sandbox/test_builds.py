@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.builds import Builds, build_key, valid_build
+from sandbox.builds import Builds, build_key, checker_key, valid_build
 from sandbox.harness import artifacts
 from sandbox.languages import LANGUAGES
 
@@ -35,6 +35,25 @@ def test_valid_build() -> None:
     for bad in [None, [], {}, {"files": {"main": "AA=="}}, {"files": {}, "compile_error": "x"},
                 {"compile_error": 3}, {"files": {"m": [1, 2]}}]:
         assert valid_build(bad) is None, bad
+
+
+def test_a_checkers_build_is_keyed_apart_and_kept_only_with_files() -> None:
+    with_checker = {**job("python", "print(1)"), "checker": {
+        "language": LANGUAGES["cpp"].as_job(256), "source": "int main(){}"}}
+    key = checker_key(with_checker)
+    assert key is not None and key == checker_key(dict(with_checker))
+    assert checker_key(job("cpp", "int main(){}")) is None  # no checker
+    python_checker = {**with_checker, "checker": {"language": LANGUAGES["python"].as_job(256),
+                                                  "source": "print(1)"}}
+    assert checker_key(python_checker) is None  # nothing to compile
+    # the same source as a candidate's program is another build (other flags, other uid)
+    assert key != build_key(job("cpp", "int main(){}"))
+    builds = Builds()
+    for not_one in [None, "x", {"compile_error": "no"}, {"files": {"m": [1, 2]}}]:
+        builds.keep(key, not_one)
+        assert builds.kept(key) is None, not_one
+    builds.keep(key, {"files": {"check": [0o755, "AA=="]}})
+    assert builds.kept(key) == {"files": {"check": [0o755, "AA=="]}}
 
 
 def test_followers_wait_for_the_leader_and_a_failed_leader_lets_them_compile() -> None:
