@@ -23,7 +23,15 @@ from .statuses import (
     TIMEOUT,
     WRONG_ANSWER,
 )
-from .verdicts import over_budget, restarted_clock, skipped, time_left, turn_over, yielded
+from .verdicts import (
+    momentary,
+    over_budget,
+    restarted_clock,
+    skipped,
+    time_left,
+    turn_over,
+    yielded,
+)
 from .zygote import run_forked
 
 
@@ -47,8 +55,11 @@ def compile_program(job, workdir, env):
             files = artifacts.pack(workdir, language["source"])
             job["build"] = None if files is None else {"files": files}
         return None
-    reason = f"the compiler ran past its time limit ({limit:.1f} s)" if (
-        result["status"] == TIMEOUT) else tail(result["stderr"], job["stderr_tail_bytes"])
+    if result["status"] == TIMEOUT:
+        momentary(job)  # a wall-clock limit: the load may have made it, not the source
+        reason = f"the compiler ran past its time limit ({limit:.1f} s)"
+    else:
+        reason = tail(result["stderr"], job["stderr_tail_bytes"])
     if job.get("want_artifacts") and result["status"] == RUNTIME_ERROR:
         job["build"] = {"compile_error": reason}  # the compiler said no: it would again
     return {"status": COMPILE_ERROR, "detail": reason}
