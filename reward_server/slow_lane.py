@@ -38,10 +38,13 @@ __all__ = ["NOT_RUN", "Done", "LaneVerdicts", "SlowLane", "Turn"]
 class Done(Generic[V]):
     """The work's result. ``timeout``: None if it was no timeout (nor out of memory); True
     if the machine's load cannot have caused it (believed at once); False if it may have
-    (believed when the same item times out again)."""
+    (believed when the same item times out again). ``cacheable`` False: the machine or the
+    moment decided it, whatever the value says (never cached; remembered per caller at most,
+    as a timeout)."""
 
     value: V
     timeout: bool | None = None
+    cacheable: bool = True
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,7 @@ class SlowLane(Generic[V]):
             raise
         if done.timeout is not None:
             self._timeouts.put(_callers(key), done.value, certain=done.timeout)
-        if self.verdicts.cacheable(done.value):
+        if done.cacheable and self.verdicts.cacheable(done.value):
             self._cache.put(key, done.value)
         self._settle(turn, value=done.value)
         return done.value, False

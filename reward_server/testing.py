@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from sandbox.testing import IMAGE_VARIABLE
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -53,7 +55,8 @@ def run_server(tmp_path: Path, env: dict[str, str] | None = None,
     port = port or free_port()
     tmp_path.mkdir(parents=True, exist_ok=True)
     log = tmp_path / f"server-{port}.log"
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith("REWARD_SERVER_")}
+    inherited = {k: v for k, v in os.environ.items()
+                 if not k.startswith("REWARD_SERVER_") or k == IMAGE_VARIABLE}
     full_env = {**inherited, "REWARD_SERVER_MATH_WORKERS": "2",
                 "REWARD_SERVER_SANDBOX_POOL_SIZE": "2", **(env or {})}
     with open(log, "wb") as out:

@@ -126,6 +126,9 @@ class ExecutionResult:
     # ones that ran, in the harness's ``elapsed_s``; the caller runs the rest in another turn
     yielded: bool = False
     elapsed_s: float = 0.0
+    # the machine or the moment decided it (a compile or a checker past a wall-clock limit, a
+    # full disk): another run may not, so it is never cached for other callers
+    momentary: bool = False
 
 
 class Sandbox:
@@ -226,6 +229,8 @@ class Sandbox:
         made = None
         try:
             result, made = await self._run_job(job, count, budget, others_waiting)
+            if result.momentary and made is not None and "compile_error" in made:
+                made = None  # the moment's compile error (harness/stdio.py sends none)
         finally:
             if leader:
                 self.builds.publish(key, made)
@@ -313,7 +318,9 @@ class Sandbox:
         spent_s = 0.0
         build = reply.get("build")
         turn = job
+        momentary = False
         while _yielded(reply) and go_on():
+            momentary = momentary or reply.get("momentary") is True
             ran += reply["tests"]
             spent_s += _elapsed(reply)
             build = reply.get("build") or build
@@ -326,6 +333,8 @@ class Sandbox:
                 return reply  # malformed: _result fails every test
         merged = {**reply, "tests": ran + list(reply.get("tests") or []),
                   "elapsed_s": spent_s + _elapsed(reply)}
+        if momentary:  # an earlier turn's: the item's verdict holds every turn's
+            merged["momentary"] = True
         if build is not None:
             merged["build"] = build  # for sandbox/builds.py, which asked for it
         return merged
@@ -374,7 +383,8 @@ def parse_reply(reply: Any) -> ExecutionResult | None:
         tests=[TestResult(t["status"], float(t.get("time_ms", 0.0)), _text(t.get("stderr", "")))
                for t in tests],
         yielded=reply.get("yielded") is True,
-        elapsed_s=float(elapsed) if isinstance(elapsed, int | float) else 0.0)
+        elapsed_s=float(elapsed) if isinstance(elapsed, int | float) else 0.0,
+        momentary=reply.get("momentary") is True)
 
 
 def failed(count: int, status: TestStatus, message: str, time_ms: float = 0.0

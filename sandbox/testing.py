@@ -19,7 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-IMAGE = "verifiable-rewards-sandbox:latest"
+# The image the tests build and run: the server's own setting, where the environment gives
+# one (a worktree's own tag, so its harness does not replace the image others run)
+IMAGE_VARIABLE = "REWARD_SERVER_SANDBOX_IMAGE"
+IMAGE = os.environ.get(IMAGE_VARIABLE) or "verifiable-rewards-sandbox:latest"
 BRIDGE = "vr-test-br0"
 RUNSC = "runsc"
 # gVisor's own loopback-only network (the sandbox has none; runsc will not build its network

@@ -25,6 +25,7 @@ from reward_server.testing import (  # noqa: F401  (the tests import them from h
     wait_for_sandbox,
 )
 from reward_server.verifiers.registry import ENTRY_POINT_GROUP
+from sandbox.testing import IMAGE
 
 ROOT = Path(__file__).resolve().parent.parent
 # The verifiers this installation registers (its own built-ins, the same entry points a
@@ -89,7 +90,7 @@ def docker_ready() -> None:
     """The engine runs and the sandbox image is built (building it if needed). Without an
     engine the sandbox tests skip on a developer's machine and fail in CI."""
 
-    out = subprocess.run(["bash", str(ROOT / "sandbox" / "build_image.sh")],
+    out = subprocess.run(["bash", str(ROOT / "sandbox" / "build_image.sh"), "--tag", IMAGE],
                          capture_output=True, text=True, timeout=1200)
     if out.returncode != 0:
         message = f"no Docker engine or sandbox image: {out.stderr.strip()[-500:]}"

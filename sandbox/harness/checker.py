@@ -4,6 +4,12 @@ exit 0 to accept. Compiled before the candidate's program is, and kept: the next
 the same checker in this container reuses it (``CACHE_ROOT``, a tmpfs of its own that the
 clean slate leaves alone and no candidate can write; the last ``CACHE_SIZE`` are kept).
 
+That tmpfs is shared by every caller's kept checkers, so no caller may fill it for the next:
+before a build the least recently used kept checkers go until ``BUILD_ROOM_BYTES`` are free
+(a container that cannot give that room is the machine's failure, ``NoRoom``: replaced, and
+the item runs on another), and a checker that takes more than ``KEEP_MAX_BYTES`` is used for
+its own item and not kept.
+
 It runs under a uid of its own (``CHECKER_IDS``: one per kept checker), so nothing the
 candidate left running can trace, signal or replace it; the three files it reads are root's,
 readable by its group only, and removed after each check. A checker is a caller's code too:
@@ -16,14 +22,18 @@ A checker that does not compile, crashes, reports a failure of its own (testlib'
 runs past its time limit is the dataset's fault: the item is ``bad_tests`` (null), never a 0 or
 a 1 for the candidate — unless it fails only on the candidate's output and accepts the
 reference answer (``stdio.judge_output``): then the output made it fail, and the test is a
-wrong answer. Before each check every process of the candidate's uid is killed
-(``slate.release_candidate``): a child that left its session could otherwise fill the pids
-limit, and the checker could not start; a checker that still cannot start is the candidate's
+wrong answer. A wall-clock limit (its compile's, a check's) and a full disk are the machine's
+or the moment's word, not the checker's: such a verdict is marked ``momentary``
+(``verdicts.momentary``), and the server does not cache it. Before each check every process
+of the candidate's uid is killed (``slate.release_candidate``): a child that left its session
+could otherwise fill the pids limit, and the checker could not start; a checker that still
+cannot start, or runs out of space (its scratch is on the work dir), is the candidate's
 failure (``CheckerBlocked``).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -36,22 +46,37 @@ from . import artifacts, slate
 from .processes import compiling, run_process
 from .protocol import tail
 from .statuses import PASSED, TIMEOUT, WRONG_ANSWER
+from .verdicts import momentary
 
 CHECK_TIME_LIMIT_S = 10.0
 # testlib's exit codes that reject the output: 1 wrong answer, 2 presentation error, 4 extra
 # output ("dirt"), 7 partial points, 8 unexpected end of file. 3 ("fail") means the checker
 # found the jury's own data wrong; anything else is a crash.
 REJECTS = frozenset({1, 2, 4, 7, 8})
-CACHE_ROOT = "/checkers"  # mounted by the pool (sandbox/pool.py); without it, no cache
+CACHE_ROOT = slate.KEPT_ROOT  # mounted by the pool (sandbox/pool.py); without it, no cache
 CACHE_SIZE = 8
+# Free on CACHE_ROOT (64 MB) before a checker builds, kept checkers evicted for it: a C++
+# checker's compile writes its objects and binary there (a testlib checker: ~2 MB); the most
+# one file may take is FILE_SIZE_LIMIT (16 MB), and a link writes one
+BUILD_ROOM_BYTES = 32 * 1024 * 1024
+# A checker whose directory takes more is not kept (a testlib checker: under 1 MB; Rust's and
+# Go's, stripped: 0.3 and 1.3 MB): eight kept checkers stay well inside CACHE_ROOT
+KEEP_MAX_BYTES = 8 * 1024 * 1024
 # A uid and gid per kept checker, and one for the checker being built: no checker shares its
 # group, which alone may read a sealed directory, with another
 CHECKER_IDS = tuple((10100 + i, 10100 + i) for i in range(CACHE_SIZE + 1))
+NO_SPACE = os.strerror(errno.ENOSPC)  # "No space left on device", as a compiler reports it
 _cache = OrderedDict()  # checker key -> (its directory under CACHE_ROOT, compiled; its ids)
 
 
 class CheckerBroken(Exception):
     """The dataset's checker failed: the item is bad_tests, with this reason."""
+
+
+class NoRoom(Exception):
+    """CACHE_ROOT cannot free ``BUILD_ROOM_BYTES`` for a build: the container's state, not
+    the dataset's checker (the execution is a harness error: the container is replaced and
+    the item runs on another)."""
 
 
 class CheckerBlocked(Exception):
@@ -76,7 +101,7 @@ class Checker:
         self.compiled = False  # by this job (not found kept)
 
     def build(self):
-        """Write and compile the checker, or find it compiled; raises CheckerBroken."""
+        """Write and compile the checker, or find it compiled; raises CheckerBroken, NoRoom."""
         key = hashlib.sha256(json.dumps([self.language, self.source], sort_keys=True)
                              .encode("utf-8", "surrogatepass")).hexdigest()
         cacheable = slate.isolated() and os.path.ismount(CACHE_ROOT)
@@ -84,12 +109,21 @@ class Checker:
             _cache.move_to_end(key)
             self.dir, self.who = _cache[key]
             return
+        if cacheable:
+            make_room(BUILD_ROOM_BYTES)
+            used_before = slate.used_bytes(CACHE_ROOT)
         taken = {who for _, who in _cache.values()}
         self.who = next(who for who in CHECKER_IDS if who not in taken)
         self.dir = tempfile.mkdtemp(dir=CACHE_ROOT if cacheable else slate.WORK_ROOT)
         path = os.path.join(self.dir, self.language["source"])
-        with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
-            f.write(self.source)
+        try:
+            with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
+                f.write(self.source)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise self._broken(f"the checker's source could not be written: {exc}",
+                                   moment=True) from None
+            raise
         if slate.isolated():
             os.chown(path, *self.who)
             os.chown(self.dir, *self.who)
@@ -109,10 +143,18 @@ class Checker:
             except OSError as exc:  # what its compiler left there cannot be made root's
                 raise CheckerBroken(f"the checker's directory could not be sealed: {exc}"
                                     ) from None
-        if cacheable:
+        # the tmpfs's growth is this checker's: nothing else writes there during a build
+        if cacheable and slate.used_bytes(CACHE_ROOT) - used_before <= KEEP_MAX_BYTES:
             _cache[key] = (self.dir, self.who)
             while len(_cache) > CACHE_SIZE:
                 remove(_cache.popitem(last=False)[1][0])
+
+    def _broken(self, reason, moment=False):
+        """CheckerBroken with ``reason``; ``moment``: a wall-clock limit or a full disk
+        decided it, which another moment may not (the verdict is not cached)."""
+        if moment:
+            momentary(self.job)
+        return CheckerBroken(reason)
 
     @staticmethod
     def _env(home):
@@ -126,17 +168,20 @@ class Checker:
                              job["output_limit_bytes"], job["stderr_tail_bytes"], self.dir,
                              self.env, compiling(self.language), who=self.who)
         if result["status"] is not None:
-            why = "ran past its time limit" if result["status"] == TIMEOUT else "failed"
-            raise CheckerBroken(f"the checker does not compile: the compiler {why}: "
-                                + tail(result["stderr"], job["stderr_tail_bytes"]))
+            timed_out = result["status"] == TIMEOUT
+            why = "ran past its time limit" if timed_out else "failed"
+            stderr = tail(result["stderr"], job["stderr_tail_bytes"])
+            raise self._broken(f"the checker does not compile: the compiler {why}: {stderr}",
+                               moment=timed_out or NO_SPACE in stderr)
 
     def _unpack(self):
         """An earlier turn's build of this checker (another container compiled it), in place
         of compiling it again: a later turn never holds a container for a checker's compile."""
         try:
             artifacts.unpack(self.shipped, self.dir, self.who)
-        except (ValueError, OSError, TypeError) as exc:
-            raise CheckerBroken(f"the checker's build could not be unpacked: {exc}") from None
+        except (ValueError, OSError, TypeError) as exc:  # a full disk is the moment's
+            raise self._broken(f"the checker's build could not be unpacked: {exc}",
+                               moment=isinstance(exc, OSError)) from None
 
     def judge(self, test_input, output, answer):
         """(status, message) for the candidate's ``output``: passed or wrong_answer. Raises
@@ -172,9 +217,11 @@ class Checker:
         if result["status"] == TIMEOUT:
             if limit < CHECK_TIME_LIMIT_S:
                 raise OutOfTime
-            raise CheckerBroken(f"the checker ran past {CHECK_TIME_LIMIT_S:g} s")
+            raise self._broken(f"the checker ran past {CHECK_TIME_LIMIT_S:g} s", moment=True)
         if result["code"] in REJECTS:
             return WRONG_ANSWER, message
+        if NO_SPACE in message:  # its scratch is on the work dir, which the candidate can fill
+            raise CheckerBlocked(f"the checker ran out of space: {message}")
         raise CheckerBroken(f"the checker failed ({result['status']}, exit code "
                             f"{result['code']}): {message}")
 
@@ -216,6 +263,21 @@ class Checker:
         if self.dir is not None and self.dir not in (d for d, _ in _cache.values()):
             remove(self.dir)
         self.dir = None
+
+
+def make_room(needed):
+    """Evict kept checkers, least recently used first, until ``needed`` bytes of CACHE_ROOT
+    are free; raises NoRoom when even an empty cache leaves too little."""
+    while _free(CACHE_ROOT) < needed and _cache:
+        remove(_cache.popitem(last=False)[1][0])
+    if _free(CACHE_ROOT) < needed:
+        raise NoRoom(f"{CACHE_ROOT} has {_free(CACHE_ROOT)} bytes free with no checker kept; "
+                     f"a build needs {needed}")
+
+
+def _free(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
 
 
 def drop_caches(path, who):

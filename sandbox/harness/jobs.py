@@ -78,6 +78,8 @@ def execute(job, zygote, state):
             problems += state.problems(zygote)
         except Exception as exc:  # noqa: BLE001 - unproven is dirty; and we are PID 1
             problems = [f"the clean-up failed: {type(exc).__name__}: {exc}"]
+    if job.get("momentary"):  # set on the way (verdicts.momentary): never cached
+        result["momentary"] = True
     result["left_behind"] = len(left_behind)
     result["dirty"] = bool(left_behind or problems)
     result["unclean"] = problems[:5]

@@ -35,6 +35,7 @@ SHARED_DIRS = ("/dev/shm", "/dev/mqueue", "/tmp")
 IPC_RMID = 0
 MEMORY_SLACK_BYTES = 64 * 1024 * 1024  # harness heap growth we tolerate before replacing
 JANITOR_TIMEOUT_S = 10.0
+KEPT_ROOT = "/checkers"  # the pool's tmpfs of kept checkers (checker.CACHE_ROOT)
 
 
 def isolated():
@@ -300,6 +301,12 @@ def used_bytes(path):
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
+def kept_bytes():
+    """Bytes on the pool's tmpfs of kept files (sandbox/harness/checker.py's CACHE_ROOT): a
+    tmpfs's pages are the container's memory too. 0 where it is not mounted."""
+    return used_bytes(KEPT_ROOT) or 0
+
+
 def memory_in_use():
     """Anonymous + shared memory of the container's cgroup (v2 or v1): what a leftover can
     hold on to. Page cache is left out: the kernel reclaims it on demand."""
@@ -328,6 +335,7 @@ class Slate:
     def __init__(self, zygote=None):
         self.fresh_used = {p: used_bytes(p) for p in (WORK_ROOT, *SHARED_DIRS)}
         self.fresh_names = {p: listing(p) for p in (WORK_ROOT, *SHARED_DIRS)}
+        self.fresh_kept = kept_bytes()
         self.fresh_memory = memory_in_use()
         self.harness_limits = limits_of(os.getpid())
         self.kept = {}  # pid -> limits: trusted processes kept across executions (the scorer's)
@@ -349,8 +357,12 @@ class Slate:
 
     def rebase(self):
         """The memory in use now is the fresh level: called by trusted code only, before
-        any candidate process of the execution runs (a kept process grew)."""
-        self.fresh_memory = memory_in_use()
+        any candidate process of the execution runs (a kept process grew). What the kept
+        checkers added since the start stays out of it: they are callers' files, which
+        every later check must still count."""
+        memory = memory_in_use()
+        self.fresh_memory = None if memory is None else (
+            memory - max(0, kept_bytes() - self.fresh_kept))
 
     def problems(self, zygote):
         """Why this container is not as it was fresh (empty when it is)."""

@@ -25,6 +25,7 @@ from .statuses import (
 )
 from .verdicts import (
     build_turn_over,
+    momentary,
     over_budget,
     restarted_clock,
     skipped,
@@ -55,8 +56,11 @@ def compile_program(job, workdir, env):
             files = artifacts.pack(workdir, language["source"])
             job["build"] = None if files is None else {"files": files}
         return None
-    reason = f"the compiler ran past its time limit ({limit:.1f} s)" if (
-        result["status"] == TIMEOUT) else tail(result["stderr"], job["stderr_tail_bytes"])
+    if result["status"] == TIMEOUT:
+        momentary(job)  # a wall-clock limit: the load may have made it, not the source
+        reason = f"the compiler ran past its time limit ({limit:.1f} s)"
+    else:
+        reason = tail(result["stderr"], job["stderr_tail_bytes"])
     if job.get("want_artifacts") and result["status"] == RUNTIME_ERROR:
         job["build"] = {"compile_error": reason}  # the compiler said no: it would again
     return {"status": COMPILE_ERROR, "detail": reason}

@@ -56,6 +56,13 @@ def restarted_clock(job):
             job["yield_at"] += took
 
 
+def momentary(job):
+    """Mark the execution's verdict as one the machine or the moment decided (a wall-clock
+    limit that load can make a program or a compiler miss, a full disk), not the item: the
+    reply says ``momentary``, and the server never caches it for other callers."""
+    job["momentary"] = True
+
+
 def yielded(job, results):
     return {"status": OK, "tests": results, "yielded": True,
             "elapsed_s": time.monotonic() - job["started"]}

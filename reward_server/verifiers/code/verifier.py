@@ -119,9 +119,11 @@ class CodeVerifier(Verifier):
         the rest in its next turn (the harness stops it there; its budget carries over);
         with nobody waiting it goes on in the same container. An assertion item runs in one
         turn, no longer than a test may (sandbox/harness/turns.py). A test's wall-clock
-        timeout may have been the machine's load: believed the second time."""
+        timeout may have been the machine's load: believed the second time; so may a
+        ``momentary`` verdict (a compile or a checker past its wall-clock limit, a full disk),
+        which is never cached."""
         tests: list[TestResult] = []
-        spent_s, rest = 0.0, execution
+        spent_s, rest, momentary = 0.0, execution, False
         while True:
             async with turn.slot():
                 try:
@@ -131,14 +133,15 @@ class CodeVerifier(Verifier):
                     return Done(CodeResult(score=None, passed=0, total=execution.test_count,
                                            status=SANDBOX_UNAVAILABLE, detail=str(exc)))
             tests += run.tests
+            momentary = momentary or run.momentary
             if not run.yielded:
                 break
             metrics.TURNS_YIELDED.labels(self.name).inc()
             spent_s += run.elapsed_s
             rest = replace(rest, tests=rest.tests[len(run.tests):])
         result = _as_result(replace(run, tests=tests), execution.test_count)
-        return Done(result, timeout=False if any(t.status == TIMEOUT for t in result.tests)
-                    else None)
+        timed_out = momentary or any(t.status == TIMEOUT for t in result.tests)
+        return Done(result, timeout=False if timed_out else None, cacheable=not momentary)
 
 
 def _as_result(run: ExecutionResult, expected: int) -> CodeResult:

@@ -1,0 +1,73 @@
+"""What a wall clock decided is never cached for other callers (README, docs/security.md): a
+compile that ran past its limit (the item's budget here; a loaded machine's compile just as
+well) came back ``compile_error`` (0) and went into the result cache shared by every caller,
+and so did a checker that ran past its limit (``bad_tests``, null). Now such a verdict is
+``momentary``: the harness says so, the server does not cache it (a repeat runs again, and is
+remembered per caller at most, as a timeout), and the build cache (sandbox/builds.py) does not
+hand the timed-out compile to the next item of the same source, which compiles and passes.
+Through the real server, with the result cache on.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ServerProcess, run_server, verify_code, wait_for_sandbox
+
+pytestmark = pytest.mark.usefixtures("docker_ready")
+
+
+def slow_to_compile(functions: int, tag: str) -> str:
+    """A correct C++ a+b whose compile evaluates ``functions`` constexpr loops (seconds)."""
+    src = "#include <cstdio>\n" + "".join(
+        f"constexpr long f{k}() {{ long s = {k}; for (long i = 0; i < 5; i++) "
+        f"for (long j = 0; j < 200000; j++) s += (i ^ j ^ {k}) % 7; return s; }}\n"
+        f"constexpr long v{k} = f{k}();\n" for k in range(functions))
+    total = "+".join(f"v{k}" for k in range(functions))
+    return src + ('int main() { long a, b; if (scanf("%ld %ld", &a, &b) != 2) return 1; '
+                  f'printf("%ld\\n", a + b + ({total}) * 0); }}\n// {tag}\n')
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with run_server(tmp_path_factory.mktemp("momentary"),
+                    env={"REWARD_SERVER_SANDBOX_POOL_SIZE": "2"}) as server:
+        wait_for_sandbox(server.url, timeout_s=180)
+        yield server
+
+
+def cache_hits(srv: ServerProcess) -> float:
+    text = httpx.get(srv.url + "/metrics", timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if re.match(r'^reward_cache_hits_total\{.*verifier="code"', line))
+
+
+def test_a_timed_out_compile_or_check_is_not_cached(srv: ServerProcess) -> None:
+    tag = str(time.time_ns())
+    source = slow_to_compile(3, tag)
+    cut_short: dict[str, Any] = {  # its budget ends the compile
+        "language": "cpp", "response": f"```cpp\n{source}```",
+        "tests": [{"input": "2 3", "output": "5"}],
+        "budget_s": 0.5}
+    hanging = {"response": f"print(int(input()) + 1)  # {tag}",
+               "tests": [{"input": "1", "output": "2"}],
+               "checker": {"language": "python", "source": "while True:\n    pass"}}
+    hits = cache_hits(srv)
+    for _ in range(2):
+        compiled, checked = verify_code(srv.url, cut_short, hanging)
+        assert (compiled["status"], compiled["score"]) == ("compile_error", 0.0), compiled
+        assert "ran past its time limit" in compiled["detail"], compiled
+        assert (checked["status"], checked["score"]) == ("bad_tests", None), checked
+        assert "ran past" in checked["detail"], checked
+    assert cache_hits(srv) == hits  # each ran twice: nothing came from the cache
+
+    # the same source with time to compile: built, not the build cache's compile error
+    (passed,) = verify_code(srv.url, {**cut_short, "budget_s": None,
+                                      "tests": [{"input": "20 22", "output": "42"}]})
+    assert (passed["status"], passed["score"]) == ("ok", 1.0), passed
