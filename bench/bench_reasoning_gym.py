@@ -119,6 +119,8 @@ def main() -> None:
     env = {"REWARD_SERVER_CACHE_SIZE": "0",
            "REWARD_SERVER_REASONING_GYM_CHUNK_ITEMS": str(args.chunk)}
     env["REWARD_SERVER_SANDBOX_POOL_SIZE"] = str(args.containers)
+    if "REWARD_SERVER_SANDBOX_IMAGE" in os.environ:  # run_server passes no other setting on
+        env["REWARD_SERVER_SANDBOX_IMAGE"] = os.environ["REWARD_SERVER_SANDBOX_IMAGE"]
     runs: list[dict[str, float]] = []
     with run_server(Path(tempfile.mkdtemp()), env=env, startup_s=300) as srv, \
             httpx.Client(base_url=srv.url, timeout=600) as client:

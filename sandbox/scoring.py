@@ -12,6 +12,7 @@ runs alone, so only the item that did it scores 0.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,9 @@ async def score_chunk(sandbox: Sandbox, scorer: str, items: list[ScoringItem],
                       limits: ScoringLimits) -> list[Scored]:
     """Results for a prefix of ``items`` (at least one). Raises SandboxUnavailable when no
     container can score (none to be had, or an image without the scorer)."""
-    job = {"mode": "score", "scorer": scorer, "items": [list(i) for i in items],
+    # the items as JSON text, which the harness writes to each child's chunk as it is
+    job = {"mode": "score", "scorer": scorer, "items": json.dumps(items),
+           "count": len(items), "warm": sorted({i[0] for i in items if i[3] == "null"}),
            "timeout_s": limits.timeout_s, "memory_mb": limits.memory_mb,
            "turn_s": limits.turn_s, "guard": limits.guard}
     # the server's start and a warm-up, then one turn and its last item's limit

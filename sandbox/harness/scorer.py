@@ -10,7 +10,9 @@ fresh state. Its start (imports, seconds) and the first build of a task's scorer
 before the chunk's clock starts.
 
 Each chunk is read by a child of its own (``scorer_server.child``): the candidate's uid, the
-harness's limits. The child writes one line per item as it goes, and the harness watches:
+harness's limits. The server forks it ahead, between executions (its spare, which the sweep
+also spares until it is handed a chunk), so the fork is off the chunk's clock. The child
+writes one line per item as it goes, and the harness watches:
 
 - an item past ``timeout_s`` (plus ``KILL_SLACK_S``: the child's own alarm stops Python code;
   C code where no signal reaches needs the kill) has its child killed and comes back
@@ -76,6 +78,9 @@ class ScorerServer:
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             cwd="/", env=env, start_new_session=True, pass_fds=(theirs.fileno(),))
         theirs.close()
+        self.warmed = set()  # the tasks it was asked to warm
+        self.spare = None  # the pid of the process it forked for the next chunk
+        self.kept_spare = None  # the spare the slate spares
 
     def wait_ready(self):
         """None once it has imported the library; else why it could not."""
@@ -85,20 +90,47 @@ class ScorerServer:
             return f"the scorer did not start: {type(exc).__name__}: {exc}"
         return reply.get("error")
 
+    def keep_spare(self, state):
+        """The slate spares the server's current spare, and no longer an earlier one (a
+        spare that became a chunk's child is the sweep's like any candidate process)."""
+        if self.kept_spare != self.spare:
+            if self.kept_spare is not None:
+                state.forget(self.kept_spare)
+            if self.spare is not None:
+                state.keep(self.spare, rebase=False)
+            self.kept_spare = self.spare
+
+    def forget(self, state):
+        for pid in (self.process.pid, self.kept_spare):
+            state.forget(pid)
+        self.kept_spare = None
+
     def alive(self):
         return self.process.poll() is None
 
     def warm(self, tasks):
-        if tasks:
+        tasks = sorted(set(tasks) - self.warmed)
+        if tasks:  # a round trip only for tasks it has not built yet
+            self.warmed.update(tasks)
             socket.send_fds(self.control, [json.dumps({"op": "warm", "tasks": tasks}).encode()],
                             [])
             self._recv("warmed", time.monotonic() + WARM_S)
 
-    def fork(self, items_fd, results_fd, job, cwd, cpu_s):
+    def fork(self, items_fd, results_fd, job, cwd, cpu_s, start):
         socket.send_fds(self.control, [json.dumps({
             "op": "fork", "cwd": cwd, "memory_mb": job["memory_mb"], "cpu_s": cpu_s,
-            "timeout_s": job["timeout_s"]}).encode()], [items_fd, results_fd])
-        return self._recv("started", time.monotonic() + 10)["pid"]
+            "timeout_s": job["timeout_s"], "start": start}).encode()], [items_fd, results_fd])
+        pid = self._recv("started", time.monotonic() + 10)["pid"]
+        self.spare = None  # it was the spare, or the server forked one on the spot
+        return pid
+
+    def refill(self, state):
+        """A spare for the next chunk, forked now, between executions (and kept by the
+        slate before the next sweep)."""
+        if self.spare is None:
+            socket.send_fds(self.control, [b'{"op": "spare"}'], [])
+            self._recv("spare", time.monotonic() + 10)
+        self.keep_spare(state)
 
     def reap(self, pid):
         """The child's wait status (it was killed or has ended); None if the server fails
@@ -116,6 +148,8 @@ class ScorerServer:
             if not data:
                 raise EOFError("the scorer's server closed its channel")
             message = json.loads(data)
+            if "spare" in message:
+                self.spare = message["spare"]
             if message.get("op") == op and (pid is None or message.get("pid") == pid):
                 return message
 
@@ -143,12 +177,26 @@ def _cache_dir():
     return CACHE_DIR
 
 
+def refill(state):
+    """After an execution was answered: the scorer's server, if this container has one, forks
+    the next chunk's process now, while the container waits for its next job."""
+    server = _Server.current
+    if server is None or not server.alive():
+        return
+    try:
+        server.refill(state)
+    except (OSError, EOFError, ValueError):  # the next scoring job starts another
+        server.forget(state)
+        server.close()
+        _Server.current = None
+
+
 def server_for(guarded, state):
     """The running server (started, and registered with the slate, if need be), or the
     reason there is none."""
     server = _Server.current
     if server is not None and (not server.alive() or server.guarded != guarded):
-        state.forget(server.process.pid)
+        server.forget(state)
         server.close()
         server = _Server.current = None
     if server is None:
@@ -161,27 +209,33 @@ def server_for(guarded, state):
             return None, f"{why}; {BUILD_HINT}"
         _Server.current = server
         state.keep(server.process.pid)
+        server.keep_spare(state)
     return server, None
 
 
 def run_scoring(job, workdir, state):
     """The chunk's results, a prefix of at least one item (see the module docstring)."""
-    items = job["items"]
-    if not all(isinstance(i, list) and len(i) == 4 and isinstance(i[0], str)
-               and isinstance(i[1], str) and isinstance(i[2], dict) and isinstance(i[3], str)
-               for i in items) or not items:
-        return {"status": "harness_error", "detail": "a scoring job's items are "
-                "[task, answer, entry, config]"}
+    # the items as the host encoded them (JSON text): written to each child's chunk as
+    # they came, so this process neither parses nor encodes them again (~10 ms a chunk of
+    # 256); the child reads and checks them
+    items, count, tasks = job.get("items"), job.get("count"), job.get("warm")
+    if not (isinstance(items, str) and isinstance(count, int) and count >= 1
+            and isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)):
+        return {"status": "harness_error", "detail": "a scoring job's items are JSON text "
+                "of [task, answer, entry, config] lists, with their count and the tasks to "
+                "warm"}
+    items = items.encode("utf-8", "surrogatepass")
     server, why = server_for(bool(job.get("guard", True)), state)
     if server is None:
         return {"status": "unavailable", "detail": why}
-    server.warm(sorted({i[0] for i in items if i[3] == "null" and isinstance(i[0], str)}))
+    server.warm(tasks)
+    server.keep_spare(state)  # forked again if it built scorers
     state.rebase()  # the scorers it built are the container's fresh state too
     turn_end = time.monotonic() + job["turn_s"]
     results = []
-    while len(results) < len(items):
-        scored, went_on = _one_child(server, items[len(results):], job, workdir, turn_end,
-                                     state)
+    while len(results) < count:
+        scored, went_on = _one_child(server, items, len(results), count, job, workdir,
+                                     turn_end, state)
         if not scored:
             if results:
                 break
@@ -192,13 +246,14 @@ def run_scoring(job, workdir, state):
     return {"status": "ok", "results": results}
 
 
-def _one_child(server, items, job, workdir, turn_end, state):
-    """Items scored by one child, and whether the next child may go on with the rest."""
+def _one_child(server, items, start, count, job, workdir, turn_end, state):
+    """Items scored by one child (``items``' from ``start`` on), and whether the next child
+    may go on with the rest."""
     timeout_s = job["timeout_s"]
     chunk = os.memfd_create("chunk")
     read_end, write_end = os.pipe()
     try:
-        data = memoryview(json.dumps(items).encode())
+        data = memoryview(items)
         while data:
             data = data[os.write(chunk, data):]
         os.lseek(chunk, 0, os.SEEK_SET)
@@ -206,9 +261,11 @@ def _one_child(server, items, job, workdir, turn_end, state):
         # its CPU limit: the backstop for one turn's items and the last one's limit
         cpu_s = int(job["turn_s"] + timeout_s + KILL_SLACK_S) + 1
         try:
-            pid = server.fork(chunk, write_end, job, workdir, cpu_s)
+            pid = server.fork(chunk, write_end, job, workdir, cpu_s, start)
         except (OSError, EOFError, ValueError, KeyError):
             return [], False
+        state.forget(pid)  # the spare it was: the chunk's child now, the sweep's
+        server.keep_spare(state)
     finally:
         os.close(chunk)
         os.close(write_end)
@@ -218,8 +275,9 @@ def _one_child(server, items, job, workdir, turn_end, state):
     sel = selectors.DefaultSelector()
     sel.register(read_end, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout_s + KILL_SLACK_S
+    left = count - start
     try:
-        while len(scored) < len(items):
+        while len(scored) < left:
             if time.monotonic() >= turn_end and scored:
                 ended = "turn"  # the rest in the host's next turn: not this item's doing
                 break
@@ -231,7 +289,7 @@ def _one_child(server, items, job, workdir, turn_end, state):
                 ended = "died"
                 break
             buffer += data
-            while b"\n" in buffer and len(scored) < len(items):
+            while b"\n" in buffer and len(scored) < left:
                 line, buffer = buffer.split(b"\n", 1)
                 result = _parse(line)
                 if result is None:
@@ -250,7 +308,7 @@ def _one_child(server, items, job, workdir, turn_end, state):
         _kill(pid)
     status = server.reap(pid)
     if status is None:  # the server is gone with its child: nothing of the candidate's left
-        state.forget(server.process.pid)
+        server.forget(state)
         slate.kill_user(slate.CANDIDATE[0])
     if ended in (None, "turn"):
         return scored, ended is None

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from . import session, slate
+from . import scorer, session, slate
 from .jobs import execute
 from .processes import make_undumpable, private_sink
 from .protocol import JOB_FRAME_BYTES, printable, recv_frame, send_frame
@@ -88,6 +88,7 @@ def serve():
         result["undumpable"] = undumpable
         result["id"] = job.get("id")
         send_frame(CHANNEL.verdicts, printable(result))
+        scorer.refill(state)  # the next chunk's process, forked while the host reads this
         # the zygote outlives executions: it never reads a program (a loader it forks does,
         # and ends with the execution: zygote.py), and no candidate can reach it (another uid).
         if zygote is None or not zygote.alive():

@@ -345,12 +345,15 @@ class Slate:
         """A new fork server (a Zygote, or None): remember its limits as it starts."""
         self.zygote_limits = None if zygote is None else limits_of(zygote.process.pid)
 
-    def keep(self, pid):
+    def keep(self, pid, rebase=True):
         """A trusted process started between candidates that outlives executions (the
         scorer's fork server, ``scorer.py``): the sweep spares it, and what it holds is part
-        of the fresh state from now on."""
+        of the fresh state from now on. ``rebase=False`` for one that replaces another of
+        the same size (the server's spare, forked while a candidate's child runs: the
+        memory in use then is no fresh level)."""
         self.kept[pid] = limits_of(pid)
-        self.rebase()
+        if rebase:
+            self.rebase()
 
     def forget(self, pid):
         self.kept.pop(pid, None)

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-import pickle
-from typing import Protocol
+from typing import Any, Protocol
 
 from reward_server.fair_queue import FairGate
 from reward_server.process_pool import TimeoutPool
@@ -33,8 +32,9 @@ from sandbox.pool import BUILD_HINT
 from sandbox.runner import Sandbox
 from sandbox.scoring import Scored, ScoringLimits, score_chunk
 
-# (task, answer, the entry pickled, the config as canonical JSON): what a score depends on
-Job = tuple[str, str, bytes, str]
+# (task, answer, the entry as parsed JSON, the config as canonical JSON): what a score
+# depends on
+Job = tuple[str, str, dict[str, Any], str]
 # A chunk's turn on its container (the code verifier's TURN_S): honest chunks finish well
 # inside it; one of slow answers lets a waiting request in after it plus one answer's limit
 TURN_S = 1.0
@@ -59,9 +59,8 @@ class SandboxScoring:
             memory_mb=min(config.memory_mb, sandbox.config.max_memory_mb))
 
     async def score(self, jobs: list[Job]) -> list[Scored]:
-        items = [(task, answer, pickle.loads(entry), cfg) for task, answer, entry, cfg in jobs]
         try:
-            return await score_chunk(self.sandbox, "reasoning_gym", items, self.limits)
+            return await score_chunk(self.sandbox, "reasoning_gym", jobs, self.limits)
         except SandboxUnavailable as exc:
             detail = str(exc) if "build_image.sh" in str(exc) else f"{exc}; {BUILD_HINT}"
             return [Scored(UNAVAILABLE, None, detail)] * len(jobs)

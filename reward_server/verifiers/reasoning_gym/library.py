@@ -16,7 +16,6 @@ import dataclasses
 import functools
 import json
 import math
-import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -149,11 +148,11 @@ def score_one(task: str, answer: str, entry: dict[str, Any], config: str = "null
     return "ok", score, None
 
 
-def score_many(jobs: list[tuple[str, str, bytes, str]]) -> list[tuple[str, float, str | None]]:
-    """``score_one`` for each (task, answer, entry pickled, config) in one call: one hand-off
-    to a worker for many items. The entry is the server's pickle of parsed JSON."""
+def score_many(jobs: list[tuple[str, str, dict[str, Any], str]]
+               ) -> list[tuple[str, float, str | None]]:
+    """``score_one`` for each (task, answer, entry, config) in one call: one hand-off to a
+    worker for many items. The entry is the server's parsed JSON."""
     from reward_server.verifiers.reasoning_gym import guard
 
     guard.install()
-    return [score_one(task, answer, pickle.loads(entry), config)
-            for task, answer, entry, config in jobs]
+    return [score_one(task, answer, entry, config) for task, answer, entry, config in jobs]

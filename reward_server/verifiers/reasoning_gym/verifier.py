@@ -87,6 +87,7 @@ class ReasoningGymItem(ItemBase):
                                           "the library's default: several scorers read it.")
 
     _task: str = PrivateAttr()
+    _entry: dict[str, Any] = PrivateAttr()
     _entry_key: bytes = PrivateAttr()
     _config_key: str = PrivateAttr()
 
@@ -111,6 +112,7 @@ class ReasoningGymItem(ItemBase):
         if KNOWN_TASKS and task not in KNOWN_TASKS:
             raise ValueError(f"unknown task {task!r}; known: {', '.join(sorted(KNOWN_TASKS))}")
         self._task = task
+        self._entry = entry
         # Keys of the cache and of a request's duplicates (G completions share an entry):
         # equal pickles are equal entries, and pickling parsed JSON costs a fifth of dumping
         # it with sorted keys (the same entry with its keys in another order is only a miss)
@@ -231,10 +233,12 @@ class ReasoningGymVerifier(Verifier):
         keys = list(todo)
         if len(self._timeouts):  # answers that ran out of time a moment ago are not run again
             keys = [key for key in keys if not self._remembered(key, todo, out)]
+        # the entries as parsed: a job carries the dict, not the key's pickle to load again
+        entries = {key: items[todo[key][0]]._entry for key in keys}
         size = chunk_size(len(keys), self._backend.slots, self.config.chunk_items)
         chunks = [keys[i:i + size] for i in range(0, len(keys), size)]
-        for chunk, scored in zip(chunks, await asyncio.gather(*map(self._chunk, chunks)),
-                                 strict=True):
+        for chunk, scored in zip(chunks, await asyncio.gather(
+                *(self._chunk(chunk, entries) for chunk in chunks)), strict=True):
             for key, result in zip(chunk, scored, strict=True):
                 for k in todo[key]:
                     out[k] = result
@@ -253,25 +257,27 @@ class ReasoningGymVerifier(Verifier):
             out[k] = remembered
         return True
 
-    async def _chunk(self, keys: list[Key], first: bool = True) -> list[ReasoningGymResult]:
+    async def _chunk(self, keys: list[Key], entries: Mapping[Key, dict[str, Any]],
+                     first: bool = True) -> list[ReasoningGymResult]:
         """The chunk's results: what its turn scored, then the rest in turns of its own
         (``first``: only the first waits under the request's budget; the rest were handed
         over already, and a cut would make them null for the caller's own slow answers)."""
-        jobs: list[Job] = [key[1:] for key in keys]  # type: ignore[misc]
+        jobs: list[Job] = [(key[1], key[2], entries[key], key[4]) for key in keys]
         try:
             async with self._backend.gate.slot(budgeted=first):
                 scored = await self._backend.score(jobs)
         except BudgetSpent as exc:
             return [_result(NOT_RUN, None, str(exc), job[1]) for job in jobs]
         if not scored:  # ran out of time as a whole: which answer it was, each alone
-            return [r for one in await asyncio.gather(*(self._chunk([k], first)
+            return [r for one in await asyncio.gather(*(self._chunk([k], entries, first)
                                                         for k in keys)) for r in one]
-        results = [self._settle(key, s) for key, s in zip(keys, scored, strict=False)]
+        misses = metrics.CACHE_MISSES.labels(self.name)
+        results = [self._settle(key, s, misses) for key, s in zip(keys, scored, strict=False)]
         if len(scored) < len(keys):
-            results += await self._chunk(keys[len(scored):], first=False)
+            results += await self._chunk(keys[len(scored):], entries, first=False)
         return results
 
-    def _settle(self, key: Key, scored: Scored) -> ReasoningGymResult:
+    def _settle(self, key: Key, scored: Scored, misses: Any) -> ReasoningGymResult:
         """A scored item as a result; what the answer decided is cached, a timeout
         remembered for a while, the sandbox's outage neither."""
         result = _result(scored.status, scored.score, scored.detail, key[2])
@@ -280,6 +286,6 @@ class ReasoningGymVerifier(Verifier):
             self._timeouts.put(key, result,
                                certain=scored.cpu_s >= CPU_BOUND * self.config.timeout_s)
         elif scored.status != UNAVAILABLE:
-            metrics.CACHE_MISSES.labels(self.name).inc()
+            misses.inc()  # its child resolved once a chunk: labels() costs what a score does
             self._cache.put(key, result)
         return result
