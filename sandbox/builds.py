@@ -22,12 +22,16 @@ from typing import Any
 Build = dict[str, Any]  # {"files": {path: [mode, base64]}} or {"compile_error": detail}
 
 
+def _digest(parts: list[Any]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True)
+                          .encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def build_key(job: dict[str, Any]) -> str | None:
     """The key of a stdin/stdout job's build; None for a language that does not compile."""
     if job.get("mode") != "stdio" or not job["language"].get("compile"):
         return None
-    return hashlib.sha256(json.dumps([job["language"], job["source"]], sort_keys=True)
-                          .encode("utf-8", "surrogatepass")).hexdigest()
+    return _digest([job["language"], job["source"]])
 
 
 def checker_key(job: dict[str, Any]) -> str | None:
@@ -36,8 +40,7 @@ def checker_key(job: dict[str, Any]) -> str | None:
     checker = job.get("checker")
     if not checker or not checker["language"].get("compile"):
         return None
-    return hashlib.sha256(json.dumps(["checker", checker["language"], checker["source"]],
-                                     sort_keys=True).encode("utf-8", "surrogatepass")).hexdigest()
+    return _digest(["checker", checker["language"], checker["source"]])
 
 
 def valid_build(value: Any) -> Build | None:

@@ -93,12 +93,11 @@ class Checker:
     def __init__(self, spec, job):
         self.language, self.source = spec["language"], spec["source"]
         self.shipped = spec.get("artifacts")  # an earlier turn's build of it, via the host
-        self.build_files = None  # this job's build of it, packed for the host
+        self.build_files = None  # this job's compile of it, packed for the host
         self.job = job
         self.dir = None
         self.env = None
         self.who = CHECKER_IDS[0]
-        self.compiled = False  # by this job (not found kept)
 
     def build(self):
         """Write and compile the checker, or find it compiled; raises CheckerBroken, NoRoom."""
@@ -131,11 +130,10 @@ class Checker:
         if self.language.get("compile"):
             if self.shipped is not None:
                 self._unpack()
+                drop_caches(self.dir, self.who)
             else:
                 self._compile()
-                self.compiled = True
-            drop_caches(self.dir, self.who)
-            if self.compiled:
+                drop_caches(self.dir, self.who)
                 self.build_files = artifacts.pack(self.dir, self.language["source"], self.who)
         if slate.isolated():
             try:

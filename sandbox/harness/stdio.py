@@ -81,7 +81,7 @@ def run_stdio(job, workdir, env, zygote=None):
                     checker.build()
             else:
                 checker.build()
-            if checker.compiled and checker.build_files is not None and build_turn_over(job):
+            if checker.build_files is not None and build_turn_over(job):  # compiled, shipped
                 return with_builds(yielded(job, []), job, checker)
         return with_builds(run_tests(job, workdir, env, zygote, checker), job, checker)
     except CheckerBroken as exc:
@@ -102,11 +102,11 @@ def with_builds(result, job, checker):
 
 
 def run_tests(job, workdir, env, zygote, checker):
-    compiles = bool(job["language"].get("compile")) and job.get("artifacts") is None
     failure = compile_program(job, workdir, env)
     if failure:
         return failure
-    if compiles and (job.get("build") or {}).get("files") and build_turn_over(job):
+    # a build is there only when this job compiled one, to ship
+    if (job.get("build") or {}).get("files") and build_turn_over(job):
         return yielded(job, [])  # the host has the build: a later turn unpacks it
     use_zygote = job["language"].get("forkserver") and zygote is not None and zygote.alive()
     if not use_zygote:
