@@ -152,7 +152,9 @@ def _parse(reply: Any, time_limit_s: float, limits: SessionLimits) -> CellResult
         note = (f"stopped at the output limit of {limits.output_limit_bytes} bytes (stdout "
                 "or stderr)")
     if ended == DIED:
-        why = ("the interpreter did not stop within "
+        why = ("its processes could not all be stopped at the cell's end (a session runs "
+               "only while a cell does)" if cell.get("unstoppable") else
+               "the interpreter did not stop within "
                f"{INTERRUPT_GRACE_S:g} s of its interrupt and was killed" if stopped else
                f"the interpreter ran out of its memory limit of {limits.memory_mb} MB"
                if cell.get("memory") else

@@ -114,6 +114,11 @@ def start(job):
         process.wait()
         return {"status": HARNESS_ERROR, "detail": "the interpreter did not start: "
                 + _err_text(ready)}
+    if not _freeze():
+        kill_group(process)
+        process.wait()
+        return {"status": HARNESS_ERROR, "detail": "the interpreter did not start: "
+                "its processes could not be stopped"}
     _State.kernel = kernel
     return {"status": OK, "started": True, "python": ready["answer"].get("python")}
 
@@ -127,19 +132,39 @@ def run_cell(job):
     while _read(kernel.results):  # answers a forked child wrote after the last cell's
         pass
     frame = _frame({"code": job["code"]})
+    _thaw()
     got = _supervise(kernel, frame, job["time_limit_s"], limit, 4 * limit + FRAME_SLACK_BYTES,
                      grace_s=job["grace_s"])
     answer = got["answer"] or {}
     alive = got["ended"] != DIED
+    unstoppable = alive and not _freeze()
+    if unstoppable:
+        got["ended"], alive = DIED, False
     if not alive:
         kill_group(kernel.process)
         kernel.process.wait()
+        if slate.isolated():  # the host removes the container; nothing of it runs till then
+            slate.kill_user(slate.CANDIDATE[0])
     cell = {"ended": got["ended"], "time_ms": got["time_ms"], "code": got["code"],
             "stdout": base64.b64encode(bytes(got["out"][:limit])).decode(),
             "stderr": base64.b64encode(bytes(got["err"][:limit])).decode(),
             "display": _list(answer.get("display")), "error": _list(answer.get("error")),
-            "stopped": got["stopped"], "memory": got["memory"]}
+            "stopped": got["stopped"], "memory": got["memory"], "unstoppable": unstoppable}
     return {"status": OK, "cell": cell, "alive": alive}
+
+
+def _freeze():
+    """Between cells nothing of the session runs: its interpreter and every process a cell
+    left (a background loop, a thread) are stopped until the next cell, which holds a slot
+    of the server's fair gate as it runs. Otherwise a session would load the machine outside
+    the gate, and another caller's timed test would lose to it. False when they could not
+    all be stopped (the session is then lost)."""
+    return not slate.isolated() or slate.freeze_user()
+
+
+def _thaw():
+    if slate.isolated():
+        slate.thaw_user()
 
 
 def _supervise(kernel, frame, time_limit_s, output_limit, frame_limit, grace_s=0.0):

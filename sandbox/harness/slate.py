@@ -115,6 +115,54 @@ def kill_all(listed):
         time.sleep(0.001)
 
 
+def freeze_user(who=CANDIDATE, timeout_s=1.0):
+    """Stop every process of ``who``'s uid and see each of them stopped: what it runs gets no
+    CPU until ``thaw_user``. The stop is ``kill(-1, SIGSTOP)`` from a child under that uid,
+    which the kernel delivers to all of them at once (none forks out of it); a round repeats
+    while one still runs (it was sent SIGCONT by another in the instant before that one
+    stopped). True when a round found every process stopped (or gone) within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _signal_all_as(who, signal.SIGSTOP)
+        time.sleep(0.001)  # a stop lands when the process next leaves the kernel
+        if all(_state(pid) in STOPPED_STATES for pid in processes_of(who[0])):
+            return True
+        if time.monotonic() > deadline:
+            return False
+
+
+def _signal_all_as(who, sig):
+    """``kill(-1, sig)`` under ``who``'s uid: every process that uid may signal but init and
+    the sender itself."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            drop_privileges(who)
+            os.kill(-1, sig)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def thaw_user(who=CANDIDATE):
+    """Let every process of ``who``'s uid run again: the counterpart of ``freeze_user``."""
+    _signal_all_as(who, signal.SIGCONT)
+
+
+# /proc/PID/stat's state: stopped (by a signal, or traced), a zombie, dead
+STOPPED_STATES = frozenset("TtZX") | {None}
+
+
+def _state(pid):
+    """The process's state letter; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2:][:1].decode() or None
+
+
 def release_candidate():
     """Before a trusted program runs in the middle of an execution (a dataset's checker,
     after each test's program): every process of the candidate's killed, and what it can

@@ -351,6 +351,63 @@ def test_a_child_outliving_its_cell_goes_with_its_session(srv: ServerProcess) ->
     assert_clean(srv)  # every container left runs its harness and fork server only
 
 
+# A cell that leaves the CPU busy after it ends: a process of its own session and a thread
+# of the interpreter, each in an endless loop.
+BURN = ("import subprocess, sys, threading\n"
+        "subprocess.Popen([sys.executable, '-c', 'while True: pass'], start_new_session=True)\n"
+        "def spin():\n    while True: pass\n"
+        "threading.Thread(target=spin, daemon=True).start()\n"
+        "print('burning')")
+# The CPU seconds every process of the session's uid has used (threads included), as /proc
+# counts them
+SESSION_CPU = """
+import os
+ticks = 0
+for p in os.listdir('/proc'):
+    if p.isdigit() and os.stat(f'/proc/{p}').st_uid == os.getuid():
+        fields = open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+print(ticks / os.sysconf('SC_CLK_TCK'))
+"""
+
+
+def container_cpu_s(srv: ServerProcess, container_id: str) -> float:
+    """The CPU seconds a container's cgroup has used, as the engine reports them."""
+    import docker
+
+    client = docker.DockerClient(base_url=srv.docker_host) if srv.docker_host else \
+        docker.from_env()
+    try:
+        stats = client.api.stats(container_id, stream=False, one_shot=True)
+        return stats["cpu_stats"]["cpu_usage"]["total_usage"] / 1e9
+    finally:
+        client.close()
+
+
+def test_nothing_of_a_session_runs_between_its_cells(srv: ServerProcess) -> None:
+    """A session runs only while one of its cells does (holding a slot of the fair gate):
+    between cells its interpreter, a process a cell left running and a thread it started are
+    all stopped, so a session cannot load the machine outside the gate, where another
+    caller's timed test would lose to it. They go on at the next cell: the session's state
+    is as it was. The idle window lasts until the container has used a CPU second, or 12 s
+    when (as it must) it does not."""
+    before = set(session_containers(srv))
+    with Session(srv) as s:
+        (container,) = set(session_containers(srv)) - before
+        assert s.run(BURN)["cells"][0]["stdout"] == "burning\n"
+        time.sleep(0.5)  # a moment for the loops to start (they run during the next cell)
+        start = float(s.run(SESSION_CPU)["cells"][0]["stdout"])
+        used, idle_end = container_cpu_s(srv, container), time.monotonic() + 12
+        while time.monotonic() < idle_end and container_cpu_s(srv, container) - used < 1.0:
+            time.sleep(0.5)
+        end = float(s.run(SESSION_CPU)["cells"][0]["stdout"])
+        assert end - start < 0.25, f"the session used {end - start:.2f} CPU s between cells"
+        mine = s.run(THEIR_PROCESSES)["cells"][0]["stdout"]
+        assert "while True: pass" in mine, mine  # stopped, not killed
+        assert s.value("threading.active_count()") == "2"
+    assert_clean(srv)
+
+
 def test_kill_everything(srv: ServerProcess) -> None:
     """kill(-1) in a cell spares the kernel (the caller) and reaches nothing of root's (the
     harness, the fork server): the session keeps its state. From a child of the cell it
