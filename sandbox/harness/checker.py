@@ -43,7 +43,7 @@ import time
 from collections import OrderedDict
 
 from . import artifacts, slate
-from .processes import compiling, run_process
+from .processes import children_cpu_s, compiling, run_process
 from .protocol import tail
 from .statuses import PASSED, TIMEOUT, WRONG_ANSWER
 from .verdicts import momentary
@@ -70,7 +70,12 @@ _cache = OrderedDict()  # checker key -> (its directory under CACHE_ROOT, compil
 
 
 class CheckerBroken(Exception):
-    """The dataset's checker failed: the item is bad_tests, with this reason."""
+    """The dataset's checker failed: the item is bad_tests, with this reason. ``cpu_s``: for
+    a check past its time limit, the CPU seconds it had used (None for any other failure)."""
+
+    def __init__(self, reason, cpu_s=None):
+        super().__init__(reason)
+        self.cpu_s = cpu_s
 
 
 class NoRoom(Exception):
@@ -98,6 +103,7 @@ class Checker:
         self.dir = None
         self.env = None
         self.who = CHECKER_IDS[0]
+        self.cpu_s = 0.0  # the last check's CPU seconds
 
     def build(self):
         """Write and compile the checker, or find it compiled; raises CheckerBroken, NoRoom."""
@@ -120,7 +126,7 @@ class Checker:
                 f.write(self.source)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                raise self._broken(f"the checker's source could not be written: {exc}",
+                raise self.broken(f"the checker's source could not be written: {exc}",
                                    moment=True) from None
             raise
         if slate.isolated():
@@ -147,7 +153,7 @@ class Checker:
             while len(_cache) > CACHE_SIZE:
                 remove(_cache.popitem(last=False)[1][0])
 
-    def _broken(self, reason, moment=False):
+    def broken(self, reason, moment=False):
         """CheckerBroken with ``reason``; ``moment``: a wall-clock limit or a full disk
         decided it, which another moment may not (the verdict is not cached)."""
         if moment:
@@ -169,7 +175,7 @@ class Checker:
             timed_out = result["status"] == TIMEOUT
             why = "ran past its time limit" if timed_out else "failed"
             stderr = tail(result["stderr"], job["stderr_tail_bytes"])
-            raise self._broken(f"the checker does not compile: the compiler {why}: {stderr}",
+            raise self.broken(f"the checker does not compile: the compiler {why}: {stderr}",
                                moment=timed_out or NO_SPACE in stderr)
 
     def _unpack(self):
@@ -178,7 +184,7 @@ class Checker:
         try:
             artifacts.unpack(self.shipped, self.dir, self.who)
         except (ValueError, OSError, TypeError) as exc:  # a full disk is the moment's
-            raise self._broken(f"the checker's build could not be unpacked: {exc}",
+            raise self.broken(f"the checker's build could not be unpacked: {exc}",
                                moment=isinstance(exc, OSError)) from None
 
     def judge(self, test_input, output, answer):
@@ -191,6 +197,7 @@ class Checker:
             raise CheckerBlocked(f"the checker could not run: {why}")
         limit = min(CHECK_TIME_LIMIT_S, job["deadline"] - time.monotonic())
         files = scratch = None
+        cpu_before = children_cpu_s()
         try:
             files = self._write_files(test_input, output, answer)
             scratch = self._scratch()
@@ -207,6 +214,7 @@ class Checker:
                 os.rmdir(os.path.dirname(files[0]))
             if scratch is not None:
                 remove(scratch)
+        self.cpu_s = children_cpu_s() - cpu_before
         message = tail(result["stderr"] or result["stdout"], job["stderr_tail_bytes"]).strip()
         if not result["started"]:
             raise CheckerBlocked(f"the checker could not start: {message}")
@@ -215,7 +223,10 @@ class Checker:
         if result["status"] == TIMEOUT:
             if limit < CHECK_TIME_LIMIT_S:
                 raise OutOfTime
-            raise self._broken(f"the checker ran past {CHECK_TIME_LIMIT_S:g} s", moment=True)
+            # Whose doing that is (the output's, or the moment's load) only a check of the
+            # reference answer can tell: stdio.judge_output
+            raise CheckerBroken(f"the checker ran past {CHECK_TIME_LIMIT_S:g} s (with "
+                                f"{self.cpu_s:.1f} s of CPU)", cpu_s=self.cpu_s)
         if result["code"] in REJECTS:
             return WRONG_ANSWER, message
         if NO_SPACE in message:  # its scratch is on the work dir, which the candidate can fill

@@ -79,6 +79,14 @@ def kill_group(process):
         pass
 
 
+def children_cpu_s():
+    """The CPU seconds (user and system) of every child this process has waited for: the
+    difference across one ``run_process`` is that program's (its own waited-for children's
+    included), whether it exited or was killed at its limit."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def oom_kills():
     """The container's OOM-kill count (cgroup v1 or v2); None when unreadable."""
     for path, key in (("/sys/fs/cgroup/memory.events", "oom_kill"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from . import artifacts
-from .checker import Checker, CheckerBlocked, CheckerBroken, OutOfTime
+from .checker import CHECK_TIME_LIMIT_S, Checker, CheckerBlocked, CheckerBroken, OutOfTime
 from .compare import outputs_match
 from .processes import compiling, kill_group, run_process
 from .protocol import tail
@@ -179,14 +179,39 @@ def judge_output(checker, test, output):
     """The checker's verdict on ``output``. A checker that fails on it is asked about the
     reference answer: if it accepts that, the candidate's output made it fail (a candidate
     must not buy a null by crashing a sloppy checker), so the test is wrong_answer; if it
-    fails there too, the checker is broken and CheckerBroken goes up (bad_tests, null)."""
+    fails there too, the checker is broken and CheckerBroken goes up (bad_tests, null).
+
+    A check past its time limit is the output's doing only if the check computed (a quarter
+    of its limit in CPU at least) and the output cost it more than ``OUTPUT_COST_FACTOR``
+    times the CPU the reference answer does; otherwise a loaded machine starved it, which is
+    the moment's word: bad_tests, momentary (not cached), never a 0 for a right answer."""
     try:
         return checker.judge(test["input"], output, test["output"])
+    except CheckerBroken as failed:
+        on_output = failed
+    reference = test["output"].encode("utf-8", "surrogatepass")
+    try:
+        accepted = checker.judge(test["input"], reference, test["output"])[0] == PASSED
     except CheckerBroken as exc:
-        reference = test["output"].encode("utf-8", "surrogatepass")
-        if checker.judge(test["input"], reference, test["output"])[0] != PASSED:
-            raise CheckerBroken(f"{exc}; and it rejects the reference answer") from None
-        return WRONG_ANSWER, f"the checker failed on this output, not on the reference: {exc}"
+        raise _broken(checker, f"{on_output}; and on the reference answer: {exc}",
+                      on_output, exc) from None
+    if not accepted:
+        raise _broken(checker, f"{on_output}; and it rejects the reference answer", on_output)
+    cpu_s = on_output.cpu_s
+    if cpu_s is not None and (cpu_s < CHECK_TIME_LIMIT_S / 4
+                              or cpu_s <= OUTPUT_COST_FACTOR * checker.cpu_s):
+        raise _broken(checker, f"{on_output}; on the reference answer it needed "
+                      f"{checker.cpu_s:.1f} s of CPU: the machine's load, not this output",
+                      on_output)
+    return WRONG_ANSWER, f"the checker failed on this output, not on the reference: {on_output}"
+
+
+def _broken(checker, reason, *failures):
+    """CheckerBroken (bad_tests); momentary when a check's time limit had a part in it."""
+    return checker.broken(reason, moment=any(f.cpu_s is not None for f in failures))
+
+
+OUTPUT_COST_FACTOR = 2.0
 
 
 def is_syntax_error(job, run):

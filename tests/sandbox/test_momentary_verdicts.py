@@ -71,3 +71,32 @@ def test_a_timed_out_compile_or_check_is_not_cached(srv: ServerProcess) -> None:
     (passed,) = verify_code(srv.url, {**cut_short, "budget_s": None,
                                       "tests": [{"input": "20 22", "output": "42"}]})
     assert (passed["status"], passed["score"]) == ("ok", 1.0), passed
+
+
+# A checker that accepts the answer as the jury wrote it at once, and on any other output
+# (the candidate's right answer with a trailing space) either sleeps past its limit, as a
+# check starved by a loaded machine does (no CPU used), or computes past it.
+STARVED_ON_OTHERS = ("import sys, time\n"
+                     "out, ans = (open(p).read().strip() for p in sys.argv[2:4])\n"
+                     "if open(sys.argv[2]).read() != open(sys.argv[3]).read():\n"
+                     "    time.sleep(60)\n"
+                     "sys.exit(0 if out == ans else 1)\n")
+COMPUTES_ON_OTHERS = STARVED_ON_OTHERS.replace("time.sleep(60)", "while True: pass")
+
+
+def test_a_starved_check_of_a_right_answer_is_no_zero(srv: ServerProcess) -> None:
+    """A check that ran past its limit having used little CPU, of an output whose reference
+    answer the checker accepts, was the machine's load: a right answer came back
+    wrong_answer (0), the reference check taken as proof that the output made the checker
+    fail. Now it is bad_tests (null), momentary; a check that computed for its limit on an
+    output (far more CPU than the reference costs) is still the output's doing: 0."""
+    tag = str(time.time_ns())
+    item = {"response": f"print(int(input()) + 1, end=' \\n')  # {tag}",
+            "tests": [{"input": "1", "output": "2"}]}
+    starved, computed = verify_code(
+        srv.url, {**item, "checker": {"language": "python", "source": STARVED_ON_OTHERS}},
+        {**item, "checker": {"language": "python", "source": COMPUTES_ON_OTHERS}})
+    assert (starved["status"], starved["score"]) == ("bad_tests", None), starved
+    assert "the machine's load" in starved["detail"], starved
+    assert (computed["status"], computed["score"]) == ("ok", 0.0), computed
+    assert computed["tests"][0]["status"] == "wrong_answer", computed
