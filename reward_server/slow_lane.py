@@ -55,11 +55,20 @@ class LaneVerdicts(Generic[V]):
     remembered: Callable[[V, float], V]  # a timed-out item's copy, answered from memory (age s)
 
 
+@dataclass(frozen=True)
+class _Running:
+    """A computation of an item under way: whose it is, and its Done once it ends."""
+
+    caller: Hashable
+    done: asyncio.Future  # of Done[V]
+
+
 class _Answered(Exception):
     """Decided when this item got its first turn: a copy timed out meanwhile (``value``), a
-    copy's result was cached meanwhile (``value``), or a copy is running now (``follow``)."""
+    copy's result was cached meanwhile (``value``), or a copy of the same caller's is
+    running now (``follow``)."""
 
-    def __init__(self, value: object = None, follow: asyncio.Future | None = None) -> None:
+    def __init__(self, value: object = None, follow: _Running | None = None) -> None:
         self.value, self.follow = value, follow
 
 
@@ -69,7 +78,7 @@ class Turn:
     def __init__(self, lane: SlowLane, key: Hashable) -> None:  # type: ignore[type-arg]
         self._lane, self._key = lane, key
         self.turns = 0
-        self.running: asyncio.Future | None = None  # copies follow it once it runs
+        self.running: _Running | None = None  # copies follow it once it runs
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[Held]:
@@ -83,11 +92,14 @@ class Turn:
 
 
 class SlowLane(Generic[V]):
-    """Copies of an item (same key) in flight at once run once, but a copy follows only a
-    computation that is already running: one still waiting at the gate waits in its own
-    caller's place, so a copy never inherits another caller's place in the queue (an honest
-    item behind a hostile batch that holds the same answer), and whichever copy gets a
-    worker first runs it for all."""
+    """Copies of an item (same key) in flight at once run once where that costs no caller its
+    place: a copy follows a computation only once it is running (one still waiting at the
+    gate waits in its own caller's place, so a copy never inherits another caller's place in
+    the queue: an honest item behind a hostile batch that holds the same answer). A copy
+    follows its own caller's computation to its end; another caller's only until its own
+    turn at the gate comes, when it runs its own (that computation may be slow in turns that
+    wait behind its caller's backlog, or be dropped when its client hangs up), and it takes
+    from another caller only what the cache would hand it: no timeout, nothing momentary."""
 
     def __init__(self, name: str, slots: int, cache_size: int, remember_timeouts_s: float,
                  verdicts: LaneVerdicts[V]) -> None:
@@ -95,7 +107,7 @@ class SlowLane(Generic[V]):
         self.gate = FairGate(slots, name)
         self.verdicts = verdicts
         self._cache: ResultCache[V] = ResultCache(cache_size)
-        self._running: dict[Hashable, asyncio.Future[V]] = {}
+        self._running: dict[Hashable, _Running] = {}
         self._timeouts: TimeoutMemory[V] = TimeoutMemory(remember_timeouts_s)
 
     async def run(self, key: Hashable, work: Callable[[Turn], Awaitable[Done[V]]],
@@ -104,8 +116,6 @@ class SlowLane(Generic[V]):
         ``not_run(reason)`` (null, status ``NOT_RUN``) if its request's budget left it
         waiting. ``key`` holds everything the result depends on."""
         value, hit = self._cache.peek(key)
-        if not hit and (running := self._running.get(key)) is not None:
-            value, hit = await self._follow(running)
         if not hit:
             try:
                 value, hit = await self._compute(key, work)
@@ -131,22 +141,52 @@ class SlowLane(Generic[V]):
         if hit:
             held.cost_s = 0.0
             raise _Answered(value)
-        if (running := self._running.get(turn._key)) is not None:
+        running = self._running.get(turn._key)
+        if running is not None and running.caller == _caller():
             held.cost_s = 0.0
             raise _Answered(follow=running)
-        if self._cache.enabled:
-            turn.running = self._running[turn._key] = asyncio.get_running_loop().create_future()
+        if running is None and self._cache.enabled:
+            done = asyncio.get_running_loop().create_future()
+            turn.running = self._running[turn._key] = _Running(_caller(), done)
 
-    async def _follow(self, running: asyncio.Future[V]) -> tuple[V | None, bool]:
+    async def _follow(self, running: _Running) -> tuple[V | None, bool]:
+        """``running``'s value, if it ends in one this caller may take."""
         try:
-            return await asyncio.shield(running), True
+            done = await asyncio.shield(running.done)
         except Exception:  # noqa: BLE001 - the copy running it failed: compute our own
             return None, False
+        if running.caller == _caller() or (done.cacheable and self.verdicts.cacheable(done.value)):
+            return done.value, True
+        return None, False
 
     async def _compute(self, key: Hashable, work: Callable[[Turn], Awaitable[Done[V]]]
                        ) -> tuple[V, bool]:
         if (found := self.remembered(key)) is not None:
             return found, True
+        running = self._running.get(key)
+        if running is not None and running.caller == _caller():
+            value, hit = await self._follow(running)
+            if hit:
+                return value, True  # type: ignore[return-value]
+            running = None
+        if running is None:
+            return await self._own(key, work)
+        # another caller's computation: followed until this copy's own turn comes
+        own = asyncio.ensure_future(self._own(key, work))
+        followed = asyncio.ensure_future(self._follow(running))
+        try:
+            await asyncio.wait((own, followed), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            _discard(own, followed)
+            raise
+        if followed.done() and followed.result()[1]:
+            _discard(own)
+            return followed.result()  # type: ignore[return-value]
+        _discard(followed)
+        return await own
+
+    async def _own(self, key: Hashable, work: Callable[[Turn], Awaitable[Done[V]]]
+                   ) -> tuple[V, bool]:
         turn = Turn(self, key)
         try:
             done = await work(turn)
@@ -162,24 +202,36 @@ class SlowLane(Generic[V]):
             self._timeouts.put(_callers(key), done.value, certain=done.timeout)
         if done.cacheable and self.verdicts.cacheable(done.value):
             self._cache.put(key, done.value)
-        self._settle(turn, value=done.value)
+        self._settle(turn, done=done)
         return done.value, False
 
-    def _settle(self, turn: Turn, value: V | None = None, exc: BaseException | None = None
-                ) -> None:
+    def _settle(self, turn: Turn, done: Done[V] | None = None,
+                exc: BaseException | None = None) -> None:
         running = turn.running
         if running is None:
             return
         if self._running.get(turn._key) is running:
             del self._running[turn._key]
         if exc is not None:
-            running.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
-            running.exception()  # retrieved: followers compute for themselves
+            running.done.set_exception(
+                exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+            running.done.exception()  # retrieved: followers compute for themselves
         else:
-            running.set_result(value)  # type: ignore[arg-type]
+            running.done.set_result(done)
+
+
+def _discard(*tasks: asyncio.Future) -> None:
+    """Cancel what is no longer wanted; its end (a cancellation, an error) retrieved."""
+    for task in tasks:
+        task.cancel()
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+
+def _caller() -> Hashable:
+    scope = current_request()
+    return None if scope is None else scope.caller
 
 
 def _callers(key: Hashable) -> Hashable:
     """``key`` as the current request's caller remembers it."""
-    scope = current_request()
-    return (None if scope is None else scope.caller, key)
+    return (_caller(), key)

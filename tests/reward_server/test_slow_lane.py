@@ -248,3 +248,73 @@ async def test_copies_in_flight_run_once_and_what_is_not_cacheable_runs_again() 
     calls.clear()
     await asyncio.gather(*(off.run("k", work, str) for _ in range(3)))
     assert len(calls) == 3  # cache off: every copy computed
+
+
+def turns_of(log: list[str], tag: str, turns: int, result: str = "ok",
+             timeout: bool | None = None, cacheable: bool = True):
+    """Work of ``turns`` short turns, each logged as ``tag``."""
+    async def work(turn: Turn) -> Done[str]:
+        for _ in range(turns):
+            async with turn.slot():
+                log.append(tag)
+                await asyncio.sleep(0.02)
+        log.append(f"{tag} done")
+        return Done(result, timeout=timeout, cacheable=cacheable)
+    return work
+
+
+async def test_a_copy_runs_its_own_when_its_turn_comes_before_another_callers_copy_ends() -> None:
+    """Caller A's copy of an item runs, and each of its later turns waits behind A's own
+    backlog; caller B's copy used to follow it to its end (behind all of A's items, past
+    B's budget: 23.5 s for an 8 s budget in the audit). Now B's copy follows A's only until
+    its own turn comes, then runs its own: it ends before A's backlog does."""
+    log: list[str] = []
+    lane: SlowLane[str] = SlowLane("unit", 1, 1000, 600.0, LaneVerdicts(
+        cacheable=lambda v: True, remembered=lambda v, age: v))
+
+    async def batch_a() -> list[str]:
+        with request_scope(60.0, "A"):
+            common = asyncio.ensure_future(lane.run("common", turns_of(log, "a-common", 3), str))
+            await asyncio.sleep(0)  # it takes the free slot first
+            rest = [lane.run(("a", k), turns_of(log, f"a{k}", 1), str) for k in range(12)]
+            return await asyncio.gather(common, *rest)
+
+    a = asyncio.ensure_future(batch_a())
+    while "a-common" not in log:
+        await asyncio.sleep(0.005)
+    with request_scope(5.0, "B"):
+        out = await lane.run("common", turns_of(log, "b-common", 3), lambda w: f"not run: {w}")
+    log.append("B answered")
+    assert (out, await a) == ("ok", ["ok"] * 13)
+    assert log.index("B answered") < log.index("a-common done"), log
+    assert log.index("B answered") < log.index("a4 done"), log
+
+
+@pytest.mark.parametrize("end", ["timeout", "momentary", "hang-up"])
+async def test_a_copy_takes_from_another_caller_only_what_the_cache_would(end: str) -> None:
+    """A copy of another caller's running item does not take that item's timeout (the load's
+    doing, perhaps, which another caller can make), a verdict the moment decided, or the
+    end of a computation its client hung up on: it runs its own and gets its own answer
+    (within its budget, which ends before that hang-up)."""
+    log: list[str] = []
+    lane: SlowLane[str] = SlowLane("unit", 2, 1000, 600.0, LaneVerdicts(
+        cacheable=lambda v: v == "ok", remembered=lambda v, age: v))
+    leader = {"timeout": turns_of(log, "a", 3, "timeout", timeout=True),
+              "momentary": turns_of(log, "a", 3, "ok", cacheable=False),
+              "hang-up": turns_of(log, "a", 50)}[end]
+
+    async def caller_a() -> str:
+        with request_scope(60.0, "A"):
+            return await lane.run("k", leader, str)
+
+    a = asyncio.ensure_future(caller_a())
+    while "a" not in log:
+        await asyncio.sleep(0.005)
+    if end == "hang-up":
+        asyncio.get_running_loop().call_later(0.5, a.cancel)
+    with request_scope(0.2, "B"):
+        # B's copy of the same item would pass: its own run says so
+        out = await lane.run("k", turns_of(log, "b", 1, "ok"), lambda w: f"not run: {w}")
+    assert out == "ok", log
+    assert "b done" in log, log
+    await asyncio.gather(a, return_exceptions=True)
