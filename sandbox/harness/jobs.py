@@ -72,8 +72,8 @@ def execute(job, zygote, state):
             problems = [why for why in [slate.janitor(workdir)] if why]
             if workdir is not None:
                 try:
-                    os.rmdir(workdir)
-                except OSError as exc:
+                    slate.remove_workdir(workdir)
+                except (OSError, TimeoutError) as exc:
                     problems.append(f"work dir not removed: {exc}")
             problems += state.problems(zygote)
         except Exception as exc:  # noqa: BLE001 - unproven is dirty; and we are PID 1

@@ -22,6 +22,7 @@ import functools
 import math
 import os
 import signal
+import stat
 import time
 
 CANDIDATE = (10001, 10001)  # uid, gid of every program; the harness is root
@@ -174,6 +175,83 @@ def release_candidate():
     if not kill_user(CANDIDATE[0]):
         return "a process of the candidate's outlived the kill"
     return janitor(None)
+
+
+def seal_build(workdir):
+    """After the program is built: every entry of the work dir becomes root's and read-only,
+    the work dir itself root's with mode 1777 (the sticky bit: the candidate may add entries
+    but not remove or rename root's). Each test then starts from the same build
+    (``fresh_workdir``), whichever container or turn runs it: a test cannot leave a file for
+    the next, nor change the program the next one runs. Returns the build's names."""
+    if not isolated():
+        return frozenset(os.listdir(workdir))
+    if not kill_user(CANDIDATE[0]):  # nothing of the compile's may change the build meanwhile
+        raise OSError("a process of the candidate's outlived the kill")
+    os.seteuid(CANDIDATE[0])
+    try:  # as its owner: let root look into every directory of it
+        os.chmod(workdir, 0o755)
+        _walk(workdir, lambda path, st: os.chmod(path, 0o755) if _is_dir(st) else None)
+        build = frozenset(os.listdir(workdir))
+    finally:
+        os.seteuid(0)
+    _walk(workdir, _take)
+    os.lchown(workdir, 0, 0)
+    os.chmod(workdir, 0o1777)
+    return build
+
+
+def fresh_workdir(workdir, build):
+    """Before each test but an execution's first: the candidate's processes killed and what
+    they left in its shared places removed (``release_candidate``), and every entry of the
+    work dir that is not the build's (``seal_build``) removed. None when done, else why not."""
+    why = release_candidate()
+    if why is not None or not isolated():
+        return why
+    try:
+        extra = [name for name in os.listdir(workdir) if name not in build]
+        for name in extra:
+            path = os.path.join(workdir, name)
+            if os.lstat(path).st_uid == CANDIDATE[0]:
+                os.seteuid(CANDIDATE[0])
+                try:
+                    remove_tree(path, time.monotonic() + JANITOR_TIMEOUT_S)
+                finally:
+                    os.seteuid(0)
+            else:  # not a directory (the candidate makes none of root's): a hard link
+                os.unlink(path)
+    except (OSError, TimeoutError) as exc:
+        return f"the work dir could not be reset: {exc}"
+    return None
+
+
+def remove_workdir(workdir):
+    """The execution's work dir, emptied of the candidate's entries (``janitor``), removed:
+    root removes a sealed build, which is root's."""
+    if os.lstat(workdir).st_uid == os.geteuid():
+        remove_tree(workdir, time.monotonic() + JANITOR_TIMEOUT_S)
+    else:
+        os.rmdir(workdir)
+
+
+def _walk(path, visit):
+    """``visit(path, lstat)`` every entry under ``path`` (not ``path``), directories before
+    their entries; never follows a link."""
+    for entry in os.scandir(path):
+        st = entry.stat(follow_symlinks=False)
+        visit(entry.path, st)
+        if _is_dir(st):
+            _walk(entry.path, visit)
+
+
+def _is_dir(st):
+    return stat.S_ISDIR(st.st_mode)
+
+
+def _take(path, st):
+    """As root: ``path`` becomes root's, writable by nobody (no set-id bit kept)."""
+    os.lchown(path, 0, 0)
+    if not stat.S_ISLNK(st.st_mode):
+        os.chmod(path, st.st_mode & 0o555 | (0o755 if _is_dir(st) else 0o444))
 
 
 def _signal(pid, sig):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from . import artifacts
+from . import artifacts, slate
 from .checker import CHECK_TIME_LIMIT_S, Checker, CheckerBlocked, CheckerBroken, OutOfTime
 from .compare import outputs_match
 from .processes import compiling, kill_group, run_process
@@ -25,6 +25,7 @@ from .statuses import (
 )
 from .verdicts import (
     build_turn_over,
+    every_test,
     momentary,
     over_budget,
     restarted_clock,
@@ -108,6 +109,7 @@ def run_tests(job, workdir, env, zygote, checker):
     # a build is there only when this job compiled one, to ship
     if (job.get("build") or {}).get("files") and build_turn_over(job):
         return yielded(job, [])  # the host has the build: a later turn unpacks it
+    job["build_names"] = slate.seal_build(workdir)
     use_zygote = job["language"].get("forkserver") and zygote is not None and zygote.alive()
     if not use_zygote:
         return run_each(job, workdir, env, None, checker)
@@ -136,6 +138,10 @@ def run_each(job, workdir, env, zygote, checker):
         if limit <= 0:
             return {"status": OK, "tests": results + over_budget(job, len(job["tests"]) - index)}
         stdin_data = test["input"].encode("utf-8", "surrogatepass")
+        if results and (why := slate.fresh_workdir(workdir, job["build_names"])) is not None:
+            # only the candidate's programs can have left what stays: its failure
+            return {"status": OK, "tests": results + every_test(
+                len(job["tests"]) - index, RUNTIME_ERROR, f"before this test: {why}")}
         if use_zygote and not zygote.alive():
             use_zygote = False  # a test's program killed it: run the rest the slow way
         if use_zygote:

@@ -191,3 +191,35 @@ def test_compiles_end_their_turn_so_a_checker_item_cannot_hold_the_pool_past_a_b
     assert (b["status"], b["score"]) == ("ok", 1.0), b
     assert (a["status"], a["score"]) == ("ok", 1.0), a
     assert counter(one_container.url, "reward_turns_yielded_total") > turns
+
+
+# A stdin program that marks every place it may write (its work dir, HOME, /dev/shm), tries
+# to change and to move its own source, and answers "fresh" only where no mark was left:
+# each test runs alone in a judge, whichever turn or container runs it
+MARKS = ("```python\nimport os, time\n"
+         "marks = ['mark', os.path.join(os.environ['HOME'], 'home_mark'), '/dev/shm/mark']\n"
+         "seen = any(os.path.exists(m) for m in marks) or os.path.exists('moved.py')\n"
+         "for m in marks:\n    try:\n        open(m, 'w').write('x')\n"
+         "    except OSError:\n        pass\n"
+         "for act in (lambda: open('main.py', 'a').write('\\nprint(1)\\n'),\n"
+         "            lambda: os.rename('main.py', 'moved.py'),\n"
+         "            lambda: os.link('main.py', 'linked.py')):\n"
+         "    try:\n        act()\n    except OSError:\n        pass\n"
+         "time.sleep(0.4)\n"
+         "print('seen' if seen else 'fresh', input())\n```")
+
+
+def test_a_stdin_programs_tests_each_start_from_its_build(one_container: ServerProcess) -> None:
+    """A file one test leaves is not there for the next: the work dir was shared within a
+    turn only, and turns end on the wall clock, so such a program scored 0.25 alone and more
+    with others waiting (the audit: 0.333 against 0.75). Now every test starts from the
+    program's build, which no test can change: 1.0 alone and busy."""
+    def item(tag: str) -> dict[str, Any]:
+        return {"response": MARKS.replace("```python\n", f"```python\n# {tag}\n"),
+                "tests": [{"input": str(k), "output": f"fresh {k}"} for k in range(4)]}
+
+    alone = verify_code(one_container.url, item("alone"))[0]
+    a, b, _ = hold_then_arrive(one_container.url, item("busy"))
+    assert (b["status"], b["score"]) == ("ok", 1.0), b
+    assert (alone["status"], alone["score"]) == ("ok", 1.0), alone
+    assert (a["status"], a["score"]) == ("ok", 1.0), a
