@@ -81,11 +81,20 @@ class Builds:
         self._pending[key] = asyncio.get_running_loop().create_future()
         return None, True
 
+    async def made(self, key: str) -> None:
+        """Wait, claiming nothing, until a build of ``key`` that is being made is made (or
+        given up): an execution waits for it before it takes a worker, not holding one."""
+        pending = self._pending.get(key)
+        if pending is not None:
+            await asyncio.shield(pending)
+
     def publish(self, key: str, build: Build | None) -> None:
+        """The build of a claim (None: none was made); once the first reply of its maker
+        brings it, not after the maker's last test."""
         future = self._pending.pop(key, None)
         if future is not None and not future.done():
             future.set_result(build)
-        if build is None or (size := _size(build)) > self.max_bytes:
+        if build is None or key in self._done or (size := _size(build)) > self.max_bytes:
             return
         self._done[key] = build
         self._bytes += size

@@ -227,8 +227,9 @@ class Sandbox:
         elif leader:
             job = {**job, "want_artifacts": True}
         made = None
+        publish = (lambda build: self.builds.publish(key, build)) if leader else None
         try:
-            result, made = await self._run_job(job, count, budget, others_waiting)
+            result, made = await self._run_job(job, count, budget, others_waiting, publish)
             if result.momentary and made is not None and "compile_error" in made:
                 made = None  # the moment's compile error (harness/stdio.py sends none)
         finally:
@@ -236,10 +237,23 @@ class Sandbox:
                 self.builds.publish(key, made)
         return result
 
+    async def build_made(self, ex: Execution) -> None:
+        """Wait, holding no worker, until a build of ``ex``'s source that another execution
+        is making is made: the wait that ``execute`` would spend holding one."""
+        try:
+            key = build_key(self._job(ex, None)[0]) if ex.spec is not None else None
+        except ValueError:  # execute says so
+            return
+        if key is not None:
+            await self.builds.made(key)
+
     async def _run_job(self, job: dict, count: int, budget: float,
-                       others_waiting: Callable[[], bool] | None = None
+                       others_waiting: Callable[[], bool] | None = None,
+                       publish: Callable[[Build], None] | None = None
                        ) -> tuple[ExecutionResult, Build | None]:
-        """The verdict, and the build the harness sent back when asked for it."""
+        """The verdict, and the build the harness sent back when asked for it; ``publish``
+        gets that build as soon as the first reply brings it (the item's later turns may
+        take long: executions of the same source wait for the build only)."""
         failure = "Docker engines went away"
         reruns = GVISOR_RERUNS
         failed_reruns = FAILED_RUN_RERUNS
@@ -251,6 +265,8 @@ class Sandbox:
             try:
                 reply = await self.pool.request(pooled, job, budget)
                 self._keep_checker(job, reply)
+                if publish is not None and (made := _first_build(reply)) is not None:
+                    publish(made)
                 if _yielded(reply) and go_on():
                     reply = await self._more_turns(pooled, job, reply, budget, go_on)
             except ChannelMisframed as exc:
@@ -412,3 +428,11 @@ def _text(value: Any) -> str:
 
 __all__ = ["Call", "Execution", "ExecutionResult", "Sandbox", "SandboxUnavailable", "TestCase",
            "TestResult"]
+
+
+def _first_build(reply: Any) -> Build | None:
+    """The build a first reply brings: files, or the compiler's refusal (a compile the wall
+    clock cut is the moment's: the harness sends none, and a momentary reply's is ignored)."""
+    if not isinstance(reply, dict) or reply.get("momentary") is True:
+        return None
+    return valid_build(reply.get("build"))

@@ -124,6 +124,7 @@ class CodeVerifier(Verifier):
         which is never cached."""
         tests: list[TestResult] = []
         spent_s, rest, momentary = 0.0, execution, False
+        await self.sandbox.build_made(execution)  # a copy's compile: waited for holding nothing
         while True:
             async with turn.slot():
                 try:
