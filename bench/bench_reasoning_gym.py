@@ -1,7 +1,9 @@
 """The reasoning_gym verifier against the library in-process: items/s on the same items.
 
 The items: every task's entries (seeded), each with its own answer and with a wrong one, in
-``<answer>`` tags, in batches of ``--batch``. In-process is what a training recipe does: the
+``<answer>`` tags, in batches of ``--batch``, new ones each round and each repeat (a training
+step's completions are new each step: a side that scored the same items again would find
+SymPy's caches holding its answers). In-process is what a training recipe does: the
 task's ``score_answer`` called in the trainer's own process (unguarded: it runs the answer as
 code in nine tasks, docs/reasoning_gym.md). The service: the real server on loopback, its
 result cache off, so every item is scored afresh, in the sandbox (``--containers`` warm
@@ -21,6 +23,7 @@ import argparse
 import glob
 import json
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -38,8 +41,9 @@ from reward_server.testing import run_server, sandbox_containers
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def items(per_task: int) -> list[tuple[Any, dict[str, Any], str]]:
-    """(dataset, entry, response) for every task but the composite one."""
+def items(per_task: int, seed: int = 3) -> list[tuple[Any, dict[str, Any], str]]:
+    """(dataset, entry, response) for every task but the composite one, shuffled (a batch
+    holds every kind of task)."""
     import reasoning_gym
     from reasoning_gym.factory import DATASETS
 
@@ -47,12 +51,20 @@ def items(per_task: int) -> list[tuple[Any, dict[str, Any], str]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for task in sorted(set(DATASETS) - {"composite"}):
-            dataset = reasoning_gym.create_dataset(task, size=per_task, seed=3)
+            dataset = reasoning_gym.create_dataset(task, size=per_task, seed=seed)
             for i in range(per_task):
                 entry = dataset[i]
                 for answer in (entry["answer"], "not it"):
                     out.append((dataset, entry, f"reasoning...\n<answer>{answer}</answer>"))
+    random.Random(seed).shuffle(out)
     return out
+
+
+def fresh_batches(size: int, rounds: int, per_task: int, first_seed: int
+                  ) -> list[list[tuple[Any, dict[str, Any], str]]]:
+    """``rounds`` batches of items neither side has scored: a training step's completions
+    are new every step, so neither SymPy's caches nor any other may answer a repeat."""
+    return [items(per_task, seed=first_seed + r)[:size] for r in range(rounds)]
 
 
 def in_process(batch: list[tuple[Any, dict[str, Any], str]]) -> None:
@@ -109,12 +121,15 @@ def main() -> None:
     parser.add_argument("--publish", action="store_true")
     args = parser.parse_args()
     measured_on = commit()
-    pool = items(args.per_task)
-    batches = [pool[i:i + args.batch] for i in range(0, len(pool) - args.batch + 1, args.batch)]
-    batches = (batches * args.rounds)[:args.rounds]
-    bodies = [json.dumps({"items": [{"response": r, "entry": e} for _, e, r in b]},
-                         default=str) for b in batches]
-    in_process(batches[0])  # each task's dataset object and caches, as a trainer has them
+    # each repeat scores batches of its own on both sides, so that a side's second repeat
+    # does not meet what its first scored
+    warm, *rest = fresh_batches(args.batch, 1 + args.repeats * args.rounds, args.per_task, 100)
+    per_repeat = [rest[k * args.rounds:(k + 1) * args.rounds] for k in range(args.repeats)]
+    bodies = [[json.dumps({"items": [{"response": r, "entry": e} for _, e, r in b]},
+                          default=str) for b in batches] for batches in per_repeat]
+    warm_body = json.dumps({"items": [{"response": r, "entry": e} for _, e, r in warm]},
+                           default=str)
+    in_process(warm)  # each task's dataset object and caches, as a trainer has them
 
     env = {"REWARD_SERVER_CACHE_SIZE": "0",
            "REWARD_SERVER_REASONING_GYM_CHUNK_ITEMS": str(args.chunk)}
@@ -131,22 +146,22 @@ def main() -> None:
             return r.json()["results"]
 
         t0 = time.perf_counter()
-        post(bodies[0])
+        post(warm_body)
         cold_s = time.perf_counter() - t0
         for _ in range(3):  # every container's scorer builds each task's once (arc_agi: 1 s)
-            post(bodies[0])
+            post(warm_body)
         server = psutil.Process(srv.proc.pid)
         settle(server)
-        for _ in range(args.repeats):  # in turn: a change of load hits both sides
+        for batches, repeat_bodies in zip(per_repeat, bodies):  # in turn: load hits both
             local = timed(lambda: [in_process(batch) for batch in batches])
             inside = containers_cpu_s(srv.proc.pid)
-            served = timed(lambda: [post(body) for body in bodies], server)
+            served = timed(lambda: [post(body) for body in repeat_bodies], server)
             served = served._replace(cpu_s=served.cpu_s + containers_cpu_s(srv.proc.pid)
                                      - inside)
             runs.append(figures(sum(len(b) for b in batches), local, served))
-        results = post(bodies[-1])
+        results = post(bodies[-1][-1])
     out: dict[str, Any] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
-    out.update(items=sum(len(b) for b in batches), first_batch_cold_s=round(cold_s, 2),
+    out.update(items=sum(len(b) for b in per_repeat[0]), first_batch_cold_s=round(cold_s, 2),
                last_batch_statuses=sorted({r["status"] for r in results}),
                repeats={key: [run[key] for run in runs] for key in RATIOS})
     print(json.dumps(out, indent=2))
@@ -155,7 +170,8 @@ def main() -> None:
                                          "containers": args.containers,
                                          "scored_in": "sandbox",
                                          "chunk_items": args.chunk,
-                                         "cache": "off", "cpus": os.cpu_count()},
+                                         "cache": "off", "items_each_round": "new",
+                                         "cpus": os.cpu_count()},
                   publish=args.publish, measured_on=measured_on)
     print(f"wrote {path}")
 
