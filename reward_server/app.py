@@ -14,6 +14,7 @@ from fastapi_offline import FastAPIOffline
 
 from reward_server import __version__, worker_isolation
 from reward_server.callers import load_tokens
+from reward_server.drain import watch_stop_signals
 from reward_server.errors import ApiError, api_error_handler, validation_error_handler
 from reward_server.middleware import BearerAuth, BodyLimit, DropOnHangUp, ErrorGuard, RequestMetrics
 from reward_server.routes import meta, openrlhf, rewards, run_code, sessions
@@ -43,8 +44,12 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 verifier.bind(verifiers)
             app.state.scorer = Scorer(verifiers, settings)
             log.info("verifiers ready: %s", ", ".join(sorted(verifiers)))
-            async with Sessions(app.state.scorer) as app.state.sessions:  # closed first
-                yield
+            undo_signals = watch_stop_signals()
+            try:
+                async with Sessions(app.state.scorer) as app.state.sessions:  # closed first
+                    yield
+            finally:
+                undo_signals()
         finally:
             await asyncio.gather(*(v.stop() for v in started), return_exceptions=True)
 

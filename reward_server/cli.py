@@ -51,8 +51,10 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     # without tokens a caller is its address: X-Forwarded-For only from trusted proxies
-    proxies = {"proxy_headers": bool(settings.forwarded_allow_ips),
-               "forwarded_allow_ips": settings.forwarded_allow_ips or None}
+    serving = {"proxy_headers": bool(settings.forwarded_allow_ips),
+               "forwarded_allow_ips": settings.forwarded_allow_ips or None,
+               # a bounded drain (reward_server/drain.py): what runs at the deadline is cut
+               "timeout_graceful_shutdown": settings.drain_s}
     if settings.workers > 1:
         path = os.environ[SETTINGS_FILE_ENV] = _settings_file(settings)
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="reward-prom-"))
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
             uvicorn.run(
                 "reward_server.app:create_app", factory=True, host=settings.host,
                 port=settings.port, workers=settings.workers, log_level=settings.log_level,
-                **proxies,
+                **serving,
             )
         finally:
             os.unlink(path)  # it holds the token in clear
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
         from reward_server.app import create_app
 
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                    log_level=settings.log_level, **proxies)
+                    log_level=settings.log_level, **serving)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
     ├── Unauthorized       401  missing or wrong bearer token
     ├── UnknownVerifier    404  names the verifiers that exist
     ├── PayloadTooLarge    413  names the field or limit and the setting that raises it
-    └── InvalidItems       422  one line per bad field, with its path (items[3].answer)
+    ├── InvalidItems       422  one line per bad field, with its path (items[3].answer)
+    └── ServerStopping     503  the server is draining: send it to another replica
 
 Verdicts about a response (wrong, unparseable, timed out) are never errors: they are
 results with a status.
@@ -46,6 +47,17 @@ class PayloadTooLarge(ApiError):
 
 class InvalidItems(ApiError):
     status_code = 422
+
+
+class ServerStopping(ApiError):
+    """Raised to work still waiting for a worker once the server was asked to stop: it
+    never ran, and another replica can run it at once (``Retry-After: 1``)."""
+
+    status_code = 503
+
+    def __init__(self) -> None:
+        super().__init__("the server is stopping: this request's items did not run; send it "
+                         "to another replica", {"Retry-After": "1"})
 
 
 def format_location(loc: Iterable[Any]) -> str:

@@ -56,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import weakref
 from collections.abc import AsyncIterator, Hashable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -64,6 +65,7 @@ from dataclasses import dataclass, field
 from cachetools import TTLCache
 
 from reward_server import metrics
+from reward_server.errors import ServerStopping
 from reward_server.fair_shares import Caller, Order, Request, Waiter
 
 IDLE_MEMORY_S = 60.0  # how long an idle caller's share is remembered
@@ -114,6 +116,17 @@ def request_scope(budget_s: float | None, caller: Hashable = None, items: int | 
         _current.reset(token)
 
 
+_GATES: weakref.WeakSet[FairGate] = weakref.WeakSet()
+
+
+def stop_admission() -> None:
+    """The server is stopping (``drain``): every gate answers the items waiting at it, and
+    any that comes later, ServerStopping (503: another replica runs them at once); the items
+    running go on, for the drain's deadline."""
+    for gate in list(_GATES):
+        gate.close()
+
+
 def current_request() -> RequestScope | None:
     return _current.get()
 
@@ -148,6 +161,26 @@ class FairGate:
         self._grants = itertools.count(1)
         self._floor = 0.0  # the least-served caller's level, kept when none is in flight
         self._running = self._waiting = self._requests = 0
+        self.closed = False  # stopping: no item starts here any more (``stop_admission``)
+        _GATES.add(self)
+
+    def close(self) -> None:
+        """No item starts here any more: those waiting, and any that comes, get
+        ServerStopping; those running go on."""
+        self.closed = True
+        now = time.monotonic()
+        for caller in list(self._callers.values()):
+            for request in list(caller.requests.values()):
+                for waiter in request.queue:
+                    if not waiter.future.done():  # its _acquire finds its shares settled
+                        waiter.future.set_exception(ServerStopping())
+                self._waiting -= request.waiting
+                caller.waiting -= request.waiting
+                request.waiting = 0
+                request.queue.clear()
+                self._settle(caller, request, now)
+            caller.queue.clear()
+        self._publish()
 
     @property
     def running(self) -> int:
@@ -211,6 +244,8 @@ class FairGate:
         return caller, request
 
     async def _acquire(self, budgeted: bool) -> tuple[Caller, Request, int]:
+        if self.closed:
+            raise ServerStopping()
         scope = current_request()
         now = time.monotonic()
         waiter = Waiter(asyncio.get_running_loop().create_future(), now)
@@ -230,8 +265,12 @@ class FairGate:
                 await asyncio.wait({waiter.future}, timeout=left)
             return caller, request, waiter.future.result()
         except BaseException as exc:
-            if waiter.future.done() and not waiter.future.cancelled():  # granted as we gave up
+            outcome = (None if not waiter.future.done() or waiter.future.cancelled()
+                       else waiter.future.exception() or "granted")
+            if outcome == "granted":  # granted as we gave up
                 self._release(caller, request, waiter.future.result())
+            elif isinstance(outcome, ServerStopping):
+                pass  # ``close`` took it out of its shares
             else:
                 waiter.future.cancel()  # left in the queues, dropped when it reaches a head
                 for share in (request, caller):

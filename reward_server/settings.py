@@ -96,6 +96,12 @@ class ServerSettings(BaseSettings):
         "hold every worker; items still waiting then come back 'not_run' (score null: they "
         "never ran). Time spent on the caller's own items does not count. 0: no budget.",
     )
+    drain_s: float = Field(
+        20.0, ge=0, description="Seconds a stopping server (SIGTERM) gives the items already "
+        "running to finish; items still waiting for a worker are answered 503 at once "
+        "(another replica can run them), and what still runs at the deadline is cancelled. "
+        "Below Kubernetes' 30 s grace period by default.",
+    )
     timeout_memory_s: float = Field(
         600.0, ge=0, description="Seconds an item that timed out is remembered, so copies of "
         "it come back 'timeout' without running again. Only what load cannot cause is "

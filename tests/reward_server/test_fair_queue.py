@@ -292,3 +292,30 @@ async def test_a_grant_looks_at_the_shares_running_not_everyone_waiting(monkeypa
     assert len(log) == 3000
     assert calls < 20 * 3000, calls  # a few per grant; a walk over the callers: 1.5 million
     assert (gate.running, gate.waiting, gate.requests, gate.callers) == (0, 0, 0, 0)
+
+
+async def test_a_closed_gate_answers_its_waiting_items_and_lets_running_ones_finish() -> None:
+    """Stopping (reward_server/drain.py): every waiting item of every caller and request,
+    and any that comes later, gets ServerStopping at once; running items finish and release
+    their slots; nothing is left counted."""
+    from reward_server.errors import ServerStopping
+
+    gate = FairGate(2, "unit")
+    log: list[str] = []
+    running = in_request(None, lambda: item(gate, "r0", 0.3, log),
+                         lambda: item(gate, "r1", 0.3, log), caller="a")
+    await asyncio.sleep(0.05)
+    waiting = [in_request(None, *[lambda k=k: item(gate, f"w{k}", 0.0, log)
+                                  for k in range(3)], caller=c) for c in ("a", "b", "c")]
+    singles = [in_request(None, lambda: item(gate, "s", 0.0, log), caller="b", items=1)
+               for _ in range(5)]
+    await asyncio.sleep(0.05)
+    assert gate.waiting == 14 and gate.running == 2
+    gate.close()
+    for request in [*waiting, *singles]:
+        assert all(isinstance(r, ServerStopping) for r in await request)
+    assert await running == ["r0", "r1"]
+    assert (gate.waiting, gate.running, gate.requests, gate.callers) == (0, 0, 0, 0)
+    with pytest.raises(ServerStopping):
+        await item(gate, "late", 0.0, log)
+    assert log == ["r0", "r1"]
