@@ -15,6 +15,7 @@ cheap items without waiting for a pool worker):
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import time
 from collections.abc import Awaitable, Iterator, Sequence
@@ -170,6 +171,12 @@ class PoolJob:
     tolerance: float  # a decimal against a decimal reference
     exact_tolerance: float = EXACT  # a decimal alone against an exact reference
 
+    def key(self) -> str:
+        """What the lane's cache and memories keep of the job: a digest, never the texts (a
+        reference may be a worked solution of megabytes, which 100,000 cached entries
+        would otherwise each hold)."""
+        return hashlib.sha256(repr(self).encode("utf-8", "surrogatepass")).hexdigest()
+
 
 def _result(verdict: Verdict, extracted: str | None) -> MathResult:
     return MathResult(
@@ -273,7 +280,7 @@ class MathVerifier(PooledVerifier):
         unscorable (null, ``not_run``), not a 0 it did not earn."""
         extracted = job.pred.text if job.pred.kind == "latex" else None
         return await self._lane.run(
-            job, lambda turn: self._compare(job, turn),
+            job.key(), lambda turn: self._compare(job, turn),
             not_run=lambda reason: MathResult(score=None, correct=False, status=NOT_RUN,
                                               extracted=extracted, detail=reason))
 

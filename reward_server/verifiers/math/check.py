@@ -115,11 +115,22 @@ def has_several(values: list[Any]) -> bool:
     return isinstance(first, sympy.FiniteSet) and len(first) > 1
 
 
-@lru_cache(maxsize=4096)
+# References this long are parsed each time: the cache below would otherwise hold whatever
+# a caller sends (4096 worked solutions of 2 MB), up to the worker's memory limit, where
+# another caller's check would then run out of memory
+GOLD_CACHE_MAX_CHARS = 4096
+
+
 def parse_gold(answer: Answer) -> list[Any]:
-    """References repeat G times in a group; parse each once per worker. A bare number is
-    read as the fast path reads it (``1,22`` is 1.22 there, as math-verify's number rule
-    has it; its LaTeX parser would make it the list 1, 22)."""
+    """References repeat G times in a group; parse each once per worker (short ones)."""
+    if sum(len(text) for text in (*answer.items, *(answer.wide or ()))) > GOLD_CACHE_MAX_CHARS:
+        return _parse_gold(answer)
+    return _parse_gold_cached(answer)
+
+
+def _parse_gold(answer: Answer) -> list[Any]:
+    """A bare number is read as the fast path reads it (``1,22`` is 1.22 there, as
+    math-verify's number rule has it; its LaTeX parser would make it the list 1, 22)."""
     number = parse_number(answer.text) if answer.kind == "latex" else None
     if number is not None and not number.percent:
         value = number.value
@@ -128,6 +139,9 @@ def parse_gold(answer: Answer) -> list[Any]:
                 value.numerator), answer.text]
         return [sympy.Rational(value.numerator, value.denominator), answer.text]
     return parse_answer(answer)
+
+
+_parse_gold_cached = lru_cache(maxsize=4096)(_parse_gold)
 
 
 def check(pred: Answer, gold: Answer, tolerance: float, exact_tolerance: float = EXACT

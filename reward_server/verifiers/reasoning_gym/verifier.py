@@ -18,6 +18,7 @@ be served to anyone else.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import pickle
@@ -134,8 +135,21 @@ class ReasoningGymResult(ResultBase):
     detail: str | None = None
 
 
-# (caller, task, answer, entry pickled, config): the cache's key; results are a caller's own
+# (caller, task, answer, entry pickled, config): an answer's identity; results are a caller's own
 Key = tuple[Hashable, str, str, bytes, str]
+
+
+def stored_key(key: Key) -> tuple[Hashable, bytes]:
+    """What the cache and the timeouts' memory keep of ``key``: its caller and a digest of
+    the rest, never the answer and the entry themselves (megabytes each: a cache of 100,000
+    entries would otherwise hold whatever a caller sends)."""
+    caller, task, answer, entry, config = key
+    digest = hashlib.sha256()
+    for part in (task.encode(), answer.encode("utf-8", "surrogatepass"), entry,
+                 config.encode("utf-8", "surrogatepass")):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return caller, digest.digest()
 
 
 def chunk_size(jobs: int, workers: int, most: int) -> int:
@@ -223,7 +237,7 @@ class ReasoningGymVerifier(Verifier):
                                  f"(extract={item.extract!r})", None)
             else:
                 key = (caller, item._task, answer, item._entry_key, item._config_key)
-                cached, hit = self._cache.peek(key)
+                cached, hit = self._cache.peek(stored_key(key))
                 if hit:
                     hits += 1
                     out[k] = cached
@@ -246,7 +260,7 @@ class ReasoningGymVerifier(Verifier):
 
     def _remembered(self, key: Key, todo: dict[Key, list[int]],
                     out: list[ReasoningGymResult | None]) -> bool:
-        found = self._timeouts.get(key)
+        found = self._timeouts.get(stored_key(key))
         if found is None:
             return False
         metrics.TIMEOUTS_REMEMBERED.labels(self.name).inc()
@@ -283,9 +297,9 @@ class ReasoningGymVerifier(Verifier):
         result = _result(scored.status, scored.score, scored.detail, key[2])
         if scored.status == "timeout":
             metrics.TIMEOUTS.labels(self.name).inc()
-            self._timeouts.put(key, result,
+            self._timeouts.put(stored_key(key), result,
                                certain=scored.cpu_s >= CPU_BOUND * self.config.timeout_s)
         elif scored.status != UNAVAILABLE:
             misses.inc()  # its child resolved once a chunk: labels() costs what a score does
-            self._cache.put(key, result)
+            self._cache.put(stored_key(key), result)
         return result
