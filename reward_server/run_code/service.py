@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable
+from dataclasses import replace
 
 from reward_server import metrics
 from reward_server.admission import too_large_message
@@ -22,9 +23,18 @@ from reward_server.run_code.schemas import (
 )
 from reward_server.scoring import Scorer
 from reward_server.settings import ServerSettings
+from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness.statuses import MEMORY_LIMIT, OUTPUT_LIMIT, TIMEOUT
-from sandbox.snippets import EXITED, Command, Snippet, SnippetResult, check_paths, run_snippet
+from sandbox.snippets import (
+    DEFAULT_COMPILE_TIMEOUT_S,
+    EXITED,
+    Command,
+    Snippet,
+    SnippetResult,
+    check_paths,
+    run_snippet,
+)
 
 METRICS_NAME = "run_code"  # the verifier label of its items in /metrics
 SANDBOX_ERROR = "SandboxError"
@@ -64,6 +74,8 @@ async def run_code(scorer: Scorer, request: RunCodeRequest, caller: Hashable
     except UnknownVerifier:
         raise UnknownVerifier("/run_code runs in the code verifier's sandbox, which this "
                               "server does not load (its plugins setting)") from None
+    if (hold := code.unsplit_hold_s) is not None:  # type: ignore[attr-defined]
+        snippet = within(snippet, hold, code.sandbox.config)  # type: ignore[attr-defined]
     try:
         with request_scope(scorer.settings.request_budget_s, caller, items=1):
             async with code.unsplit_slot():  # type: ignore[attr-defined]
@@ -134,3 +146,13 @@ def _stopped(step: str, command: Command | None, result: SnippetResult) -> str |
         OUTPUT_LIMIT: f"{step}: stopped at the output limit of "
                       f"{limits.output_limit_bytes} bytes (stdout or stderr)",
     }[command.ended]
+
+
+def within(snippet: Snippet, hold_s: float, config: SandboxConfig) -> Snippet:
+    """``snippet`` with its compile and run each at most a third of ``hold_s`` (the rest
+    for its start and fetched files): the longest it may hold the gate's only slot."""
+    third = hold_s / 3
+    return replace(snippet,
+                   run_timeout_s=min(snippet.run_timeout_s or config.default_time_limit_s, third),
+                   compile_timeout_s=min(snippet.compile_timeout_s or DEFAULT_COMPILE_TIMEOUT_S,
+                                         third))

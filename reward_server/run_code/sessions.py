@@ -58,7 +58,7 @@ from reward_server.run_code.session_settings import SessionSettings
 from reward_server.scoring import Scorer
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness.session import DIED, TIMEOUT
-from sandbox.sessions import CellResult, SandboxSession
+from sandbox.sessions import INTERRUPT_GRACE_S, CellResult, SandboxSession
 from sandbox.sessions import SessionLimits as SandboxLimits
 from sandbox.snippets import check_paths
 
@@ -157,6 +157,13 @@ class Sessions:
     def open_count(self) -> int:
         return len(self._open)
 
+    def _max_cell_timeout(self, settings: SessionSettings) -> float:
+        """The server's cap, and with one slot at the gate, what leaves an item waiting
+        behind the cell its turn within its request's budget."""
+        hold = self._code.unsplit_hold_s
+        cap = settings.session_max_cell_timeout_s
+        return cap if hold is None else min(cap, max(1.0, hold - INTERRUPT_GRACE_S))
+
     # --- the API ------------------------------------------------------------------------------
 
     async def create(self, caller: Caller, request: CreateSessionRequest) -> SessionInfo:
@@ -168,8 +175,8 @@ class Sessions:
         config = self._code.sandbox.config
         memory = request.memory_limit_MB
         limits = SessionLimits(
-            cell_timeout=min(settings.session_cell_timeout_s, settings.session_max_cell_timeout_s),
-            max_cell_timeout=settings.session_max_cell_timeout_s,
+            cell_timeout=min(settings.session_cell_timeout_s, self._max_cell_timeout(settings)),
+            max_cell_timeout=self._max_cell_timeout(settings),
             memory_limit_MB=min(memory, config.max_memory_mb) if memory > 0 else
             config.max_memory_mb,
             output_limit_bytes=settings.session_output_limit_bytes,
@@ -213,7 +220,7 @@ class Sessions:
                 raise PayloadTooLarge(too_large_message(where, size, limit_bytes))
         session = self._get(caller, session_id)
         time_limit = min(request.cell_timeout or settings.session_cell_timeout_s,
-                         settings.session_max_cell_timeout_s)
+                         self._max_cell_timeout(settings))
         session.running += 1
         try:
             async with session.lock:

@@ -83,6 +83,15 @@ class CodeVerifier(Verifier):
         async with self._unsplit.slot(), self._lane.gate.slot() as held:
             yield held
 
+    @property
+    def unsplit_hold_s(self) -> float | None:
+        """The longest a snippet or a cell may hold a slot. With one slot it holds the only
+        one: half the request budget, so an item waiting behind it still runs within its
+        budget (a minute-long cell made another caller's item ``not_run``). None: no budget,
+        or ``unsplit_slot`` keeps a slot for items."""
+        budget = self.settings.request_budget_s
+        return budget / 2 if budget and self._lane.gate.slots == 1 else None
+
     async def verify(self, items: Sequence[CodeItem]) -> list[CodeResult]:  # type: ignore[override]
         return list(await asyncio.gather(*(self._verify_one(i) for i in items)))
 
