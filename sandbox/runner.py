@@ -129,6 +129,9 @@ class ExecutionResult:
     # the machine or the moment decided it (a compile or a checker past a wall-clock limit, a
     # full disk): another run may not, so it is never cached for other callers
     momentary: bool = False
+    # a test timed out while its program wanted the CPU and had had less than half its limit
+    # of it (harness/processes.starved): a 0 for this run, never remembered nor cached
+    starved: bool = False
 
 
 class Sandbox:
@@ -334,9 +337,10 @@ class Sandbox:
         spent_s = 0.0
         build = reply.get("build")
         turn = job
-        momentary = False
+        momentary = starved = False
         while _yielded(reply) and go_on():
             momentary = momentary or reply.get("momentary") is True
+            starved = starved or reply.get("starved") is True
             ran += reply["tests"]
             spent_s += _elapsed(reply)
             build = reply.get("build") or build
@@ -351,6 +355,8 @@ class Sandbox:
                   "elapsed_s": spent_s + _elapsed(reply)}
         if momentary:  # an earlier turn's: the item's verdict holds every turn's
             merged["momentary"] = True
+        if starved:
+            merged["starved"] = True
         if build is not None:
             merged["build"] = build  # for sandbox/builds.py, which asked for it
         return merged
@@ -400,7 +406,7 @@ def parse_reply(reply: Any) -> ExecutionResult | None:
                for t in tests],
         yielded=reply.get("yielded") is True,
         elapsed_s=float(elapsed) if isinstance(elapsed, int | float) else 0.0,
-        momentary=reply.get("momentary") is True)
+        momentary=reply.get("momentary") is True, starved=reply.get("starved") is True)
 
 
 def failed(count: int, status: TestStatus, message: str, time_ms: float = 0.0

@@ -80,6 +80,8 @@ def execute(job, zygote, state):
             problems = [f"the clean-up failed: {type(exc).__name__}: {exc}"]
     if job.get("momentary"):  # set on the way (verdicts.momentary): never cached
         result["momentary"] = True
+    if job.get("starved"):  # a test's timeout the load may have made (processes.starved)
+        result["starved"] = True
     result["left_behind"] = len(left_behind)
     result["dirty"] = bool(left_behind or problems)
     result["unclean"] = problems[:5]

@@ -200,6 +200,7 @@ def supervise(process, stdin_data, started, time_limit_s, output_limit, stderr_t
         except subprocess.TimeoutExpired:
             status = TIMEOUT
     elapsed_ms = (time.monotonic() - started) * 1000
+    held_back = status == TIMEOUT and starved(process.pid, time_limit_s)
     kill_group(process)
     process.wait()
     for stream in (process.stdin, process.stdout, process.stderr):
@@ -209,7 +210,24 @@ def supervise(process, stdin_data, started, time_limit_s, output_limit, stderr_t
     if status is None:
         status = classify_exit(code, bytes(err), oom_before, memory_markers, bytes(err_head))
     return {"status": status, "code": code, "stdout": bytes(out[:output_limit]),
-            "stderr": bytes(err), "time_ms": round(elapsed_ms, 3), "started": True}
+            "stderr": bytes(err), "time_ms": round(elapsed_ms, 3), "started": True,
+            "starved": held_back}
+
+
+def starved(pid, time_limit_s):
+    """At a wall-clock timeout: whether the program still wanted the CPU (runnable) yet had
+    used less than half its limit of it. Then the machine's load held it back (or its own
+    other processes did): its timeout is a 0 for this run, but no verdict on the program to
+    remember or cache. A program that sleeps (waiting, not runnable) or computed for its
+    limit is not starved."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rfind(b")") + 2:].split()
+        state, cpu_ticks = fields[0], int(fields[11]) + int(fields[12])  # utime + stime
+    except (OSError, IndexError, ValueError):
+        return False
+    return state == b"R" and cpu_ticks / os.sysconf("SC_CLK_TCK") < time_limit_s / 2
 
 
 def exit_notifier(pid):

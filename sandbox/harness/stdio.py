@@ -153,6 +153,8 @@ def run_each(job, workdir, env, zygote, checker):
                 job["language"],
             )
         status = run["status"]
+        if run.get("starved"):
+            job["starved"] = True  # the load's timeout: never remembered nor cached
         # the first test of the item, not of a later turn (``continues``): a later one that
         # raises a SyntaxError at run time (an eval of its input) is that test's runtime error
         if (not results and not job.get("continues") and status == RUNTIME_ERROR

@@ -223,3 +223,31 @@ def test_a_stdin_programs_tests_each_start_from_its_build(one_container: ServerP
     assert (b["status"], b["score"]) == ("ok", 1.0), b
     assert (alone["status"], alone["score"]) == ("ok", 1.0), alone
     assert (a["status"], a["score"]) == ("ok", 1.0), a
+
+
+# A program whose own processes hold it back: it stays runnable, yet gets about a quarter of
+# the container's CPU, as a program does on a machine another caller loads
+HELD_BACK = ("```python\nimport os\nfor _ in range(3):\n    if os.fork() == 0:\n"
+             "        while True:\n            pass\nwhile True:\n    pass\n```")
+
+
+def test_a_timeout_the_load_may_have_made_is_never_remembered(
+        one_container: ServerProcess) -> None:
+    """A test that ran out of wall-clock time while its program wanted the CPU, having had
+    less than half its limit of it, is a 0 for that run, but no verdict to remember: a right
+    program a neighbour's load held back twice was answered "timeout" from memory for ten
+    minutes (an audit). Each copy runs again.
+
+    Under gVisor the program's CPU time, as the sandbox's kernel counts it, goes on while the
+    sandbox is throttled (four loops on one CPU's quota each count ~0.9 s in 1.5 s, against
+    0.38 s under runc), so a held-back test is not told apart there: as before, a second
+    timeout of the same item is believed, and the third copy is answered from memory."""
+    item = {"response": HELD_BACK, "tests": [{"input": "", "output": "x"}], "time_limit_s": 1}
+    remembered = []
+    for _ in range(3):
+        (result,) = verify_code(one_container.url, item)
+        assert (result["status"], result["score"]) == ("ok", 0.0), result
+        assert result["tests"][0]["status"] == "timeout", result
+        remembered.append("remembered" in (result.get("detail") or ""))
+    expected = [False, False, one_container.runtime == "runsc"]
+    assert remembered == expected, remembered

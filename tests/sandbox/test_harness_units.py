@@ -310,3 +310,37 @@ def test_a_star_imported_name_works_in_the_solution_and_keeps_its_line_numbers()
     assert namespace["f"].__code__.co_firstlineno == 3 and "sqrt" not in namespace
     with pytest.raises(ZeroDivisionError):
         namespace["f"](4)
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_starved_tells_a_held_back_program_from_a_sleeping_or_computing_one() -> None:
+    """At a timeout: runnable with under half its limit of CPU is starved; asleep, or with
+    its CPU used, is not. Four loops pinned to one CPU hold each other back."""
+    import subprocess
+    import sys
+
+    from sandbox.harness.processes import starved
+
+    loop = [sys.executable, "-c", "while True: pass"]
+    pin = {"preexec_fn": lambda: os.sched_setaffinity(0, {0})}
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    loops = [subprocess.Popen(loop, **pin) for _ in range(4)]  # type: ignore[call-overload]
+    alone = subprocess.Popen(loop)
+    try:
+        started = time.monotonic()
+        while _cpu_s(alone.pid) < 0.3:  # it has computed (at whatever pace the load allows)
+            time.sleep(0.05)
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+        wall = time.monotonic() - started
+        assert not starved(sleeper.pid, wall)
+        assert starved(loops[0].pid, wall)  # at most a quarter of one CPU in that time
+        assert not starved(alone.pid, 0.2)  # it used more than half of a 0.2 s limit
+    finally:
+        for p in (sleeper, *loops, alone):
+            p.kill()
+            p.wait()

@@ -130,9 +130,10 @@ class CodeVerifier(Verifier):
         turn, no longer than a test may (sandbox/harness/turns.py). A test's wall-clock
         timeout may have been the machine's load: believed the second time; so may a
         ``momentary`` verdict (a compile or a checker past its wall-clock limit, a full disk),
-        which is never cached."""
+        which is never cached. A test the load held back (``starved``) is neither cached nor
+        remembered."""
         tests: list[TestResult] = []
-        spent_s, rest, momentary = 0.0, execution, False
+        spent_s, rest, momentary, starved = 0.0, execution, False, False
         await self.sandbox.build_made(execution)  # a copy's compile: waited for holding nothing
         while True:
             async with turn.slot():
@@ -144,12 +145,15 @@ class CodeVerifier(Verifier):
                                            status=SANDBOX_UNAVAILABLE, detail=str(exc)))
             tests += run.tests
             momentary = momentary or run.momentary
+            starved = starved or run.starved
             if not run.yielded:
                 break
             metrics.TURNS_YIELDED.labels(self.name).inc()
             spent_s += run.elapsed_s
             rest = replace(rest, tests=rest.tests[len(run.tests):])
         result = _as_result(replace(run, tests=tests), execution.test_count)
+        if starved:  # the load held a test back: this run's 0, nothing to remember
+            return Done(result, timeout=None, cacheable=False)
         timed_out = momentary or any(t.status == TIMEOUT for t in result.tests)
         return Done(result, timeout=False if timed_out else None, cacheable=not momentary)
 
