@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from reward_server.testing import one_container_server
 from tests.conftest import ServerProcess
-from tests.reward_server.test_fair_turns import counter, post
+from tests.reward_server.test_fair_turns import hold_then_arrive
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -40,20 +39,10 @@ def test_a_copy_waits_for_the_build_not_for_its_makers_last_test(
         two_containers: ServerProcess) -> None:
     url = two_containers.url
     source = SLOW_ECHO.replace("TAG", str(time.time_ns()))
-    maker = {"language": "cpp", "response": source, "tests": [{"input": str(k), "output": str(k)}
-                                           for k in range(8)]}
+    maker = {"language": "cpp", "response": source,
+             "tests": [{"input": str(k), "output": str(k)} for k in range(8)]}
     copy = {"language": "cpp", "response": source, "tests": [{"input": "42", "output": "42"}]}
-    granted = counter(url, "reward_queue_wait_seconds_count")
-    a: dict[str, Any] = {}
-    b: dict[str, Any] = {}
-    finished: list[str] = []
-    threads = [post(url, [maker], "127.0.0.1", a, finished)]
-    while counter(url, "reward_queue_wait_seconds_count") <= granted:  # A holds a container
-        time.sleep(0.05)
-    threads.append(post(url, [copy], "127.0.0.2", b, finished))
-    for thread in threads:
-        thread.join()
-    first, second = (r["response"].json()["results"][0] for r in (a, b))
+    first, second, finished = hold_then_arrive(url, maker, copy)
     assert (first["status"], first["score"]) == ("ok", 1.0), first
     assert (second["status"], second["score"]) == ("ok", 1.0), second
     assert finished == ["127.0.0.2", "127.0.0.1"], finished

@@ -63,11 +63,14 @@ def post(url: str, items: list[dict[str, Any]], source: str, out: dict[str, Any]
     return thread
 
 
-def hold_then_arrive(url: str, hog: dict[str, Any]) -> tuple[dict, dict, list[str]]:
-    """A sends ``hog``; once it holds the container (the gate granted it), B sends a
-    correct item. Both results, and the order in which the answers came."""
-    victim = {"response": "```python\ndef add(a, b):\n    return a + b\n```",
-              "test_list": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]}
+ADD = {"response": "```python\ndef add(a, b):\n    return a + b\n```",
+       "test_list": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]}
+
+
+def hold_then_arrive(url: str, hog: dict[str, Any], victim: dict[str, Any] = ADD
+                     ) -> tuple[dict, dict, list[str]]:
+    """A sends ``hog``; once it holds a container (the gate granted it), B sends
+    ``victim`` (a correct item). Both results, and the order in which the answers came."""
     granted = counter(url, "reward_queue_wait_seconds_count")
     a: dict[str, Any] = {}
     b: dict[str, Any] = {}
