@@ -152,10 +152,10 @@ def main() -> None:
             post(warm_body)
         server = psutil.Process(srv.proc.pid)
         settle(server)
-        for batches, repeat_bodies in zip(per_repeat, bodies):  # in turn: load hits both
-            local = timed(lambda: [in_process(batch) for batch in batches])
+        for batches, repeat_bodies in zip(per_repeat, bodies, strict=True):  # in turn: load hits both
+            local = timed(lambda b=batches: [in_process(batch) for batch in b])
             inside = containers_cpu_s(srv.proc.pid)
-            served = timed(lambda: [post(body) for body in repeat_bodies], server)
+            served = timed(lambda rb=repeat_bodies: [post(body) for body in rb], server)
             served = served._replace(cpu_s=served.cpu_s + containers_cpu_s(srv.proc.pid)
                                      - inside)
             runs.append(figures(sum(len(b) for b in batches), local, served))

@@ -21,7 +21,7 @@ import logging
 import re
 import secrets
 import stat
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +44,12 @@ class Caller:
 
     def __str__(self) -> str:
         return self.name
+
+
+def quota_key(caller: Hashable) -> Hashable:
+    """What per-caller caps count by: a ``Caller``'s quota, else the key itself (an
+    in-process caller's name; None, the anonymous one)."""
+    return caller.quota if isinstance(caller, Caller) else caller
 
 
 def quota_of(address: str) -> str:

@@ -5,6 +5,10 @@ most ``batch_size`` items, and spread over every server URL given (a chunk per s
 least), sent concurrently. Connect errors, timeouts, 429 and 5xx are retried: a chunk whose
 server failed moves at once to another server (the failed one is set aside for
 ``cooldown_s``); when every server has failed, it waits with exponential backoff and jitter.
+A 429 or 503 that says ``Retry-After`` (the server's caps on what a caller has in flight,
+its queue's drain rate behind the figure) is honoured: that server is set aside that long,
+and a chunk with nowhere else to go waits that long times 1 to 1.5 (jitter, so the many
+clients told the same second do not all come back in it).
 Any other 4xx is the caller's mistake and raised at once with the server's message. An item
 the server cannot take (a missing field, a test in a shape its verifier does not accept)
 comes back as a result of its own, status ``invalid_item`` and reward None, so it costs no
@@ -26,6 +30,7 @@ import asyncio
 import itertools
 import json as jsonlib
 import math
+import random
 import re
 import threading
 import time
@@ -48,6 +53,7 @@ from tenacity import (
     wait_random,
 )
 
+from reward_server.retry_after import RETRY_AFTER_JITTER, retry_after_s
 from reward_server.statuses import REFUSALS
 
 __all__ = [
@@ -86,6 +92,7 @@ class RewardServerUnavailable(RewardClientError):
 class _Retryable(Exception):
     def __init__(self, response: httpx.Response) -> None:
         super().__init__(f"HTTP {response.status_code}: {response.text[:200]}")
+        self.retry_after_s = retry_after_s(response)
 
 
 @dataclass(frozen=True)
@@ -201,9 +208,10 @@ class Endpoints:
         with self._lock:
             return any(u not in tried and self._down_until[u] <= now for u in self.urls)
 
-    def failed(self, url: str) -> None:
+    def failed(self, url: str, for_s: float | None = None) -> None:
+        """Set ``url`` aside for ``cooldown_s``, or ``for_s`` (its Retry-After) when longer."""
         with self._lock:
-            self._down_until[url] = time.monotonic() + self.cooldown_s
+            self._down_until[url] = time.monotonic() + max(self.cooldown_s, for_s or 0.0)
 
     def succeeded(self, url: str) -> None:
         with self._lock:
@@ -224,16 +232,24 @@ class _Route:
         self.tried.add(url)
         try:
             yield url
-        except (_Retryable, httpx.TransportError):
+        except _Retryable as exc:
+            self.endpoints.failed(url, exc.retry_after_s)
+            raise
+        except httpx.TransportError:
             self.endpoints.failed(url)
             raise
         self.endpoints.succeeded(url)
 
     def wait(self, state: RetryCallState) -> float:
-        """No wait while another server is up and untried; else back off, then a new round."""
+        """No wait while another server is up and untried; else the server's Retry-After
+        with jitter when it gave one, or back off; then a new round."""
         if self.endpoints.untried_up(self.tried):
             return 0.0
         self.tried.clear()
+        exc = state.outcome.exception() if state.outcome is not None else None
+        told = exc.retry_after_s if isinstance(exc, _Retryable) else None
+        if told is not None:
+            return told * random.uniform(1.0, 1.0 + RETRY_AFTER_JITTER)
         return float(self.backoff(state))
 
 

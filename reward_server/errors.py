@@ -5,6 +5,7 @@
     ├── UnknownVerifier    404  names the verifiers that exist
     ├── PayloadTooLarge    413  names the field or limit and the setting that raises it
     ├── InvalidItems       422  one line per bad field, with its path (items[3].answer)
+    ├── TooBusy            429  a cap on what is in flight; Retry-After from the drain rate
     └── ServerStopping     503  the server is draining: send it to another replica
 
 Verdicts about a response (wrong, unparseable, timed out) are never errors: they are
@@ -47,6 +48,16 @@ class PayloadTooLarge(ApiError):
 
 class InvalidItems(ApiError):
     status_code = 422
+
+
+class TooBusy(ApiError):
+    """A cap on what a caller, or the server, may have in flight (``quotas``): nothing of
+    the request was taken; ``Retry-After`` says when about enough will have drained."""
+
+    status_code = 429
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message, {"Retry-After": str(retry_after_s)})
 
 
 class ServerStopping(ApiError):

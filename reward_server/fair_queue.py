@@ -307,6 +307,8 @@ class FairGate:
             self._waiting -= 1
             self._running += 1
             metrics.QUEUE_WAIT.labels(self.name).observe(now - waiter.queued_at)
+            if (label := metrics.caller_label(caller.key)) is not None:
+                metrics.CALLER_QUEUE_WAIT.labels(label).observe(now - waiter.queued_at)
             waiter.future.set_result(grant)
         self._publish()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -10,9 +11,12 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Summary,
     generate_latest,
     multiprocess,
 )
+
+from reward_server.callers import quota_key
 
 REQUESTS = Counter(
     "reward_requests_total", "HTTP requests by route and status code", ["route", "code"]
@@ -92,6 +96,54 @@ SESSION_CELL_LATENCY = Histogram(
     "reward_session_cell_seconds", "Time to run one session cell, round trip from the server",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+# Per caller (reward_server/quotas.py): what each holds and how long its items wait. A caller
+# is labelled by its quota (a token's name, or an address's: 'loopback'); at most
+# MAX_LABELLED callers at a time get series of their own, the rest none (an address-keyed
+# server may see any number of clients, and each label is a series per metric for good).
+CALLER_REQUESTS = Gauge(
+    "reward_caller_requests_in_flight", "Requests in flight, by caller", ["caller"],
+    multiprocess_mode="livesum",
+)
+CALLER_ITEMS = Gauge(
+    "reward_caller_items_in_flight", "Items in flight (taken, not yet answered), by caller",
+    ["caller"], multiprocess_mode="livesum",
+)
+CALLER_QUEUE_WAIT = Summary(
+    "reward_caller_queue_wait_seconds", "Time an item waited for a worker, by caller",
+    ["caller"],
+)
+REQUESTS_REFUSED = Counter(
+    "reward_requests_refused_total", "Requests answered 429 for a cap on what is in flight, "
+    "by the cap's setting", ["limit"],
+)
+MAX_LABELLED = 64
+_labels: dict[Hashable, str | None] = {}
+_labelled = 0
+
+
+def caller_label(caller: Hashable) -> str | None:
+    """The caller's label, or None when MAX_LABELLED others hold one (no series for it)."""
+    global _labelled
+    key = quota_key(caller)
+    if key not in _labels:
+        name = "anonymous" if key is None else str(key)
+        _labels[key] = name if _labelled < MAX_LABELLED else None
+        _labelled += _labels[key] is not None
+    return _labels[key]
+
+
+def forget_caller(caller: Hashable) -> None:
+    """The caller has nothing in flight and is forgotten: its series go, its label frees."""
+    global _labelled
+    label = _labels.pop(quota_key(caller), None)
+    if label is not None:
+        _labelled -= 1
+        for metric in (CALLER_REQUESTS, CALLER_ITEMS, CALLER_QUEUE_WAIT):
+            try:
+                metric.remove(label)
+            except KeyError:
+                pass
+
 
 def exposition() -> tuple[bytes, str]:
     """The text exposition; aggregates all workers when PROMETHEUS_MULTIPROC_DIR is set."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from reward_server.admission import (
@@ -20,7 +21,8 @@ from reward_server.admission import (
     refused,
 )
 from reward_server.errors import UnknownVerifier
-from reward_server.fair_queue import request_scope
+from reward_server.fair_queue import RequestScope, request_scope
+from reward_server.quotas import Quotas
 from reward_server.settings import ServerSettings
 from reward_server.statuses import INVALID_ITEM
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
@@ -34,6 +36,17 @@ class Scorer:
     def __init__(self, verifiers: Mapping[str, Verifier], settings: ServerSettings) -> None:
         self.verifiers = dict(verifiers)
         self.settings = settings
+        self.quotas = Quotas(settings.max_requests_per_caller, settings.max_items_per_caller,
+                             settings.max_items_in_flight)
+
+    @contextmanager
+    def request(self, caller: Hashable, items: int) -> Iterator[RequestScope]:
+        """One request of ``items`` items: room for it under the caller's and the server's
+        caps (else a 429 at once: ``quotas``), then one request to the fair gates, with the
+        request budget. Every route that runs work opens one."""
+        with self.quotas.hold(caller, items), \
+                request_scope(self.settings.request_budget_s, caller, items) as scope:
+            yield scope
 
     def get(self, name: str) -> Verifier:
         try:
@@ -49,12 +62,11 @@ class Scorer:
         ``body_bytes``: the request body's size, when known (admission.may_hold_oversized)."""
         check_item_count(len(raw_items), self.settings)
         verifier = self.get(name)
-        admitted = await _off_the_loop_if(
-            may_hold_oversized(body_bytes, self.settings), admit_all, verifier.item_model,
-            raw_items, self.settings, name, on_invalid, body_bytes)
-        items = [a for a in admitted if not isinstance(a, Refused)]
-        # one request to the pools
-        with request_scope(self.settings.request_budget_s, caller, len(items)):
+        with self.request(caller, len(raw_items)):  # before its items cost anything
+            admitted = await _off_the_loop_if(
+                may_hold_oversized(body_bytes, self.settings), admit_all,
+                verifier.item_model, raw_items, self.settings, name, on_invalid, body_bytes)
+            items = [a for a in admitted if not isinstance(a, Refused)]
             results = iter(await verifier.verify(items) if items else [])
         return [a if isinstance(a, Refused) else next(results) for a in admitted]
 
@@ -65,15 +77,14 @@ class Scorer:
         item order; a refused item is ``(its verifier's name or None, Refused)``."""
         check_item_count(len(raw_items), self.settings)
         walk = may_hold_oversized(body_bytes, self.settings)
-        out, groups = await _off_the_loop_if(walk, self._admit_batch, raw_items, on_invalid,
-                                             walk)
 
         async def run(name: str, batch: list[tuple[int, ItemBase]]) -> list[tuple[int, ResultBase]]:
             results = await self.verifiers[name].verify([item for _, item in batch])
             return [(index, result) for (index, _), result in zip(batch, results, strict=True)]
 
-        admitted = sum(len(batch) for batch in groups.values())
-        with request_scope(self.settings.request_budget_s, caller, admitted):  # one request
+        with self.request(caller, len(raw_items)):  # one request, before its items cost
+            out, groups = await _off_the_loop_if(walk, self._admit_batch, raw_items,
+                                                 on_invalid, walk)
             shares = await asyncio.gather(*(run(n, b) for n, b in groups.items()))
         for name, scored in zip(groups, shares, strict=True):
             for index, result in scored:

@@ -83,6 +83,21 @@ class ServerSettings(BaseSettings):
         8 * 1024 * 1024, ge=1, description="Arrays, objects and commas in a request body "
         "(strings' counted too): more is a 413 naming the limit; split the batch.")
 
+    # What one caller, and the server, may have in flight at once (reward_server/quotas.py):
+    # past a cap a request is answered 429 at once, Retry-After from the queue's drain rate.
+    # The defaults let one trainer hold a rollout fleet's worth (16,000 one-item requests);
+    # a shared server lowers them per its callers.
+    max_requests_per_caller: int = Field(
+        20_000, ge=0, description="Requests one caller (a token's name, or an address's "
+        "quota: all of loopback is one) may have in flight; past it: 429 with Retry-After. "
+        "0: no cap.")
+    max_items_per_caller: int = Field(
+        100_000, ge=0, description="Items one caller may have in flight (taken, not yet "
+        "answered); past it: 429 with Retry-After; one request of more: 413. 0: no cap.")
+    max_items_in_flight: int = Field(
+        400_000, ge=0, description="Items the whole server may have in flight; past it: 429 "
+        "with Retry-After from the server's drain rate. 0: no cap.")
+
     cache_size: int = Field(
         100_000, ge=0, description="Entries in the per-process result cache; 0 turns it off."
     )

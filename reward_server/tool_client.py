@@ -12,12 +12,15 @@ which of those the policy did not cause.
 
 from __future__ import annotations
 
+import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import httpx
+
+from reward_server.retry_after import RETRY_AFTER_JITTER, retry_after_s
 
 ToolState = Literal["stateless", "session"]
 
@@ -143,14 +146,16 @@ class CodeTool:
 
     def __init__(self, url: str, *, state: ToolState = "stateless", token: str | None = None,
                  run_timeout_s: float = 10.0, request_timeout_s: float = 60.0,
-                 max_output_chars: int = 512, concurrency: int = 64) -> None:
+                 max_output_chars: int = 512, concurrency: int = 64,
+                 transport: httpx.BaseTransport | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.state = state
         self.run_timeout_s = run_timeout_s
+        self.request_timeout_s = request_timeout_s
         self.max_output_chars = max_output_chars
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, limits=limits,
-                                  timeout=request_timeout_s)
+                                  timeout=request_timeout_s, transport=transport)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="code-tool")
         self._sessions: dict[int, str] = {}
 
@@ -167,7 +172,7 @@ class CodeTool:
         try:
             if self.state == "session":
                 return self._cell(key, call.code)
-            response = self._http.post("/run_code", json={
+            response = self._post("/run_code", {
                 "code": call.code, "language": "python", "run_timeout": self.run_timeout_s})
             response.raise_for_status()  # 503: no sandbox; 4xx: refused -- the tool's failure
             return run_code_result(response.json(), self.run_timeout_s)
@@ -181,15 +186,30 @@ class CodeTool:
     def _cell(self, key: int, code: str) -> ToolResult:
         session = self._sessions.get(key)
         if session is None:
-            response = self._http.post("/v1/sessions", json={"language": "python"})
+            response = self._post("/v1/sessions", {"language": "python"})
             response.raise_for_status()
             session = self._sessions[key] = response.json()["session_id"]
-        response = self._http.post(f"/v1/sessions/{session}/run",
-                                   json={"code": code, "cell_timeout": self.run_timeout_s})
+        response = self._post(f"/v1/sessions/{session}/run",
+                              {"code": code, "cell_timeout": self.run_timeout_s})
         if response.status_code in (404, 410):  # lost (its interpreter died): a fresh one next
             self._sessions.pop(key, None)
         response.raise_for_status()
         return cell_result(response.json())
+
+    def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """POST; a 429 (a cap on what this caller has in flight, or on sessions) is waited
+        out as its Retry-After says, with jitter, while that fits in the request timeout:
+        a refusal the policy did not cause would otherwise null its rollout."""
+        deadline = time.monotonic() + self.request_timeout_s
+        while True:
+            response = self._http.post(path, json=body)
+            told = retry_after_s(response) if response.status_code == 429 else None
+            if told is None:
+                return response
+            wait = told * random.uniform(1.0, 1.0 + RETRY_AFTER_JITTER)
+            if time.monotonic() + wait > deadline:
+                return response
+            time.sleep(wait)
 
     def close_sessions(self) -> None:
         """End this batch's sessions (their containers go back at once, not at the TTL)."""

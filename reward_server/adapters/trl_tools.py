@@ -37,7 +37,8 @@ server lets one caller (its token's name, every host of a team together; without
 host: all its processes and loopback addresses count as one) hold
 ``sandbox_session_max_per_caller`` sessions (4) and ``sandbox_session_max_open`` (16) in all,
 the last ``sandbox_session_reserve`` (4) of them for callers that hold none; a call past a cap
-reads ``HTTP 429`` as its text. For B rollouts in flight per caller that all use the tool,
+waits out the 429's Retry-After when that fits in its request timeout, else reads
+``HTTP 429`` as its text. For B rollouts in flight per caller that all use the tool,
 start the server with ``REWARD_SERVER_SANDBOX_SESSION_MAX_PER_CALLER=B`` and ``..._MAX_OPEN``
 at least B plus the reserve (each session holds a container: plan memory for them).
 """

@@ -13,7 +13,7 @@ from dataclasses import replace
 from reward_server import metrics
 from reward_server.admission import too_large_message
 from reward_server.errors import InvalidItems, PayloadTooLarge, UnknownVerifier
-from reward_server.fair_queue import BudgetSpent, request_scope
+from reward_server.fair_queue import BudgetSpent
 from reward_server.run_code.languages import known_languages, run_code_language
 from reward_server.run_code.schemas import (
     AppliedLimits,
@@ -77,7 +77,7 @@ async def run_code(scorer: Scorer, request: RunCodeRequest, caller: Hashable
     if (hold := code.unsplit_hold_s) is not None:  # type: ignore[attr-defined]
         snippet = within(snippet, hold, code.sandbox.config)  # type: ignore[attr-defined]
     try:
-        with request_scope(scorer.settings.request_budget_s, caller, items=1):
+        with scorer.request(caller, 1):
             async with code.unsplit_slot():  # type: ignore[attr-defined]
                 result = await run_snippet(code.sandbox, snippet)  # type: ignore[attr-defined]
     except (SandboxUnavailable, BudgetSpent) as exc:

@@ -43,7 +43,7 @@ from reward_server import metrics
 from reward_server.admission import too_large_message
 from reward_server.callers import Caller
 from reward_server.errors import ApiError, InvalidItems, PayloadTooLarge, UnknownVerifier
-from reward_server.fair_queue import BudgetSpent, request_scope
+from reward_server.fair_queue import BudgetSpent
 from reward_server.run_code.schemas import CommandRunStatus
 from reward_server.run_code.session_schemas import (
     CellRunResult,
@@ -281,7 +281,7 @@ class Sessions:
         assert self._threads is not None
         sandbox_limits = SandboxLimits(limits.memory_limit_MB, limits.output_limit_bytes)
         try:
-            with request_scope(self.scorer.settings.request_budget_s, caller, items=1):
+            with self.scorer.request(caller, 1):
                 async with self._code.gate.slot():
                     return await SandboxSession.open(
                         self._code.sandbox.pool, sandbox_limits, self._threads, files,
@@ -306,7 +306,7 @@ class Sessions:
         results: list[CellRunResult] = []
         message = ""
         # one request to the gate: its budget bounds the time other callers shut it out
-        with request_scope(self.scorer.settings.request_budget_s, caller, len(sources)):
+        with self.scorer.request(caller, len(sources)):
             for index, code in enumerate(sources):
                 try:
                     async with self._code.unsplit_slot():  # a cell cannot end its turn early

@@ -155,3 +155,72 @@ def test_client_needs_no_server_dependencies() -> None:
             "bad = {'fastapi', 'sympy', 'pebble', 'uvicorn'} & set(sys.modules); "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+class TooBusyThenOk:
+    """A 429 with ``Retry-After`` the first time, then 200; records when each call came."""
+
+    def __init__(self, retry_after: str) -> None:
+        self.retry_after = retry_after
+        self.times: list[float] = []
+        self.hosts: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.times.append(time.monotonic())
+        self.hosts.append(request.url.host)
+        if len(self.times) == 1:
+            return httpx.Response(429, json={"detail": "over max_requests_per_caller"},
+                                  headers={"Retry-After": self.retry_after})
+        return httpx.Response(200, json={"rewards": [1.0], "results": [{"score": 1.0}]})
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_429_is_retried_after_its_retry_after(asynchronous: bool) -> None:
+    """The server's Retry-After (its queue's drain rate) is waited, not the 10 ms backoff:
+    a client that came straight back would only be refused again. (A lower bound on a
+    sleep holds on any machine.)"""
+    script = TooBusyThenOk("1")
+    kwargs = {"transport": httpx.MockTransport(script), "backoff_s": 0.01}
+    if asynchronous:
+        async def call() -> list[float | None]:
+            async with AsyncRewardClient("http://rs", **kwargs) as c:  # type: ignore[arg-type]
+                return (await c.rewards(ITEMS[:1])).rewards
+        rewards = asyncio.run(call())
+    else:
+        with RewardClient("http://rs", **kwargs) as c:  # type: ignore[arg-type]
+            rewards = c.rewards(ITEMS[:1]).rewards
+    assert rewards == [1.0]
+    assert script.times[1] - script.times[0] >= 1.0
+
+
+def test_a_429_sets_its_server_aside_for_its_retry_after() -> None:
+    """With two servers, a chunk refused by one goes to the other at once, and later chunks
+    keep away from the busy one for as long as it said (longer than the cooldown)."""
+    script = TooBusyThenOk("30")
+    with RewardClient(["http://a", "http://b"], transport=httpx.MockTransport(script),
+                      cooldown_s=0.01, batch_size=1) as c:
+        assert c.rewards(ITEMS[:1]).rewards == [1.0]
+        first = script.hosts[0]
+        time.sleep(0.05)  # past the cooldown: only the Retry-After keeps it aside
+        for _ in range(4):
+            assert c.rewards(ITEMS[:1]).rewards == [1.0]
+    assert script.hosts[1:] == [{"a": "b", "b": "a"}[first]] * 5
+
+
+@pytest.mark.parametrize(("header", "expected"), [("3", 3.0), ("0", 0.0), ("-4", 0.0),
+                                                  ("soon", None), ("inf", None), ("", None)])
+def test_retry_after_is_read_as_seconds(header: str, expected: float | None) -> None:
+    from reward_server.retry_after import retry_after_s
+
+    response = httpx.Response(429, headers={"Retry-After": header} if header else {})
+    assert retry_after_s(response) == expected
+
+
+def test_retry_after_may_be_an_http_date() -> None:
+    import email.utils
+
+    from reward_server.retry_after import retry_after_s
+
+    date = email.utils.formatdate(time.time() + 120, usegmt=True)
+    seconds = retry_after_s(httpx.Response(503, headers={"Retry-After": date}))
+    assert seconds is not None and 100 < seconds <= 121

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -294,3 +295,38 @@ def test_a_rollout_an_outage_shaped_is_unscorable() -> None:
     assert out.per_verifier["math"] == [1.0, None, 0.0, 1.0]
     assert out.correct == [True, False, False, True]
     assert without_outages(scored, replace(rollout, tool_stats=None)) is scored
+
+
+class _TooBusyOnce:
+    """/run_code answered 429 with ``Retry-After`` the first time, then Success."""
+
+    def __init__(self, retry_after: str) -> None:
+        self.retry_after = retry_after
+        self.times: list[float] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.times.append(time.monotonic())
+        if len(self.times) == 1:
+            return httpx.Response(429, json={"detail": "over max_requests_per_caller=64"},
+                                  headers={"Retry-After": self.retry_after})
+        return httpx.Response(200, json={"status": "Success", "message": "", "run_result": {
+            "status": "Finished", "stdout": "42\n", "stderr": "", "return_code": 0}})
+
+
+def test_a_429_is_waited_out_within_the_request_timeout() -> None:
+    """A cap on what the caller has in flight is no outage the policy should be nulled for:
+    the call is sent again after the server's Retry-After, when that fits in its timeout."""
+    script = _TooBusyOnce("1")
+    tool = CodeTool("http://rs", transport=httpx.MockTransport(script), request_timeout_s=30)
+    result = tool.run([(0, ToolCall("print(42)"))]).results[0]
+    tool.close()
+    assert (result.text.strip(), result.failed) == ("42", False)
+    assert script.times[1] - script.times[0] >= 1.0
+
+
+def test_a_429_longer_than_the_timeout_is_an_outage_at_once() -> None:
+    script = _TooBusyOnce("600")
+    tool = CodeTool("http://rs", transport=httpx.MockTransport(script), request_timeout_s=30)
+    result = tool.run([(0, ToolCall("print(42)"))]).results[0]
+    tool.close()
+    assert result.outage and "HTTP 429" in result.text and len(script.times) == 1
