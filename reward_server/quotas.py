@@ -26,6 +26,7 @@ import time
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from reward_server import metrics
 from reward_server.callers import quota_key
@@ -78,6 +79,7 @@ class _Holding:
     requests_done: DrainRate = field(default_factory=DrainRate)
     items_done: DrainRate = field(default_factory=DrainRate)
     idle_since: float = 0.0  # time.monotonic() when its last request was answered
+    gauges: tuple[Any, ...] | None = None  # its /metrics series; () when it has none
 
 
 def retry_after(excess: float, rate_per_s: float) -> int:
@@ -183,7 +185,10 @@ class Quotas:
 
     @staticmethod
     def _publish(key: Hashable, held: _Holding) -> None:
-        label = metrics.caller_label(key)
-        if label is not None:
-            metrics.CALLER_REQUESTS.labels(label).set(held.requests)
-            metrics.CALLER_ITEMS.labels(label).set(held.items)
+        if held.gauges is None:  # found once per record: ``labels()`` costs a lock and a key
+            label = metrics.caller_label(key)
+            held.gauges = () if label is None else (metrics.CALLER_REQUESTS.labels(label),
+                                                    metrics.CALLER_ITEMS.labels(label))
+        if held.gauges:
+            held.gauges[0].set(held.requests)
+            held.gauges[1].set(held.items)
