@@ -43,6 +43,10 @@ class ServerSettings(BaseSettings):
     workers: int = Field(
         1, ge=1, description="uvicorn worker processes; each owns its own verifier pools."
     )
+    listen_backlog: int = Field(
+        4096, ge=1, description="Connections the kernel queues before the server accepts "
+        "them (capped by net.core.somaxconn). A rollout fleet's burst past it has its "
+        "connections retried a second later (TCP), and a health probe among them too.")
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = Field(
         "info", description="uvicorn log level.")
     forwarded_allow_ips: str = Field(
