@@ -16,7 +16,7 @@ from the caller's address for ``--stream-s`` seconds, then that caller's batch o
 SymPy items (surds, checked in a math worker): how long it waited, how many came back right.
 
     python -m bench.bench_concurrency [--n 1000 4000 16000] [--victim] [--stream-s 30]
-                                      [--publish]
+                                      [--baseline OLD_CHECKOUT] [--publish]
 """
 
 from __future__ import annotations
@@ -197,16 +197,13 @@ def victim(url: str, stream_s: float) -> dict[str, Any]:
             "batch_wait_s": round(waited, 2), "batch_right": right, "batch_items": 8}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, nargs="+", default=[1000, 4000, 16000])
-    ap.add_argument("--victim", action="store_true")
-    ap.add_argument("--stream-s", type=float, default=30.0)
-    ap.add_argument("--publish", action="store_true")
-    args = ap.parse_args()
-    measured_on = commit()
+def measure(args: argparse.Namespace, code: str | None) -> dict[str, Any]:
+    """Every burst (and the victim) against a fresh server of this checkout, or of the
+    checkout at ``code`` (put first on its PYTHONPATH)."""
     env = {"REWARD_SERVER_MAX_REQUESTS_PER_CALLER": str(2 * max(args.n)),
            "REWARD_SERVER_LOG_LEVEL": "warning", "REWARD_SERVER_MATH_TIMEOUT_S": "3"}
+    if code is not None:
+        env["PYTHONPATH"] = str(Path(code).resolve())
     runs = []
     with run_server(Path(tempfile.mkdtemp()), env=env, startup_s=300) as srv:
         port = int(srv.url.rsplit(":", 1)[1])
@@ -222,16 +219,39 @@ def main() -> None:
             runs.append(burst(port, n, server, first))
             print(json.dumps(runs[-1]), flush=True)
         out: dict[str, Any] = {"first_burst_after_start": cold, "bursts": runs}
-        if args.victim:
+        if args.victim and code is None:  # (a baseline's workers would run this code)
             out["victim"] = victim(srv.url, args.stream_s)
             print(json.dumps(out["victim"]), flush=True)
     out["healthz_worst_ms_max"] = max(r["healthz_worst_ms"] for r in runs)
     out["errors"] = sum(r["errors"] for r in runs)
     out["wrong_rewards"] = sum(r["wrong_rewards"] for r in runs)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, nargs="+", default=[1000, 4000, 16000])
+    ap.add_argument("--victim", action="store_true")
+    ap.add_argument("--stream-s", type=float, default=30.0)
+    ap.add_argument("--baseline", metavar="CHECKOUT", help="another checkout (an older "
+                    "commit's worktree) measured first, the same way: ratios in one run")
+    ap.add_argument("--publish", action="store_true")
+    args = ap.parse_args()
+    measured_on = commit()
+    out = measure(args, None)
+    if args.baseline:
+        base = measure(args, args.baseline)
+        out["baseline"] = base
+        out["ratios_to_baseline"] = [
+            {"n": this["n"],
+             "requests_per_s": round(this["requests_per_s"] / then["requests_per_s"], 2),
+             "healthz_worst": round(this["healthz_worst_ms"] / then["healthz_worst_ms"], 3)}
+            for this, then in zip(out["bursts"], base["bursts"], strict=True)]
+        print(json.dumps(out["ratios_to_baseline"]), flush=True)
     path = record("concurrency", out, {"n": args.n, "victim": args.victim,
-                                       "stream_s": args.stream_s, "cpus": os.cpu_count(),
-                                       "connection_per_request": True}, publish=args.publish,
-                  measured_on=measured_on)
+                                       "stream_s": args.stream_s, "baseline": args.baseline,
+                                       "cpus": os.cpu_count(), "connection_per_request": True},
+                  publish=args.publish, measured_on=measured_on)
     print(path)
 
 
