@@ -16,7 +16,7 @@ from the caller's address for ``--stream-s`` seconds, then that caller's batch o
 SymPy items (surds, checked in a math worker): how long it waited, how many came back right.
 
     python -m bench.bench_concurrency [--n 1000 4000 16000] [--victim] [--stream-s 30]
-                                      [--baseline OLD_CHECKOUT] [--publish]
+                                      [--workers 1] [--baseline OLD_CHECKOUT] [--publish]
 """
 
 from __future__ import annotations
@@ -90,6 +90,19 @@ def probe(port: int, stop: Any, out: Any) -> None:
     out.put(latencies)
 
 
+def tree_cpu_s(server: psutil.Process) -> float:
+    """CPU seconds of the server and every process under it (uvicorn's workers, math
+    workers)."""
+    total = 0.0
+    for proc in [server, *server.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def rss_mb(server: psutil.Process) -> float:
     procs = [server, *server.children(recursive=True)]
     total = 0
@@ -109,7 +122,7 @@ def burst(port: int, n: int, server: psutil.Process, first: int = 0) -> dict[str
     prober.start()
     time.sleep(1.0)  # a few probes of the idle server first
     rss_before = rss_mb(server)
-    server_cpu = sum(server.cpu_times()[:2])
+    server_cpu = tree_cpu_s(server)
     client_cpu = time.process_time()
 
     async def all_of_them() -> tuple[float, list[tuple[float, int, float | None]]]:
@@ -120,7 +133,7 @@ def burst(port: int, n: int, server: psutil.Process, first: int = 0) -> dict[str
 
     wall, answers = asyncio.run(all_of_them())
     client_cpu = time.process_time() - client_cpu
-    server_cpu = sum(server.cpu_times()[:2]) - server_cpu
+    server_cpu = tree_cpu_s(server) - server_cpu
     time.sleep(0.5)
     stop.set()
     probes = out.get(timeout=120)
@@ -201,7 +214,8 @@ def measure(args: argparse.Namespace, code: str | None) -> dict[str, Any]:
     """Every burst (and the victim) against a fresh server of this checkout, or of the
     checkout at ``code`` (put first on its PYTHONPATH)."""
     env = {"REWARD_SERVER_MAX_REQUESTS_PER_CALLER": str(2 * max(args.n)),
-           "REWARD_SERVER_LOG_LEVEL": "warning", "REWARD_SERVER_MATH_TIMEOUT_S": "3"}
+           "REWARD_SERVER_LOG_LEVEL": "warning", "REWARD_SERVER_MATH_TIMEOUT_S": "3",
+           "REWARD_SERVER_WORKERS": str(args.workers)}
     if code is not None:
         env["PYTHONPATH"] = str(Path(code).resolve())
     runs = []
@@ -232,6 +246,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, nargs="+", default=[1000, 4000, 16000])
     ap.add_argument("--victim", action="store_true")
+    ap.add_argument("--workers", type=int, default=1, help="uvicorn processes")
     ap.add_argument("--stream-s", type=float, default=30.0)
     ap.add_argument("--baseline", metavar="CHECKOUT", help="another checkout (an older "
                     "commit's worktree) measured first, the same way: ratios in one run")
@@ -248,7 +263,8 @@ def main() -> None:
              "healthz_worst": round(this["healthz_worst_ms"] / then["healthz_worst_ms"], 3)}
             for this, then in zip(out["bursts"], base["bursts"], strict=True)]
         print(json.dumps(out["ratios_to_baseline"]), flush=True)
-    path = record("concurrency", out, {"n": args.n, "victim": args.victim,
+    name = "concurrency" if args.workers == 1 else f"concurrency_workers{args.workers}"
+    path = record(name, out, {"n": args.n, "victim": args.victim, "workers": args.workers,
                                        "stream_s": args.stream_s, "baseline": args.baseline,
                                        "cpus": os.cpu_count(), "connection_per_request": True},
                   publish=args.publish, measured_on=measured_on)
