@@ -219,9 +219,13 @@ class ContainerPool:
                 pass
         if self._client is not None:
             try:
-                mine = await self._call(self._client.containers.list, all=True,
+                # the engine's list alone: containers.list inspects each one it found, and
+                # one removed meanwhile (a replaced container's AutoRemove) failed the whole
+                # list, leaving every container of this process behind
+                mine = await self._call(self._client.api.containers, all=True,
                                         filters={"label": f"{OWNER_LABEL}={self.owner}"})
-                await asyncio.gather(*(self._remove(c) for c in mine))
+                await asyncio.gather(*(self._remove(
+                    self._client.containers.prepare_model({"Id": c["Id"]})) for c in mine))
             except DockerException as exc:
                 log.warning("could not remove sandbox containers: %s", exc)
         self._threads.shutdown(wait=False, cancel_futures=True)

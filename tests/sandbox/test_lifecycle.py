@@ -93,3 +93,35 @@ def test_unreachable_engine_keeps_math_and_reports_code_unavailable(tmp_path: Pa
         assert body["rewards"] == [1.0, None]
         assert "Docker engine not reachable" in body["results"][1]["detail"]
         assert "ensure_docker.sh" in body["results"][1]["detail"]
+
+
+def test_close_removes_every_container_when_one_vanishes_meanwhile() -> None:
+    """A container can go while the pool closes (a replaced one's AutoRemove). Listing
+    through docker-py's ``containers.list`` inspected each one found, and one gone between
+    the list and its inspection failed the whole list: every container of the process was
+    left running (seen in the full suite under load). The inspection is where that race
+    lands, so it is made to lose it here."""
+    import asyncio
+
+    from docker.errors import NotFound
+
+    from sandbox.config import SandboxConfig
+    from sandbox.runner import Sandbox
+
+    async def scenario() -> None:
+        sandbox = Sandbox(SandboxConfig(pool_size=2))
+        await sandbox.start()
+        pool = sandbox.pool.pools[0]
+        deadline = time.monotonic() + 120
+        while pool.idle < 2:
+            assert time.monotonic() < deadline, pool.unavailable_reason
+            await asyncio.sleep(0.2)
+
+        def gone(*args: object, **kwargs: object) -> None:
+            raise NotFound("No such container: removed meanwhile")
+
+        pool._client.api.inspect_container = gone  # type: ignore[union-attr]
+        await sandbox.stop()
+
+    asyncio.run(scenario())
+    _wait_until(lambda: sandbox_containers(os.getpid()) == [], timeout_s=30)
