@@ -83,7 +83,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.add_middleware(DropOnHangUp)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
                        max_containers=settings.max_json_containers,
-                       max_values=settings.max_json_values)
+                       max_values=settings.max_json_values,
+                       sandbox_max_values=settings.max_sandbox_json_values)
     # who starts on the loop: inside the token check (the caller is known), before the body
     app.add_middleware(Turnstile)
     tokens = load_tokens(settings)

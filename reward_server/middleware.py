@@ -89,6 +89,9 @@ _OBJECT_OPENINGS = (b'{"', b"{\t", b"{\n", b"{\r")
 _OBJECT_VALUES = (b"[{", b",{", b":{")
 
 
+SANDBOX_ROUTES = ("/run_code", "/v1/sessions")
+
+
 class BodyLimit:
     """Reads the body up to the limit before the app sees it (the app would buffer it whole
     anyway); a body past the limit, declared or streamed, is answered 413 at once. So is one
@@ -96,20 +99,27 @@ class BodyLimit:
     (a million ``[]`` in 3 MB held the event loop for seconds), their count does."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, max_containers: int | None = None,
-                 max_values: int | None = None) -> None:
+                 max_values: int | None = None, sandbox_max_values: int | None = None
+                 ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.max_containers = max_containers
         self.max_values = max_values
+        # the sandbox routes' bodies are a program and a few files, not batches: their
+        # parse and path checks cost what their values number, so far fewer are let in
+        self.sandbox_max_values = sandbox_max_values
 
     def _message(self) -> str:
         return (f"request body exceeds the limit of {self.max_bytes} bytes "
                 "(REWARD_SERVER_MAX_BODY_BYTES); split the batch")
 
-    def _too_many(self, containers: int, values: int) -> str | None:
+    def _too_many(self, containers: int, values: int, sandbox: bool) -> str | None:
         if self.max_containers is not None and containers > self.max_containers:
             return (f"request body: more than {self.max_containers} JSON arrays and objects "
                     "(REWARD_SERVER_MAX_JSON_CONTAINERS); split the batch")
+        if sandbox and self.sandbox_max_values is not None and values > self.sandbox_max_values:
+            return (f"request body: more than {self.sandbox_max_values} JSON values (arrays, "
+                    "objects and ',', the code's too) (REWARD_SERVER_MAX_SANDBOX_JSON_VALUES)")
         if self.max_values is not None and values > self.max_values:
             return (f"request body: more than {self.max_values} JSON values (arrays, objects "
                     "and ',') (REWARD_SERVER_MAX_JSON_VALUES); split the batch")
@@ -123,6 +133,7 @@ class BodyLimit:
             return await _send_json(send, 413, self._message())
         chunks: list[bytes] = []
         size = containers = commas = 0
+        sandbox = scope["path"].startswith(SANDBOX_ROUTES)
         while True:
             message = await receive()
             if message["type"] != "http.request":  # client went away
@@ -135,7 +146,7 @@ class BodyLimit:
             containers += (chunk.count(b"[") + sum(map(chunk.count, _OBJECT_OPENINGS))
                            + sum(map(squeezed.count, _OBJECT_VALUES)))
             commas += chunk.count(b",")
-            refused = self._too_many(containers, containers + commas)
+            refused = self._too_many(containers, containers + commas, sandbox)
             if refused:
                 return await _send_json(send, 413, refused)
             chunks.append(chunk)

@@ -102,6 +102,11 @@ class ServerSettings(BaseSettings):
         400_000, ge=0, description="Items the whole server may have in flight; past it: 429 "
         "with Retry-After from the server's drain rate. 0: no cap.")
 
+    max_sandbox_json_values: int = Field(
+        256 * 1024, ge=1, description="JSON values in a /run_code or /v1/sessions body "
+        "(',' in the code counted too): a files map of millions of entries held the event "
+        "loop for 11-15 s before it was refused. More is a 413 naming the limit.")
+
     cache_size: int = Field(
         100_000, ge=0, description="Entries in the per-process result cache; 0 turns it off."
     )

@@ -123,7 +123,10 @@ class SandboxSession:
                 raise SandboxUnavailable("the session's Docker engine went away") from None
             return CellResult(DIED, "", "", 0.0, note="the session's container died during "
                               "the cell (its memory limit, the backstop for every process)")
-        return _parse(reply, time_limit_s, self.limits)
+        # decoding up to two streams at the output limit takes a fraction of a second: off
+        # the event loop, as the channel's read is
+        return await asyncio.get_running_loop().run_in_executor(
+            self._threads, _parse, reply, time_limit_s, self.limits)
 
     async def _request(self, job: dict[str, Any], budget_s: float) -> dict[str, Any]:
         loop = asyncio.get_running_loop()

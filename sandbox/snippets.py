@@ -41,6 +41,7 @@ EXITED = "exited"  # the command ended by itself (any exit code)
 ENDINGS = frozenset({EXITED, TIMEOUT, MEMORY_LIMIT, OUTPUT_LIMIT})
 DEFAULT_COMPILE_TIMEOUT_S = 10.0  # SandboxFusion's default
 MAX_FETCH_FILES = 256  # paths one call may ask back
+MAX_FILES = 1024  # files one call may send: each is a path to check and a file to write
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,8 @@ class SnippetResult:
 
 def check_paths(files: Mapping[str, str], fetch: tuple[str, ...], source: str) -> str | None:
     """Why the snippet's file names or contents cannot be used (naming the field), or None."""
+    if len(files) > MAX_FILES:
+        return f"files: {len(files)} files, more than {MAX_FILES}"
     for name, data in files.items():
         try:
             path_parts(name)

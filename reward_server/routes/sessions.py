@@ -4,6 +4,8 @@ Create one, run cells in it (variables kept between calls), close it.
 (No ``from __future__ import annotations`` here: FastAPI reads the parameter types from the
 endpoints' annotations.)"""
 
+import asyncio
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
@@ -51,7 +53,9 @@ async def get_session(session_id: str, request: Request) -> SessionInfo:
                                          "description": "SandboxError: the sandbox failed"}})
 async def run_cells(session_id: str, body: RunCellsRequest, request: Request) -> JSONResponse:
     status, response = await _sessions(request).run(caller_of(request), session_id, body)
-    return JSONResponse(response.model_dump(mode="json"), status_code=status)
+    # rendered off the event loop: up to the answer limit of the cells' output
+    return await asyncio.to_thread(
+        lambda: JSONResponse(response.model_dump(mode="json"), status_code=status))
 
 
 @router.delete("/{session_id}", response_model=SessionInfo, responses=_ERRORS,

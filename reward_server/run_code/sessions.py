@@ -305,6 +305,10 @@ class Sessions:
                          caller: Caller) -> tuple[int, RunCellsResponse]:
         results: list[CellRunResult] = []
         message = ""
+        # a request of many cells each at its output limits made an answer of hundreds of MB
+        # (stdout and stderr escaped, the display's repr): past /run_code's answer limit, the
+        # cells still to run do not
+        answer, limit = 0, self._code.sandbox.config.snippet_response_limit_bytes
         # one request to the gate: its budget bounds the time other callers shut it out
         with self.scorer.request(caller, len(sources)):
             for index, code in enumerate(sources):
@@ -326,6 +330,13 @@ class Sessions:
                     if not cell.alive:
                         await self._end(session, "lost", message)
                         message = f"the session is lost: {message}"
+                    break
+                answer += _answer_chars(results[-1])
+                if answer > limit and index + 1 < len(sources):
+                    message = (f"cells[{index + 1}:] not run: the answer holds {answer} "
+                               f"characters of the cells' output, past its limit of {limit} "
+                               f"(sandbox_snippet_response_limit_bytes); the session is as "
+                               f"cells[{index}] left it")
                     break
         ok = not message
         return 200, RunCellsResponse(status="Success" if ok else "Failed", message=message,
@@ -374,6 +385,12 @@ class Sessions:
                              session.caller, idle)
                     await self._end(session, "expired",
                                     f"no cell for {session.limits.idle_ttl_s:g} s, its idle TTL")
+
+
+def _answer_chars(cell: CellRunResult) -> int:
+    """About how many characters a cell adds to the answer (its JSON escapes aside)."""
+    return (len(cell.stdout) + len(cell.stderr) + sum(len(str(d)) for d in cell.display)
+            + sum(len(str(e)) for e in cell.error))
 
 
 def _retry_after(sessions: list[_Session]) -> dict[str, str]:

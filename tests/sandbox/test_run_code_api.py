@@ -55,6 +55,7 @@ def test_oversized_code_or_stdin_names_the_field(srv: ServerProcess, field: str)
     ({"files": {"a.txt": "not base64!"}}, "files['a.txt']: not base64"),
     ({"fetch_files": ["ok.txt", "a/../../b"]}, "fetch_files[1]: a relative path"),
     ({"fetch_files": ["a.txt"] * 257}, "fetch_files: 257 paths, more than 256"),
+    ({"files": {f"f{k}": "" for k in range(1025)}}, "files: 1025 files, more than 1024"),
     ({"run_timeout": 0}, "run_timeout: Input should be greater than 0"),
     ({"memory_limit_MB": "lots"}, "memory_limit_MB: Input should be a valid integer"),
 ])
@@ -100,3 +101,18 @@ def test_language_names(name: str, ours: str | None) -> None:
     spec = run_code_language(name)
     assert (spec.name if spec else None) == ours
 
+
+
+@pytest.mark.parametrize("path", ["/run_code", "/v1/sessions"])
+def test_a_map_of_millions_of_files_is_refused_as_it_arrives(srv: ServerProcess, path: str
+                                                             ) -> None:
+    """4,000,000 empty files (55 MB, inside the body and batch limits) held every caller's
+    event loop for 11-15 s while they were parsed and checked, then refused (fresh-context
+    audit). The sandbox routes' bodies are a program and a few files: past their count of
+    JSON values they are a 413 as the body arrives, never parsed."""
+    files = {f"f{k}": "" for k in range(300_000)}
+    r = httpx.post(srv.url + path, json={"code": "print(1)", "language": "python",
+                                         "files": files},
+                   headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+    assert r.status_code == 413, r.text[:300]
+    assert "REWARD_SERVER_MAX_SANDBOX_JSON_VALUES" in r.json()["detail"]

@@ -45,10 +45,12 @@ pytestmark = pytest.mark.usefixtures("docker_ready")
 
 POOL = 2  # warm containers (the verifier keeps one spare beside them)
 MAX_OPEN, PER_CALLER = 4, 2
+ANSWER_LIMIT = 65536  # the least it may be: one request's cells' output together
 SETTINGS = {"REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL),
             "REWARD_SERVER_SANDBOX_SESSION_MAX_OPEN": str(MAX_OPEN),
             "REWARD_SERVER_SANDBOX_SESSION_MAX_PER_CALLER": str(PER_CALLER),
             "REWARD_SERVER_SANDBOX_SESSION_OUTPUT_LIMIT_BYTES": "65536",
+            "REWARD_SERVER_SANDBOX_SNIPPET_RESPONSE_LIMIT_BYTES": str(ANSWER_LIMIT),
             # 127.0.0.1 stands for a proxy: the callers it names are hosts elsewhere
             "REWARD_SERVER_FORWARDED_ALLOW_IPS": "127.0.0.1"}
 # Other callers: without tokens a caller is its client address (loopback answers the whole
@@ -532,3 +534,20 @@ def test_a_session_container_ends_itself_when_its_server_hangs(
             assert server.proc.poll() is None  # the server was there all along, stopped
         finally:
             os.killpg(server.proc.pid, signal.SIGCONT)
+
+
+def test_a_request_of_many_loud_cells_stops_at_the_answer_limit(srv: ServerProcess) -> None:
+    """Cells each at the output limits made an answer of hundreds of MB (64 cells: 755 MB,
+    the server grown by 2 GB, every caller's loop held 4 s; fresh-context audit). Past the
+    answer limit the cells still to run do not; what ran is answered, the session goes on."""
+    loud = "import sys\nprint('x' * 30000)\nprint('y' * 30000, file=sys.stderr)\n"
+    with Session(srv) as s:
+        r = s.http.post(f"/v1/sessions/{s.id}/run", json={
+            "cells": [loud + f"n = {k}" for k in range(64)]})
+        assert r.status_code == 200, r.text
+        got = r.json()
+        assert got["status"] == "Failed" and len(got["cells"]) == 2, (
+            got["status"], len(got["cells"]), got["message"])
+        assert "cells[2:] not run" in got["message"]
+        assert "sandbox_snippet_response_limit_bytes" in got["message"]
+        assert s.value("n") == "1"  # as the last cell that ran left it

@@ -77,7 +77,8 @@ class SandboxSettings(SessionSettings):
         SandboxConfig.snippet_response_limit_bytes, ge=64 * 1024, le=32 * 1024 * 1024,
         description=("What one /run_code call sends back: stdout and stderr as JSON text and "
                      "the fetched files' base64, together. Past it streams keep their first "
-                     "bytes and files are left out, named in the answer's cut."))
+                     "bytes and files are left out, named in the answer's cut. A session "
+                     "request's cells together: past it the cells still to run do not."))
     acquire_timeout_s: float = Field(SandboxConfig.acquire_timeout_s, gt=0, description=(
         "How long an execution may wait for a free container before it is unscorable."))
     item_budget_s: float = Field(SandboxConfig.item_budget_s, gt=0, le=600, description=(
