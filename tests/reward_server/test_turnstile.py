@@ -4,8 +4,8 @@ the server's event loop (reward_server/turnstile.py), on a real server.
 Caller A writes 1,500 one-item requests at once (plain integers: answered in the server
 process, so what is shared is the loop itself); then caller B sends one, and a probe asks
 /healthz. Read from the order of the answers, not the clock: first come, first served on the
-loop, B's answer and the probe's came after nearly all of A's; now each comes before half of
-A's have been answered. A first burst of other items warms the server (a fresh server's first
+loop, B's answer and the probe's came after nearly all of A's still queued when they were
+sent; now each comes before half of those. A first burst of other items warms the server (a fresh server's first
 burst costs about twice a later one's; a training server is warm)."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tests.reward_server.test_auth import tokens_file
 
 TEAMS = {"team-a": "alpha-0123456789", "team-b": "beta-0123456789"}
 BURST = 1500
+MIN_BACKLOG = 300  # A's requests still unanswered when B is sent, for the test to mean much
 HEALTH = b"GET /healthz HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n"
 
 
@@ -86,6 +87,7 @@ def test_a_burst_holds_neither_another_caller_nor_the_health_probe(server: Serve
         burst = [asyncio.ensure_future(one(first + k)) for k in range(BURST)]
         while sent[0] < BURST:  # B and the probe once every one of A's requests is sent
             await asyncio.sleep(0.005)
+        others["sent"] = time.monotonic()
         asks = {who: _ask(port, request)
                 for who, request in (("b", _post(TEAMS["team-b"], 7)), ("health", HEALTH))}
         times = await asyncio.gather(*burst)
@@ -99,8 +101,16 @@ def test_a_burst_holds_neither_another_caller_nor_the_health_probe(server: Serve
         return times
 
     asyncio.run(scenario(0))  # the warm-up: other items, so no cached answer helps later
-    sent[0] = 0
-    a_times = asyncio.run(scenario(BURST))
+    # Judged against A's backlog when B and the probe were sent: on a loaded machine the
+    # client may send so slowly that the server keeps up, and there is then nothing to jump
+    for attempt in range(1, 4):
+        sent[0] = 0
+        a_times = asyncio.run(scenario(attempt * BURST))
+        backlog = [t for t in a_times if t >= others["sent"]]
+        if len(backlog) >= MIN_BACKLOG:
+            break
+    assert len(backlog) >= MIN_BACKLOG, f"A's burst never queued ({len(backlog)} left)"
     for who in ("b", "health"):
-        ahead = sum(1 for t in a_times if t < others[who])
-        assert ahead < BURST // 2, f"{who} answered after {ahead} of A's {BURST}"
+        ahead = sum(1 for t in backlog if t < others[who])
+        assert ahead < len(backlog) // 2, (
+            f"{who} answered after {ahead} of the {len(backlog)} of A's requests queued")
