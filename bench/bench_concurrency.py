@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 import psutil
 
+from bench.costs import tree_cpu_s, tree_rss_mb
 from bench.record import commit, record
 from reward_server.testing import run_server
 
@@ -90,30 +91,6 @@ def probe(port: int, stop: Any, out: Any) -> None:
     out.put(latencies)
 
 
-def tree_cpu_s(server: psutil.Process) -> float:
-    """CPU seconds of the server and every process under it (uvicorn's workers, math
-    workers)."""
-    total = 0.0
-    for proc in [server, *server.children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            pass
-    return total
-
-
-def rss_mb(server: psutil.Process) -> float:
-    procs = [server, *server.children(recursive=True)]
-    total = 0
-    for proc in procs:
-        try:
-            total += proc.memory_info().rss
-        except psutil.Error:
-            pass
-    return round(total / 2**20, 1)
-
-
 def burst(port: int, n: int, server: psutil.Process, first: int = 0) -> dict[str, Any]:
     """``n`` requests at once, of items ``first``.. (new ones each burst: no cached answer)."""
     ctx = multiprocessing.get_context("spawn")
@@ -121,7 +98,7 @@ def burst(port: int, n: int, server: psutil.Process, first: int = 0) -> dict[str
     prober = ctx.Process(target=probe, args=(port, stop, out), daemon=True)
     prober.start()
     time.sleep(1.0)  # a few probes of the idle server first
-    rss_before = rss_mb(server)
+    rss_before = round(tree_rss_mb(server), 1)
     server_cpu = tree_cpu_s(server)
     client_cpu = time.process_time()
 
@@ -163,7 +140,7 @@ def burst(port: int, n: int, server: psutil.Process, first: int = 0) -> dict[str
         "wrong_rewards": wrong,
         "server_cpu_s": round(server_cpu, 2), "client_cpu_s": round(client_cpu, 2),
         "server_cpu_ms_per_request": round(1000 * server_cpu / n, 3),
-        "rss_mb_before": rss_before, "rss_mb_after": rss_mb(server),
+        "rss_mb_before": rss_before, "rss_mb_after": round(tree_rss_mb(server), 1),
     }
 
 

@@ -179,15 +179,12 @@ async def client_loop(url: str, seed: int, stop_at: float, code_share: float,
 def tree_rss_mb(pid: int) -> float:
     import psutil
 
-    proc = psutil.Process(pid)
-    procs = [proc, *proc.children(recursive=True)]
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total / 2**20
+    from bench.costs import tree_rss_mb as of_tree
+
+    try:
+        return of_tree(psutil.Process(pid))
+    except psutil.Error:
+        return 0.0
 
 
 def tree_processes(pid: int) -> int:

@@ -35,6 +35,30 @@ def cpu_s(server: psutil.Process | None = None, workers: Collection[str] = ()) -
     return total
 
 
+def tree_cpu_s(server: psutil.Process) -> float:
+    """CPU seconds of the server and every process under it (uvicorn's workers, math
+    workers)."""
+    total = 0.0
+    for proc in [server, *server.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def tree_rss_mb(server: psutil.Process) -> float:
+    """Resident MB of the server and every process under it."""
+    total = 0
+    for proc in [server, *server.children(recursive=True)]:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
 def settle(server: psutil.Process, limit_s: float = 120) -> None:
     """Until the server and all its workers are idle (under a tenth of a CPU for a second):
     their warm-up must not share the CPUs with the timed rounds."""

@@ -21,7 +21,7 @@ import logging
 import re
 import secrets
 import stat
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("reward_server")
 
 SCOPE_KEY = "reward_server.caller"  # the ASGI scope entry BearerAuth sets: the token's name
+RESOLVED_KEY = "reward_server.caller_of"  # the Caller found from it (caller_of_scope)
 DEFAULT_NAME = "default"  # the caller of ``api_token`` (the flag or REWARD_SERVER_API_TOKEN)
 NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 LOOPBACK = "loopback"
@@ -68,7 +69,16 @@ def quota_of(address: str) -> str:
     return str(ip)
 
 
-def caller_of_scope(scope: Mapping[str, Any]) -> Caller:
+def caller_of_scope(scope: MutableMapping[str, Any]) -> Caller:
+    """The request's caller, found once and kept in its scope: the turnstile and the route
+    both ask, and an address is parsed to find its quota."""
+    found = scope.get(RESOLVED_KEY)
+    if found is None:
+        found = scope[RESOLVED_KEY] = _caller_of(scope)
+    return found
+
+
+def _caller_of(scope: Mapping[str, Any]) -> Caller:
     name = scope.get(SCOPE_KEY)
     if name is not None:
         return Caller(name, f"token:{name}")

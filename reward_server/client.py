@@ -30,7 +30,6 @@ import asyncio
 import itertools
 import json as jsonlib
 import math
-import random
 import re
 import threading
 import time
@@ -53,7 +52,7 @@ from tenacity import (
     wait_random,
 )
 
-from reward_server.retry_after import RETRY_AFTER_JITTER, retry_after_s
+from reward_server.retry_after import jittered, retry_after_s
 from reward_server.statuses import REFUSALS
 
 __all__ = [
@@ -249,7 +248,7 @@ class _Route:
         exc = state.outcome.exception() if state.outcome is not None else None
         told = exc.retry_after_s if isinstance(exc, _Retryable) else None
         if told is not None:
-            return told * random.uniform(1.0, 1.0 + RETRY_AFTER_JITTER)
+            return jittered(told)
         return float(self.backoff(state))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email.utils
 import math
+import random
 import time
 
 import httpx
@@ -26,3 +27,9 @@ def retry_after_s(response: httpx.Response) -> float | None:
         except (TypeError, ValueError):
             return None
     return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def jittered(seconds: float) -> float:
+    """How long to wait for a Retry-After of ``seconds``: times U(1, 1 + RETRY_AFTER_JITTER),
+    so the many clients told the same second do not all come back in it."""
+    return seconds * random.uniform(1.0, 1.0 + RETRY_AFTER_JITTER)

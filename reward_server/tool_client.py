@@ -12,7 +12,6 @@ which of those the policy did not cause.
 
 from __future__ import annotations
 
-import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -20,7 +19,7 @@ from typing import Any, Literal
 
 import httpx
 
-from reward_server.retry_after import RETRY_AFTER_JITTER, retry_after_s
+from reward_server.retry_after import jittered, retry_after_s
 
 ToolState = Literal["stateless", "session"]
 
@@ -206,7 +205,7 @@ class CodeTool:
             told = retry_after_s(response) if response.status_code == 429 else None
             if told is None:
                 return response
-            wait = told * random.uniform(1.0, 1.0 + RETRY_AFTER_JITTER)
+            wait = jittered(told)
             if time.monotonic() + wait > deadline:
                 return response
             time.sleep(wait)
