@@ -1,5 +1,5 @@
-"""Who sent a request: its **caller**, between whom the fair gates share the workers and to
-whom a session belongs, and its **quota**, what the session caps count by.
+"""Who sent a request: its **caller**, to whom a session belongs, and its **quota**, what
+the caps count by and between which the fair gates and the turnstile share the workers.
 
 With tokens configured (``api_token``, ``api_tokens_file``), a caller is the *name* of the
 token it presented (``BearerAuth`` finds it): each team with a token of its own is a caller
@@ -41,15 +41,15 @@ LOOPBACK = "loopback"
 @dataclass(frozen=True)
 class Caller:
     name: str  # the token's name, or the client's address
-    quota: str  # what the session caps count by (see the module docstring)
+    quota: str  # what caps and fair shares count by (see the module docstring)
 
     def __str__(self) -> str:
         return self.name
 
 
 def quota_key(caller: Hashable) -> Hashable:
-    """What per-caller caps count by: a ``Caller``'s quota, else the key itself (an
-    in-process caller's name; None, the anonymous one)."""
+    """What per-caller caps and fair shares count by: a ``Caller``'s quota, else the key
+    itself (an in-process caller's name; None, the anonymous one)."""
     return caller.quota if isinstance(caller, Caller) else caller
 
 

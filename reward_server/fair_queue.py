@@ -7,7 +7,7 @@ served, one batch of slow items would hold every later request behind all of it.
 
 Policy: an equal share of worker *time*, as Linux's CFS shares a CPU between tasks
 (vruntime), at two levels, as cgroups nest: first between **callers** (a token's name, or
-the client's address: ``callers``), then between the **requests** of one caller. Each share
+the client's address's quota: ``callers``), then between the **requests** of one caller. Each share
 accumulates the seconds of work its items cost: what the holder measured (a math task's run
 time inside its worker), else the time the slot was held; items still running count up to
 now. A free slot goes to the least-served caller, and within it to its least-served request;
@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from cachetools import TTLCache
 
 from reward_server import metrics
+from reward_server.callers import quota_key
 from reward_server.errors import ServerStopping
 from reward_server.fair_shares import Caller, Order, Request, Waiter
 
@@ -217,7 +218,9 @@ class FairGate:
     def _join(self, scope: RequestScope | None, waiter: Waiter, now: float
               ) -> tuple[Caller, Request]:
         """The caller's and the request's shares, joined if new, with ``waiter`` queued."""
-        key = None if scope is None else scope.caller
+        # shared by quota, not address: one process can use every loopback address and a
+        # host every address of its /64, and would take a share for each
+        key = None if scope is None else quota_key(scope.caller)
         caller = self._callers.get(key)
         new_caller = caller is None
         if caller is None:

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from reward_server import metrics
+from reward_server.callers import Caller, quota_of
 from reward_server.fair_queue import BudgetSpent, FairGate, current_request, request_scope
 from reward_server.fair_shares import Share
 
@@ -319,3 +320,20 @@ async def test_a_closed_gate_answers_its_waiting_items_and_lets_running_ones_fin
     with pytest.raises(ServerStopping):
         await item(gate, "late", 0.0, log)
     assert log == ["r0", "r1"]
+
+
+async def test_many_addresses_of_one_quota_are_one_share() -> None:
+    """A local process can send from every loopback address (a host from every address of
+    its /64): shared per address, eight of them would take eight turns to another
+    caller's one."""
+    gate, log = FairGate(1, "unit"), []
+    many = [in_request(None, *(lambda k=k, a=a: item(gate, f"M{a}.{k}", 0.02, log)
+                               for k in range(4)),
+                       caller=Caller(f"127.0.0.{a}", quota_of(f"127.0.0.{a}")))
+            for a in range(2, 10)]
+    await asyncio.sleep(0.01)
+    other = in_request(None, *(lambda k=k: item(gate, f"V{k}", 0.02, log) for k in range(4)),
+                       caller=Caller("192.0.2.7", quota_of("192.0.2.7")))
+    await asyncio.gather(other, *many)
+    # one share against one: the other caller's four items alternate with the quota's
+    assert log.index("V3") <= 9, log
