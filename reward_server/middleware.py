@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reward_server import metrics
 from reward_server.callers import SCOPE_KEY, Tokens
+from reward_server.json_shape import JsonShape
 
 log = logging.getLogger("reward_server")
 _RUN_ID = uuid.uuid4().hex[:8]
@@ -79,24 +80,15 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-# How a JSON object with a key opens outside a string: a brace, then the key's quote or raw
-# whitespace other than a space, none of which a string holds (its quotes, tabs and newlines
-# are escaped). A brace alone would count LaTeX's (a 2 MB \boxed{ answer holds a million).
-_OBJECT_OPENINGS = (b'{"', b"{\t", b"{\n", b"{\r")
-# An object as a value, however it opens ("{}", "{ }"): a brace where a value starts, after
-# an array's "[", a "," or a key's ":", spaces between not counted. Rare in LaTeX and code, so
-# counting one there costs a body nothing near the limit.
-_OBJECT_VALUES = (b"[{", b",{", b":{")
-
-
 SANDBOX_ROUTES = ("/run_code", "/v1/sessions")
 
 
 class BodyLimit:
     """Reads the body up to the limit before the app sees it (the app would buffer it whole
     anyway); a body past the limit, declared or streamed, is answered 413 at once. So is one
-    of more JSON containers or values than its limits: bytes do not bound what parsing costs
-    (a million ``[]`` in 3 MB held the event loop for seconds), their count does."""
+    of more JSON containers or values than its limits, counted outside strings as it
+    arrives (``json_shape``): bytes do not bound what parsing costs (a million ``[]`` in 3 MB
+    held the event loop for seconds), their count does."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, max_containers: int | None = None,
                  max_values: int | None = None, sandbox_max_values: int | None = None
@@ -116,13 +108,13 @@ class BodyLimit:
     def _too_many(self, containers: int, values: int, sandbox: bool) -> str | None:
         if self.max_containers is not None and containers > self.max_containers:
             return (f"request body: more than {self.max_containers} JSON arrays and objects "
-                    "(REWARD_SERVER_MAX_JSON_CONTAINERS); split the batch")
+                    "outside strings (REWARD_SERVER_MAX_JSON_CONTAINERS); split the batch")
         if sandbox and self.sandbox_max_values is not None and values > self.sandbox_max_values:
-            return (f"request body: more than {self.sandbox_max_values} JSON values (arrays, "
-                    "objects and ',', the code's too) (REWARD_SERVER_MAX_SANDBOX_JSON_VALUES)")
+            return (f"request body: more than {self.sandbox_max_values} JSON values and keys "
+                    "(REWARD_SERVER_MAX_SANDBOX_JSON_VALUES)")
         if self.max_values is not None and values > self.max_values:
-            return (f"request body: more than {self.max_values} JSON values (arrays, objects "
-                    "and ',') (REWARD_SERVER_MAX_JSON_VALUES); split the batch")
+            return (f"request body: more than {self.max_values} JSON values and keys "
+                    "(REWARD_SERVER_MAX_JSON_VALUES); split the batch")
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -132,7 +124,8 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             return await _send_json(send, 413, self._message())
         chunks: list[bytes] = []
-        size = containers = commas = 0
+        size = 0
+        shape = JsonShape()
         sandbox = scope["path"].startswith(SANDBOX_ROUTES)
         while True:
             message = await receive()
@@ -142,11 +135,8 @@ class BodyLimit:
             size += len(chunk)
             if size > self.max_bytes:
                 return await _send_json(send, 413, self._message())
-            squeezed = chunk.replace(b" ", b"")
-            containers += (chunk.count(b"[") + sum(map(chunk.count, _OBJECT_OPENINGS))
-                           + sum(map(squeezed.count, _OBJECT_VALUES)))
-            commas += chunk.count(b",")
-            refused = self._too_many(containers, containers + commas, sandbox)
+            shape.feed(chunk)
+            refused = self._too_many(shape.containers, shape.values, sandbox)
             if refused:
                 return await _send_json(send, 413, refused)
             chunks.append(chunk)

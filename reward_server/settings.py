@@ -76,16 +76,18 @@ class ServerSettings(BaseSettings):
         2 * 1024 * 1024, ge=1, description="UTF-8 bytes in any one string field of an item."
     )
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1, description="Bytes in a request body.")
-    # JSON is parsed on the event loop, at ~1 us a container and ~0.15 us a number: what a
-    # body's bytes cannot bound, its count of arrays, objects and commas does (counted in the
-    # bytes as the body arrives: '[' and ',' in strings too, an upper bound; an object by its
-    # opening, which LaTeX's braces do not look like). The defaults fit 64 MB of prose.
+    # A body is parsed in one C call that holds the interpreter lock, on a thread or not, at
+    # ~0.1 us a number and ~0.8 us a key: what its bytes cannot bound, its count of arrays,
+    # objects, values and keys outside strings does (json_shape.py, as the body arrives;
+    # a string is one value, however many commas its prose holds). At the default, the
+    # worst shape (an object of 512 Ki keys) holds the loop ~0.25 s.
     max_json_containers: int = Field(
-        1024 * 1024, ge=1, description="Arrays and objects in a request body ('[' in strings "
-        "counted too): more is a 413 naming the limit; split the batch.")
+        1024 * 1024, ge=1, description="Arrays and objects in a request body, outside "
+        "strings: more is a 413 naming the limit; split the batch.")
     max_json_values: int = Field(
-        8 * 1024 * 1024, ge=1, description="Arrays, objects and commas in a request body "
-        "(strings' counted too): more is a 413 naming the limit; split the batch.")
+        1024 * 1024, ge=1, description="Arrays, objects, values and keys in a request body "
+        "(a string is one, whatever it holds): more is a 413 naming the limit; split the "
+        "batch (the client library halves it).")
 
     # What one caller, and the server, may have in flight at once (reward_server/quotas.py):
     # past a cap a request is answered 429 at once, Retry-After from the queue's drain rate.
@@ -103,9 +105,9 @@ class ServerSettings(BaseSettings):
         "with Retry-After from the server's drain rate. 0: no cap.")
 
     max_sandbox_json_values: int = Field(
-        256 * 1024, ge=1, description="JSON values in a /run_code or /v1/sessions body "
-        "(',' in the code counted too): a files map of millions of entries held the event "
-        "loop for 11-15 s before it was refused. More is a 413 naming the limit.")
+        256 * 1024, ge=1, description="JSON values and keys in a /run_code or /v1/sessions "
+        "body: a files map of millions of entries held the event loop for 11-15 s before it "
+        "was refused. More is a 413 naming the limit.")
 
     cache_size: int = Field(
         100_000, ge=0, description="Entries in the per-process result cache; 0 turns it off."
