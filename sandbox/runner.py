@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from sandbox.builds import Build, Builds, build_key, checker_key, valid_build
+from sandbox.builds import Build, Builds, build_bytes, build_key, checker_key, valid_build
 from sandbox.channel import ChannelClosed, ChannelMisframed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
-from sandbox.harness.checker import CHECK_TIME_LIMIT_S
+from sandbox.harness.checker import CHECK_TIME_LIMIT_S, KEEP_MAX_BYTES
 from sandbox.harness.protocol import printable
 from sandbox.harness.statuses import (
     COMPILE_ERROR,
@@ -199,7 +199,15 @@ class Sandbox:
                      # the checker's compile and one check per test
                      + (c.compile_time_limit_s + count * CHECK_TIME_LIMIT_S
                         if ex.checker is not None else 0.0))
-        return job, count, inside + OUTSIDE_SLACK_S
+        return job, count, inside + self._checker_again_s(job) + OUTSIDE_SLACK_S
+
+    def _checker_again_s(self, job: dict) -> float:
+        """What a later turn may add to its wall clock by compiling its checker again, off
+        the item's clock (harness/stdio.py): without it, a budget nearly spent would time
+        the turn out, and its tests would score 0 for our scheduling."""
+        again = (job.get("continues") and checker_key(job) is not None
+                 and "artifacts" not in job["checker"])
+        return self.config.compile_time_limit_s if again else 0.0
 
     async def execute(self, ex: Execution, yield_after_s: float | None = None,
                       spent_s: float = 0.0,
@@ -217,8 +225,7 @@ class Sandbox:
         if ex.spec is None:
             raise ValueError(f"unknown language {ex.language!r}")
         job, count, budget = self._job(ex, yield_after_s, spent_s)
-        if (ckey := checker_key(job)) is not None and (found := self.builds.kept(ckey)):
-            job = {**job, "checker": {**job["checker"], "artifacts": found["files"]}}
+        job = self._with_kept_checker(job)
         key = build_key(job)
         if key is None:
             return (await self._run_job(job, count, budget, others_waiting))[0]
@@ -321,6 +328,15 @@ class Sandbox:
             failure = f"sandbox harness failed: {_text(reply.get('detail'))}"
         raise SandboxUnavailable(self.pool.unavailable_reason or failure)
 
+    def _with_kept_checker(self, job: dict, in_container: bool = False) -> dict:
+        """``job`` with its checker's build when the host keeps one: unpacked, not compiled.
+        ``in_container``: a later turn in the container that built it, which keeps a
+        checker's directory up to ``KEEP_MAX_BYTES`` only; a smaller build is not sent."""
+        if (ckey := checker_key(job)) is not None and (found := self.builds.kept(ckey)):
+            if not in_container or build_bytes(found) > KEEP_MAX_BYTES // 2:
+                return {**job, "checker": {**job["checker"], "artifacts": found["files"]}}
+        return job
+
     def _keep_checker(self, job: dict, reply: Any) -> None:
         """The checker's build this run compiled, for the item's later turns (and items) in
         other containers."""
@@ -348,9 +364,12 @@ class Sandbox:
                     "budget_s": max(turn["budget_s"] - _elapsed(reply), 1e-3)}
             if valid_build(build) is not None:
                 turn = {**turn, "artifacts": build["files"], "want_artifacts": False}
-            reply = await self.pool.request(pooled, turn, budget)
+            turn = self._with_kept_checker(turn, in_container=True)
+            reply = await self.pool.request(pooled, turn,
+                                            budget + self._checker_again_s(turn))
             if not isinstance(reply, dict):
                 return reply  # malformed: _result fails every test
+            self._keep_checker(turn, reply)
         merged = {**reply, "tests": ran + list(reply.get("tests") or []),
                   "elapsed_s": spent_s + _elapsed(reply)}
         if momentary:  # an earlier turn's: the item's verdict holds every turn's

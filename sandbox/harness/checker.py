@@ -43,7 +43,7 @@ import time
 from collections import OrderedDict
 
 from . import artifacts, slate
-from .processes import children_cpu_s, compiling, run_process
+from .processes import children_cpu_s, compiling, killed_from_outside, run_process
 from .protocol import tail
 from .statuses import PASSED, TIMEOUT, WRONG_ANSWER
 from .verdicts import momentary
@@ -176,7 +176,8 @@ class Checker:
             why = "ran past its time limit" if timed_out else "failed"
             stderr = tail(result["stderr"], job["stderr_tail_bytes"])
             raise self.broken(f"the checker does not compile: the compiler {why}: {stderr}",
-                               moment=timed_out or NO_SPACE in stderr)
+                               moment=(timed_out or NO_SPACE in stderr
+                                       or killed_from_outside(result)))
 
     def _unpack(self):
         """An earlier turn's build of this checker (another container compiled it), in place

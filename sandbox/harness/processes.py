@@ -266,6 +266,19 @@ def apply_limits(memory_mb, cpu_s, memory_rlimit="as"):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+# What a compiler driver prints when a signal killed the compiler proper under it (gcc's
+# cc1plus, clang's frontend, go's and rustc's children): a kill from outside the source's
+# say (the container's or the host's OOM killer, which counts what else lives there).
+KILLED_MARKERS = (b"Killed signal terminated program", b"unable to execute command: Killed",
+                  b"signal: killed", b"signal: 9, SIGKILL")
+
+
+def killed_from_outside(result):
+    """Whether ``run_process``'s ``result`` ended by SIGKILL, its own or a child's."""
+    return (result.get("code") == -signal.SIGKILL
+            or any(marker in result["stderr"] for marker in KILLED_MARKERS))
+
+
 def classify_exit(code, stderr, oom_before, memory_markers=(), stderr_head=b""):
     """None when the process exited normally with 0; else why it did not."""
     oom_after = oom_kills()

@@ -10,7 +10,7 @@ import time
 from . import artifacts, slate
 from .checker import CHECK_TIME_LIMIT_S, Checker, CheckerBlocked, CheckerBroken, OutOfTime
 from .compare import outputs_match
-from .processes import compiling, kill_group, run_process
+from .processes import compiling, kill_group, killed_from_outside, run_process
 from .protocol import tail
 from .statuses import (
     BAD_TESTS,
@@ -57,12 +57,16 @@ def compile_program(job, workdir, env):
             files = artifacts.pack(workdir, language["source"])
             job["build"] = None if files is None else {"files": files}
         return None
+    killed = killed_from_outside(result)
+    if result["status"] == TIMEOUT or killed:
+        # a wall-clock limit, or a kill: the load or what else held the memory may have
+        # made it, not the source; never shared with another item or cached
+        momentary(job)
     if result["status"] == TIMEOUT:
-        momentary(job)  # a wall-clock limit: the load may have made it, not the source
         reason = f"the compiler ran past its time limit ({limit:.1f} s)"
     else:
         reason = tail(result["stderr"], job["stderr_tail_bytes"])
-    if job.get("want_artifacts") and result["status"] == RUNTIME_ERROR:
+    if job.get("want_artifacts") and result["status"] == RUNTIME_ERROR and not killed:
         job["build"] = {"compile_error": reason}  # the compiler said no: it would again
     return {"status": COMPILE_ERROR, "detail": reason}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -260,8 +261,10 @@ def test_a_later_turns_setup_does_not_run_on_the_items_clock() -> None:
     with verdicts.restarted_clock(job):
         assert job["deadline"] == float("inf")  # the checker's compile gets its own limit
         time.sleep(0.2)
-    assert job["deadline"] >= now + 2.2 and job["yield_at"] >= now + 1.2
-    assert job["started"] >= now + 0.2
+    assert job["deadline"] >= now + 2.2 and job["started"] >= now + 0.2
+    # the container was held all the while: the turn ends when it did (a setup that
+    # outlasted it ends the turn as soon as it may)
+    assert job["yield_at"] == now + 1
 
 
 @pytest.mark.parametrize(("source", "preamble", "found"), [
@@ -344,3 +347,48 @@ def test_starved_tells_a_held_back_program_from_a_sleeping_or_computing_one() ->
         for p in (sleeper, *loops, alone):
             p.kill()
             p.wait()
+
+
+@pytest.mark.parametrize(("script", "shared"), [
+    ("echo \"x.cpp:1:1: error: expected ';'\" >&2; exit 1", True),  # the source's: again
+    ("echo 'g++: fatal error: Killed signal terminated program cc1plus' >&2; exit 1", False),
+    ("echo 'clang: error: unable to execute command: Killed' >&2; exit 1", False),
+    ("kill -9 $$", False),
+])
+def test_a_compiler_killed_from_outside_is_the_moments_not_the_sources(
+        script: str, shared: bool) -> None:
+    """A kill (an OOM killer counting what else held the container's memory) says nothing
+    of the source: its compile error is momentary, never shared with another item's copy
+    of the source or cached, where the compiler's own refusal is."""
+    from sandbox.harness import stdio
+
+    job = {"language": {"compile": ["sh", "-c", script], "source": "x.cpp"},
+           "compile_time_limit_s": 10, "deadline": time.monotonic() + 30,
+           "compile_memory_mb": 0, "output_limit_bytes": 65536, "stderr_tail_bytes": 4096,
+           "want_artifacts": True}
+    workdir = tempfile.mkdtemp()
+    os.chmod(workdir, 0o777)  # as root, the compiler runs as the candidate's uid
+    try:
+        failure = stdio.compile_program(job, workdir, {"PATH": os.environ["PATH"]})
+    finally:
+        os.rmdir(workdir)
+    assert failure is not None and "cannot start" not in failure["detail"], failure
+    assert failure["status"] == statuses.COMPILE_ERROR
+    assert (job.get("build") is not None) is shared, job
+    assert bool(job.get("momentary")) is not shared, job
+
+
+def test_a_later_turns_wall_clock_allows_its_checker_compiled_again() -> None:
+    """A later turn that must compile its checker again (the host kept no build) does so off
+    the item's clock; its wall clock, cut to the budget left, timed the turn out, and every
+    test it had left scored 0 for our scheduling."""
+    from sandbox.config import SandboxConfig
+    from sandbox.runner import Sandbox, TestCase
+
+    sandbox = Sandbox(SandboxConfig())
+    ex = Execution("cpp", "int main() {}", tests=(TestCase("1", "1"),),
+                   checker=("cpp", "int main() { return 0; }"))
+    later_job, _, later = sandbox._job(ex, spent_s=sandbox.config.item_budget_s - 0.5)
+    assert later >= sandbox.config.compile_time_limit_s + 0.5  # 0.5 s of budget left
+    kept = {**later_job, "checker": {**later_job["checker"], "artifacts": {}}}
+    assert sandbox._checker_again_s(kept) == 0.0  # unpacked, not compiled

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -100,3 +101,50 @@ def test_a_starved_check_of_a_right_answer_is_no_zero(srv: ServerProcess) -> Non
     assert "the machine's load" in starved["detail"], starved
     assert (computed["status"], computed["score"]) == ("ok", 0.0), computed
     assert computed["tests"][0]["status"] == "wrong_answer", computed
+
+
+# Run as the candidate's uid in each sandbox container (root there holds no capability):
+# SIGKILL every cc1plus, as an OOM killer does, and say how many.
+KILL_CC1PLUS = ("import os, signal\n"
+                "n = 0\n"
+                "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+                "    if int(pid) == os.getpid():\n"
+                "        continue  # its own command line names cc1plus\n"
+                "    try:\n"
+                "        if b'cc1plus' in open(f'/proc/{pid}/cmdline', 'rb').read():\n"
+                "            os.kill(int(pid), signal.SIGKILL); n += 1\n"
+                "    except OSError:\n"
+                "        pass\n"
+                "print(n)\n")
+
+
+def test_a_compiler_killed_from_outside_is_not_the_sources_compile_error(
+        srv: ServerProcess) -> None:
+    """cc1plus killed (an OOM killer counting what else held the container's memory;
+    gVisor's counts no OOM kill at all): g++ says 'Killed signal terminated program' and
+    exits 1, which read as the source's compile error, handed to every later copy of the
+    source by the build cache and cached for every caller. Now it is momentary: the same
+    item sent again compiles and passes."""
+    import docker
+
+    from sandbox.pool import LABEL
+
+    tag = str(time.time_ns())
+    item = {"language": "cpp", "response": f"```cpp\n{slow_to_compile(12, tag)}```",
+            "tests": [{"input": "20 22", "output": "42"}]}
+    pool = ThreadPoolExecutor(1)
+    first = pool.submit(verify_code, srv.url, item)
+    client = docker.from_env(timeout=60)
+    killed, deadline = 0, time.monotonic() + 120
+    while not killed and not first.done() and time.monotonic() < deadline:
+        for container in client.containers.list(filters={"label": LABEL}):
+            out = container.exec_run(["python3", "-c", KILL_CC1PLUS], user="10001")
+            killed += int(out.output.decode().strip() or 0) if out.exit_code == 0 else 0
+        time.sleep(0.1)
+    (result,) = first.result(timeout=300)
+    pool.shutdown()
+    assert killed, f"the compile ended before it could be killed: {result}"
+    assert (result["status"], result["score"]) == ("compile_error", 0.0), result
+    assert "Killed signal terminated program" in result["detail"], result
+    (again,) = verify_code(srv.url, item)
+    assert (again["status"], again["score"]) == ("ok", 1.0), again
