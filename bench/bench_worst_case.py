@@ -40,7 +40,7 @@ import httpx
 
 from bench.record import commit, record
 from reward_server.settings import Settings
-from reward_server.testing import run_server, wait_for_sandbox
+from reward_server.testing import PROXY_SETTINGS, A, B, as_caller, run_server, wait_for_sandbox
 from reward_server.verifiers.code.extract import extract_code
 from reward_server.verifiers.math import MathItem, MathVerifier
 from reward_server.worst_case import (
@@ -109,7 +109,7 @@ def time_code(size: int) -> dict[str, dict[str, Any]]:
     return out
 
 
-HOSTILE_ADDRESS, OTHER_ADDRESS = "127.0.0.2", "127.0.0.3"  # two callers on loopback
+HOSTILE_ADDRESS, OTHER_ADDRESS = A, B  # two callers, as a trusted proxy names them
 HONEST = {  # each verifier's honest item, as the other caller sends it
     "math": {"response": "so \\boxed{6}", "answer": "6"},
     "format": {"response": "<think>\nx\n</think>\n<answer>\n7\n</answer>",
@@ -123,8 +123,7 @@ HONEST = {  # each verifier's honest item, as the other caller sends it
 
 
 def _client(url: str, address: str) -> httpx.Client:
-    return httpx.Client(base_url=url, timeout=600,
-                        transport=httpx.HTTPTransport(local_address=address))
+    return httpx.Client(base_url=url, timeout=600, headers=as_caller(address))
 
 
 def through_server(url: str, verifier: str, items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -175,6 +174,10 @@ def other_cases(size: int, code: bool) -> dict[str, tuple[str, list[dict[str, An
     cases.update({name: ("ifeval", items) for name, items in ifeval_cases(8192).items()})
     cases["reasoning_gym: a field of parentheses"] = ("reasoning_gym", [{
         **HONEST["reasoning_gym"], "response": "<answer>" + "(" * (size - 64) + "</answer>"}])
+    # the costliest body to parse within max_json_values: an object of keys (values and
+    # keys counted, 1 Mi), parsed in one call that holds the interpreter
+    cases["request: an object of 524,000 keys"] = ("math", [{
+        **HONEST["math"], "junk": {f"k{k}": 0 for k in range(524_000)}}])
     if code:
         cases["code: a loop that never ends"] = ("code", [{
             "response": "while True:\n    pass", "tests": [{"input": "", "output": "1"}]}])
@@ -218,7 +221,8 @@ def main() -> None:
         others = {} if args.only else other_cases(args.size, code)
         # two containers (run_server's pool): a hostile program holds one for its time
         # limit, which no scheduler can take back, and the other caller's takes the other
-        env = {"REWARD_SERVER_CACHE_SIZE": "0", "REWARD_SERVER_MATH_WORKERS": "2"}
+        env = {"REWARD_SERVER_CACHE_SIZE": "0", "REWARD_SERVER_MATH_WORKERS": "2",
+               **PROXY_SETTINGS}
         with run_server(Path(tempfile.mkdtemp(prefix="bench-worst-case-")), env=env) as srv:
             httpx.post(f"{srv.url}/v1/verify/math", timeout=300,
                        json={"items": [{"response": "\\boxed{\\sqrt{8}}", "answer": "2"}]})

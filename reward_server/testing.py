@@ -19,6 +19,19 @@ import httpx
 
 from sandbox.testing import IMAGE_VARIABLE
 
+# Tests tell callers apart as a deployment behind its proxy does: the server trusts
+# 127.0.0.1 as that proxy (PROXY_SETTINGS) and a caller is the X-Forwarded-For address it is
+# named by (``as_caller``). Loopback addresses of their own would be one caller: any local
+# process can use the whole of 127/8 (reward_server/callers.py).
+PROXY_SETTINGS = {"REWARD_SERVER_FORWARDED_ALLOW_IPS": "127.0.0.1"}
+A, B, C = "192.0.2.1", "192.0.2.2", "192.0.2.3"  # callers (TEST-NET-1: no real host's)
+
+
+def as_caller(address: str | None) -> dict[str, str]:
+    """The headers that make a request caller ``address``'s to a server started with
+    ``PROXY_SETTINGS`` (None: the proxy's own, 127.0.0.1's)."""
+    return {} if address is None else {"X-Forwarded-For": address}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -129,8 +142,9 @@ def wait_for_sandbox(url: str, timeout_s: float = 120,
 def one_container_server(tmp_path: Path, env: dict[str, str] | None = None
                          ) -> Iterator[ServerProcess]:
     """A server of one sandbox container and no result cache, once the container answers:
-    where one caller's item holds the pool while another's waits."""
-    base = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "1", "REWARD_SERVER_CACHE_SIZE": "0"}
+    where one caller's item holds the pool while another's waits (callers: ``as_caller``)."""
+    base = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "1", "REWARD_SERVER_CACHE_SIZE": "0",
+            **PROXY_SETTINGS}
     with run_server(tmp_path, env={**base, **(env or {})}) as srv:
         wait_for_sandbox(srv.url, timeout_s=180)
         yield srv

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from reward_server.testing import one_container_server
+from reward_server.testing import A, B, one_container_server
 from tests.conftest import ServerProcess
 from tests.reward_server.test_fair_turns import hold_then_arrive
 
@@ -45,4 +45,4 @@ def test_a_copy_waits_for_the_build_not_for_its_makers_last_test(
     first, second, finished = hold_then_arrive(url, maker, copy)
     assert (first["status"], first["score"]) == ("ok", 1.0), first
     assert (second["status"], second["score"]) == ("ok", 1.0), second
-    assert finished == ["127.0.0.2", "127.0.0.1"], finished
+    assert finished == [B, A], finished

@@ -1,9 +1,9 @@
 """An assertion item holds the container pool one turn, no longer than a test may, and its
 reward is the one it gets alone.
 
-One container, a request budget of 10 s. Caller A (127.0.0.1) sends an MBPP item of 30
-asserts that each take half a second; caller B (127.0.0.2) then sends a correct item. An
-assertion item once ran in one turn up to its own budget: B waited behind A's 15 s, its
+One container, a request budget of 10 s. Caller A sends an MBPP item of 30 asserts that
+each take half a second; caller B then sends a correct item. An assertion item once ran
+in one turn up to its own budget: B waited behind A's 15 s, its
 budget ran out and its correct item came back ``not_run`` (null), 3 of 3. Then A's item took
 turns, loading its solution afresh in each: a solution right only on its first call passed
 each turn's first test, so its reward rose with the number of other items waiting. Now an
@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from reward_server.testing import one_container_server, verify_code
+from reward_server.testing import A, B, as_caller, one_container_server, verify_code
 from tests.conftest import SandboxRuntime, ServerProcess
 
 BUDGET_S = 10.0  # per request: what B may be shut out for
@@ -50,10 +50,10 @@ def counter(url: str, name: str) -> float:
 
 def post(url: str, items: list[dict[str, Any]], source: str, out: dict[str, Any],
          finished: list[str]) -> threading.Thread:
-    """POST from ``source`` (a loopback address: another caller to the fair gate); appends
-    ``source`` to ``finished`` when the answer is in."""
+    """POST as caller ``source`` (``as_caller``); appends ``source`` to ``finished`` when the
+    answer is in."""
     def run() -> None:
-        with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=60) as client:
+        with httpx.Client(headers=as_caller(source), timeout=60) as client:
             out["response"] = client.post(url + "/v1/verify/code", json={"items": items},
                                           timeout=300)
         finished.append(source)
@@ -75,10 +75,10 @@ def hold_then_arrive(url: str, hog: dict[str, Any], victim: dict[str, Any] = ADD
     a: dict[str, Any] = {}
     b: dict[str, Any] = {}
     finished: list[str] = []
-    threads = [post(url, [hog], "127.0.0.1", a, finished)]
+    threads = [post(url, [hog], A, a, finished)]
     while counter(url, "reward_queue_wait_seconds_count") <= granted:  # A holds it now
         time.sleep(0.05)
-    threads.append(post(url, [victim], "127.0.0.2", b, finished))
+    threads.append(post(url, [victim], B, b, finished))
     for thread in threads:
         thread.join()
     return a["response"].json()["results"][0], b["response"].json()["results"][0], finished
@@ -92,7 +92,7 @@ def test_a_long_assertion_item_runs_one_turn_and_lets_another_caller_in(
     a, b, finished = hold_then_arrive(one_container.url, hog)
     # B ran once A's one turn ended: scored, not a null
     assert (b["status"], b["score"]) == ("ok", 1.0), b
-    assert finished == ["127.0.0.1", "127.0.0.2"], finished
+    assert finished == [A, B], finished
     statuses = [t["status"] for t in a["tests"]]
     cut = statuses.index("timeout")
     assert 0 < cut < 30 and statuses == ["passed"] * cut + ["timeout"] * (30 - cut), a

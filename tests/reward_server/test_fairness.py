@@ -5,7 +5,7 @@ client B posts an honest batch. First come, first served, B waited for A's whole
 (74.5 s for 40 math items at 3 s on two workers). Now B waits for at most about one of A's
 items; every one of A's items runs and scores 0 (its own slowness never buys a null); a
 stream of one-item requests cannot starve another caller's batch; copies of one hostile
-completion pay for it once. Callers are told apart by address: B posts from 127.0.0.2.
+completion pay for it once. Callers are told apart as a proxy names them (``as_caller``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from reward_server.testing import one_container_server
+from reward_server.testing import PROXY_SETTINGS, B, as_caller, one_container_server
 from tests.conftest import ServerProcess, run_server, verify_code, wait_for_sandbox
 
 TIMEOUT_S = 2.0  # per math item
@@ -37,12 +37,12 @@ def towers(n: int) -> list[dict[str, str]]:
 
 
 def post_later(url: str, path: str, items: list[dict[str, Any]], delay_s: float,
-               out: dict[str, Any], source: str = "127.0.0.1") -> threading.Thread:
-    """Post from ``source`` (a loopback address: another caller to the fair gates)."""
+               out: dict[str, Any], caller: str | None = None) -> threading.Thread:
+    """Post as ``caller`` (``as_caller``: another caller to the fair gates)."""
     def post() -> None:
         time.sleep(delay_s)
         started = time.monotonic()
-        with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=60) as client:
+        with httpx.Client(headers=as_caller(caller), timeout=60) as client:
             out["response"] = client.post(url + path, json={"items": items}, timeout=300)
         out["elapsed"] = time.monotonic() - started
 
@@ -59,7 +59,8 @@ def metric(text: str, name: str, verifier: str) -> float:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     env = {"REWARD_SERVER_MATH_TIMEOUT_S": str(TIMEOUT_S), "REWARD_SERVER_CACHE_SIZE": "0",
-           "REWARD_SERVER_MATH_WORKERS": "2", "REWARD_SERVER_REQUEST_BUDGET_S": str(BUDGET_S)}
+           "REWARD_SERVER_MATH_WORKERS": "2", "REWARD_SERVER_REQUEST_BUDGET_S": str(BUDGET_S),
+           **PROXY_SETTINGS}
     with run_server(tmp_path_factory.mktemp("fairness"), env=env) as srv:
         # the workers' first start (math-verify's import and warm-up) is not under test
         warm = [{"response": "\\boxed{\\sqrt{8}}", "answer": "2\\sqrt{2}"}] * 2
@@ -77,7 +78,7 @@ def test_honest_math_request_is_not_held_behind_a_hostile_batch(server: ServerPr
     b: dict[str, Any] = {}
     numeric: dict[str, Any] = {}
     threads = [post_later(server.url, "/v1/verify/math", hostile, 0.0, a),
-               post_later(server.url, "/v1/verify/math", honest, 1.0, b, "127.0.0.2"),
+               post_later(server.url, "/v1/verify/math", honest, 1.0, b, B),
                post_later(server.url, "/v1/verify/math", honest[:8], 1.5, numeric)]
     for thread in threads:
         thread.join()
@@ -137,7 +138,8 @@ def code_server(docker_ready: None, tmp_path_factory: pytest.TempPathFactory
                 ) -> Iterator[ServerProcess]:
     env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "2", "REWARD_SERVER_CACHE_SIZE": "0",
            "REWARD_SERVER_REQUEST_BUDGET_S": str(BUDGET_S)}
-    with run_server(tmp_path_factory.mktemp("fairness-code"), env=env) as srv:
+    with run_server(tmp_path_factory.mktemp("fairness-code"), env={**env, **PROXY_SETTINGS}
+                    ) as srv:
         wait_for_sandbox(srv.url)
         yield srv
 
@@ -153,7 +155,7 @@ def test_honest_code_request_is_not_held_behind_a_hostile_batch(
     a: dict[str, Any] = {}
     b: dict[str, Any] = {}
     threads = [post_later(code_server.url, "/v1/verify/code", hostile, 0.0, a),
-               post_later(code_server.url, "/v1/verify/code", honest, 1.0, b, "127.0.0.2")]
+               post_later(code_server.url, "/v1/verify/code", honest, 1.0, b, B)]
     for thread in threads:
         thread.join()
 
@@ -197,21 +199,25 @@ def test_a_stream_of_small_requests_does_not_starve_another_callers_batch(
     """A client posts a new one-item slow request every 0.4 s; each new request used to join
     level with the least-served and win, so a batch served once waited behind all of them
     until its budget cut it to nulls ([1.0, null x 7] after 60 s). Shared per caller, the
-    stream pays for its own items, whatever caller it claims to be."""
+    stream pays for its own items, whatever caller it claims to be: it posts from loopback
+    address after address (any local process can: they are one caller), each naming another
+    in X-Forwarded-For (believed from the trusted proxy only, 127.0.0.1)."""
     stop = threading.Event()
     streamed: list[httpx.Response] = []
     posts: list[threading.Thread] = []
+
+    def send(item: dict[str, str], k: int) -> None:
+        transport = httpx.HTTPTransport(local_address=f"127.0.0.{2 + k % 250}")
+        with httpx.Client(transport=transport, timeout=300) as client:
+            streamed.append(client.post(server.url + "/v1/verify/math", json={"items": [item]},
+                                        headers={"X-Forwarded-For": f"10.0.0.{k % 250}"}))
 
     def stream() -> None:
         k = 0
         while not stop.is_set():
             item = {"response": f"\\boxed{{{2 + k % 7}^{{{6 + k % 3}^{{{8 + k}^{{9}}}}}}}}",
                     "answer": "3"}
-            # and a new X-Forwarded-For each time: from a client it names no one (only a
-            # proxy given in --forwarded-allow-ips is believed), so the stream is one caller
-            posts.append(threading.Thread(target=lambda item=item, k=k: streamed.append(
-                httpx.post(server.url + "/v1/verify/math", json={"items": [item]},
-                           headers={"X-Forwarded-For": f"10.0.0.{k % 250}"}, timeout=300))))
+            posts.append(threading.Thread(target=send, args=(item, k)))
             posts[-1].start()
             k += 1
             stop.wait(0.4)
@@ -223,7 +229,7 @@ def test_a_stream_of_small_requests_does_not_starve_another_callers_batch(
         victim = [{"response": f"\\boxed{{\\frac{{\\sqrt{{{k + 20}}}}}{{2}}}}",
                    "answer": f"\\sqrt{{{k + 20}}}/2"} for k in range(8)]
         out: dict[str, Any] = {}
-        post_later(server.url, "/v1/verify/math", victim, 0.0, out, "127.0.0.2").join()
+        post_later(server.url, "/v1/verify/math", victim, 0.0, out, B).join()
     finally:
         stop.set()
         streamer.join()
@@ -246,7 +252,7 @@ def test_the_server_says_not_run_for_an_item_the_budget_cut(tmp_path: Path) -> N
     towers = [{"response": f"\\boxed{{{k + 3}^{{8^{{7^{{9}}}}}}}}", "answer": "3"}
               for k in range(2)]
     item = {"response": "\\boxed{\\frac{\\sqrt{8}}{2}}", "answer": "\\sqrt{2}"}
-    with run_server(tmp_path, env=env) as srv:
+    with run_server(tmp_path, env={**env, **PROXY_SETTINGS}) as srv:
         assert httpx.post(srv.url + "/v1/verify/math", json={"items": [item]},
                           timeout=120).json()["results"][0]["score"] == 1.0  # warm
         hog: dict = {}
@@ -255,7 +261,7 @@ def test_the_server_says_not_run_for_an_item_the_budget_cut(tmp_path: Path) -> N
         thread.start()
         time.sleep(0.3)
         fresh = {**item, "answer": "\\sqrt{2}\\cdot 1"}  # not the cached verdict
-        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=60) as other:
+        with httpx.Client(headers=as_caller(B), timeout=60) as other:
             [cut] = other.post(srv.url + "/v1/verify/math", json={"items": [fresh]},
                                timeout=120).json()["results"]
         thread.join()
@@ -288,7 +294,7 @@ def test_an_item_of_many_slow_tests_lets_another_callers_item_in_between(
     a: dict[str, Any] = {}
     b: dict[str, Any] = {}
     threads = [post_later(one_container.url, "/v1/verify/code", [sleeper], 0.0, a),
-               post_later(one_container.url, "/v1/verify/code", [honest], 2.0, b, "127.0.0.2")]
+               post_later(one_container.url, "/v1/verify/code", [honest], 2.0, b, B)]
     for thread in threads:
         thread.join()
     [hostile] = a["response"].json()["results"]
@@ -328,7 +334,7 @@ def test_an_item_that_takes_several_turns_gets_the_verdict_it_would_in_one(
     stop = threading.Event()
 
     def others() -> None:  # another caller's quick items, one after another
-        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=60) as c:
+        with httpx.Client(headers=as_caller(B), timeout=60) as c:
             k = 0
             while not stop.is_set():
                 c.post(one_container.url + "/v1/verify/code", timeout=120, json={"items": [

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from reward_server.testing import ServerProcess, one_container_server
+from reward_server.testing import A, B, C, ServerProcess, as_caller, one_container_server
 
 SLEEPER = {"response": "```python\nimport time\ntime.sleep(50)\n```",
            "tests": [{"input": "", "output": "never"}], "time_limit_s": 55, "budget_s": 58}
@@ -55,11 +55,10 @@ async def until(check, what: str, within_s: float = 30.0) -> None:
         await asyncio.sleep(0.1)
 
 
-def sent(url: str, source: str, items: list[dict]) -> asyncio.Task:
-    """POST from a loopback ``source`` (its own caller); cancelling the task hangs up."""
+def sent(url: str, caller: str, items: list[dict]) -> asyncio.Task:
+    """POST as ``caller`` (``as_caller``); cancelling the task hangs up."""
     async def post() -> httpx.Response:
-        transport = httpx.AsyncHTTPTransport(local_address=source)
-        async with httpx.AsyncClient(transport=transport, timeout=300) as client:
+        async with httpx.AsyncClient(headers=as_caller(caller), timeout=300) as client:
             return await client.post(url + "/v1/verify/code", json={"items": items})
     return asyncio.ensure_future(post())
 
@@ -76,10 +75,10 @@ def test_a_client_that_hangs_up_leaves_the_queue_and_frees_its_container(
     async def scenario() -> dict:
         before = dropped(url)
         granted = metric(url, r'reward_queue_wait_seconds_count\{verifier="code"\}')
-        h = sent(url, "127.0.0.1", [SLEEPER])
+        h = sent(url, A, [SLEEPER])
         await until(lambda: metric(url, r'reward_queue_wait_seconds_count\{verifier="code"\}')
                     > granted, "H holds the container")
-        q = sent(url, "127.0.0.2", [ADD, ADD, ADD])
+        q = sent(url, B, [ADD, ADD, ADD])
         await until(lambda: waiting(url) == 3, "Q's three items wait")
         await hang_up(q)
         await until(lambda: waiting(url) == 0 and dropped(url) == before + 1,
@@ -87,7 +86,7 @@ def test_a_client_that_hangs_up_leaves_the_queue_and_frees_its_container(
         assert not h.done()  # H's program still sleeps: the queue emptied for Q's going
         await hang_up(h)
         await until(lambda: dropped(url) == before + 2, "H's request dropped")
-        r = await sent(url, "127.0.0.3", [ADD])
+        r = await sent(url, C, [ADD])
         return r.json()["results"][0]
 
     result = asyncio.run(scenario())

@@ -20,23 +20,23 @@ from typing import Any
 import httpx
 import pytest
 
+from reward_server.testing import PROXY_SETTINGS, A, B, as_caller
 from reward_server.worst_case import crafted_classes, ifeval_cases, ifeval_instructions
 from tests.conftest import ServerProcess, run_server
 
-HOSTILE_ADDRESS, OTHER_ADDRESS = "127.0.0.2", "127.0.0.3"  # two callers on loopback
+HOSTILE_ADDRESS, OTHER_ADDRESS = A, B  # two callers (``as_caller``)
 ROUNDS = 5  # rounds of the other caller's probes that must be answered meanwhile
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with run_server(tmp_path_factory.mktemp("worst_case_callers"),
-                    env={"REWARD_SERVER_CACHE_SIZE": "0"}) as server:
+                    env={"REWARD_SERVER_CACHE_SIZE": "0", **PROXY_SETTINGS}) as server:
         yield server
 
 
 def _client(srv: ServerProcess, address: str) -> httpx.Client:
-    return httpx.Client(base_url=srv.url, timeout=600,
-                        transport=httpx.HTTPTransport(local_address=address))
+    return httpx.Client(base_url=srv.url, timeout=600, headers=as_caller(address))
 
 
 def _while_in_flight(srv: ServerProcess, path: str, items: list[dict[str, Any]],

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from reward_server.testing import one_container_server
+from reward_server.testing import A, B, as_caller, one_container_server
 from tests.conftest import ServerProcess
 from tests.reward_server.test_fair_turns import counter
 
@@ -35,15 +35,15 @@ def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess
 
 
 def victim_behind(url: str, hold: Any) -> dict[str, Any]:
-    """``hold(client)`` from 127.0.0.1 in a thread; once it holds the slot, another caller's
-    correct item: its result."""
+    """``hold(client)`` as caller A in a thread; once it holds the slot, caller B's correct
+    item: its result."""
     granted = counter(url, "reward_queue_wait_seconds_count")
-    thread = threading.Thread(target=lambda: hold(httpx.Client(base_url=url, timeout=300)))
+    thread = threading.Thread(target=lambda: hold(httpx.Client(base_url=url, timeout=300,
+                                                               headers=as_caller(A))))
     thread.start()
     while counter(url, "reward_queue_wait_seconds_count") <= granted:
         time.sleep(0.05)
-    with httpx.Client(base_url=url, timeout=300,
-                      transport=httpx.HTTPTransport(local_address="127.0.0.2")) as c:
+    with httpx.Client(base_url=url, timeout=300, headers=as_caller(B)) as c:
         r = c.post("/v1/verify/code", json={"items": [ADD]})
     thread.join()
     return r.json()["results"][0]
