@@ -4,7 +4,6 @@ Docker clients); nothing starts at import time."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +14,7 @@ from fastapi_offline import FastAPIOffline
 
 from reward_server import __version__, worker_isolation
 from reward_server.callers import load_tokens
+from reward_server.collector import full_collections
 from reward_server.drain import watch_stop_signals
 from reward_server.errors import ApiError, api_error_handler, validation_error_handler
 from reward_server.middleware import BearerAuth, BodyLimit, DropOnHangUp, ErrorGuard, RequestMetrics
@@ -44,11 +44,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 started.append(verifier)
             for verifier in verifiers.values():
                 verifier.bind(verifiers)
-            app.state.scorer = Scorer(verifiers, settings)
-            # what start-up built (SymPy, the verifiers' tables) lives as long as the server:
-            # out of the collector's reach, a full collection under a burst walks only what
-            # requests made (hundreds of ms less of a stalled loop each time)
-            gc.freeze()
+            scorer = app.state.scorer = Scorer(verifiers, settings)
+            # a burst's heap is not walked by the cycle collector (collector.py)
+            collections = asyncio.create_task(full_collections(lambda: not scorer.quotas.items))
             log.info("verifiers ready: %s", ", ".join(sorted(verifiers)))
             undo_signals = watch_stop_signals()
             try:
@@ -56,6 +54,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                     yield
             finally:
                 undo_signals()
+                collections.cancel()
         finally:
             await asyncio.gather(*(v.stop() for v in started), return_exceptions=True)
 
