@@ -13,7 +13,9 @@ long anything took. ``reward_server.worst_case`` holds the inputs (the bench tim
 from __future__ import annotations
 
 import json
+import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -40,30 +42,36 @@ def _client(srv: ServerProcess, address: str) -> httpx.Client:
 
 
 def _while_in_flight(srv: ServerProcess, path: str, items: list[dict[str, Any]],
-                     probes: list[Callable[[httpx.Client], None]]) -> dict[str, Any]:
-    """POST ``items`` as one caller; as another, run ``probes`` round after round until
-    ``ROUNDS`` rounds were answered while the hostile request was still unanswered (or it
-    was answered). Returns the hostile response and those rounds."""
+                     probes: list[Callable[[httpx.Client], None]], copies: int = 1
+                     ) -> dict[str, Any]:
+    """POST ``items`` as one caller (``copies`` requests of them at once); as another, run
+    ``probes`` round after round until ``ROUNDS`` rounds were answered while a hostile
+    request was still unanswered (or all were answered). Returns the hostile responses and
+    those rounds."""
     body = json.dumps({"items": items}).encode()
     answered = threading.Event()
-    out: dict[str, Any] = {"rounds": 0}
+    out: dict[str, Any] = {"rounds": 0, "responses": []}
 
     def post() -> None:
         with _client(srv, HOSTILE_ADDRESS) as c:
-            out["response"] = c.post(path, content=body,
-                                     headers={"content-type": "application/json"})
-        answered.set()
+            out["responses"].append(c.post(path, content=body,
+                                           headers={"content-type": "application/json"}))
+        if len(out["responses"]) == copies:
+            answered.set()
 
-    hostile = threading.Thread(target=post)
-    hostile.start()
+    hostile = [threading.Thread(target=post) for _ in range(copies)]
+    for thread in hostile:
+        thread.start()
     answered.wait(0.5)  # let it reach the server (it is no timing: ROUNDS rounds must pass)
     with _client(srv, OTHER_ADDRESS) as c:
         while not answered.is_set() and out["rounds"] < ROUNDS:
             for probe in probes:
                 probe(c)
-            if not answered.is_set():  # the whole round came back before the hostile one
+            if not answered.is_set():  # the whole round came back before the hostile ones
                 out["rounds"] += 1
-    hostile.join()
+    for thread in hostile:
+        thread.join()
+    out["response"] = out["responses"][0]
     return out
 
 
@@ -85,6 +93,54 @@ def _honest_ifeval(c: httpx.Client) -> None:
          "kwargs": {"relation": "at least", "num_words": 100}}]}
     r = c.post("/v1/verify/ifeval", json={"items": [item] * 4})
     assert [x["score"] for x in r.json()["results"]] == [1.0] * 4, r.text
+
+
+def _honest_math(c: httpx.Client) -> None:
+    # more text than the event loop triages itself (it takes the triage thread), and surds
+    # that a math worker checks
+    items = [{"response": "Let us think step by step. " * 24
+              + f"\\boxed{{\\frac{{\\sqrt{{{k + 20}}}}}{{2}}}}",
+              "answer": f"\\sqrt{{{k + 20}}}/2"} for k in range(16)]
+    r = c.post("/v1/verify/math", json={"items": items})
+    assert [x["score"] for x in r.json()["results"]] == [1.0] * 16, r.text[:500]
+
+
+def test_many_large_math_requests_do_not_hold_another_callers_batch(srv: ServerProcess
+                                                                     ) -> None:
+    """Large requests are triaged on a thread; first come, first served, a caller's
+    requests of 2 MiB references (~0.3 s each to scan) put every slice of theirs ahead of
+    another caller's ordinary batch: 42 s (8 requests), or its correct items null past a
+    shorter budget (fresh-context audit). The callers take the thread in turn: the other
+    caller's batch is answered while every hostile request still waits (first come, first
+    served, most had been answered before it)."""
+    body = json.dumps({"items": [{"response": "\\boxed{42}", "answer": "1 or " * 400_000}
+                                 for _ in range(6)]}).encode()
+    answered: list[httpx.Response] = []
+
+    def post() -> None:
+        with _client(srv, HOSTILE_ADDRESS) as c:
+            answered.append(c.post("/v1/verify/math", content=body,
+                                   headers={"content-type": "application/json"}))
+
+    hostile = [threading.Thread(target=post) for _ in range(8)]
+    for thread in hostile:
+        thread.start()
+    deadline = time.monotonic() + 30
+    while _waiting(srv, "math-triage") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the hostile slices queue for the thread
+    with _client(srv, OTHER_ADDRESS) as c:
+        _honest_math(c)
+    before = len(answered)
+    for thread in hostile:
+        thread.join()
+    assert before == 0, f"{before} of 8 hostile requests were answered first"
+    assert [r.status_code for r in answered] == [200] * 8
+
+
+def _waiting(srv: ServerProcess, gate: str) -> float:
+    text = httpx.get(srv.url + "/metrics", timeout=60).text
+    found = re.search(rf'^reward_queue_items_waiting{{verifier="{gate}"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
 
 
 def test_sixteen_crafted_classes_do_not_stall_another_caller(srv: ServerProcess) -> None:

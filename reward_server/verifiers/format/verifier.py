@@ -26,11 +26,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 from reward_server import metrics
 from reward_server.cache import ResultCache
+from reward_server.fair_thread import FairThread
 from reward_server.process_pool import TimeoutPool
 from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
 from reward_server.verifiers.base import PooledVerifier
@@ -54,7 +54,7 @@ INLINE_COST = 64 * 1024  # checked on the event loop itself: ~10 ms at worst
 # per hand-off to the thread (~170 ms at worst, ~15 ms for an honest text): a request of
 # many long responses goes in slices, and another request's slice gets the thread between
 SLICE_COST = 1 << 20
-_THREAD = ThreadPoolExecutor(1, thread_name_prefix="format")
+_THREAD = FairThread("format-thread")
 
 
 class Searched(NamedTuple):
@@ -108,11 +108,9 @@ class FormatVerifier(PooledVerifier):
         if sum(map(cost, items)) <= INLINE_COST:
             checked = [self._check(item) for item in items]
         else:
-            loop = asyncio.get_running_loop()
             checked = []
             for piece in _slices(items):
-                checked += await loop.run_in_executor(
-                    _THREAD, lambda p=piece: [self._check(item) for item in p])
+                checked += await _THREAD.run(lambda p=piece: [self._check(item) for item in p])
         results = await self._searched(items, checked)
         elapsed = time.perf_counter() - started
         # counted once per request: a rule costs microseconds, a labelled inc() one more

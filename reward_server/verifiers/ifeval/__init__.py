@@ -26,10 +26,10 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from reward_server import metrics
 from reward_server.cache import ResultCache
+from reward_server.fair_thread import FairThread
 from reward_server.process_pool import TimeoutPool
 from reward_server.slow_lane import Done, LaneVerdicts, SlowLane, Turn
 from reward_server.statuses import NOT_RUN, UNAVAILABLE
@@ -64,7 +64,7 @@ LANGUAGE_COST = 16 * 1024
 TIMEOUT_S = 20.0
 WORKERS = 1  # large responses are rare; one worker (and pebble's spare) stays cheap
 MEMORY_MB = 1024
-_THREAD = ThreadPoolExecutor(1, thread_name_prefix="ifeval")
+_THREAD = FairThread("ifeval-thread")
 Verdicts = tuple[bool | None, ...]
 
 
@@ -114,10 +114,8 @@ class IfEvalVerifier(PooledVerifier):
             for k in local:
                 results[k] = self.check_local(items[k])
         else:
-            loop = asyncio.get_running_loop()
             for piece in _slices(local, costs):
-                done = await loop.run_in_executor(
-                    _THREAD, lambda p=piece: [self.check_local(items[k]) for k in p])
+                done = await _THREAD.run(lambda p=piece: [self.check_local(items[k]) for k in p])
                 for k, result in zip(piece, done, strict=True):
                     results[k] = result
         if remote:
@@ -145,8 +143,7 @@ class IfEvalVerifier(PooledVerifier):
         return _result(item, followed)  # type: ignore[arg-type]
 
     async def _check_remote(self, item: IfEvalItem) -> IfEvalResult:
-        key = await asyncio.get_running_loop().run_in_executor(
-            _THREAD, cache_key, item.response, item.specs, item.strict)
+        key = await _THREAD.run(cache_key, item.response, item.specs, item.strict)
         with self._cache_lock:
             followed, hit = self._cache.peek(key)
         if hit:

@@ -19,13 +19,13 @@ import hashlib
 import re
 import time
 from collections.abc import Awaitable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from pydantic import Field, field_validator
 
 from reward_server import metrics
+from reward_server.fair_thread import FairThread
 from reward_server.process_pool import TaskResult, TimeoutPool
 from reward_server.slow_lane import Done, LaneVerdicts, SlowLane, Turn
 from reward_server.statuses import NOT_RUN, UNAVAILABLE
@@ -54,7 +54,7 @@ TRIAGE_SLICE_ITEMS = 256
 # one: the interpreter runs one thread at a time anyway, and two busy ones pass it between
 # themselves while the event loop waits for it; its own pool, so that a megabyte batch never
 # queues the default executor's other users (the pool's close, blocking I/O)
-_TRIAGE_THREADS = ThreadPoolExecutor(1, thread_name_prefix="math-triage")
+_TRIAGE_THREAD = FairThread("math-triage")
 # what an empty reference is made of: spaces, '#', '$', empty boxes; any other character
 # says it is not, found at C speed (this runs on the event loop, on up to 2 MiB)
 _EMPTY_REFERENCE = re.compile(r"(?:\s|#|\$|\\(?:boxed|fbox)\s*\{\s*\})*")
@@ -234,14 +234,14 @@ class MathVerifier(PooledVerifier):
         ``\\frac{``, each brace a step), and a batch's items all start in one turn of the
         event loop (2,500 small ones of 2 ms each held it 5.8 s): neither the loop nor
         another request should wait for that. A thread lets the loop in every few
-        milliseconds (the interpreter's switch interval). A small request costs
-        microseconds, less than the hand-off, and never queues behind a large one."""
+        milliseconds (the interpreter's switch interval), and the callers take it in turn
+        (``FairThread``). A small request costs microseconds, less than the hand-off, and
+        never queues behind a large one."""
         if sum(map(_chars, items)) <= INLINE_TRIAGE_CHARS:
             return [_ready(self.triage(item)) for item in items]
-        loop = asyncio.get_running_loop()
         out: list[Awaitable[MathResult | PoolJob]] = []
-        for piece in _slices(items):
-            done = loop.run_in_executor(_TRIAGE_THREADS, self._triage_all, piece)
+        for piece in _slices(items):  # queued in order, each taking its caller's turns
+            done = asyncio.ensure_future(_TRIAGE_THREAD.run(self._triage_all, piece))
             out += [_nth(done, k) for k in range(len(piece))]
         return out
 
