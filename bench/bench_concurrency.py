@@ -11,12 +11,17 @@ errors (a non-200, or a refused request: the caps are set above N here), wrong r
 server's RSS before and after, and the server's and the client's CPU seconds. Every burst's
 items are new (no cached answer); a fresh server's first burst is reported apart.
 
+``--code-every K``: every K-th request is a code item instead (a one-line Python program
+run against one test in the sandbox, a third of them wrong too): K=4 is the issue's "25%
+code" burst, whose pace the sandbox's containers set, not the loop.
+
 ``--victim``: the stream victim. One power tower (runs into the math time limit) every 0.4 s
 from the caller's address for ``--stream-s`` seconds, then that caller's batch of 8 honest
 SymPy items (surds, checked in a math worker): how long it waited, how many came back right.
 
     python -m bench.bench_concurrency [--n 1000 4000 16000] [--victim] [--stream-s 30]
-                                      [--workers 1] [--baseline OLD_CHECKOUT] [--publish]
+                                      [--workers 1] [--code-every 4]
+                                      [--baseline OLD_CHECKOUT] [--publish]
 """
 
 from __future__ import annotations
@@ -38,13 +43,24 @@ import psutil
 
 from bench.costs import tree_cpu_s, tree_rss_mb
 from bench.record import commit, record
-from reward_server.testing import run_server
+from reward_server.testing import run_server, wait_for_sandbox
 
 PROBE_EVERY_S = 0.05
 
 
+CODE_EVERY = 0  # every K-th request is a code item (``--code-every``); 0: none
+
+
+def path_of(k: int) -> str:
+    return "/v1/verify/code" if CODE_EVERY and k % CODE_EVERY == 0 else "/v1/verify/math"
+
+
 def body(k: int) -> bytes:
     answer = k if k % 3 else k + 1  # every third is wrong
+    if path_of(k).endswith("/code"):
+        return json.dumps({"items": [{"response": f"```python\nprint({k})\n```",
+                                      "tests": [{"input": "", "output": str(answer)}]}]}
+                          ).encode()
     return json.dumps({"items": [{"response": f"The answer is \\boxed{{{k}}}",
                                   "answer": str(answer)}]}).encode()
 
@@ -58,8 +74,8 @@ async def one(port: int, k: int) -> tuple[float, int, float | None]:
     payload = body(k)
     started = time.perf_counter()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"POST /v1/verify/math HTTP/1.1\r\nhost: bench\r\n"
-                 b"content-type: application/json\r\nconnection: close\r\n"
+    writer.write(f"POST {path_of(k)} HTTP/1.1\r\nhost: bench\r\n".encode()
+                 + b"content-type: application/json\r\nconnection: close\r\n"
                  + f"content-length: {len(payload)}\r\n\r\n".encode() + payload)
     await writer.drain()
     raw = await reader.read()
@@ -201,6 +217,8 @@ def measure(args: argparse.Namespace, code: str | None) -> dict[str, Any]:
         server = psutil.Process(srv.proc.pid)
         httpx.post(srv.url + "/v1/verify/math", content=body(1),
                    headers={"content-type": "application/json"}, timeout=120)
+        if CODE_EVERY:
+            wait_for_sandbox(srv.url, timeout_s=300)
         # a fresh server's first burst costs about twice a later one's: reported apart
         first = 10**6
         cold = burst(port, args.n[0], server, first)
@@ -225,10 +243,14 @@ def main() -> None:
     ap.add_argument("--victim", action="store_true")
     ap.add_argument("--workers", type=int, default=1, help="uvicorn processes")
     ap.add_argument("--stream-s", type=float, default=30.0)
+    ap.add_argument("--code-every", type=int, default=0, metavar="K",
+                    help="every K-th request a code item (4: a quarter)")
     ap.add_argument("--baseline", metavar="CHECKOUT", help="another checkout (an older "
                     "commit's worktree) measured first, the same way: ratios in one run")
     ap.add_argument("--publish", action="store_true")
     args = ap.parse_args()
+    global CODE_EVERY
+    CODE_EVERY = args.code_every
     measured_on = commit()
     out = measure(args, None)
     if args.baseline:
@@ -241,8 +263,11 @@ def main() -> None:
             for this, then in zip(out["bursts"], base["bursts"], strict=True)]
         print(json.dumps(out["ratios_to_baseline"]), flush=True)
     name = "concurrency" if args.workers == 1 else f"concurrency_workers{args.workers}"
+    if args.code_every:
+        name += f"_code_every{args.code_every}"
     path = record(name, out, {"n": args.n, "victim": args.victim, "workers": args.workers,
                                        "stream_s": args.stream_s, "baseline": args.baseline,
+                                       "code_every": args.code_every,
                                        "cpus": os.cpu_count(), "connection_per_request": True},
                   publish=args.publish, measured_on=measured_on)
     print(path)

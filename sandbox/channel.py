@@ -44,8 +44,11 @@ class ChannelTimeout(Exception):
 
 
 class Channel:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, owner: object = None) -> None:
         self._sock = sock
+        # what docker-py hands back around the socket (its response, kept on the wrapper):
+        # collected, it closes a TLS engine's socket under the channel
+        self._owner = owner
         self._stdout = bytearray()
 
     def request(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:

@@ -453,7 +453,7 @@ class ContainerPool:
             sock = await self._call(
                 container.attach_socket,
                 params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
-            channel = Channel(getattr(sock, "_sock", sock))
+            channel = Channel(getattr(sock, "_sock", sock), owner=sock)
             await self._call(container.start)
             pong = await self._call(channel.request, {"mode": "ping"}, 30.0)
             if pong.get("status") != "pong":

@@ -94,3 +94,24 @@ def test_bytes_left_after_a_reply_refuse_the_next_job_before_it_is_sent(channel)
     with pytest.raises(ChannelMisframed) as raised:
         ch.request({"mode": "ping"}, 5)
     assert not raised.value.sent
+
+
+def test_the_channel_keeps_what_owns_its_socket_alive() -> None:
+    """docker-py keeps its response on the socket's wrapper: collected, the response closes a
+    TLS engine's socket. The channel holds the socket itself, so it holds the wrapper too."""
+    import gc
+    import weakref
+
+    class Wrapper:  # as docker-py's SocketIO, carrying ``_response``
+        def __init__(self, sock: socket.socket) -> None:
+            self._sock, self._response = sock, object()
+
+    host, far = socket.socketpair()
+    wrapper = Wrapper(host)
+    alive = weakref.ref(wrapper)
+    channel = Channel(wrapper._sock, owner=wrapper)
+    del wrapper
+    gc.collect()
+    assert alive() is not None and channel is not None
+    host.close()
+    far.close()
