@@ -190,8 +190,11 @@ async def run_snippet(sandbox: Sandbox, snippet: Snippet) -> SnippetResult:
         except BaseException:
             pool.release(pooled, healthy=False)
             raise
-        # decoded and cut off the event loop: up to the response limit of a program's bytes
-        result = await asyncio.to_thread(_parse, reply, limits)
+        try:  # decoded and cut off the event loop: up to the response limit of its bytes
+            result = await asyncio.to_thread(_parse, reply, limits)
+        except BaseException:  # the client hung up meanwhile: the container goes back
+            pool.release(pooled, healthy=isinstance(reply, dict) and not reply.get("dirty"))
+            raise
         if result is None:
             pool.release(pooled, healthy=False)
             detail = reply.get("detail") if isinstance(reply, dict) else None

@@ -243,8 +243,9 @@ def test_a_timeout_the_load_may_have_made_is_never_remembered(
 
     Under gVisor the program's CPU time, as the sandbox's kernel counts it, goes on while the
     sandbox is throttled (four loops on one CPU's quota each count ~0.9 s in 1.5 s, against
-    0.38 s under runc), so a held-back test is not told apart there: as before, a second
-    timeout of the same item is believed, and the third copy is answered from memory."""
+    0.38 s under runc), so a held-back test is mostly not told apart there: a second timeout
+    of the same item is then believed, and the third copy answered from memory; on a loaded
+    machine even gVisor's count can show the program held back, and the third runs again."""
     item = {"response": HELD_BACK, "tests": [{"input": "", "output": "x"}], "time_limit_s": 1}
     remembered = []
     for _ in range(3):
@@ -252,5 +253,6 @@ def test_a_timeout_the_load_may_have_made_is_never_remembered(
         assert (result["status"], result["score"]) == ("ok", 0.0), result
         assert result["tests"][0]["status"] == "timeout", result
         remembered.append("remembered" in (result.get("detail") or ""))
-    expected = [False, False, one_container.runtime == "runsc"]
-    assert remembered == expected, remembered
+    assert remembered[:2] == [False, False], remembered
+    if one_container.runtime == "runc":
+        assert not remembered[2], remembered
