@@ -50,7 +50,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             log.info("verifiers ready: %s", ", ".join(sorted(verifiers)))
             undo_signals = watch_stop_signals()
             try:
-                async with Sessions(app.state.scorer) as app.state.sessions:  # closed first
+                async with Sessions(scorer) as app.state.sessions:  # closed first
                     yield
             finally:
                 undo_signals()

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import re
 
-# the rest of a string up to its closing quote: anything but a quote or a backslash, or a
+# a string's text up to its closing quote: anything but a quote or a backslash, or a
 # backslash and the character it escapes (JSON's grammar, as json.loads reads it)
-_STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.S)
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_BODY = rb'[^"\\]*(?:\\.[^"\\]*)*'
+_STRING_REST = re.compile(_BODY, re.S)
+_STRING = re.compile(rb'"' + _BODY + rb'"', re.S)
 # text outside strings with whole strings in it, up to a string the chunk does not finish
-_WHOLE = re.compile(rb'(?:[^"]*"[^"\\]*(?:\\.[^"\\]*)*")*[^"]*', re.S)
+_WHOLE = re.compile(rb'(?:[^"]*"' + _BODY + rb'")*[^"]*', re.S)
 
 
 class JsonShape:
