@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"reward-server: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
-    import uvicorn
+    from reward_server.listener import serve
 
     # without tokens a caller is its address: X-Forwarded-For only from trusted proxies
     serving = {"proxy_headers": bool(settings.forwarded_allow_ips),
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         path = os.environ[SETTINGS_FILE_ENV] = _settings_file(settings)
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="reward-prom-"))
         try:
-            uvicorn.run(
+            serve(
                 "reward_server.app:create_app", factory=True, host=settings.host,
                 port=settings.port, workers=settings.workers, log_level=settings.log_level,
                 **serving,
@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         from reward_server.app import create_app
 
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                    log_level=settings.log_level, **serving)
+        serve(create_app(settings), host=settings.host, port=settings.port,
+              log_level=settings.log_level, **serving)
 
 
 if __name__ == "__main__":

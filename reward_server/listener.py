@@ -1,0 +1,249 @@
+"""A burst of connections costs the event loop a bounded amount per turn.
+
+uvloop's server accepts every connection waiting in the kernel's queue in one callback and
+starts each (transport, uvicorn's protocol, its address look-ups: five system calls) in one
+batch of the next turn; then every request that arrived together is read and parsed in one
+poll. A rollout fleet's burst makes thousands of each at once: at 16,000 in flight one turn
+lasted a quarter of a second in native code (14,000 requests read in one poll), and
+everything waited that long: a ``/healthz`` probe, another caller's request, answers
+already computed.
+
+So each stage takes a bounded share of a turn, first come first served:
+
+- ``PacedListener`` accepts at most 256 connections each time the listening socket is
+  ready (the rest wait in the kernel's queue for the next turn), started through
+  ``loop.connect_accepted_socket`` with uvicorn's protocol;
+- ``PacedHttpToolsProtocol`` hands at most 64 arrivals of request bytes per turn to the
+  HTTP parser (``ReadPacer``); the others are kept in order until their turn. A request
+  that starts ``GET /healthz`` never waits: a probe is not a caller's work.
+
+At the loop's pace that still accepts and parses thousands a second, more than the
+requests it can answer. What the requests cost after parsing is shared by the turnstile
+(``turnstile``, per caller) and the fair gates (``fair_queue``).
+
+``PacedLoop`` is uvloop's loop with ``PacedListener`` in place of its server for a given
+socket, and ``serve`` runs uvicorn on it with the paced protocol: one process, or
+``--workers K`` (each worker accepts from the socket the supervisor bound).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+import uvloop
+from uvicorn.config import STARTUP_FAILURE
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.supervisors import Multiprocess
+
+log = logging.getLogger("reward_server")
+
+# descriptors or memory ran out: accepting again at once would spin; asyncio waits as long
+RETRY_AFTER_EXHAUSTED_S = 1.0
+EXHAUSTED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+ACCEPTS_PER_TURN = 256
+
+
+class PacedListener:
+    """Accepts at most ``per_turn`` connections per turn of the loop from ``sock``, each
+    started with ``protocol_factory``. ``close()`` as uvicorn closes its servers."""
+
+    def __init__(self, sock: socket.socket, protocol_factory: Callable[[], asyncio.Protocol],
+                 per_turn: int = ACCEPTS_PER_TURN) -> None:
+        if per_turn < 1:
+            raise ValueError(f"per_turn must be at least 1, got {per_turn}")
+        self.sock = sock
+        self.protocol_factory = protocol_factory
+        self.per_turn = per_turn
+        self.loop = asyncio.get_running_loop()
+        self.sockets = [sock]
+        self._closed = False
+        self._starting: set[asyncio.Task[None]] = set()
+        sock.setblocking(False)
+        self.loop.add_reader(sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        for _ in range(self.per_turn):
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:  # the client gave up in the queue
+                continue
+            except OSError as exc:
+                if exc.errno not in EXHAUSTED:
+                    raise
+                log.error("cannot accept connections (%s); again in %.0f s", exc,
+                          RETRY_AFTER_EXHAUSTED_S)
+                self.loop.remove_reader(self.sock.fileno())
+                self.loop.call_later(RETRY_AFTER_EXHAUSTED_S, self._resume)
+                return
+            conn.setblocking(False)
+            task = self.loop.create_task(self._start(conn))
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
+    async def _start(self, conn: socket.socket) -> None:
+        try:
+            await self.loop.connect_accepted_socket(self.protocol_factory, conn)
+        except OSError:  # gone before it started
+            conn.close()
+
+    def _resume(self) -> None:
+        if not self._closed:
+            self.loop.add_reader(self.sock.fileno(), self._accept)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.loop.remove_reader(self.sock.fileno())
+            self.sock.close()
+
+    async def wait_closed(self) -> None:
+        return None
+
+
+class ReadPacer:
+    """Per event loop: at most ``per_turn`` arrivals of request bytes are handed to the HTTP
+    parser per turn of the loop; the rest wait, first come first served, and go first in
+    the next turns. Up to ``probes_per_turn`` probes of ``/healthz`` more go at once (a
+    flood of them waits like the rest)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, per_turn: int = 64,
+                 probes_per_turn: int = 4) -> None:
+        self.loop = loop
+        self.per_turn = per_turn
+        self.probes_per_turn = probes_per_turn
+        self.budget = per_turn
+        self.probes = probes_per_turn
+        self.waiting: deque[PacedHttpToolsProtocol] = deque()
+        self._scheduled = False
+
+    def take(self) -> bool:
+        """One arrival may be parsed now (True), or it must wait its turn."""
+        if self.budget <= 0 or self.waiting:
+            return False
+        self.budget -= 1
+        self._next_turn()
+        return True
+
+    def take_probe(self) -> bool:
+        """A probe may be parsed now, ahead of those waiting (True)."""
+        if self.probes <= 0:
+            return False
+        self.probes -= 1
+        self._next_turn()
+        return True
+
+    def wait(self, protocol: PacedHttpToolsProtocol) -> None:
+        self.waiting.append(protocol)
+        self._next_turn()
+
+    def _next_turn(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._turn)  # runs in the next turn
+
+    def _turn(self) -> None:
+        self._scheduled = False
+        self.budget, self.probes = self.per_turn, self.probes_per_turn
+        while self.waiting and self.budget > 0:
+            self.budget -= 1
+            self.waiting.popleft().parse_waiting()
+        if self.waiting:
+            self._next_turn()
+
+
+_pacers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ReadPacer] = (
+    weakref.WeakKeyDictionary())
+
+
+READS_PER_TURN = 64
+PROBES_PER_TURN = 4
+
+
+def read_pacer() -> ReadPacer:
+    """The running loop's pacer."""
+    loop = asyncio.get_running_loop()
+    pacer = _pacers.get(loop)
+    if pacer is None:
+        pacer = _pacers[loop] = ReadPacer(loop, READS_PER_TURN, PROBES_PER_TURN)
+    return pacer
+
+
+PROBE = b"GET /healthz"
+STASH_PAUSE_BYTES = 64 * 1024  # a waiting connection's bytes held before it stops reading
+
+
+class PacedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol whose bytes reach the parser when the ``ReadPacer``
+    lets them: kept in arrival order meanwhile, and the connection stops reading if a
+    waiting one sends more than ``STASH_PAUSE_BYTES``."""
+
+    _waiting: list[bytes] | None = None
+    _waiting_bytes = 0
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiting is None:
+            pacer = read_pacer()
+            if pacer.take() or (data.startswith(PROBE) and pacer.take_probe()):
+                return super().data_received(data)
+            self._waiting = []
+            pacer.wait(self)
+        self._waiting.append(data)
+        self._waiting_bytes += len(data)
+        if self._waiting_bytes > STASH_PAUSE_BYTES:
+            self.transport.pause_reading()
+
+    def parse_waiting(self) -> None:
+        """Its turn: what arrived meanwhile goes to the parser (not if the connection went)."""
+        data = b"".join(self._waiting or ())
+        paused = self._waiting_bytes > STASH_PAUSE_BYTES
+        self._waiting, self._waiting_bytes = None, 0
+        if self.parser is None or self.transport.is_closing():
+            return
+        super().data_received(data)
+        if paused and not self.transport.is_closing() and not self.flow.read_paused:
+            self.transport.resume_reading()  # (unless the parser's own flow control paused it)
+
+
+class PacedLoop(uvloop.Loop):
+    """uvloop's loop whose servers on a given socket accept through ``PacedListener``
+    (uvicorn's ``loop`` setting names it; ``serve`` always hands uvicorn the socket)."""
+
+    async def create_server(self, protocol_factory: Callable[[], asyncio.Protocol],
+                            host: Any = None, port: Any = None, *,
+                            sock: socket.socket | None = None, backlog: int = 100,
+                            ssl: Any = None, **kwargs: Any) -> Any:
+        if sock is None or ssl is not None or kwargs.get("start_serving") is False:
+            return await super().create_server(protocol_factory, host, port, sock=sock,
+                                               backlog=backlog, ssl=ssl, **kwargs)
+        sock.listen(backlog)
+        return PacedListener(sock, protocol_factory, ACCEPTS_PER_TURN)
+
+
+def serve(app: Any, **settings: Any) -> None:
+    """``uvicorn.run(app, **settings)`` with the socket bound here, so every process (one,
+    or ``workers`` under uvicorn's supervisor) accepts it on a ``PacedLoop``."""
+    config = uvicorn.Config(app, loop=f"{__name__}:PacedLoop", http=PacedHttpToolsProtocol,
+                            **settings)
+    server = uvicorn.Server(config)
+    sock = config.bind_socket()
+    try:
+        if config.workers > 1:
+            Multiprocess(config, sockets=[sock]).run()
+        else:
+            server.run(sockets=[sock])
+    finally:
+        sock.close()
+    if config.workers == 1 and not server.started:
+        raise SystemExit(STARTUP_FAILURE)

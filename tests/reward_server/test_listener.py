@@ -1,0 +1,169 @@
+"""The paced listener and protocol (reward_server/listener.py) under uvicorn on a real loop:
+how many connections are accepted and how many requests parsed per turn of the loop, that a
+health probe goes ahead of a burst already waiting, and that what waits (bodies, kept-alive
+connections) reaches the app intact. Read from event order (turns), not the clock."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import uvicorn
+
+from reward_server import listener
+from reward_server.listener import PacedHttpToolsProtocol, PacedLoop
+
+
+class Recorder:
+    """A stand-in app and protocol that note the loop turn each event happened in."""
+
+    def __init__(self) -> None:
+        self.turn = 0
+        self.started: list[tuple[int, str]] = []  # (turn, path) at each request's start
+        self.made: list[int] = []  # the turn of each connection's start
+
+    def protocol(self) -> type[PacedHttpToolsProtocol]:
+        recorder = self
+
+        class Noted(PacedHttpToolsProtocol):
+            def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+                recorder.made.append(recorder.turn)
+                super().connection_made(transport)
+
+        return Noted
+
+    async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        self.started.append((self.turn, scope["path"]))
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        answer = hashlib.sha256(body).hexdigest().encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(answer)).encode())]})
+        await send({"type": "http.response.body", "body": answer})
+
+
+def serve_until(recorder: Recorder, sock: socket.socket, done: Callable[[], bool]) -> None:
+    """Run uvicorn with the paced protocol on a ``PacedLoop`` until ``done()``."""
+    config = uvicorn.Config(recorder.app, http=recorder.protocol(), lifespan="off",
+                            interface="asgi3", log_level="warning", backlog=4096)
+    server = uvicorn.Server(config)
+
+    async def main() -> None:
+        async def ticker() -> None:
+            while True:
+                await asyncio.sleep(0)  # one step per turn of the loop
+                recorder.turn += 1
+
+        tick = asyncio.ensure_future(ticker())
+        serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+        give_up = time.monotonic() + 120  # a safety net, not a figure: a hang fails
+        while not done() and time.monotonic() < give_up:
+            await asyncio.sleep(0.01)
+        server.should_exit = True
+        await serving
+        tick.cancel()
+
+    loop = PacedLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def post(body: bytes, keep_alive: bool = False) -> bytes:
+    return (b"POST /score HTTP/1.1\r\nhost: t\r\n"
+            + (b"" if keep_alive else b"connection: close\r\n")
+            + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+
+
+def read_answer(conn: socket.socket) -> tuple[int, bytes]:
+    """One response from ``conn``: (status, body)."""
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        chunk = conn.recv(65536)
+        assert chunk, raw
+        raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += conn.recv(65536)
+    return int(head.split(b" ")[1]), body
+
+
+def test_a_burst_is_accepted_and_parsed_a_bounded_share_per_turn_and_the_probe_goes_ahead(
+) -> None:
+    n = 600
+    recorder = Recorder()
+    sock = socket.create_server(("127.0.0.1", 0), backlog=4096)
+    port = sock.getsockname()[1]
+    clients = []
+    for k in range(n):  # every connection and its request queued before the loop turns once
+        conn = socket.create_connection(("127.0.0.1", port))
+        conn.sendall(post(str(k).encode()))
+        clients.append(conn)
+    probe = socket.create_connection(("127.0.0.1", port))
+    probe.sendall(b"GET /healthz HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+    try:
+        serve_until(recorder, sock, lambda: len(recorder.started) == n + 1)
+        for k, conn in enumerate(clients):
+            assert read_answer(conn) == (200, hashlib.sha256(str(k).encode()).hexdigest().encode())
+        assert read_answer(probe)[0] == 200
+    finally:
+        for conn in [*clients, probe]:
+            conn.close()
+    accepted = Counter(recorder.made)
+    assert max(accepted.values()) <= listener.ACCEPTS_PER_TURN
+    assert len(accepted) >= n // listener.ACCEPTS_PER_TURN + 1
+    started = Counter(turn for turn, _ in recorder.started)
+    assert max(started.values()) <= listener.READS_PER_TURN + listener.PROBES_PER_TURN
+    paths = [path for _, path in recorder.started]
+    ahead = paths.index("/healthz")
+    assert ahead < n // 2, f"the probe started after {ahead} of the {n} requests before it"
+
+
+@pytest.fixture
+def slow_pacer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two arrivals a turn, and a waiting connection stops reading past 1 KB: every body
+    below waits and pauses several times."""
+    monkeypatch.setattr(listener, "READS_PER_TURN", 2)
+    monkeypatch.setattr(listener, "STASH_PAUSE_BYTES", 1024)
+
+
+def test_bodies_and_kept_alive_connections_reach_the_app_intact_while_waiting(slow_pacer: None
+                                                                               ) -> None:
+    connections, per_connection = 24, 3
+    bodies = {(c, r): bytes([c, r]) * (100_000 + 997 * c + r)
+              for c in range(connections) for r in range(per_connection)}
+    recorder = Recorder()
+    sock = socket.create_server(("127.0.0.1", 0), backlog=4096)
+    port = sock.getsockname()[1]
+    answers: dict[tuple[int, int], tuple[int, bytes]] = {}
+
+    def client(c: int) -> None:  # one kept-alive connection, its requests one after another
+        with socket.create_connection(("127.0.0.1", port), timeout=120) as conn:
+            for r in range(per_connection):
+                conn.sendall(post(bodies[c, r], keep_alive=True))
+                answers[c, r] = read_answer(conn)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(connections)]
+    for thread in threads:
+        thread.start()
+    serve_until(recorder, sock, lambda: len(answers) == len(bodies))
+    for thread in threads:
+        thread.join(timeout=60)
+    assert answers == {key: (200, hashlib.sha256(body).hexdigest().encode())
+                       for key, body in bodies.items()}
