@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
             serve(
                 "reward_server.app:create_app", factory=True, host=settings.host,
                 port=settings.port, workers=settings.workers, log_level=settings.log_level,
-                **serving,
+                route_by_caller=settings.worker_routing == "caller", **serving,
             )
         finally:
             os.unlink(path)  # it holds the token in clear

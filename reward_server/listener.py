@@ -30,8 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import logging
+import os
+import shutil
 import socket
+import tempfile
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -42,6 +46,8 @@ import uvloop
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.supervisors import Multiprocess
+
+from reward_server.steering import STEERING_ENV, claimed_index, steered_sockets
 
 log = logging.getLogger("reward_server")
 
@@ -216,9 +222,25 @@ class PacedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.resume_reading()  # (unless the parser's own flow control paused it)
 
 
+class _NotServed:
+    """Another worker's socket of a steered group (``steering``): this process leaves it."""
+
+    sockets: list[socket.socket] = []
+
+    def close(self) -> None:
+        return None
+
+    async def wait_closed(self) -> None:
+        return None
+
+
+_handed = itertools.count()  # the sockets uvicorn hands this process, in its order
+
+
 class PacedLoop(uvloop.Loop):
     """uvloop's loop whose servers on a given socket accept through ``PacedListener``
-    (uvicorn's ``loop`` setting names it; ``serve`` always hands uvicorn the socket)."""
+    (uvicorn's ``loop`` setting names it; ``serve`` always hands uvicorn the socket). Of a
+    steered group's sockets (``steering``), it serves the one this process claimed."""
 
     async def create_server(self, protocol_factory: Callable[[], asyncio.Protocol],
                             host: Any = None, port: Any = None, *,
@@ -227,23 +249,41 @@ class PacedLoop(uvloop.Loop):
         if sock is None or ssl is not None or kwargs.get("start_serving") is False:
             return await super().create_server(protocol_factory, host, port, sock=sock,
                                                backlog=backlog, ssl=ssl, **kwargs)
+        steering = os.environ.get(STEERING_ENV)
+        if steering:
+            workers, _, directory = steering.partition(":")
+            if next(_handed) != claimed_index(directory, int(workers)):
+                sock.close()  # this process's copy; the supervisor and its worker keep theirs
+                return _NotServed()
         sock.listen(backlog)
         return PacedListener(sock, protocol_factory, ACCEPTS_PER_TURN)
 
 
-def serve(app: Any, **settings: Any) -> None:
-    """``uvicorn.run(app, **settings)`` with the socket bound here, so every process (one,
-    or ``workers`` under uvicorn's supervisor) accepts it on a ``PacedLoop``."""
+def serve(app: Any, route_by_caller: bool = True, **settings: Any) -> None:
+    """``uvicorn.run(app, **settings)`` with the sockets bound here, so every process (one,
+    or ``workers`` under uvicorn's supervisor) accepts on a ``PacedLoop``; with workers and
+    ``route_by_caller``, each caller's connections reach one of them (``steering``)."""
     config = uvicorn.Config(app, loop=f"{__name__}:PacedLoop", http=PacedHttpToolsProtocol,
                             **settings)
     server = uvicorn.Server(config)
-    sock = config.bind_socket()
+    locks = None
+    if config.workers > 1 and route_by_caller:
+        sockets = steered_sockets(config.host, config.port, config.workers)
+        locks = tempfile.mkdtemp(prefix="reward-server-workers-")
+        os.environ[STEERING_ENV] = f"{config.workers}:{locks}"  # the workers inherit it
+        log.info("serving on %s:%d, %d processes, each caller's connections to one of them",
+                 config.host, config.port, config.workers)
+    else:
+        sockets = [config.bind_socket()]
     try:
         if config.workers > 1:
-            Multiprocess(config, sockets=[sock]).run()
+            Multiprocess(config, sockets=sockets).run()
         else:
-            server.run(sockets=[sock])
+            server.run(sockets=sockets)
     finally:
-        sock.close()
+        for sock in sockets:
+            sock.close()
+        if locks is not None:
+            shutil.rmtree(locks, ignore_errors=True)
     if config.workers == 1 and not server.started:
         raise SystemExit(STARTUP_FAILURE)

@@ -43,6 +43,11 @@ class ServerSettings(BaseSettings):
     workers: int = Field(
         1, ge=1, description="uvicorn worker processes; each owns its own verifier pools."
     )
+    worker_routing: Literal["caller", "any"] = Field(
+        "caller", description="With workers: 'caller' sends every connection from one "
+        "address (IPv6: one /64) to the same process, so its caps, fair share and sessions "
+        "are whole there; 'any' lets the kernel spread them (one client host's burst over "
+        "every process).")
     listen_backlog: int = Field(
         4096, ge=1, description="Connections the kernel queues before the server accepts "
         "them (capped by net.core.somaxconn). A rollout fleet's burst past it has its "

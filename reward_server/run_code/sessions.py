@@ -297,7 +297,8 @@ class Sessions:
         if ended is not None and ended[0] == caller:
             raise SessionGone(f"session {session_id} has ended ({ended[1]}): {ended[2]}")
         hint = ("; this server runs several worker processes and a session lives in the one "
-                "that created it (docs/sessions.md)" if self.scorer.settings.workers > 1 else "")
+                "that created it, which calls from its caller's address reach "
+                "(docs/sessions.md)" if self.scorer.settings.workers > 1 else "")
         raise SessionNotFound(f"no session {session_id[:64]!r} (unknown, or not this "
                               f"caller's){hint}")
 
