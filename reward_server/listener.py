@@ -266,9 +266,18 @@ def serve(app: Any, route_by_caller: bool = True, **settings: Any) -> None:
     config = uvicorn.Config(app, loop=f"{__name__}:PacedLoop", http=PacedHttpToolsProtocol,
                             **settings)
     server = uvicorn.Server(config)
-    locks = None
+    locks, sockets = None, []
     if config.workers > 1 and route_by_caller:
-        sockets = steered_sockets(config.host, config.port, config.workers)
+        try:
+            sockets = steered_sockets(config.host, config.port, config.workers)
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+                log.error("cannot listen on %s:%d: %s", config.host, config.port, exc.strerror)
+                raise SystemExit(STARTUP_FAILURE) from None
+            # a kernel or sandbox without SO_REUSEPORT programs
+            log.warning("cannot send each caller to one process (%s): the kernel spreads "
+                        "connections, and the caps count per process", exc)
+    if sockets:
         locks = tempfile.mkdtemp(prefix="reward-server-workers-")
         os.environ[STEERING_ENV] = f"{config.workers}:{locks}"  # the workers inherit it
         log.info("serving on %s:%d, %d processes, each caller's connections to one of them",

@@ -78,21 +78,26 @@ def steered_sockets(host: str, port: int, workers: int) -> list[socket.socket]:
     connection sent to one by its source address."""
     family, _, _, _, address = socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    group = []
-    for _ in range(workers):
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
-        sock.set_inheritable(True)
-        group.append(sock)
-    for sock in group:  # joining the group in this order makes the indices
-        sock.listen(socket.SOMAXCONN)
-    program = caller_program(workers)
-    code = (_Instruction * len(program))(*(_Instruction(*i) for i in program))
-    fprog = _Program(len(program), code)
-    group[0].setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF,
-                        ctypes.string_at(ctypes.addressof(fprog), ctypes.sizeof(fprog)))
+    group: list[socket.socket] = []
+    try:
+        for _ in range(workers):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            group.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(address)
+            sock.set_inheritable(True)
+        for sock in group:  # joining the group in this order makes the indices
+            sock.listen(socket.SOMAXCONN)
+        program = caller_program(workers)
+        code = (_Instruction * len(program))(*(_Instruction(*i) for i in program))
+        fprog = _Program(len(program), code)
+        group[0].setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF,
+                            ctypes.string_at(ctypes.addressof(fprog), ctypes.sizeof(fprog)))
+    except OSError:
+        for sock in group:
+            sock.close()
+        raise
     return group
 
 
