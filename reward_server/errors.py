@@ -96,10 +96,15 @@ def format_validation_errors(errors: Iterable[dict[str, Any]], prefix: Iterable[
     return "; ".join(lines[:20]) + (f"; … {len(lines) - 20} more" if len(lines) > 20 else "")
 
 
-async def api_error_handler(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
+def api_error_response(exc: ApiError) -> JSONResponse:
+    """The answer to ``exc``: also an ASGI app, for middleware that refuses a request."""
     return JSONResponse({"detail": exc.message}, status_code=exc.status_code,
                         headers=exc.headers)
+
+
+async def api_error_handler(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return api_error_response(exc)
 
 
 async def validation_error_handler(_: Request, exc: Exception) -> JSONResponse:

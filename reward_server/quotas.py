@@ -114,6 +114,17 @@ class Quotas:
         held = self._held.get(quota_key(caller))
         return (0, 0) if held is None else (held.requests, held.items)
 
+    def check_waiting(self, caller: Hashable, waiting: int) -> None:
+        """``TooBusy`` if one more request of the caller's, after the ``waiting`` ones not
+        yet taken (the turnstile's), would pass ``max_requests_per_caller``: a caller can
+        park no more requests than it may hold."""
+        held = self._held.get(quota_key(caller)) or _Holding()
+        if self.requests_per_caller and held.requests + waiting >= self.requests_per_caller:
+            self._refuse("max_requests_per_caller", self.requests_per_caller,
+                         f"this caller has {held.requests} requests in flight and {waiting} "
+                         f"waiting to start", held.requests + waiting + 1
+                         - self.requests_per_caller, held.requests_done.per_s(time.monotonic()))
+
     @contextmanager
     def hold(self, caller: Hashable, items: int) -> Iterator[None]:
         """Room for one request of ``items`` items for its whole answer, or at once

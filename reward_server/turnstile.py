@@ -29,8 +29,17 @@ from collections.abc import Hashable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from reward_server.callers import caller_of_scope, quota_key
+from reward_server.errors import TooBusy, api_error_response
+from reward_server.quotas import Quotas
 
 UNGATED = frozenset({"/healthz", "/metrics"})
+
+
+def _quotas_of(scope: Scope) -> Quotas | None:
+    """The app's caps, once its lifespan has made them (none in a bare test app)."""
+    app = scope.get("app")
+    scorer = getattr(getattr(app, "state", None), "scorer", None)
+    return getattr(scorer, "quotas", None)
 
 
 class Turnstile:
@@ -51,19 +60,27 @@ class Turnstile:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in UNGATED:
-            await self._turn(quota_key(caller_of_scope(scope)))
+            try:
+                await self._turn(scope)
+            except TooBusy as exc:
+                return await api_error_response(exc)(scope, receive, send)
         await self.app(scope, receive, send)
 
-    async def _turn(self, caller: Hashable) -> None:
+    async def _turn(self, scope: Scope) -> None:
         if not self._callers and self._started < self.per_turn:
             self._started += 1
             self._pump_later()
             return
+        caller = caller_of_scope(scope)
+        key = quota_key(caller)
+        queue = self._queues.get(key)
+        quotas = _quotas_of(scope)
+        if quotas is not None:  # what waits here counts to the caller's cap on requests
+            quotas.check_waiting(caller, len(queue) if queue else 0)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue = self._queues.get(caller)
         if queue is None:
-            queue = self._queues[caller] = deque()
-            self._callers.append(caller)
+            queue = self._queues[key] = deque()
+            self._callers.append(key)
         queue.append(future)
         self.waiting += 1
         self._pump_later()

@@ -4,8 +4,10 @@ many requests start per turn of the loop, in which callers' order, and what neve
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
+from reward_server.quotas import Quotas
 from reward_server.turnstile import Turnstile
 
 
@@ -78,3 +80,35 @@ def test_a_request_cancelled_while_parked_is_skipped() -> None:
         return started
 
     assert asyncio.run(scenario()) == ["10.0.0.1", "10.0.0.3"]
+
+
+def test_a_caller_parks_no_more_requests_than_its_cap_allows() -> None:
+    """With a cap of 3 requests per caller, A's ten at once: one starts, three wait their
+    turn, the other six are answered 429 with Retry-After at once (parked, each would have
+    held the server's memory until its turn). B's one still waits and starts."""
+    app_state = SimpleNamespace(state=SimpleNamespace(scorer=SimpleNamespace(
+        quotas=Quotas(requests_per_caller=3, items_per_caller=0, items_in_flight=0))))
+
+    async def scenario() -> tuple[list[str], list[dict[str, Any]]]:
+        started: list[str] = []
+        answers: list[dict[str, Any]] = []
+
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            started.append(scope["client"][0])
+
+        async def send(message: dict[str, Any]) -> None:
+            answers.append(message)
+
+        gate = Turnstile(app, per_turn=1)
+        requests = [scope("10.0.0.1") for _ in range(10)] + [scope("10.0.0.2")]
+        for request in requests:
+            request["app"] = app_state
+        await asyncio.gather(*(gate(r, None, send) for r in requests))
+        assert gate.waiting == 0
+        return started, answers
+
+    started, answers = asyncio.run(scenario())
+    assert started.count("10.0.0.1") == 4 and started.count("10.0.0.2") == 1
+    refusals = [m for m in answers if m["type"] == "http.response.start"]
+    assert len(refusals) == 6 and {m["status"] for m in refusals} == {429}
+    assert all((b"retry-after", b"60") in m["headers"] for m in refusals)
