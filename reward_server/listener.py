@@ -195,30 +195,28 @@ class PacedHttpToolsProtocol(HttpToolsProtocol):
     lets them: kept in arrival order meanwhile, and the connection stops reading if a
     waiting one sends more than ``STASH_PAUSE_BYTES``."""
 
-    _waiting: list[bytes] | None = None
-    _waiting_bytes = 0
+    _waiting: bytearray | None = None  # what arrived while it waits its turn
 
     def data_received(self, data: bytes) -> None:
         if self._waiting is None:
             pacer = read_pacer()
             if pacer.take() or (data.startswith(PROBE) and pacer.take_probe()):
                 return super().data_received(data)
-            self._waiting = []
+            self._waiting = bytearray()
             pacer.wait(self)
-        self._waiting.append(data)
-        self._waiting_bytes += len(data)
-        if self._waiting_bytes > STASH_PAUSE_BYTES:
+        self._waiting += data  # (one buffer: a flood of tiny chunks costs only its bytes)
+        if len(self._waiting) > STASH_PAUSE_BYTES:
             self.transport.pause_reading()
 
     def parse_waiting(self) -> None:
         """Its turn: what arrived meanwhile goes to the parser (not if the connection went)."""
-        data = b"".join(self._waiting or ())
-        paused = self._waiting_bytes > STASH_PAUSE_BYTES
-        self._waiting, self._waiting_bytes = None, 0
+        data = bytes(self._waiting or b"")
+        self._waiting = None
         if self.parser is None or self.transport.is_closing():
             return
         super().data_received(data)
-        if paused and not self.transport.is_closing() and not self.flow.read_paused:
+        if (len(data) > STASH_PAUSE_BYTES and not self.transport.is_closing()
+                and not self.flow.read_paused):
             self.transport.resume_reading()  # (unless the parser's own flow control paused it)
 
 
