@@ -190,18 +190,45 @@ PROBE = b"GET /healthz"
 STASH_PAUSE_BYTES = 64 * 1024  # a waiting connection's bytes held before it stops reading
 
 
+MAX_HEAD_BYTES = 64 * 1024  # a request line and headers; more is a 431
+HEAD_TIMEOUT_S = 30.0  # from a connection's start (or its last answer) to complete headers
+LINGER_S = 2.0  # a refused connection's bytes are read and dropped this long, then it closes
+
+
 class PacedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol whose bytes reach the parser when the ``ReadPacer``
     lets them: kept in arrival order meanwhile, and the connection stops reading if a
-    waiting one sends more than ``STASH_PAUSE_BYTES``."""
+    waiting one sends more than ``STASH_PAUSE_BYTES``.
+
+    Two bounds uvicorn's httptools protocol does not have: a request's line and headers
+    may take ``MAX_HEAD_BYTES`` (httptools grows a header chunk by chunk, so a 200 MB one
+    held the loop 5 s: past the bound it is a 431 and the connection closes), and must be
+    complete within ``HEAD_TIMEOUT_S`` of the connection's start or its previous answer
+    (a connection that sends nothing, or a header a byte a minute, held a descriptor for
+    good: 300 of them took a server of 256 descriptors down). Time spent waiting for the
+    pacer is the server's, not counted."""
 
     _waiting: bytearray | None = None  # what arrived while it waits its turn
+    _reading_head = True
+    _head_bytes = 0
+    _head_timer: asyncio.TimerHandle | None = None
+    _discarding = False  # refused: what comes is dropped until the connection closes
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._start_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
         if self._waiting is None:
             pacer = read_pacer()
             if pacer.take() or (data.startswith(PROBE) and pacer.take_probe()):
-                return super().data_received(data)
+                return self._parse(data)
             self._waiting = bytearray()
             pacer.wait(self)
         self._waiting += data  # (one buffer: a flood of tiny chunks costs only its bytes)
@@ -214,10 +241,66 @@ class PacedHttpToolsProtocol(HttpToolsProtocol):
         self._waiting = None
         if self.parser is None or self.transport.is_closing():
             return
-        super().data_received(data)
+        self._parse(data)
         if (len(data) > STASH_PAUSE_BYTES and not self.transport.is_closing()
                 and not self.flow.read_paused):
             self.transport.resume_reading()  # (unless the parser's own flow control paused it)
+
+    def _parse(self, data: bytes) -> None:
+        if self._reading_head:  # (on_headers_complete, during the feed, resets the count)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                return self._refuse_head()
+            self._head_bytes += len(data)
+        super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        self._reading_head, self._head_bytes = False, 0
+        self._stop_head_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._reading_head = True  # (a pipelined request's head counts from here)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():  # the next request's time starts now
+            self._start_head_timer()
+
+    def _start_head_timer(self) -> None:
+        self._stop_head_timer()
+        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_late)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if not self._reading_head or self.transport.is_closing():
+            return
+        if self._waiting is not None or (self.cycle is not None
+                                         and not self.cycle.response_complete):
+            return self._start_head_timer()  # the server's turn (the pacer, an answer)
+        self.transport.close()
+
+    def _refuse_head(self) -> None:
+        """A 431, then what the client still sends is read and dropped for ``LINGER_S``
+        before the connection closes (closed at once over unread bytes, the kernel resets
+        it and the client may never read the answer)."""
+        self._discarding = True
+        self._stop_head_timer()
+        if self.cycle is None or self.cycle.response_complete:  # (not into a response)
+            body = (b'{"detail": "request line and headers: more than %d bytes"}'
+                    % MAX_HEAD_BYTES)
+            self.transport.write(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                b"content-type: application/json\r\nconnection: close\r\n"
+                b"content-length: %d\r\n\r\n" % len(body) + body)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
 
 
 class _NotServed:

@@ -43,6 +43,8 @@ class Recorder:
         if scope["type"] != "http":
             return
         self.started.append((self.turn, scope["path"]))
+        if scope["path"] == "/slow":  # an answer that takes longer than a head may
+            await asyncio.sleep(4 * listener.HEAD_TIMEOUT_S)
         body = b""
         while True:
             message = await receive()
@@ -167,3 +169,73 @@ def test_bodies_and_kept_alive_connections_reach_the_app_intact_while_waiting(sl
         thread.join(timeout=60)
     assert answers == {key: (200, hashlib.sha256(body).hexdigest().encode())
                        for key, body in bodies.items()}
+
+
+def run_clients(recorder: Recorder, *clients: Callable[[int], None]) -> None:
+    """Each client (given the port) in a thread of its own against a paced server, until
+    all are done."""
+    sock = socket.create_server(("127.0.0.1", 0), backlog=4096)
+    port = sock.getsockname()[1]
+    threads = [threading.Thread(target=client, args=(port,)) for client in clients]
+    for thread in threads:
+        thread.start()
+    serve_until(recorder, sock, lambda: not any(t.is_alive() for t in threads))
+
+
+def test_a_request_head_past_the_bound_is_refused_and_never_parsed_further() -> None:
+    """A header of 1 MB sent 4 KB at a time (httptools grew it chunk by chunk: 200 MB held
+    the loop 5 s): a 431 once 64 KB have come, the connection closed, the app never called."""
+    answers: list[bytes] = []
+
+    def huge_header(port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+            conn.sendall(b"GET /score HTTP/1.1\r\nhost: t\r\nx-big: ")
+            try:
+                for _ in range(256):
+                    conn.sendall(b"a" * 4096)
+            except OSError:  # closed under it: what it sent past the 431
+                pass
+            raw = b""
+            while chunk := conn.recv(65536):
+                raw += chunk
+            answers.append(raw)
+
+    recorder = Recorder()
+    run_clients(recorder, huge_header)
+    assert answers[0].startswith(b"HTTP/1.1 431 "), answers[0][:100]
+    assert recorder.started == []
+
+
+def test_a_connection_without_a_whole_head_in_time_is_closed_but_a_slow_answer_is_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection that sends nothing, and one that stops in the middle of its headers,
+    are closed once HEAD_TIMEOUT_S passes; a request whose answer takes four times that
+    is answered."""
+    monkeypatch.setattr(listener, "HEAD_TIMEOUT_S", 0.25)
+    seen: dict[str, bytes] = {}
+
+    def read_all(conn: socket.socket) -> bytes:
+        raw = b""
+        while chunk := conn.recv(65536):
+            raw += chunk
+        return raw
+
+    def silent(port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+            seen["silent"] = read_all(conn)
+
+    def half_head(port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+            conn.sendall(b"POST /score HTTP/1.1\r\nhost: t\r\n")
+            seen["half"] = read_all(conn)
+
+    def slow_answer(port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+            conn.sendall(b"GET /slow HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+            seen["slow"] = read_all(conn)
+
+    recorder = Recorder()
+    run_clients(recorder, silent, half_head, slow_answer)
+    assert seen["silent"] == b"" and seen["half"] == b""
+    assert seen["slow"].startswith(b"HTTP/1.1 200 ")
+    assert [path for _, path in recorder.started] == ["/slow"]
