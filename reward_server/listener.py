@@ -118,14 +118,18 @@ class PacedListener:
         return None
 
 
+READS_PER_TURN = 64
+PROBES_PER_TURN = 4
+
+
 class ReadPacer:
     """Per event loop: at most ``per_turn`` arrivals of request bytes are handed to the HTTP
     parser per turn of the loop; the rest wait, first come first served, and go first in
     the next turns. Up to ``probes_per_turn`` probes of ``/healthz`` more go at once (a
     flood of them waits like the rest)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, per_turn: int = 64,
-                 probes_per_turn: int = 4) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, per_turn: int = READS_PER_TURN,
+                 probes_per_turn: int = PROBES_PER_TURN) -> None:
         self.loop = loop
         self.per_turn = per_turn
         self.probes_per_turn = probes_per_turn
@@ -173,10 +177,6 @@ _pacers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ReadPacer] = (
     weakref.WeakKeyDictionary())
 
 
-READS_PER_TURN = 64
-PROBES_PER_TURN = 4
-
-
 def read_pacer() -> ReadPacer:
     """The running loop's pacer."""
     loop = asyncio.get_running_loop()
@@ -213,9 +213,11 @@ class PacedHttpToolsProtocol(HttpToolsProtocol):
     _head_bytes = 0
     _head_timer: asyncio.TimerHandle | None = None
     _discarding = False  # refused: what comes is dropped until the connection closes
+    _pacer: ReadPacer
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._pacer = read_pacer()  # (its loop's: found once, not on every arrival)
         self._start_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -226,7 +228,7 @@ class PacedHttpToolsProtocol(HttpToolsProtocol):
         if self._discarding:
             return
         if self._waiting is None:
-            pacer = read_pacer()
+            pacer = self._pacer
             if pacer.take() or (data.startswith(PROBE) and pacer.take_probe()):
                 return self._parse(data)
             self._waiting = bytearray()

@@ -118,12 +118,17 @@ class Quotas:
         """``TooBusy`` if one more request of the caller's, after the ``waiting`` ones not
         yet taken (the turnstile's), would pass ``max_requests_per_caller``: a caller can
         park no more requests than it may hold."""
-        held = self._held.get(quota_key(caller)) or _Holding()
-        if self.requests_per_caller and held.requests + waiting >= self.requests_per_caller:
-            self._refuse("max_requests_per_caller", self.requests_per_caller,
-                         f"this caller has {held.requests} requests in flight and {waiting} "
-                         f"waiting to start", held.requests + waiting + 1
-                         - self.requests_per_caller, held.requests_done.per_s(time.monotonic()))
+        self._check_requests(self._held.get(quota_key(caller)) or _Holding(), waiting)
+
+    def _check_requests(self, held: _Holding, waiting: int = 0) -> None:
+        """The cap on requests: those ``held`` in flight and ``waiting`` to start, and one."""
+        cap = self.requests_per_caller
+        if cap and held.requests + waiting >= cap:
+            why = f"this caller has {held.requests} requests in flight"
+            if waiting:
+                why += f" and {waiting} waiting to start"
+            self._refuse("max_requests_per_caller", cap, why, held.requests + waiting + 1 - cap,
+                         held.requests_done.per_s(time.monotonic()))
 
     @contextmanager
     def hold(self, caller: Hashable, items: int) -> Iterator[None]:
@@ -169,12 +174,8 @@ class Quotas:
                 raise PayloadTooLarge(
                     f"items: {items} items exceed {setting}={cap} (REWARD_SERVER_"
                     f"{setting.upper()}), the most this server holds at once; split the batch")
+        self._check_requests(held)
         now = time.monotonic()
-        if self.requests_per_caller and held.requests >= self.requests_per_caller:
-            self._refuse("max_requests_per_caller", self.requests_per_caller,
-                         f"this caller has {held.requests} requests in flight",
-                         held.requests + 1 - self.requests_per_caller,
-                         held.requests_done.per_s(now))
         if self.items_per_caller and held.items + items > self.items_per_caller:
             self._refuse("max_items_per_caller", self.items_per_caller,
                          f"this caller has {held.items} items in flight and this request "
