@@ -15,13 +15,16 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reward_server import metrics
-from reward_server.callers import SCOPE_KEY, Tokens
+from reward_server.callers import SCOPE_KEY, Tokens, caller_of_scope
+from reward_server.errors import TooBusy, api_error_response
 from reward_server.json_shape import JsonShape
+from reward_server.quotas import quotas_of_scope
 
 log = logging.getLogger("reward_server")
 _RUN_ID = uuid.uuid4().hex[:8]
@@ -120,9 +123,32 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        quotas = quotas_of_scope(scope)
+        caller = caller_of_scope(scope) if quotas is not None else None
+        taken = 0  # bytes counted to the caller's and the server's caps on bodies held
+
+        def take(size: int) -> None:
+            nonlocal taken
+            if quotas is not None and size > taken:
+                quotas.take_body(caller, size - taken)
+                taken = size
+
+        try:
+            await self._read_and_call(scope, receive, send, take)
+        except TooBusy as exc:
+            await api_error_response(exc)(scope, receive, send)
+        finally:
+            if taken:
+                assert quotas is not None
+                quotas.give_body(caller, taken)
+
+    async def _read_and_call(self, scope: Scope, receive: Receive, send: Send,
+                             take: Callable[[int], None]) -> None:
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await _send_json(send, 413, self._message())
+        if declared is not None and declared.isdigit():
+            if int(declared) > self.max_bytes:
+                return await _send_json(send, 413, self._message())
+            take(int(declared))  # (a 429 before any of it is read)
         chunks: list[bytes] = []
         size = 0
         shape = JsonShape()
@@ -135,6 +161,7 @@ class BodyLimit:
             size += len(chunk)
             if size > self.max_bytes:
                 return await _send_json(send, 413, self._message())
+            take(size)
             shape.feed(chunk)
             refused = self._too_many(shape.containers, shape.values, sandbox)
             if refused:

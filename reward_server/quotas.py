@@ -4,8 +4,10 @@ A rollout fleet sends one request per rollout or per turn, thousands at the end 
 The fair gates share the workers between callers, but nothing else bounds what a caller may
 queue: a runaway worker pool (or a hostile neighbour) could hold the server's memory with
 requests it will answer only long after their clients gave up. So each caller may have at
-most ``max_requests_per_caller`` requests and ``max_items_per_caller`` items in flight (from
-the moment a request is taken to its answer), and the whole server ``max_items_in_flight``.
+most ``max_requests_per_caller`` requests (from the moment the turnstile takes one, before
+its body arrives, to its answer), ``max_items_per_caller`` items and
+``max_body_bytes_per_caller`` bytes of request bodies in flight, and the whole server
+``max_items_in_flight`` items and ``max_body_bytes_in_flight`` bytes.
 A request past a cap is answered ``429`` at once, before its items are checked or queued,
 with ``Retry-After``: how long the queue it would join takes to drain enough for it, at the
 rate that queue has drained lately (the caller's own rate for its caps, the server's for the
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,8 +80,17 @@ class _Holding:
     items: int = 0
     requests_done: DrainRate = field(default_factory=DrainRate)
     items_done: DrainRate = field(default_factory=DrainRate)
+    body_bytes: int = 0
+    body_bytes_done: DrainRate = field(default_factory=DrainRate)
     idle_since: float = 0.0  # time.monotonic() when its last request was answered
     gauges: tuple[Any, ...] | None = None  # its /metrics series; () when it has none
+
+
+def quotas_of_scope(scope: Mapping[str, Any]) -> Quotas | None:
+    """The app's caps, once its lifespan has made them (none in a bare test app)."""
+    app = scope.get("app")
+    scorer = getattr(getattr(app, "state", None), "scorer", None)
+    return getattr(scorer, "quotas", None)
 
 
 def retry_after(excess: float, rate_per_s: float) -> int:
@@ -94,16 +105,21 @@ class Quotas:
     """The caps of one server process; ``0`` turns a cap off."""
 
     def __init__(self, requests_per_caller: int, items_per_caller: int,
-                 items_in_flight: int) -> None:
+                 items_in_flight: int, body_bytes_per_caller: int = 0,
+                 body_bytes_in_flight: int = 0) -> None:
         self.requests_per_caller = requests_per_caller
         self.items_per_caller = items_per_caller
         self.items_in_flight = items_in_flight
+        self.body_bytes_per_caller = body_bytes_per_caller
+        self.body_bytes_in_flight = body_bytes_in_flight
         # per quota; one with nothing in flight keeps its drain rates until a sweep
         self._held: dict[Hashable, _Holding] = {}
         self._sweep_at = SWEEP_FROM
         self._swept = time.monotonic()
         self._items = 0
         self._items_done = DrainRate()
+        self._body_bytes = 0
+        self._body_bytes_done = DrainRate()
 
     @property
     def items(self) -> int:
@@ -114,31 +130,47 @@ class Quotas:
         held = self._held.get(quota_key(caller))
         return (0, 0) if held is None else (held.requests, held.items)
 
-    def check_waiting(self, caller: Hashable, waiting: int) -> None:
-        """``TooBusy`` if one more request of the caller's, after the ``waiting`` ones not
-        yet taken (the turnstile's), would pass ``max_requests_per_caller``: a caller can
-        park no more requests than it may hold."""
-        self._check_requests(self._held.get(quota_key(caller)) or _Holding(), waiting)
+    def _record(self, caller: Hashable) -> tuple[Hashable, _Holding]:
+        key = quota_key(caller)
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = _Holding()
+        return key, held
 
-    def _check_requests(self, held: _Holding, waiting: int = 0) -> None:
-        """The cap on requests: those ``held`` in flight and ``waiting`` to start, and one."""
+    def _check_requests(self, held: _Holding) -> None:
+        """The cap on requests: those ``held`` in flight, and one."""
         cap = self.requests_per_caller
-        if cap and held.requests + waiting >= cap:
-            why = f"this caller has {held.requests} requests in flight"
-            if waiting:
-                why += f" and {waiting} waiting to start"
-            self._refuse("max_requests_per_caller", cap, why, held.requests + waiting + 1 - cap,
-                         held.requests_done.per_s(time.monotonic()))
+        if cap and held.requests >= cap:
+            self._refuse("max_requests_per_caller", cap,
+                         f"this caller has {held.requests} requests in flight",
+                         held.requests + 1 - cap, held.requests_done.per_s(time.monotonic()))
 
     @contextmanager
-    def hold(self, caller: Hashable, items: int) -> Iterator[None]:
-        """Room for one request of ``items`` items for its whole answer, or at once
-        ``TooBusy`` (429 with Retry-After) / ``PayloadTooLarge`` (larger than a cap)."""
-        key = quota_key(caller)
-        held = self._held.get(key) or _Holding()
-        self._admit(held, items)
-        self._held[key] = held
+    def hold_request(self, caller: Hashable) -> Iterator[None]:
+        """Room for one request from the moment it is taken (before its body arrives: a
+        body on its way holds a connection and memory too) to its answer, or at once
+        ``TooBusy`` (429 with Retry-After). The turnstile takes it for every request."""
+        key, held = self._record(caller)
+        self._check_requests(held)
         held.requests += 1
+        self._publish(key, held)
+        try:
+            yield
+        finally:
+            now = time.monotonic()
+            held.requests -= 1
+            held.requests_done.add(1, now)
+            held.idle_since = now
+            self._publish(key, held)
+            if now - self._swept > SWEEP_EVERY_S or len(self._held) > self._sweep_at:
+                self._sweep(now)
+
+    @contextmanager
+    def hold_items(self, caller: Hashable, items: int) -> Iterator[None]:
+        """Room for a request's ``items`` items until its answer, or at once ``TooBusy``
+        (429 with Retry-After) / ``PayloadTooLarge`` (larger than a cap)."""
+        key, held = self._record(caller)
+        self._admit(held, items)
         held.items += items
         self._items += items
         self._publish(key, held)
@@ -146,22 +178,52 @@ class Quotas:
             yield
         finally:
             now = time.monotonic()
-            held.requests -= 1
             held.items -= items
             self._items -= items
-            held.requests_done.add(1, now)
             held.items_done.add(items, now)
             self._items_done.add(items, now)
             held.idle_since = now
             self._publish(key, held)
-            if now - self._swept > SWEEP_EVERY_S or len(self._held) > self._sweep_at:
-                self._sweep(now)
+
+    @contextmanager
+    def hold(self, caller: Hashable, items: int) -> Iterator[None]:
+        """One request of ``items`` items, taken whole (``hold_request`` then ``hold_items``)."""
+        with self.hold_request(caller), self.hold_items(caller, items):
+            yield
+
+    def take_body(self, caller: Hashable, size: int) -> None:
+        """``size`` more bytes of a request body held in memory until its answer, or
+        ``TooBusy``: past ``max_body_bytes_per_caller`` (a caller could otherwise hold as
+        many bodies of ``max_body_bytes`` as it may hold requests) or, for the whole
+        server, ``max_body_bytes_in_flight``. ``give_body`` returns them."""
+        _, held = self._record(caller)
+        now = time.monotonic()
+        for cap, setting, holding, drained, whose in (
+                (self.body_bytes_per_caller, "max_body_bytes_per_caller", held.body_bytes,
+                 held.body_bytes_done, "this caller's requests hold"),
+                (self.body_bytes_in_flight, "max_body_bytes_in_flight", self._body_bytes,
+                 self._body_bytes_done, "the server's requests hold")):
+            if cap and holding + size > cap:
+                self._refuse(setting, cap, f"{whose} {holding} bytes of bodies and this one "
+                             f"{size} more", holding + size - cap, drained.per_s(now))
+        held.body_bytes += size
+        self._body_bytes += size
+
+    def give_body(self, caller: Hashable, size: int) -> None:
+        """The bytes ``take_body`` took, freed with their request."""
+        _, held = self._record(caller)
+        now = time.monotonic()
+        held.body_bytes -= size
+        self._body_bytes -= size
+        held.body_bytes_done.add(size, now)
+        self._body_bytes_done.add(size, now)
 
     def _sweep(self, now: float) -> None:
         """Forget the quotas idle for FORGET_AFTER_S: O(quotas), once a minute or when the
         records doubled since the last sweep, so O(1) per request amortised."""
         for key, held in list(self._held.items()):
-            if not held.requests and now - held.idle_since > FORGET_AFTER_S:
+            if (not (held.requests or held.items or held.body_bytes)
+                    and now - held.idle_since > FORGET_AFTER_S):
                 del self._held[key]
                 metrics.forget_caller(key)
         self._sweep_at = max(SWEEP_FROM, 2 * len(self._held))
@@ -174,7 +236,6 @@ class Quotas:
                 raise PayloadTooLarge(
                     f"items: {items} items exceed {setting}={cap} (REWARD_SERVER_"
                     f"{setting.upper()}), the most this server holds at once; split the batch")
-        self._check_requests(held)
         now = time.monotonic()
         if self.items_per_caller and held.items + items > self.items_per_caller:
             self._refuse("max_items_per_caller", self.items_per_caller,

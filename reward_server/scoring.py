@@ -37,14 +37,16 @@ class Scorer:
         self.verifiers = dict(verifiers)
         self.settings = settings
         self.quotas = Quotas(settings.max_requests_per_caller, settings.max_items_per_caller,
-                             settings.max_items_in_flight)
+                             settings.max_items_in_flight, settings.max_body_bytes_per_caller,
+                             settings.max_body_bytes_in_flight)
 
     @contextmanager
     def request(self, caller: Hashable, items: int) -> Iterator[RequestScope]:
-        """One request of ``items`` items: room for it under the caller's and the server's
-        caps (else a 429 at once: ``quotas``), then one request to the fair gates, with the
-        request budget. Every route that runs work opens one."""
-        with self.quotas.hold(caller, items), \
+        """One request of ``items`` items: room for them under the caller's and the
+        server's caps (else a 429 at once: ``quotas``; the request itself counts from the
+        turnstile), then one request to the fair gates, with the request budget. Every
+        route that runs work opens one."""
+        with self.quotas.hold_items(caller, items), \
                 request_scope(self.settings.request_budget_s, caller, items) as scope:
             yield scope
 

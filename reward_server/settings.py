@@ -108,6 +108,14 @@ class ServerSettings(BaseSettings):
     max_items_in_flight: int = Field(
         400_000, ge=0, description="Items the whole server may have in flight; past it: 429 "
         "with Retry-After from the server's drain rate. 0: no cap.")
+    max_body_bytes_per_caller: int = Field(
+        512 * 1024 * 1024, ge=0, description="Bytes of request bodies one caller's requests "
+        "may hold in memory at once (from the first byte to the answer); past it: 429 with "
+        "Retry-After. Without it a caller could hold max_requests_per_caller bodies of "
+        "max_body_bytes each. 0: no cap.")
+    max_body_bytes_in_flight: int = Field(
+        2 * 1024 * 1024 * 1024, ge=0, description="Bytes of request bodies the whole server "
+        "may hold in memory at once; past it: 429 with Retry-After. 0: no cap.")
 
     max_sandbox_json_values: int = Field(
         256 * 1024, ge=1, description="JSON values and keys in a /run_code or /v1/sessions "

@@ -16,6 +16,10 @@ request each, round-robin, whatever each has queued. A turn of the loop is then 
 within about one round of the callers waiting. ``/healthz`` and ``/metrics`` never wait.
 Every event is O(1).
 
+Each request counts to its caller's ``max_requests_per_caller`` from the moment it reaches
+the turnstile to its answer (``quotas``): parked here, its body on its way, or running, so a
+caller can hold no more of any of them than its cap (past it: a 429 before it parks).
+
 What happens past the start (items waiting for workers or containers) is shared by the fair
 gates (``fair_queue``); this only orders who starts using the loop.
 """
@@ -25,21 +29,15 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Hashable
+from contextlib import ExitStack
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from reward_server.callers import caller_of_scope, quota_key
 from reward_server.errors import TooBusy, api_error_response
-from reward_server.quotas import Quotas
+from reward_server.quotas import quotas_of_scope
 
 UNGATED = frozenset({"/healthz", "/metrics"})
-
-
-def _quotas_of(scope: Scope) -> Quotas | None:
-    """The app's caps, once its lifespan has made them (none in a bare test app)."""
-    app = scope.get("app")
-    scorer = getattr(getattr(app, "state", None), "scorer", None)
-    return getattr(scorer, "quotas", None)
 
 
 class Turnstile:
@@ -59,24 +57,29 @@ class Turnstile:
 
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in UNGATED:
+        if scope["type"] != "http" or scope["path"] in UNGATED:
+            return await self.app(scope, receive, send)
+        quotas = quotas_of_scope(scope)
+        if quotas is None:
+            await self._turn(scope)
+            return await self.app(scope, receive, send)
+        with ExitStack() as held:
             try:
-                await self._turn(scope)
+                # counted from here, parked or started, body on its way or answered: a
+                # caller holds no more requests than its cap, whatever stage they are at
+                held.enter_context(quotas.hold_request(caller_of_scope(scope)))
             except TooBusy as exc:
                 return await api_error_response(exc)(scope, receive, send)
-        await self.app(scope, receive, send)
+            await self._turn(scope)
+            await self.app(scope, receive, send)
 
     async def _turn(self, scope: Scope) -> None:
         if not self._callers and self._started < self.per_turn:
             self._started += 1
             self._pump_later()
             return
-        caller = caller_of_scope(scope)
-        key = quota_key(caller)
+        key = quota_key(caller_of_scope(scope))
         queue = self._queues.get(key)
-        quotas = _quotas_of(scope)
-        if quotas is not None:  # what waits here counts to the caller's cap on requests
-            quotas.check_waiting(caller, len(queue) if queue else 0)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if queue is None:
             queue = self._queues[key] = deque()

@@ -8,7 +8,9 @@ into the time limit; everything is read from answers and metrics, not the clock.
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -33,7 +35,8 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
            "REWARD_SERVER_MAX_REQUESTS_PER_CALLER": "3",
            "REWARD_SERVER_MAX_ITEMS_PER_CALLER": "6", "REWARD_SERVER_MATH_WORKERS": "1",
            "REWARD_SERVER_MATH_TIMEOUT_S": "2", "REWARD_SERVER_CACHE_SIZE": "0",
-           "REWARD_SERVER_REQUEST_BUDGET_S": "0"}
+           "REWARD_SERVER_REQUEST_BUDGET_S": "0",
+           "REWARD_SERVER_MAX_BODY_BYTES_PER_CALLER": str(64 * 1024)}
     with run_server(path, env=env) as srv:
         warm = httpx.post(srv.url + "/v1/verify/math", json={"items": [PLAIN]}, headers=B,
                           timeout=120)
@@ -134,3 +137,58 @@ def test_the_client_waits_out_a_429_and_gets_its_rewards(capped: ServerProcess) 
     refused = re.search(r'^reward_requests_refused_total\{limit="max_requests_per_caller"\} '
                         r'(\S+)$', text, re.M)
     assert refused and float(refused.group(1)) >= 2  # this test's first try was refused too
+
+
+def start_body(url: str, headers: dict, body: bytes, sent: int) -> socket.socket:
+    """A request whose head and first ``sent`` bytes of body are on their way."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = socket.create_connection((host, int(port)), timeout=60)
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    conn.sendall(f"POST /v1/verify/math HTTP/1.1\r\nHost: x\r\n{head}Content-Type: "
+                 f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                 + body[:sent])
+    return conn
+
+
+def finish_body(conn: socket.socket, body: bytes, sent: int) -> int:
+    """The rest of the body; the answer's status."""
+    conn.sendall(body[sent:])
+    answer = b""
+    while b"\r\n" not in answer:
+        chunk = conn.recv(4096)
+        assert chunk, "closed without an answer"
+        answer += chunk
+    conn.close()
+    return int(answer.split(b" ", 2)[1])
+
+
+def test_a_body_on_its_way_counts_to_the_callers_caps(capped: ServerProcess) -> None:
+    """A request counts from the moment it is taken, not once its body is in: A's three
+    requests whose bodies are still arriving fill its cap of 3 (a fourth is a 429 naming
+    it), so a caller cannot hold connections, tasks and bodies past its cap by sending
+    slowly. Their bytes count too: one body of 40 KB on its way leaves no room for another
+    under ``max_body_bytes_per_caller`` = 64 KB. B is served meanwhile, and A's requests are
+    answered once their bodies are in."""
+    url = capped.url
+    body = json.dumps({"items": [PLAIN]}).encode()
+    slow = [start_body(url, A, body, 5) for _ in range(3)]
+    until(lambda: gauge(url, "reward_caller_requests_in_flight", "token:team-a") == 3,
+          "A's three requests on their way are counted")
+    fourth = httpx.post(url + "/v1/verify/math", json={"items": [PLAIN]}, headers=A,
+                        timeout=60)
+    assert fourth.status_code == 429 and "max_requests_per_caller=3" in fourth.text
+    assert int(fourth.headers["Retry-After"]) >= 1
+    assert httpx.post(url + "/v1/verify/math", json={"items": [PLAIN]}, headers=B,
+                      timeout=60).status_code == 200
+    assert [finish_body(conn, body, 5) for conn in slow] == [200, 200, 200]
+
+    padded = json.dumps({"items": [PLAIN], "pad": "x" * 40_000}).encode()
+    big = start_body(url, A, padded, 10)
+    until(lambda: gauge(url, "reward_caller_requests_in_flight", "token:team-a") == 1,
+          "A's large request on its way is counted")
+    second = httpx.post(url + "/v1/verify/math", content=padded, headers={
+        **A, "Content-Type": "application/json"}, timeout=60)
+    assert second.status_code == 429 and "max_body_bytes_per_caller=65536" in second.text
+    assert finish_body(big, padded, 10) in (200, 422)  # (its verdict is not the point)
+    assert httpx.post(url + "/v1/verify/math", content=padded, headers={
+        **A, "Content-Type": "application/json"}, timeout=60).status_code in (200, 422)

@@ -134,3 +134,39 @@ def test_an_idle_callers_record_is_forgotten(monkeypatch: pytest.MonkeyPatch) ->
     with quotas.hold(Caller("trigger", "trigger"), 1):
         pass
     assert sorted(map(str, quotas._held)) == ["recent", "trigger"]
+
+
+def test_bodies_held_count_per_caller_and_for_the_server() -> None:
+    quotas = Quotas(requests_per_caller=0, items_per_caller=0, items_in_flight=0,
+                    body_bytes_per_caller=100, body_bytes_in_flight=150)
+    a, b, c = (Caller(n, f"token:{n}") for n in "abc")
+    quotas.take_body(a, 60)
+    with pytest.raises(TooBusy) as refused:
+        quotas.take_body(a, 41)
+    assert "max_body_bytes_per_caller=100" in refused.value.message
+    quotas.take_body(a, 40)  # exactly the cap
+    quotas.take_body(b, 50)  # the server holds 150
+    with pytest.raises(TooBusy) as refused:
+        quotas.take_body(c, 1)
+    assert "max_body_bytes_in_flight=150" in refused.value.message
+    quotas.give_body(a, 100)
+    quotas.take_body(c, 100)  # room again once A's are answered
+    quotas.give_body(b, 50)
+    quotas.give_body(c, 100)
+    with pytest.raises(TooBusy):
+        quotas.take_body(c, 101)
+
+
+def test_a_request_counts_from_its_hold_whatever_its_items() -> None:
+    """The turnstile's hold on a request is separate from its items' (taken once its body
+    is parsed): requests on their way count to the cap before any item is known."""
+    quotas = Quotas(requests_per_caller=2, items_per_caller=0, items_in_flight=0)
+    a = Caller("a", "token:a")
+    with quotas.hold_request(a), quotas.hold_request(a):
+        assert quotas.holding(a) == (2, 0)
+        with pytest.raises(TooBusy):
+            with quotas.hold_request(a):
+                pass
+        with quotas.hold_items(a, 5):
+            assert quotas.holding(a) == (2, 5)
+    assert quotas.holding(a) == (0, 0)

@@ -111,4 +111,4 @@ def test_a_caller_parks_no_more_requests_than_its_cap_allows() -> None:
     assert started.count("10.0.0.1") == 4 and started.count("10.0.0.2") == 1
     refusals = [m for m in answers if m["type"] == "http.response.start"]
     assert len(refusals) == 6 and {m["status"] for m in refusals} == {429}
-    assert all((b"retry-after", b"60") in m["headers"] for m in refusals)
+    assert all(int(dict(m["headers"])[b"retry-after"]) >= 1 for m in refusals)
