@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> None:
                "forwarded_allow_ips": settings.forwarded_allow_ips or None,
                # a bounded drain (reward_server/drain.py): what runs at the deadline is cut
                "timeout_graceful_shutdown": settings.drain_s,
-               "backlog": settings.listen_backlog}
+               "backlog": settings.listen_backlog,
+               "max_connections": settings.max_connections}
     if settings.workers > 1:
         path = os.environ[SETTINGS_FILE_ENV] = _settings_file(settings)
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="reward-prom-"))

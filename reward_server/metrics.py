@@ -112,6 +112,11 @@ CALLER_QUEUE_WAIT = Summary(
     "reward_caller_queue_wait_seconds", "Time an item waited for a worker, by caller",
     ["caller"],
 )
+CONNECTIONS = Counter(
+    "reward_connections_closed_total", "Connections closed by the server for room "
+    "(reward_server/connections.py): 'evicted' (an idle one of the address holding the most), "
+    "'refused' (a new one when every connection was busy)", ["reason"],
+)
 REQUESTS_REFUSED = Counter(
     "reward_requests_refused_total", "Requests answered 429 for a cap on what is in flight, "
     "by the cap's setting", ["limit"],

@@ -48,6 +48,11 @@ class ServerSettings(BaseSettings):
         "address (IPv6: one /64) to the same process, so its caps, fair share and sessions "
         "are whole there; 'any' lets the kernel spread them (one client host's burst over "
         "every process).")
+    max_connections: int = Field(
+        0, ge=0, description="Connections one server process keeps open; past it, the idle "
+        "connection held longest by the address with the most idle ones is closed for the "
+        "new one (a 503 only when none is idle). 0: the descriptor limit (raised to its "
+        "hard limit) less an eighth, at least 512, kept for the server's own work.")
     listen_backlog: int = Field(
         4096, ge=1, description="Connections the kernel queues before the server accepts "
         "them (capped by net.core.somaxconn). A rollout fleet's burst past it has its "

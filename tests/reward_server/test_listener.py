@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 import uvicorn
 
-from reward_server import listener
-from reward_server.listener import PacedHttpToolsProtocol, PacedLoop
+from reward_server import http_protocol, listener
+from reward_server.http_protocol import PacedHttpToolsProtocol
+from reward_server.listener import PacedLoop
 
 
 class Recorder:
@@ -44,7 +45,7 @@ class Recorder:
             return
         self.started.append((self.turn, scope["path"]))
         if scope["path"] == "/slow":  # an answer that takes longer than a head may
-            await asyncio.sleep(4 * listener.HEAD_TIMEOUT_S)
+            await asyncio.sleep(4 * http_protocol.HEAD_TIMEOUT_S)
         body = b""
         while True:
             message = await receive()
@@ -131,7 +132,7 @@ def test_a_burst_is_accepted_and_parsed_a_bounded_share_per_turn_and_the_probe_g
     assert max(accepted.values()) <= listener.ACCEPTS_PER_TURN
     assert len(accepted) >= n // listener.ACCEPTS_PER_TURN + 1
     started = Counter(turn for turn, _ in recorder.started)
-    assert max(started.values()) <= listener.READS_PER_TURN + listener.PROBES_PER_TURN
+    assert max(started.values()) <= http_protocol.READS_PER_TURN + http_protocol.PROBES_PER_TURN
     paths = [path for _, path in recorder.started]
     ahead = paths.index("/healthz")
     assert ahead < n // 2, f"the probe started after {ahead} of the {n} requests before it"
@@ -141,8 +142,8 @@ def test_a_burst_is_accepted_and_parsed_a_bounded_share_per_turn_and_the_probe_g
 def slow_pacer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two arrivals a turn, and a waiting connection stops reading past 1 KB: every body
     below waits and pauses several times."""
-    monkeypatch.setattr(listener, "READS_PER_TURN", 2)
-    monkeypatch.setattr(listener, "STASH_PAUSE_BYTES", 1024)
+    monkeypatch.setattr(http_protocol, "READS_PER_TURN", 2)
+    monkeypatch.setattr(http_protocol, "STASH_PAUSE_BYTES", 1024)
 
 
 def test_bodies_and_kept_alive_connections_reach_the_app_intact_while_waiting(slow_pacer: None
@@ -211,7 +212,7 @@ def test_a_connection_without_a_whole_head_in_time_is_closed_but_a_slow_answer_i
     """A connection that sends nothing, and one that stops in the middle of its headers,
     are closed once HEAD_TIMEOUT_S passes; a request whose answer takes four times that
     is answered."""
-    monkeypatch.setattr(listener, "HEAD_TIMEOUT_S", 0.25)
+    monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 0.25)
     seen: dict[str, bytes] = {}
 
     def read_all(conn: socket.socket) -> bytes:
@@ -239,3 +240,132 @@ def test_a_connection_without_a_whole_head_in_time_is_closed_but_a_slow_answer_i
     assert seen["silent"] == b"" and seen["half"] == b""
     assert seen["slow"].startswith(b"HTTP/1.1 200 ")
     assert [path for _, path in recorder.started] == ["/slow"]
+
+
+def read_all(conn: socket.socket) -> bytes:
+    raw = b""
+    try:
+        while chunk := conn.recv(65536):
+            raw += chunk
+    except ConnectionResetError:
+        pass
+    return raw
+
+
+def test_a_body_not_complete_in_time_is_answered_408_and_its_request_sees_its_client_gone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A head, then part of a body and nothing more: once BODY_TIMEOUT_S passes, a 408 and
+    the connection closes (it held a connection, a task and its caller's request cap for
+    good). A body that comes whole in time is answered."""
+    monkeypatch.setattr(http_protocol, "BODY_TIMEOUT_S", 0.25)
+    seen: dict[str, bytes] = {}
+
+    def stalled(port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+            conn.sendall(post(b"x" * 1000)[:-500])
+            seen["stalled"] = read_all(conn)
+
+    def whole(port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+            conn.sendall(post(b"y" * 1000))
+            seen["whole"] = read_all(conn)
+
+    recorder = Recorder()
+    run_clients(recorder, stalled, whole)
+    assert seen["stalled"].startswith(b"HTTP/1.1 408 "), seen["stalled"][:200]
+    assert b"request body not complete" in seen["stalled"]
+    assert seen["whole"].startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.fixture
+def every_address_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loopback addresses told apart (one quota in the server), so one host plays two."""
+    from reward_server import connections
+
+    monkeypatch.setattr(connections, "quota_of", lambda host: host)
+    monkeypatch.setenv(http_protocol.MAX_CONNECTIONS_ENV, "8")
+
+
+def open_connections() -> int:
+    """Connections the running server's loop counts (the newest ``Connections``)."""
+    ledgers = list(http_protocol._connections.values())
+    return ledgers[-1].open if ledgers else 0
+
+
+def until(check: Callable[[], bool]) -> None:
+    give_up = time.monotonic() + 60  # a safety net, not a figure
+    while not check():
+        assert time.monotonic() < give_up
+        time.sleep(0.01)
+
+
+def still_open(conn: socket.socket) -> bool:
+    conn.setblocking(False)
+    try:
+        return conn.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except ConnectionResetError:
+        return False
+
+
+def test_a_full_process_closes_the_idle_connections_of_the_address_holding_most(
+        every_address_its_own: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight connections allowed. 127.0.0.3 keeps one alive between requests, 127.0.0.2
+    holds seven that send nothing. A caller from 127.0.0.1 then connects: it is served,
+    and the room came from 127.0.0.2's oldest, not from 127.0.0.3's one idle connection,
+    which still answers. (No head deadline in this test: it is not what closes them.)"""
+    monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 600.0)
+    outcome: dict[str, Any] = {}
+
+    def client(port: int) -> None:
+        def connect(source: str) -> socket.socket:
+            return socket.create_connection(("127.0.0.1", port), source_address=(source, 0),
+                                            timeout=60)
+
+        with connect("127.0.0.3") as kept:
+            kept.sendall(post(b"first", keep_alive=True))
+            outcome["kept first"] = read_answer(kept)[0]
+            flood = [connect("127.0.0.2") for _ in range(7)]
+            until(lambda: open_connections() == 8)
+            with connect("127.0.0.1") as new:
+                new.sendall(post(b"new"))
+                outcome["newcomer"] = read_answer(new)[0]
+            kept.sendall(post(b"second", keep_alive=True))
+            outcome["kept second"] = read_answer(kept)[0]
+            outcome["flood open"] = [still_open(c) for c in flood]
+            for conn in flood:
+                conn.close()
+
+    recorder = Recorder()
+    run_clients(recorder, client)
+    assert outcome == {"kept first": 200, "newcomer": 200, "kept second": 200,
+                       "flood open": [False] + [True] * 6}
+
+
+def test_a_process_full_of_busy_connections_refuses_a_new_one_with_503(
+        every_address_its_own: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight connections, each with an answer pending: a ninth is a 503 with Retry-After
+    (nothing idle to close), and the eight are answered."""
+    monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 2.0)
+    recorder = Recorder()
+    outcome: dict[str, Any] = {"slow": []}
+    lock = threading.Lock()
+
+    def slow(port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+            conn.sendall(b"GET /slow HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+            answer = read_all(conn)
+            with lock:
+                outcome["slow"].append(answer[:12])
+
+    def ninth(port: int) -> None:
+        until(lambda: len(recorder.started) == 8)  # the eight wait for their answers
+        with socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0),
+                                      timeout=60) as conn:
+            outcome["ninth"] = read_all(conn)
+
+    run_clients(recorder, *[slow] * 8, ninth)
+    assert outcome["ninth"].startswith(b"HTTP/1.1 503 "), outcome["ninth"][:200]
+    assert b"retry-after: 1" in outcome["ninth"]
+    assert outcome["slow"] == [b"HTTP/1.1 200"] * 8
