@@ -33,7 +33,7 @@ import uvloop
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
-from reward_server.http_protocol import MAX_CONNECTIONS_ENV, PacedHttpToolsProtocol
+from reward_server.http_protocol import MAX_CONNECTIONS_ENV, PacedHttpToolsProtocol, connections
 from reward_server.steering import STEERING_ENV, claimed_index, steered_sockets
 
 log = logging.getLogger("reward_server")
@@ -44,11 +44,17 @@ EXHAUSTED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
 ACCEPTS_PER_TURN = 256
+# when the process holds as many connections as it may, each newcomer closes an idle one
+# (``connections``): a few per turn, so descriptors in transit stay well inside the reserve
+ACCEPTS_PER_TURN_WHEN_FULL = 16
 
 
 class PacedListener:
     """Accepts at most ``per_turn`` connections per turn of the loop from ``sock``, each
-    started with ``protocol_factory``. ``close()`` as uvicorn closes its servers."""
+    started with ``protocol_factory``; no more than the process has room for (but a few,
+    each of which closes an idle connection for its room: ``connections``), so accepted
+    and starting connections never run the process out of descriptors. ``close()`` as
+    uvicorn closes its servers."""
 
     def __init__(self, sock: socket.socket, protocol_factory: Callable[[], asyncio.Protocol],
                  per_turn: int = ACCEPTS_PER_TURN) -> None:
@@ -61,11 +67,13 @@ class PacedListener:
         self.sockets = [sock]
         self._closed = False
         self._starting: set[asyncio.Task[None]] = set()
+        self._connections = connections()
         sock.setblocking(False)
         self.loop.add_reader(sock.fileno(), self._accept)
 
     def _accept(self) -> None:
-        for _ in range(self.per_turn):
+        room = self._connections.max_open - self._connections.open - len(self._starting)
+        for _ in range(min(self.per_turn, max(room, ACCEPTS_PER_TURN_WHEN_FULL))):
             try:
                 conn, _ = self.sock.accept()
             except (BlockingIOError, InterruptedError):
