@@ -199,9 +199,11 @@ class PacedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing():  # the next request's time starts now
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete:  # (no pipelined one started)
             self._connections.idle(self)
-            self._start_timer(HEAD_TIMEOUT_S)
+        self._start_timer(HEAD_TIMEOUT_S)  # the next request's time starts now
 
     def _start_timer(self, seconds: float) -> None:
         self._stop_timer()

@@ -369,3 +369,26 @@ def test_a_process_full_of_busy_connections_refuses_a_new_one_with_503(
     assert outcome["ninth"].startswith(b"HTTP/1.1 503 "), outcome["ninth"][:200]
     assert b"retry-after: 1" in outcome["ninth"]
     assert outcome["slow"] == [b"HTTP/1.1 200"] * 8
+
+
+def test_a_pipelined_request_being_answered_keeps_its_connection_busy(
+        every_address_its_own: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two requests sent together on one connection: once the first is answered the second
+    runs, and the connection is not idle (it would be closed for a newcomer's room)."""
+    monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 0.5)
+    recorder = Recorder()
+    seen: dict[str, Any] = {}
+
+    def client(port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.3", 0),
+                                      timeout=60) as conn:
+            conn.sendall(b"GET /fast HTTP/1.1\r\nhost: t\r\n\r\n"
+                         b"GET /slow HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+            seen["first"] = read_answer(conn)[0]
+            until(lambda: [p for _, p in recorder.started] == ["/fast", "/slow"])
+            seen["idle while the second runs"] = (
+                list(http_protocol._connections.values())[-1].idle_of("127.0.0.3"))
+            seen["second"] = read_all(conn)[:12]
+
+    run_clients(recorder, client)
+    assert seen == {"first": 200, "idle while the second runs": 0, "second": b"HTTP/1.1 200"}
