@@ -18,7 +18,6 @@ import os
 import sys
 from pathlib import Path
 
-from reward_server.client import split_urls
 from trainer.config import ConfigError, GRPOConfig, load_config
 
 
@@ -79,12 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge is not None:
         return merge_main(args)
     overrides = list(args.set)
-    if args.reward_url is not None:
-        urls = split_urls(args.reward_url)
-        if not urls:
-            print("grpo-train: --reward-url: give at least one URL", file=sys.stderr)
-            return 2
-        overrides.append(f"reward_url={json.dumps(urls if len(urls) > 1 else urls[0])}")
+    if args.reward_url is not None:  # quoted: YAML reads the flag's text as one string
+        overrides.append(f"reward_url={json.dumps(args.reward_url)}")
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:

@@ -7,10 +7,19 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from reward_server.client import split_urls
 from reward_server.tool_client import ToolState
 from trainer import gym_tasks
 
@@ -61,6 +70,18 @@ class OverlongBuffer(BaseModel):
                                    "completion gets the whole penalty).")
 
 
+def _is_http_url(url: str) -> bool:
+    """A typo (``htp://``, ``host:8000`` without a scheme, a bad port) fails at load time
+    with the URL named, not as a connection error after the model has loaded."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError:
+        return False
+    return (parts.scheme in ("http", "https") and bool(parts.hostname)
+            and not any(c.isspace() for c in url))
+
+
 class GRPOConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -93,9 +114,10 @@ class GRPOConfig(BaseModel):
     output_dir: str = "runs/grpo"
 
     # --- rewards ----------------------------------------------------------------------------
-    reward_url: str | list[str] = Field(
-        "http://127.0.0.1:8000", description="One reward server URL, or a list: each batch is "
-        "spread over them, and a dead one's share fails over to the others.")
+    reward_url: list[str] = Field(
+        default_factory=lambda: ["http://127.0.0.1:8000"], description="One reward server "
+        "URL, several separated by commas, or a list: each batch is spread over them, and a "
+        "dead one's share fails over to the others. Held as a list of http(s) URLs.")
     reward_token: str | None = None
     rewards: list[RewardSpec] = Field(
         default_factory=lambda: [RewardSpec(verifier="math", params={"extract": "last_number"})])
@@ -228,6 +250,23 @@ class GRPOConfig(BaseModel):
     eval_samples: int = Field(64, ge=1)
     report_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=list)
     progress_bar: bool = True
+
+    @field_validator("reward_url", mode="before")
+    @classmethod
+    def _reward_urls(cls, value: Any) -> list[str]:
+        """Every form a user writes (a flag's comma-separated text, a YAML string or list)
+        becomes one list here, so that the scoring client and the code tool read the same
+        servers and nothing downstream splits again."""
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(u, str) for u in items):
+            raise ValueError("give a URL, URLs separated by commas, or a list of URLs")
+        urls = [url for item in items for url in split_urls(item)]
+        if not urls:
+            raise ValueError("give at least one URL")
+        for url in urls:
+            if not _is_http_url(url):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        return urls
 
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:

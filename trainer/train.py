@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
-from reward_server.client import RewardClient, RewardClientError, split_urls
+from reward_server.client import RewardClient, RewardClientError
 from reward_server.tool_client import CodeTool
 from trainer import checkpoint, distributed, lora
 from trainer.advantages import GroupStats, group_advantages, reward_moments, std_from_moments
@@ -145,9 +145,7 @@ class GRPOTrainer:
 
     def _tool_use(self) -> ToolUse:
         c = self.config
-        url = c.tool_url or (split_urls(c.reward_url)[0] if isinstance(c.reward_url, str)
-                             else c.reward_url[0])
-        tool = CodeTool(url, state=c.tool_state, token=c.reward_token,
+        tool = CodeTool(c.tool_url or c.reward_url[0], state=c.tool_state, token=c.reward_token,
                         run_timeout_s=c.tool_run_timeout_s,
                         request_timeout_s=c.tool_request_timeout_s,
                         max_output_chars=c.max_tool_output_chars, concurrency=c.tool_concurrency)

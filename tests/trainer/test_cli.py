@@ -61,6 +61,56 @@ def test_several_reward_urls(tmp_path: Path) -> None:
     assert out.returncode == 2 and "at least one URL" in out.stderr
 
 
+class _Built(Exception):
+    """Stops grpo-train once the trainer has made its code tool."""
+
+
+@pytest.mark.parametrize("given", [["--reward-url", " http://a:8000 , http://b:8000"],
+                                   ["--set", 'reward_url="http://a:8000, http://b:8000"']])
+def test_scoring_and_the_tool_read_one_url_list(given: list[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A comma-separated URL is two servers for scoring and the tool's default is the first
+    of those same two, from the flag and from the YAML alike."""
+    from trainer.cli import main
+
+    clients: list[object] = []
+    tools: list[str] = []
+
+    class Client:  # the network edge: what the trainer hands RewardClient
+        def __init__(self, urls: object, **options: object) -> None:
+            clients.append(urls)
+
+        def __enter__(self) -> Client:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def health(self) -> dict[str, str]:
+            return {"status": "ok"}
+
+        def close(self) -> None:
+            return None
+
+    def code_tool(url: str, **options: object) -> None:
+        tools.append(url)
+        raise _Built
+
+    monkeypatch.setattr("reward_server.client.RewardClient", Client)
+    monkeypatch.setattr("trainer.train.CodeTool", code_tool)
+    with pytest.raises(_Built):
+        main(["--set", "model=tiny", "--set", "code_tool=true", *given])
+    assert clients == [["http://a:8000", "http://b:8000"]] * 2  # the probe, the client
+    assert tools == ["http://a:8000"]
+
+
+def test_bad_reward_url_is_one_readable_line() -> None:
+    out = grpo_train("--set", "model=tiny", "--reward-url", "http://a:8000,b:8000")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "reward_url: " in out.stderr and "'b:8000' is not an http(s) URL" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_missing_files_and_server(tmp_path: Path) -> None:
     out = grpo_train("--set", "model=tiny", "--set", f"dataset={tmp_path}/nope.jsonl")
     assert out.returncode == 2 and "dataset not found" in out.stderr

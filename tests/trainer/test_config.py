@@ -33,3 +33,40 @@ def test_top_k_is_an_option() -> None:
     assert GRPOConfig().top_k == 0 and GRPOConfig(top_k=20).top_k == 20
     with pytest.raises(ConfigError):
         load_config(None, ["top_k=-1"])
+
+
+@pytest.mark.parametrize(
+    ("given", "urls"),
+    [
+        ("http://a:8000", ["http://a:8000"]),
+        (" http://a:8000 , https://b:8000/ ,", ["http://a:8000", "https://b:8000/"]),
+        (["http://a:8000", " http://b:8000 "], ["http://a:8000", "http://b:8000"]),
+    ],
+)
+def test_reward_url_is_held_as_one_list(given: str | list[str], urls: list[str]) -> None:
+    assert GRPOConfig(reward_url=given).reward_url == urls
+    assert GRPOConfig().reward_url == ["http://127.0.0.1:8000"]
+
+
+def test_reward_url_from_yaml_is_split_once() -> None:
+    config = load_config(None, ['reward_url="http://a:8000, http://b:8000"'])
+    assert config.reward_url == ["http://a:8000", "http://b:8000"]
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ('""', "give at least one URL"),
+        ('" , "', "give at least one URL"),
+        ("[]", "give at least one URL"),
+        ("ftp://a:8000", "'ftp://a:8000' is not an http(s) URL"),
+        ("a:8000", "'a:8000' is not an http(s) URL"),
+        ("http://a:port", "'http://a:port' is not an http(s) URL"),
+        ('"http://a:8000, b:8000"', "'b:8000' is not an http(s) URL"),
+        ("3", "give a URL, URLs separated by commas, or a list of URLs"),
+    ],
+)
+def test_bad_reward_url_names_the_field(given: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=r"^reward_url: ") as raised:
+        load_config(None, [f"reward_url={given}"])
+    assert message in str(raised.value)
