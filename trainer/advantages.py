@@ -11,10 +11,14 @@ For a group of G completions of one prompt with rewards r_1..r_G:
 (NaN: the reward server could not score the item): it is left out of its group's mean and std
 and gets advantage 0. A group whose rewards are all equal ("zero-std") has advantage 0 for every
 member and teaches nothing; those are counted, and DAPO's dynamic sampling drops them.
+
+``nan_mean`` and ``nan_std`` are the same rule for one flat set of rewards (the trainer's
+reward metrics, a group printed by ``examples/score_groups.py``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,8 +34,23 @@ class GroupStats:
     unscorable: int  # rewards that were NaN
 
 
+def nan_mean(x: torch.Tensor) -> float:
+    """Mean of the scorable (non-NaN) rewards; NaN when none is scorable, so that a batch
+    the server could not score shows as a gap in the curve, not as a reward of 0."""
+    return float(torch.nanmean(x.float())) if (~torch.isnan(x)).any() else math.nan
+
+
+def nan_std(x: torch.Tensor) -> float:
+    """Unbiased std of the scorable (non-NaN) rewards; 0 for fewer than two."""
+    # torch.std, not _nan_std: the two round differently (up to 2 float32 ulps), and
+    # each keeps its own arithmetic so that neither logged curves nor advantages move
+    valid = x[~torch.isnan(x)].float()
+    return float(valid.std()) if valid.numel() > 1 else 0.0
+
+
 def _nan_std(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Unbiased std over the non-NaN entries (0 where fewer than two)."""
+    """Unbiased std over the non-NaN entries (0 where fewer than two), per group along
+    ``dim``: groups hold different numbers of scorable rewards, which torch.std cannot take."""
     valid = ~torch.isnan(x)
     n = valid.sum(dim) if dim is not None else valid.sum()
     mean = torch.nanmean(x, dim=dim, keepdim=dim is not None)

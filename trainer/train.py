@@ -31,7 +31,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 from reward_server.client import RewardClient, RewardClientError
 from reward_server.tool_client import CodeTool
 from trainer import checkpoint, distributed, lora
-from trainer.advantages import GroupStats, group_advantages, reward_moments, std_from_moments
+from trainer.advantages import (
+    GroupStats,
+    group_advantages,
+    nan_mean,
+    nan_std,
+    reward_moments,
+    std_from_moments,
+)
 from trainer.config import OVERLONG, GRPOConfig
 from trainer.data import PromptStream, Row
 from trainer.logprobs import completion_logps
@@ -390,7 +397,7 @@ class GRPOTrainer:
         lengths = rollout.completion_mask.sum(1).float()
         step_time = t_end - t_step
         out: dict[str, Any] = {
-            "reward": _nanmean(rewards), "reward_std": _nanstd(rewards),
+            "reward": nan_mean(rewards), "reward_std": nan_std(rewards),
             "accuracy": float(np.mean(scored.correct)),
             "advantages/mean": float(advantages.mean()), "advantages/std": float(advantages.std()),
             "advantages/min": float(advantages.min()), "advantages/max": float(advantages.max()),
@@ -410,8 +417,8 @@ class GRPOTrainer:
             out.update(_tool_metrics(rollout))
         for name, values in scored.per_verifier.items():
             scores = torch.tensor([math.nan if v is None else v for v in values])
-            out[f"rewards/{name}/mean"] = _nanmean(scores)
-            out[f"rewards/{name}/std"] = _nanstd(scores)
+            out[f"rewards/{name}/mean"] = nan_mean(scores)
+            out[f"rewards/{name}/std"] = nan_std(scores)
             out[f"rewards/{name}/unscorable_rate"] = float(torch.isnan(scores).float().mean())
         if self.world > 1:
             out = _average_over_ranks(out, self.device)
@@ -436,7 +443,7 @@ class GRPOTrainer:
                                       self.sampling)
         scored = self.scorer.score(texts, self.eval_rows)
         return {"eval/accuracy": float(np.mean(scored.correct)),
-                "eval/reward": _nanmean(torch.tensor(scored.rewards))}
+                "eval/reward": nan_mean(torch.tensor(scored.rewards))}
 
     # --- the run -------------------------------------------------------------------------
 
@@ -593,15 +600,6 @@ def _select_scored(s: ScoredBatch, index: list[int]) -> ScoredBatch:
     return ScoredBatch([s.rewards[i] for i in index],
                        {k: [v[i] for i in index] for k, v in s.per_verifier.items()},
                        [s.correct[i] for i in index])
-
-
-def _nanmean(x: torch.Tensor) -> float:
-    return float(torch.nanmean(x.float())) if (~torch.isnan(x)).any() else math.nan
-
-
-def _nanstd(x: torch.Tensor) -> float:
-    valid = x[~torch.isnan(x)].float()
-    return float(valid.std()) if valid.numel() > 1 else 0.0
 
 
 def _average_over_ranks(metrics: dict[str, Any], device: torch.device) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trainer.advantages import group_advantages
+from trainer.advantages import EPS, group_advantages, nan_mean, nan_std
 
 
 def test_group_scaling_by_hand() -> None:
@@ -69,3 +69,15 @@ def test_batch_std_from_every_ranks_moments() -> None:
     a = 0.5 / (global_std + 1e-4)
     assert adv.tolist() == pytest.approx([a, -a, -a, a])
     assert std_from_moments(reward_moments(torch.tensor([3.0]))) == 0.0
+
+
+def test_flat_statistics_follow_the_group_rule() -> None:
+    rewards = torch.tensor([1.0, math.nan, 3.0, 0.5])
+    assert nan_mean(rewards) == pytest.approx(1.5)
+    assert nan_std(rewards) == pytest.approx(1.3228757)  # unbiased, over 1, 3 and 0.5
+    assert math.isnan(nan_mean(torch.tensor([math.nan, math.nan])))
+    assert nan_std(torch.tensor([math.nan, 2.0])) == 0.0
+    advantages, _ = group_advantages(rewards, 4)
+    expected = [(r - nan_mean(rewards)) / (nan_std(rewards) + EPS) for r in (1.0, 3.0, 0.5)]
+    assert advantages[[0, 2, 3]].tolist() == pytest.approx(expected)
+    assert advantages[1] == 0.0
