@@ -1,16 +1,21 @@
 """Score groups of completions through the reward server, as a GRPO trainer does.
 
 For each prompt, G completions go to ``POST /v1/rewards`` in one batch; the group-relative
-advantage ``A_i = (r_i - mean(r)) / (std(r) + eps)`` is printed next to each reward."""
+advantage ``A_i = (r_i - mean(r)) / (std(r) + eps)`` is printed next to each reward, computed
+by the trainer's own ``group_advantages``: a null reward is left out of its group's mean and
+std and gets A = 0, and std is the unbiased sample std."""
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import math
 import sys
 import time
 
+import torch
+
 from reward_server.client import RewardClient, RewardClientError
+from trainer.advantages import group_advantages, nan_mean
 
 CODE_TESTS = [{"input": "3 4", "output": "7"}, {"input": "10 -2", "output": "8"}]
 CODE_GROUP = [
@@ -77,16 +82,19 @@ def main() -> int:
 
     k = 0
     for prompt, (answer, completions) in GROUPS.items():
-        rewards = [float(r or 0.0) for r in out.rewards[k : k + len(completions)]]
+        rewards = out.rewards[k : k + len(completions)]
         results = out.results[k : k + len(completions)]
         k += len(completions)
-        mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
-        print(f"\n{prompt}\n  reference {answer!r}; group mean reward {mean:.2f}")
-        for completion, reward, result in zip(completions, rewards, results, strict=True):
-            advantage = (reward - mean) / (std + 1e-4)
+        scores = torch.tensor([math.nan if r is None else r for r in rewards])  # null: NaN
+        advantages, _ = group_advantages(scores, len(completions))
+        print(f"\n{prompt}\n  reference {answer!r}; group mean reward {nan_mean(scores):.2f}")
+        for completion, reward, advantage, result in zip(completions, rewards,
+                                                         advantages.tolist(), results,
+                                                         strict=True):
             shown = completion.replace("\n", " ")[-38:]
             why = f"  ({result['detail']})" if result.get("detail") and not reward else ""
-            print(f"  r={reward:.0f} A={advantage:+.2f}  {result['status']:<10} {shown!r}"
+            score = "null" if reward is None else f"{reward:.0f}"
+            print(f"  r={score} A={advantage:+.2f}  {result['status']:<10} {shown!r}"
                   f"{why[:64]}")
     print("\nRead two integers, print their sum (2 stdin/stdout tests), run in the sandbox:")
     for completion, reward, result in zip(CODE_GROUP, out.rewards[k:], out.results[k:],
