@@ -1,21 +1,21 @@
 """How many connections one server process keeps open, and whose go first when it is full.
 
-Every connection holds a descriptor. Before a connection sends a whole request head it
-costs the server nothing else, and a client may open them faster than the head deadline
-(``http_protocol``) closes them: a few thousand idle connections from one address took
-every descriptor the process had, and then the server could open neither a sandbox's
-socket nor a file, nor accept anyone else's connection. So a process keeps at most
-``max_open`` connections (below its descriptor limit, with room for its own work), and
-when a new one comes past that, the *idle* connection (no request of it being answered)
-held longest by the address with the most idle connections is closed to make room: a
-caller holding thousands of idle connections loses them one by one, a caller with one
-request in flight loses nothing. Only when no connection is idle is the new one refused
-(a 503 with Retry-After). Connections with a request being answered are bounded by the
-callers' caps (``quotas``), not here.
+Every connection holds a descriptor. A client may open connections faster than the head
+deadline (``http_protocol``) closes them, or keep them busy (a head whose body never comes,
+answers it never reads): a few thousand from one address took every descriptor the process
+had, and then the server could open neither a sandbox's socket nor a file, nor accept
+anyone else's connection. So a process keeps at most ``max_open`` connections (below its
+descriptor limit, with room for its own work), and shares them max-min fair between
+addresses: when a new connection comes past that, the address holding the most gives one
+up: its oldest idle connection if it holds more than the newcomer's address, or, with none
+idle, the one busy longest (the request on it sees its client gone) if it holds at least two
+more. Otherwise the newcomer's address makes room from its own idle connections, or its new
+connection is refused (a 503 with Retry-After). A caller with one request in flight
+keeps it whatever another caller opens.
 
 Addresses are grouped as ``callers.quota_of`` groups them (all of loopback is one, an IPv6
 address by its /64): more addresses from one host buy no more room. Every event is O(1):
-the addresses are kept in buckets by how many idle connections each holds.
+the addresses are kept in buckets by how many connections each holds.
 """
 
 from __future__ import annotations
@@ -56,11 +56,16 @@ def default_max_open(limit: int | None = None) -> int:
 
 
 class _Address:
-    __slots__ = ("idle", "open")
+    __slots__ = ("busy", "idle")
 
     def __init__(self) -> None:
-        self.open = 0
-        self.idle: dict[Closable, None] = {}  # in the order they became idle
+        # in the order they became idle / busy: the oldest goes first
+        self.idle: dict[Closable, None] = {}
+        self.busy: dict[Closable, None] = {}
+
+    @property
+    def open(self) -> int:
+        return len(self.idle) + len(self.busy)
 
 
 class Connections:
@@ -73,81 +78,95 @@ class Connections:
         self.open = 0
         self.evicted = 0
         self.refused = 0
+        self.lingering = 0  # refused connections whose answer is going out (not counted open)
         self._addresses: dict[Hashable, _Address] = {}
         self._of: dict[Closable, Hashable] = {}
-        self._by_idle: dict[int, dict[Hashable, None]] = {}  # idle count -> addresses
-        self._most_idle = 0
+        self._by_open: dict[int, dict[Hashable, None]] = {}  # connections held -> addresses
+        self._most = 0
 
     def admit(self, connection: Closable, host: str | None) -> bool:
         """Room for a new ``connection`` from ``host`` (counted, idle): True; or False when
-        the process is full and no connection is idle (the caller refuses it)."""
-        if self.open >= self.max_open:
-            if not self._most_idle:
-                self.refused += 1
-                return False
-            self._evict_one()
+        the process is full and the newcomer's address must wait (the caller refuses it)."""
         key = quota_of(host) if host else None
         address = self._addresses.get(key)
+        if self.open >= self.max_open and not self._make_room(key, address):
+            self.refused += 1
+            return False
         if address is None:
             address = self._addresses[key] = _Address()
-        address.open += 1
-        self.open += 1
+        address.idle[connection] = None
         self._of[connection] = key
-        self.idle(connection)
+        self.open += 1
+        self._moved(key, address.open - 1, address.open)
         return True
 
     def idle(self, connection: Closable) -> None:
-        """No request of ``connection`` is being answered (it may be closed for room)."""
-        key = self._of.get(connection)
-        if key is None:
-            return
-        address = self._addresses[key]
-        if connection not in address.idle:
+        """No request of ``connection`` is being answered (it goes first for room)."""
+        address = self._address_of(connection)
+        if address is not None and connection in address.busy:
+            del address.busy[connection]
             address.idle[connection] = None
-            self._moved(key, len(address.idle) - 1, len(address.idle))
 
     def busy(self, connection: Closable) -> None:
-        """A request of ``connection`` is being answered (it is not closed for room)."""
-        key = self._of.get(connection)
-        if key is None:
-            return
-        address = self._addresses[key]
-        if connection in address.idle:
+        """A request of ``connection`` is being answered."""
+        address = self._address_of(connection)
+        if address is not None and connection in address.idle:
             del address.idle[connection]
-            self._moved(key, len(address.idle) + 1, len(address.idle))
+            address.busy[connection] = None
 
     def closed(self, connection: Closable) -> None:
-        """``connection`` is gone (or going): it no longer counts. Idempotent."""
-        self.busy(connection)
+        """``connection`` is gone: it no longer counts. Idempotent."""
         key = self._of.pop(connection, None)
         if key is None:
             return
         address = self._addresses[key]
-        address.open -= 1
+        address.idle.pop(connection, None)
+        address.busy.pop(connection, None)
         self.open -= 1
+        self._moved(key, address.open + 1, address.open)
         if not address.open:
             del self._addresses[key]
 
-    def idle_of(self, host: str | None) -> int:
-        """Idle connections of ``host``'s address (for tests and metrics)."""
+    def holding(self, host: str | None) -> tuple[int, int]:
+        """(idle, busy) connections of ``host``'s address."""
         address = self._addresses.get(quota_of(host) if host else None)
-        return len(address.idle) if address else 0
+        return (len(address.idle), len(address.busy)) if address else (0, 0)
 
-    def _evict_one(self) -> None:
-        key = next(iter(self._by_idle[self._most_idle]))
-        connection = next(iter(self._addresses[key].idle))
-        self.closed(connection)
+    def _address_of(self, connection: Closable) -> _Address | None:
+        key = self._of.get(connection)
+        return None if key is None else self._addresses[key]
+
+    def _make_room(self, key: Hashable, own: _Address | None) -> bool:
+        """One connection closed for a newcomer from ``key``, if fairness allows one: an
+        idle one of an address holding more than the newcomer's, a busy one only of an
+        address holding at least two more (or the move would just turn the unfairness
+        round), else one of its own idle ones."""
+        most = next(iter(self._by_open[self._most]))
+        held = own.open if own else 0
+        if most != key:
+            victim = self._addresses[most]
+            if victim.idle and self._most > held:
+                return self._evict(next(iter(victim.idle)))
+            if self._most > held + 1:
+                return self._evict(next(iter(victim.busy)))
+        if own is not None and own.idle:
+            return self._evict(next(iter(own.idle)))
+        return False
+
+    def _evict(self, connection: Closable) -> bool:
+        self.closed(connection)  # (counted gone now: ``evict`` frees its descriptor at once)
         self.evicted += 1
         connection.evict()
+        return True
 
     def _moved(self, key: Hashable, before: int, after: int) -> None:
         if before:
-            bucket = self._by_idle[before]
+            bucket = self._by_open[before]
             del bucket[key]
             if not bucket:
-                del self._by_idle[before]
+                del self._by_open[before]
         if after:
-            self._by_idle.setdefault(after, {})[key] = None
-            self._most_idle = max(self._most_idle, after)
-        while self._most_idle and self._most_idle not in self._by_idle:
-            self._most_idle -= 1  # (counts move by one: at most one step per event)
+            self._by_open.setdefault(after, {})[key] = None
+            self._most = max(self._most, after)
+        while self._most and self._most not in self._by_open:
+            self._most -= 1  # (counts move by one: at most one step per event)

@@ -106,6 +106,13 @@ MAX_HEAD_BYTES = 64 * 1024  # a request line and headers; more is a 431
 HEAD_TIMEOUT_S = 30.0  # from a connection's start (or its last answer) to complete headers
 BODY_TIMEOUT_S = 60.0  # from complete headers to a complete body (64 MB at ~1 MB/s)
 LINGER_S = 2.0  # a refused connection's bytes are read and dropped this long, then it closes
+LINGERING_REFUSALS = 64  # refused connections that linger at once; more are closed at once
+WRITE_TIMEOUT_S = 60.0  # a client's reading may lag its answers this long
+MAX_PIPELINED = 16  # requests queued on one connection behind the one being answered
+
+
+class PipelinedTooDeep(Exception):
+    """More requests pipelined on a connection than ``MAX_PIPELINED``: it is aborted."""
 
 
 class PacedHttpToolsProtocol(HttpToolsProtocol):
@@ -125,6 +132,8 @@ class PacedHttpToolsProtocol(HttpToolsProtocol):
     _reading_head = True
     _head_bytes = 0
     _timer: asyncio.TimerHandle | None = None  # the head's or the body's deadline
+    _write_timer: asyncio.TimerHandle | None = None  # the client's reading lags since
+    _lingers_uncounted = False  # refused: counted in ``lingering`` until it closes
     _timer_s = HEAD_TIMEOUT_S
     _discarding = False  # refused: what comes is dropped until the connection closes
     _pacer: ReadPacer
@@ -133,25 +142,60 @@ class PacedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._pacer = read_pacer()  # (its loop's: found once, not on every arrival)
-        self._connections = connections()
-        if not self._connections.admit(self, self.client[0] if self.client else None):
-            metrics.CONNECTIONS.labels("refused").inc()
-            self._discarding = True
-            transport.write(_answer(503, b"this server holds as many connections as it may, "
-                                    b"all busy; retry", b"retry-after: 1\r\n"))
+        self._connections = ledger = connections()
+        if ledger.admit(self, self.client[0] if self.client else None):
+            return self._start_timer(HEAD_TIMEOUT_S)
+        metrics.CONNECTIONS.labels("refused").inc()
+        refusal = _answer(503, b"this server holds as many connections as it may and this "
+                          b"address as many as any other; retry", b"retry-after: 1\r\n")
+        if ledger.lingering >= LINGERING_REFUSALS:  # (each holds a descriptor meanwhile)
+            transport.write(refusal)
             return transport.close()
-        self._start_timer(HEAD_TIMEOUT_S)
+        ledger.lingering += 1
+        self._lingers_uncounted = True
+        self._linger(refusal)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_timer()
+        self._stop_write_timer()
         self._connections.closed(self)
+        if self._lingers_uncounted:
+            self._connections.lingering -= 1
         super().connection_lost(exc)
 
     def evict(self) -> None:
-        """Closed to make room for another address's connection (``connections``)."""
+        """Closed at once for another connection's room (``connections``): aborted, since a
+        close waits for unsent answers to go out, and a client that reads nothing would
+        keep the descriptor it no longer counts for."""
         metrics.CONNECTIONS.labels("evicted").inc()
         self._stop_timer()
-        self.transport.close()
+        self.transport.abort()
+
+    def pause_writing(self) -> None:
+        """The client reads its answers slower than they come: it has ``WRITE_TIMEOUT_S``
+        to catch up, or the connection is aborted (an answer it never reads held the
+        connection, and the request its caller's cap, for good)."""
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(WRITE_TIMEOUT_S, self._write_late)
+
+    def resume_writing(self) -> None:
+        self._stop_write_timer()
+        super().resume_writing()
+
+    def _stop_write_timer(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _write_late(self) -> None:
+        self._write_timer = None
+        metrics.CONNECTIONS.labels("slow_reader").inc()
+        self.transport.abort()
+
+    def send_400_response(self, msg: str) -> None:
+        if not self.transport.is_closing():  # (not after a connection aborted mid-parse)
+            super().send_400_response(msg)
 
     def data_received(self, data: bytes) -> None:
         if self._discarding:
@@ -187,6 +231,13 @@ class PacedHttpToolsProtocol(HttpToolsProtocol):
             self._start_timer(BODY_TIMEOUT_S)  # a body still to come (most come whole)
 
     def on_headers_complete(self) -> None:
+        if (self.cycle is not None and not self.cycle.response_complete
+                and len(self.pipeline) >= MAX_PIPELINED):
+            # every request in one arrival is parsed in one call, each queued with its own
+            # state: 24 MB of pipelined heads took 1.9 GB and held the loop for seconds
+            metrics.CONNECTIONS.labels("pipelined").inc()
+            self.transport.abort()
+            raise PipelinedTooDeep  # (stops the parser in the middle of the arrival)
         self._reading_head, self._head_bytes = False, 0
         self._connections.busy(self)
         self._stop_timer()
@@ -255,7 +306,7 @@ class PacedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.write(answer)
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        self.loop.call_later(LINGER_S, self.transport.close)
+        self.loop.call_later(LINGER_S, self.transport.abort)  # (its answer had its time)
 
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import socket
 import threading
 import time
@@ -52,7 +53,8 @@ class Recorder:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        answer = hashlib.sha256(body).hexdigest().encode()
+        answer = (b"x" * (8 << 20) if scope["path"] == "/big"
+                  else hashlib.sha256(body).hexdigest().encode())
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-length", str(len(answer)).encode())]})
         await send({"type": "http.response.body", "body": answer})
@@ -343,10 +345,12 @@ def test_a_full_process_closes_the_idle_connections_of_the_address_holding_most(
                        "flood open": [False] + [True] * 6}
 
 
-def test_a_process_full_of_busy_connections_refuses_a_new_one_with_503(
+def test_a_full_process_refuses_the_address_holding_the_most_and_takes_room_from_it(
         every_address_its_own: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Eight connections, each with an answer pending: a ninth is a 503 with Retry-After
-    (nothing idle to close), and the eight are answered."""
+    """Eight connections allowed, all held by 127.0.0.1 with answers pending (a caller's
+    heads whose bodies never come, answers it never reads: busy is no shelter). Its ninth is
+    a 503 with Retry-After (it holds the most); a connection from 127.0.0.2 is served, and
+    the room came from 127.0.0.1's connection busy longest, whose request sees it gone."""
     monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 2.0)
     recorder = Recorder()
     outcome: dict[str, Any] = {"slow": []}
@@ -359,16 +363,20 @@ def test_a_process_full_of_busy_connections_refuses_a_new_one_with_503(
             with lock:
                 outcome["slow"].append(answer[:12])
 
-    def ninth(port: int) -> None:
+    def others(port: int) -> None:
         until(lambda: len(recorder.started) == 8)  # the eight wait for their answers
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+            outcome["ninth"] = read_all(conn)
         with socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0),
                                       timeout=60) as conn:
-            outcome["ninth"] = read_all(conn)
+            conn.sendall(post(b"other"))
+            outcome["other address"] = read_answer(conn)[0]
 
-    run_clients(recorder, *[slow] * 8, ninth)
+    run_clients(recorder, *[slow] * 8, others)
     assert outcome["ninth"].startswith(b"HTTP/1.1 503 "), outcome["ninth"][:200]
     assert b"retry-after: 1" in outcome["ninth"]
-    assert outcome["slow"] == [b"HTTP/1.1 200"] * 8
+    assert outcome["other address"] == 200
+    assert sorted(outcome["slow"]) == [b""] + [b"HTTP/1.1 200"] * 7
 
 
 def test_a_pipelined_request_being_answered_keeps_its_connection_busy(
@@ -387,8 +395,89 @@ def test_a_pipelined_request_being_answered_keeps_its_connection_busy(
             seen["first"] = read_answer(conn)[0]
             until(lambda: [p for _, p in recorder.started] == ["/fast", "/slow"])
             seen["idle while the second runs"] = (
-                list(http_protocol._connections.values())[-1].idle_of("127.0.0.3"))
+                list(http_protocol._connections.values())[-1].holding("127.0.0.3")[0])
             seen["second"] = read_all(conn)[:12]
 
     run_clients(recorder, client)
     assert seen == {"first": 200, "idle while the second runs": 0, "second": b"HTTP/1.1 200"}
+
+
+def test_requests_pipelined_past_the_bound_abort_their_connection() -> None:
+    """A thousand requests in one write (each parsed in the same call, each with its own
+    queued state: 24 MB of them took 1.9 GB): past MAX_PIPELINED behind the one being
+    answered the connection is aborted, and no more of them start."""
+    recorder = Recorder()
+    seen: dict[str, Any] = {}
+
+    def client(port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+            conn.sendall(b"GET /slow HTTP/1.1\r\nhost: t\r\n\r\n"
+                         + b"GET /fast HTTP/1.1\r\nhost: t\r\n\r\n" * 1000)
+            seen["answer"] = read_all(conn)
+
+    run_clients(recorder, client)
+    assert seen["answer"] == b""
+    assert len(recorder.started) <= 1 + http_protocol.MAX_PIPELINED
+
+
+def test_a_client_that_does_not_read_its_answer_is_aborted_after_the_write_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer of 8 MB to a client that reads none of it: once its reading has lagged
+    WRITE_TIMEOUT_S, the connection is aborted and its descriptor freed (it held the
+    connection and its caller's request for good). One that reads is answered whole."""
+    monkeypatch.setattr(http_protocol, "WRITE_TIMEOUT_S", 0.5)
+    recorder = Recorder()
+    seen: dict[str, Any] = {}
+
+    def stalled(port: int) -> None:
+        with socket.socket() as conn:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (fills at once)
+            conn.settimeout(60)
+            conn.connect(("127.0.0.1", port))
+            conn.sendall(b"GET /big HTTP/1.1\r\nhost: t\r\n\r\n")
+            until(lambda: open_connections() <= 1)  # its own went; the reader's may remain
+            seen["stalled"] = len(read_all(conn)) < 8 << 20
+
+    def reader(port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+            conn.sendall(b"GET /big HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+            seen["reader"] = len(read_all(conn))
+
+    run_clients(recorder, stalled, reader)
+    assert seen["stalled"] is True
+    assert seen["reader"] > 8 << 20  # (the head and all 8 MB)
+
+
+def test_an_evicted_connection_frees_its_descriptor_with_answers_still_unsent(
+        every_address_its_own: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection idle between requests whose client read none of its last answer (it
+    waits in the server's buffers): closed for a newcomer's room, its descriptor goes at
+    once (a close would wait for the answer to go out, for good)."""
+    monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 600.0)
+    monkeypatch.setenv(http_protocol.MAX_CONNECTIONS_ENV, "1")
+    recorder = Recorder()
+    seen: dict[str, Any] = {}
+
+    def server_descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def client(port: int) -> None:
+        stuck = socket.socket()
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.bind(("127.0.0.2", 0))
+        stuck.connect(("127.0.0.1", port))
+        stuck.sendall(b"GET /big HTTP/1.1\r\nhost: t\r\n\r\n")
+        until(lambda: len(recorder.started) == 1)
+        time.sleep(0.5)  # (the answer fills the buffers: the app is done, the client is not)
+        before = server_descriptors()
+        with socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.3", 0),
+                                      timeout=60) as new:
+            new.sendall(post(b"new"))
+            seen["newcomer"] = read_answer(new)[0]
+        # the evicted one's server side, while its client still has read nothing
+        until(lambda: server_descriptors() <= before - 1)
+        seen["freed"] = True
+        stuck.close()
+
+    run_clients(recorder, client)
+    assert seen == {"newcomer": 200, "freed": True}
