@@ -145,10 +145,10 @@ class BodyLimit:
     async def _read_and_call(self, scope: Scope, receive: Receive, send: Send,
                              take: Callable[[int], None]) -> None:
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit():
-            if int(declared) > self.max_bytes:
-                return await _send_json(send, 413, self._message())
-            take(int(declared))  # (a 429 before any of it is read)
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await _send_json(send, 413, self._message())
+        # (bytes count as they arrive: a declared length alone reserved the server's budget
+        # for 60 s with no byte sent)
         chunks: list[bytes] = []
         size = 0
         shape = JsonShape()

@@ -63,7 +63,8 @@ class Recorder:
 def serve_until(recorder: Recorder, sock: socket.socket, done: Callable[[], bool]) -> None:
     """Run uvicorn with the paced protocol on a ``PacedLoop`` until ``done()``."""
     config = uvicorn.Config(recorder.app, http=recorder.protocol(), lifespan="off",
-                            interface="asgi3", log_level="warning", backlog=4096)
+                            interface="asgi3", log_level="warning", backlog=4096,
+                            timeout_graceful_shutdown=5)  # (a regression fails, not hangs)
     server = uvicorn.Server(config)
 
     async def main() -> None:

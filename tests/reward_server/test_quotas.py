@@ -166,8 +166,8 @@ def test_a_body_on_its_way_counts_to_the_callers_caps(capped: ServerProcess) -> 
     """A request counts from the moment it is taken, not once its body is in: A's three
     requests whose bodies are still arriving fill its cap of 3 (a fourth is a 429 naming
     it), so a caller cannot hold connections, tasks and bodies past its cap by sending
-    slowly. Their bytes count too: one body of 40 KB on its way leaves no room for another
-    under ``max_body_bytes_per_caller`` = 64 KB. B is served meanwhile, and A's requests are
+    slowly. Their bytes count too, as they arrive: one body of 40 KB nearly all in leaves no
+    room for another under ``max_body_bytes_per_caller`` = 64 KB. B is served meanwhile, and A's requests are
     answered once their bodies are in."""
     url = capped.url
     body = json.dumps({"items": [PLAIN]}).encode()
@@ -183,12 +183,13 @@ def test_a_body_on_its_way_counts_to_the_callers_caps(capped: ServerProcess) -> 
     assert [finish_body(conn, body, 5) for conn in slow] == [200, 200, 200]
 
     padded = json.dumps({"items": [PLAIN], "pad": "x" * 40_000}).encode()
-    big = start_body(url, A, padded, 10)
+    sent = len(padded) - 10  # (bytes count as they arrive, not as declared)
+    big = start_body(url, A, padded, sent)
     until(lambda: gauge(url, "reward_caller_requests_in_flight", "token:team-a") == 1,
           "A's large request on its way is counted")
     second = httpx.post(url + "/v1/verify/math", content=padded, headers={
         **A, "Content-Type": "application/json"}, timeout=60)
     assert second.status_code == 429 and "max_body_bytes_per_caller=65536" in second.text
-    assert finish_body(big, padded, 10) in (200, 422)  # (its verdict is not the point)
+    assert finish_body(big, padded, sent) in (200, 422)  # (its verdict is not the point)
     assert httpx.post(url + "/v1/verify/math", content=padded, headers={
         **A, "Content-Type": "application/json"}, timeout=60).status_code in (200, 422)
