@@ -7,13 +7,16 @@
   go to the parser (``ReadPacer``), first come first served; the others are kept in order
   until their turn. A request that starts ``GET /healthz`` never waits: a probe is not a
   caller's work.
-- **Bounded heads and bodies.** A request's line and headers may take ``MAX_HEAD_BYTES``
-  and must be complete within ``HEAD_TIMEOUT_S`` of the connection's start or its last
-  answer; its body must be complete within ``BODY_TIMEOUT_S`` of its head. Time spent
-  waiting for the server (the pacer, a paused read) is not counted.
+- **Bounded heads, bodies, pipelines and readers.** A request's line and headers may take
+  ``MAX_HEAD_BYTES`` and must be complete within ``HEAD_TIMEOUT_S`` of the connection's
+  start or its last answer; its body must be complete within ``BODY_TIMEOUT_S`` of its
+  head (time spent waiting for the server, the pacer or a paused read, is not counted). At
+  most ``MAX_PIPELINED`` requests wait behind the one being answered, and a client's
+  reading may lag its answers ``WRITE_TIMEOUT_S``; past either, the connection is aborted.
 - **Room for every caller.** Each connection is counted in its process's ``Connections``
-  (``connections``): idle while no request of it is being answered, and when the process
-  is full the idle ones of the address holding the most go first.
+  (``connections``): idle while no request of it is being answered, busy otherwise; when
+  the process is full, the address holding the most gives one up (aborted: its descriptor
+  goes at once), and a newcomer of that address is refused with a 503.
 """
 
 from __future__ import annotations
