@@ -101,7 +101,7 @@ def docker_ready() -> None:
 
 @pytest.fixture(scope="session")
 def extra_engine(docker_ready: None, tmp_path_factory: pytest.TempPathFactory):
-    """A second Docker engine with the sandbox image (see tests/extra_engine.py)."""
+    """A second Docker engine with the sandbox image (sandbox/testing.py's ExtraEngine)."""
     from sandbox.testing import ExtraEngine
 
     # a short path: unix socket paths are limited to 108 bytes
@@ -189,7 +189,7 @@ class SandboxRuntime:
 @pytest.fixture(scope="session", params=["runc", "runsc"])
 def sandbox_runtime(request: pytest.FixtureRequest) -> SandboxRuntime:
     """The code-verifier, hostile and seccomp tests run once per runtime: runc (the default)
-    and gVisor, registered on the second engine (tests/extra_engine.py)."""
+    and gVisor, registered on the second engine (sandbox/testing.py's ExtraEngine)."""
     if request.param == "runc":
         request.getfixturevalue("docker_ready")
         return SandboxRuntime("runc")

@@ -215,7 +215,7 @@ int main() {
 
 def expected(runtime: str) -> dict[str, int | str | None]:
     """The profile answers EPERM under runc, and under runsc too, where it is applied inside
-    gVisor (sandbox/seccomp-gvisor.json, runsc's --oci-seccomp: tests/extra_engine.py).
+    gVisor (sandbox/seccomp-gvisor.json, runsc's --oci-seccomp: sandbox/testing.py's RUNSC_ARGS).
     mq_open (NULL name: EFAULT where allowed) is denied under gVisor only, which keeps queue
     names between executions; under runc the harness empties /dev/mqueue."""
     names = ("io_uring_setup", "io_uring_enter", "io_uring_register", "socket AF_VSOCK",
