@@ -22,18 +22,13 @@ import pytest
 
 from reward_server.testing import PROXY_SETTINGS, B, as_caller, one_container_server
 from tests.conftest import ServerProcess, run_server, verify_code, wait_for_sandbox
+from tests.helpers.items import towers
 
 TIMEOUT_S = 2.0  # per math item
 BUDGET_S = 20.0  # per request
 # A worker killed at its timeout is replaced; the replacement imports and warms up
 # math-verify, which takes seconds on a busy 2-core machine.
 RESTART_S = 12.0
-
-
-def towers(n: int) -> list[dict[str, str]]:
-    """Distinct towers of exponents: each runs into the time limit."""
-    return [{"response": f"\\boxed{{{3 + k % 5}^{{{5 + k % 4}^{{{7 + k // 20}^{{9}}}}}}}}",
-             "answer": "3"} for k in range(n)]
 
 
 def post_later(url: str, path: str, items: list[dict[str, Any]], delay_s: float,

@@ -19,13 +19,9 @@ import pytest
 
 from reward_server.cache import ResultCache, TimeoutMemory
 from reward_server.process_pool import MAX_OUTSIDE_LOSSES, TimeoutPool
+from tests.helpers.pool_tasks import pid_after, spin
 
 pytestmark = pytest.mark.slow  # worker processes, killed and replaced: seconds a test
-
-
-def spin() -> None:
-    while True:
-        pass
 
 
 def deaf_spin() -> None:
@@ -58,11 +54,6 @@ def noted_sleep(path: str, delay: float) -> int:
 
 def hog() -> int:
     return len(bytearray(2 * 1024**3))
-
-
-def pid_after(delay: float) -> int:
-    time.sleep(delay)
-    return os.getpid()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from reward_server.fair_queue import BudgetSpent, request_scope
 from reward_server.process_pool import TaskResult, TimeoutPool
 from reward_server.slow_lane import Done, LaneVerdicts, SlowLane, Turn
-from tests.reward_server.test_process_pool import pid_after, spin
+from tests.helpers.pool_tasks import pid_after, spin
 
 pytestmark = pytest.mark.slow  # worker processes running into their time limits: seconds a test
 

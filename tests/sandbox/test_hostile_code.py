@@ -3,23 +3,18 @@ no container or process is left over (each pool container runs only its harness)
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
-import docker
-import httpx
 import pytest
 
-from reward_server.verifiers.code import SPARE_CONTAINERS
 from tests.conftest import (
     SandboxRuntime,
     ServerProcess,
-    container_commands,
     run_server,
-    sandbox_containers,
     wait_for_sandbox,
 )
+from tests.helpers.sandbox_pool import POOL, assert_clean
 from tests.sandbox.probes import (
     CHILD_OUTLIVES,
     CHILD_OUTLIVES_EXPECTED,
@@ -32,8 +27,6 @@ from tests.sandbox.probes import (
 )
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
-
-POOL = 2
 
 
 @pytest.fixture(scope="module")
@@ -53,47 +46,6 @@ def run(srv: ServerProcess, **item: Any) -> dict[str, Any]:
         r = c.post("/v1/verify/code", json={"items": [item]})
     assert r.status_code == 200, r.text
     return r.json()["results"][0]
-
-
-def assert_clean(srv: ServerProcess) -> None:
-    """Healthy server; the pool back at full size; every container running its harness and
-    the harness's fork server only."""
-    started = time.monotonic()
-    assert httpx.get(srv.url + "/healthz", timeout=5).status_code == 200
-    assert time.monotonic() - started < 1.0
-    wait_for_sandbox(srv.url)
-    client = (docker.DockerClient(base_url=srv.docker_host) if srv.docker_host
-              else docker.from_env())
-    # a leak stays; removing a gVisor container a fork bomb filled can take over a minute on
-    # a loaded 2-core machine (once 4 of 2 + 1 were still running at 60 s in a full-suite run)
-    deadline = time.monotonic() + 180
-    try:
-        while True:  # replaced containers are removed in the background: wait for the pool
-            problem = _pool_problem(srv, client)
-            if problem is None:
-                return
-            assert time.monotonic() < deadline, problem
-            time.sleep(0.2)
-    finally:
-        client.close()
-
-
-def _pool_problem(srv: ServerProcess, client: docker.DockerClient) -> str | None:
-    mine = sandbox_containers(srv.proc.pid, srv.docker_host)
-    if len(mine) != POOL + SPARE_CONTAINERS or any(c["status"] != "running" for c in mine):
-        return f"pool not back to {POOL} + {SPARE_CONTAINERS} running containers: {mine}"
-    for c in mine:
-        try:
-            commands = container_commands(client.containers.get(c["id"]), srv.runtime)
-        except docker.errors.NotFound:
-            return f"container {c['id']} went away"
-        except RuntimeError as exc:  # its listing failed or did not return (bounded)
-            return str(exc)
-        harness = [cmd for cmd in commands if cmd.endswith("/opt/harness/__main__.py")]
-        fork_server = [cmd for cmd in commands if "zygote_main" in cmd]
-        if len(harness) != 1 or len(fork_server) > 1 or len(commands) > 2:
-            return f"container {c['id']} runs more than its harness and fork server: {commands}"
-    return None
 
 
 def test_fork_bomb(srv: ServerProcess) -> None:

@@ -14,7 +14,7 @@ from sandbox.languages import LANGUAGES, known_names, resolve
 from sandbox.testing import SUM_PROGRAMS
 from sandbox.toolchains.java_build import top_level_types
 from tests.conftest import ServerProcess, run_server, verify_code, wait_for_sandbox
-from tests.sandbox.test_hostile_code import POOL, assert_clean
+from tests.helpers.sandbox_pool import POOL, assert_clean
 
 SUM_TESTS = [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -4", "output": "6"},
              {"input": "4000000000 5000000000", "output": "9000000000"}]

@@ -26,6 +26,7 @@ from tests.conftest import (
     run_server,
     wait_for_sandbox,
 )
+from tests.helpers.sandbox_pool import assert_clean
 from tests.sandbox.probes import (
     CHILD_COMMANDS,
     CHILD_OUTLIVES,
@@ -39,7 +40,6 @@ from tests.sandbox.probes import (
     kill_everything_raises,
     network_probe,
 )
-from tests.sandbox.test_hostile_code import assert_clean
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
