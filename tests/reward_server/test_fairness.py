@@ -22,7 +22,8 @@ import httpx
 import pytest
 
 from reward_server.testing import PROXY_SETTINGS, B, as_caller, one_container_server
-from tests.conftest import ServerProcess, run_server, verify_code, wait_for_sandbox
+from tests.conftest import ServerProcess, run_server, verify_code
+from tests.helpers.code import code_server as ready_code_server
 from tests.helpers.items import towers
 
 TIMEOUT_S = 2.0  # per math item
@@ -142,9 +143,8 @@ def code_server(docker_ready: None, tmp_path_factory: pytest.TempPathFactory
                 ) -> Iterator[ServerProcess]:
     env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "2", "REWARD_SERVER_CACHE_SIZE": "0",
            "REWARD_SERVER_REQUEST_BUDGET_S": str(BUDGET_S)}
-    with run_server(tmp_path_factory.mktemp("fairness-code"), env={**env, **PROXY_SETTINGS}
-                    ) as srv:
-        wait_for_sandbox(srv.url)
+    with ready_code_server(tmp_path_factory.mktemp("fairness-code"),
+                           env={**env, **PROXY_SETTINGS}) as srv:
         yield srv
 
 

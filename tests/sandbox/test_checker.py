@@ -7,13 +7,13 @@ one order of many. A checker that fails to compile, crashes or hangs: bad_tests 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import ServerProcess, run_server, verify_code, wait_for_sandbox
+from tests.conftest import ServerProcess
 from tests.helpers.checker import CHECKER, PY_CHECKER, RIGHT, TESTS, WRONG
+from tests.helpers.code import code_server, verify
 
 # A Go checker (its build cache is dropped before the checker is kept) that accepts when the
 # output has as many numbers as the answer
@@ -40,13 +40,8 @@ func main() {
 def srv(docker_ready: None,
         tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "2", "REWARD_SERVER_CACHE_SIZE": "0"}
-    with run_server(tmp_path_factory.mktemp("checker"), env=env) as server:
-        wait_for_sandbox(server.url, timeout_s=180)
+    with code_server(tmp_path_factory.mktemp("checker"), env=env) as server:
         yield server
-
-
-def verify(srv: ServerProcess, *items: dict[str, Any]) -> list[dict[str, Any]]:
-    return verify_code(srv.url, *items)
 
 
 def test_a_checker_accepts_another_correct_output(srv: ServerProcess) -> None:
