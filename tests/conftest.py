@@ -39,8 +39,8 @@ T = TypeVar("T")
 # remembering to mark it: `pytest -m "not server and not docker and not slow"` is the fast
 # tier (pure functions and units: under a minute, no root, no engine).
 _DOCKER_FIXTURES = {"docker_ready", "extra_engine", "sandbox_runtime"}
-_SERVER_NAMES = {"run_server", "ServerProcess", "code_server"}  # a module that starts servers
-# imports one of these
+# a module that starts servers imports one of these
+_SERVER_NAMES = {"run_server", "ServerProcess", "code_server"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
