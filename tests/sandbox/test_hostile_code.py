@@ -46,7 +46,9 @@ def test_fork_bomb(srv: ServerProcess) -> None:
 def test_infinite_loop(srv: ServerProcess) -> None:
     result = verify_one(srv, response="while True: pass", tests=[{"output": ""}], time_limit_s=1)
     assert result["tests"][0]["status"] == "timeout"
-    assert 900 < result["tests"][0]["time_ms"] < 3000
+    # it ran to its 1 s limit and was stopped there: the upper bound tells that from the
+    # server's 30 s maximum, with room for a loaded machine's late kill (not a speed goal)
+    assert 900 < result["tests"][0]["time_ms"] < 10_000
     assert_clean(srv)
 
 
