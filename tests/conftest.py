@@ -39,7 +39,8 @@ T = TypeVar("T")
 # remembering to mark it: `pytest -m "not server and not docker and not slow"` is the fast
 # tier (pure functions and units: under a minute, no root, no engine).
 _DOCKER_FIXTURES = {"docker_ready", "extra_engine", "sandbox_runtime"}
-_SERVER_NAMES = {"run_server", "ServerProcess"}  # a module that starts servers imports these
+# a module that starts servers imports one of these
+_SERVER_NAMES = {"run_server", "ServerProcess", "code_server"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -101,7 +102,7 @@ def docker_ready() -> None:
 
 @pytest.fixture(scope="session")
 def extra_engine(docker_ready: None, tmp_path_factory: pytest.TempPathFactory):
-    """A second Docker engine with the sandbox image (see tests/extra_engine.py)."""
+    """A second Docker engine with the sandbox image (sandbox/testing.py's ExtraEngine)."""
     from sandbox.testing import ExtraEngine
 
     # a short path: unix socket paths are limited to 108 bytes
@@ -189,7 +190,7 @@ class SandboxRuntime:
 @pytest.fixture(scope="session", params=["runc", "runsc"])
 def sandbox_runtime(request: pytest.FixtureRequest) -> SandboxRuntime:
     """The code-verifier, hostile and seccomp tests run once per runtime: runc (the default)
-    and gVisor, registered on the second engine (tests/extra_engine.py)."""
+    and gVisor, registered on the second engine (sandbox/testing.py's ExtraEngine)."""
     if request.param == "runc":
         request.getfixturevalue("docker_ready")
         return SandboxRuntime("runc")

@@ -38,7 +38,7 @@ def _call(code: str) -> dict[str, Any]:
 def _taught(tokenizer: Any, tool: Any, turns: list[tuple[str, str]], answer: str) -> Any:
     """A tiny Llama that has learnt the conversation (each call, the tool's output, the
     answer) as the template renders it with ``tool``'s schema, the one TRL will render."""
-    from tests.trainer.test_tools_rollout import taught
+    from tests.helpers.tiny_models import taught
 
     messages: list[dict[str, Any]] = list(PROMPT)
     for code, output in turns:
@@ -99,7 +99,7 @@ def _run_code_calls(url: str) -> float:
 def _tokenizer() -> Any:
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    from tests.trainer.test_tools import char_tokenizer
+    from tests.helpers.tiny_models import char_tokenizer
 
     return char_tokenizer(qwen2_5_chat_template)  # TRL knows how to parse its tool calls
 

@@ -15,16 +15,10 @@ import pytest
 
 from reward_server.client import RewardClient, RewardRequestError
 from tests.conftest import ServerProcess, run_server
+from tests.helpers.auth import tokens_file
 
 TOKEN = "s3cret-token"
 TEAMS = {"team-a": "alpha-0123456789", "team-b": "beta:with:colons"}
-
-
-def tokens_file(path: Path, teams: dict[str, str]) -> Path:
-    path.write_text("# name:token, one team a line\n" + "".join(
-        f"{name}:{token}\n" for name, token in teams.items()))
-    os.chmod(path, 0o600)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import pytest
 
 from reward_server.testing import A, B, one_container_server
 from tests.conftest import ServerProcess
-from tests.reward_server.test_fair_turns import hold_then_arrive
+from tests.helpers.turns import hold_then_arrive
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 

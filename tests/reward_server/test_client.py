@@ -95,7 +95,9 @@ def test_unreachable_server_fails_clearly_after_n_attempts() -> None:
     with RewardClient(url, max_attempts=3, backoff_s=0.05) as client:
         with pytest.raises(RewardServerUnavailable, match="after 3 attempts: ConnectError"):
             client.rewards(ITEMS[:1])
-    assert time.monotonic() - started < 5
+    # refused at once, two 0.05 s backoffs between: not three connect timeouts (10 s each);
+    # a bound that catches that hang only, not a speed goal (load slows the rest)
+    assert time.monotonic() - started < 30
 
 
 class Script:

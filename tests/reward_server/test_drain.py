@@ -20,7 +20,8 @@ import httpx
 import pytest
 
 from reward_server.testing import ServerProcess, one_container_server
-from tests.reward_server.test_hang_up import ADD, SLEEPER, metric, until, waiting
+from tests.helpers.items import ADD, SLEEPER
+from tests.helpers.metrics import metric, until, waiting
 
 QUEUED = 1000
 DRAIN_S = 3

@@ -114,7 +114,7 @@ def test_text_answers_are_the_tail_of_long_responses() -> None:
     ],
 )
 def test_extraction_is_linear_on_hostile_text(hostile: str) -> None:
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: the machine's load must not decide the test
     for mode in ("auto", "marked", "boxed"):
         extract_answer(hostile, mode)  # type: ignore[arg-type]
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 2.0

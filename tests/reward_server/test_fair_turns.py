@@ -14,17 +14,16 @@ scored within its budget, and A's verdicts do not depend on B. Order is read fro
 
 from __future__ import annotations
 
-import re
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
-from reward_server.testing import A, B, as_caller, one_container_server, verify_code
+from reward_server.testing import A, B, one_container_server, verify_code
 from tests.conftest import SandboxRuntime, ServerProcess
+from tests.helpers.metrics import counter
+from tests.helpers.turns import hold_then_arrive
 
 BUDGET_S = 10.0  # per request: what B may be shut out for
 LONGEST_TEST_S = 3.0  # the server's max_time_limit_s: test code that cannot take turns
@@ -40,48 +39,6 @@ def one_container(sandbox_runtime: SandboxRuntime, tmp_path_factory: pytest.Temp
     with one_container_server(tmp_path_factory.mktemp(f"fair-turns-{sandbox_runtime.name}"),
                               env) as srv:
         yield srv
-
-
-def counter(url: str, name: str) -> float:
-    text = httpx.get(url + "/metrics", timeout=60).text
-    match = re.search(rf'^{name}{{verifier="code"}} (\S+)$', text, re.M)
-    return float(match.group(1)) if match else 0.0
-
-
-def post(url: str, items: list[dict[str, Any]], source: str, out: dict[str, Any],
-         finished: list[str]) -> threading.Thread:
-    """POST as caller ``source`` (``as_caller``); appends ``source`` to ``finished`` when the
-    answer is in."""
-    def run() -> None:
-        with httpx.Client(headers=as_caller(source), timeout=60) as client:
-            out["response"] = client.post(url + "/v1/verify/code", json={"items": items},
-                                          timeout=300)
-        finished.append(source)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
-ADD = {"response": "```python\ndef add(a, b):\n    return a + b\n```",
-       "test_list": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]}
-
-
-def hold_then_arrive(url: str, hog: dict[str, Any], victim: dict[str, Any] = ADD
-                     ) -> tuple[dict, dict, list[str]]:
-    """A sends ``hog``; once it holds a container (the gate granted it), B sends
-    ``victim`` (a correct item). Both results, and the order in which the answers came."""
-    granted = counter(url, "reward_queue_wait_seconds_count")
-    a: dict[str, Any] = {}
-    b: dict[str, Any] = {}
-    finished: list[str] = []
-    threads = [post(url, [hog], A, a, finished)]
-    while counter(url, "reward_queue_wait_seconds_count") <= granted:  # A holds it now
-        time.sleep(0.05)
-    threads.append(post(url, [victim], B, b, finished))
-    for thread in threads:
-        thread.join()
-    return a["response"].json()["results"][0], b["response"].json()["results"][0], finished
 
 
 def test_a_long_assertion_item_runs_one_turn_and_lets_another_caller_in(

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ServerProcess, run_server
+from tests.helpers.cpu import server_cpu_s
 
 R1 = "<think>\nLet me add.\n</think>\n<answer>\n42\n</answer>"
 BOXED = {"rule": "final_answer", "pattern": "boxed"}
@@ -125,28 +126,31 @@ def test_a_catastrophic_regex_over_1_mib_times_out_alone(srv: ServerProcess) -> 
     honest = {"response": "<think>a</think> 42", "rules": [
         {"rule": "final_answer", "regex": r"\d+\Z"}]}
     done: dict[str, list[dict]] = {}
+    cpu_before = server_cpu_s(srv)
     big = threading.Thread(target=lambda: done.setdefault("big", _verify(
         srv, [hostile, honest], timeout=120)))
     big.start()
     time.sleep(0.3)  # the hostile search is in the worker
-    built_in, regex = [], []
-    while big.is_alive() and len(built_in) < 20:
-        started = time.perf_counter()
+    built_in, regex = 0, []  # regex: whether each was answered before the big request
+    while big.is_alive() and built_in < 20:
         assert _verify(srv, [{"response": R1, "rules": ["think_answer"]}])[0]["score"] == 1
-        built_in.append(time.perf_counter() - started)
+        built_in += 1
         if len(regex) < 2:
-            started = time.perf_counter()
             small = _verify(srv, [{"response": f"n{len(regex)} 7", "rules": [{
                 "rule": "final_answer", "regex": r"\d\Z"}]}])[0]
             assert small["score"] == 1.0, small
-            regex.append(time.perf_counter() - started)
+            regex.append("big" not in done)
         time.sleep(0.05)
     big.join(120)
+    cpu_s = server_cpu_s(srv) - cpu_before
+    print(f"server process CPU {cpu_s:.2f} s, {built_in} built-in requests, regex {regex}")
     assert built_in, "the big request ended before a small one was sent"
-    # the hostile search holds its worker for its whole 1 s limit, twice: a request that
-    # waited on it would take longer than that (loaded CI machines slow the rest)
-    assert max(built_in) < 1.0, built_in
-    assert max(regex) < 5.0, regex  # a turn of the one worker, between the hostile's turns
+    # the hostile search holds its worker for its whole 1 s limit, twice. Built-in rules run
+    # in the server: answered meanwhile, the server process spending less CPU than one such
+    # limit (not the search, nor a held loop). A regex waits for a turn of the one worker,
+    # between the hostile's turns: answered before the hostile's request, not after it.
+    assert cpu_s < 1.0, cpu_s
+    assert regex and all(regex), regex
     slow, fine = done["big"]
     assert (slow["status"], slow["score"]) == ("timeout", 0.5), slow
     assert slow["rules"][0]["status"] == "timeout"

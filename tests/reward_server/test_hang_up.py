@@ -11,19 +11,14 @@ budget: null). Read from the server's own counters and verdicts, not the clock.
 from __future__ import annotations
 
 import asyncio
-import re
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from reward_server.testing import A, B, C, ServerProcess, as_caller, one_container_server
-
-SLEEPER = {"response": "```python\nimport time\ntime.sleep(50)\n```",
-           "tests": [{"input": "", "output": "never"}], "time_limit_s": 55, "budget_s": 58}
-ADD = {"response": "```python\ndef add(a, b):\n    return a + b\n```",
-       "test_list": ["assert add(2, 3) == 5"]}
+from tests.helpers.items import ADD, SLEEPER
+from tests.helpers.metrics import metric, until, waiting
 
 
 @pytest.fixture(scope="module")
@@ -34,25 +29,8 @@ def one_container(docker_ready: None, tmp_path_factory: pytest.TempPathFactory
         yield srv
 
 
-def metric(url: str, pattern: str) -> float:
-    text = httpx.get(url + "/metrics", timeout=60).text
-    match = re.search(rf"^{pattern} (\S+)$", text, re.M)
-    return float(match.group(1)) if match else 0.0
-
-
-def waiting(url: str) -> float:
-    return metric(url, r'reward_queue_items_waiting\{verifier="code"\}')
-
-
 def dropped(url: str) -> float:
     return metric(url, "reward_requests_dropped_total")
-
-
-async def until(check, what: str, within_s: float = 30.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not await asyncio.to_thread(check):
-        assert time.monotonic() < deadline, f"never: {what}"
-        await asyncio.sleep(0.1)
 
 
 def sent(url: str, caller: str, items: list[dict]) -> asyncio.Task:

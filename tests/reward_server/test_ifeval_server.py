@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.conftest import ServerProcess, run_server
+from tests.helpers.cpu import server_cpu_s
 
 WORDS = {"instruction_id": "length_constraints:number_words",
          "kwargs": {"relation": "at least", "num_words": 3}}
@@ -112,7 +113,8 @@ def test_metrics_and_the_cache(srv: ServerProcess) -> None:
 def test_a_2_mib_hostile_response_does_not_stall_a_small_request(srv: ServerProcess) -> None:
     """The largest response the server accepts, built to make the reference's regexes
     backtrack, in loose mode (eight copies): it goes to a worker process, and a small
-    request meanwhile is answered in milliseconds."""
+    request meanwhile is answered, the server process (its event loop) spending little CPU:
+    CPU time, not latency, which the machine's load decides."""
     hostile = "[<<*a. " * (2 * 1024 * 1024 // 7)
     every = [{"instruction_id": i, "kwargs": k} for i, k in {
         "detectable_content:number_placeholders": {"num_placeholders": 1},
@@ -122,19 +124,22 @@ def test_a_2_mib_hostile_response_does_not_stall_a_small_request(srv: ServerProc
             "capital_frequency": 1, "capital_relation": "at least"},
         "detectable_format:number_highlighted_sections": {"num_highlights": 1}}.items()]
     done: dict[str, list[dict]] = {}
+    cpu_before = server_cpu_s(srv)
     big = threading.Thread(target=lambda: done.setdefault("big", _verify(
         srv, [{"response": hostile, "instructions": every, "strict": False}], timeout=120)))
     big.start()
     time.sleep(1.0)  # the big one is being checked
-    latencies = []
-    while big.is_alive() and len(latencies) < 20:
-        started = time.perf_counter()
+    small = 0
+    while big.is_alive() and small < 20:
         assert _verify(srv, [{"response": "small", "instructions": [NO_COMMA]}])[0]["score"] == 1
-        latencies.append(time.perf_counter() - started)
+        small += 1
         time.sleep(0.05)
     big.join(120)
-    assert latencies, "the big request ended before a small one was sent"
-    assert max(latencies) < 0.5, latencies
+    cpu_s = server_cpu_s(srv) - cpu_before
+    print(f"server process CPU {cpu_s:.2f} s, {small} small requests")
+    assert small, "the big request ended before a small one was sent"
+    # the regexes backtracking on the loop held it for seconds of CPU (a worker's limit)
+    assert cpu_s < 2.0, cpu_s
     assert done["big"][0]["status"] in ("ok", "timeout"), done["big"]
 
 

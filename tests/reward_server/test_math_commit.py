@@ -415,8 +415,8 @@ def test_every_kind_has_rows_both_ways() -> None:
     "not quite " * (FIELD_BYTES // 10),
 ])
 def test_the_commitment_scans_are_linear(hostile: str) -> None:
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: the machine's load must not decide the test
     for mode in ("auto", "marked", "boxed"):
         extract_answer(hostile, mode)  # type: ignore[arg-type]
         extract_answer(hostile, mode, truncated=True)  # type: ignore[arg-type]
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 2.0

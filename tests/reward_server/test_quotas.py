@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from reward_server.testing import ServerProcess, run_server
-from tests.reward_server.test_auth import tokens_file
-from tests.reward_server.test_fairness import towers
+from tests.helpers.auth import tokens_file
+from tests.helpers.items import towers
 
 TEAMS = {"team-a": "alpha-0123456789", "team-b": "beta-0123456789"}
 A = {"Authorization": f"Bearer {TEAMS['team-a']}"}

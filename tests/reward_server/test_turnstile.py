@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from reward_server.testing import ServerProcess, run_server
-from tests.reward_server.test_auth import tokens_file
+from tests.helpers.auth import tokens_file
 
 TEAMS = {"team-a": "alpha-0123456789", "team-b": "beta-0123456789"}
 BURST = 1500

@@ -181,7 +181,8 @@ def test_code_block_is_the_one_a_line_loop_finds(seed: int) -> None:
 # --- linear on the worst cases ------------------------------------------------------------
 
 # Each case costs milliseconds to a second (2 MiB of brace pairs, one Python step per
-# pair); before, 7 s to over 30 s.
+# pair); before, 7 s to over 30 s. CPU time of this process, not wall clock: the machine's
+# load must not decide the test.
 BOUND_S = 5.0
 
 
@@ -189,18 +190,18 @@ BOUND_S = 5.0
 def test_triage_of_a_worst_case_at_the_field_limit_is_bounded(name: str) -> None:
     fields = {**math_cases(), **reference_cases()}[name]
     verifier = MathVerifier(Settings())
-    started = time.perf_counter()
+    started = time.process_time()
     verifier.triage(MathItem(**fields))
-    assert time.perf_counter() - started < BOUND_S
+    assert time.process_time() - started < BOUND_S
 
 
 @pytest.mark.parametrize("pattern", ["\n", "```\n", "```python\n", " ``` \n", "```\nx\n```\n",
                                      "`", "```\n\n"])
 def test_code_extraction_at_the_field_limit_is_bounded(pattern: str) -> None:
     text = pattern * (FIELD_BYTES // len(pattern))
-    started = time.perf_counter()
+    started = time.process_time()
     assert extract_code(text) == reference_code(text)
-    assert time.perf_counter() - started < BOUND_S
+    assert time.process_time() - started < BOUND_S
 
 
 _HOSTILE_TOKENS = ["\\boxed{", "\\boxed ", "\\fbox{", "{", "}", "\\{", "$", "$$", "\\(",
@@ -221,9 +222,9 @@ def test_fuzz_repeated_patterns_stay_linear() -> None:
         for fields in ({"response": text, "answer": "3"},
                        {"response": "\\boxed{3}", "answer": text + "4"},
                        {"response": "\\boxed{x+1}", "answer": "3", "question": question}):
-            started = time.perf_counter()
+            started = time.process_time()
             verifier.triage(MathItem(**fields))
-            assert time.perf_counter() - started < BOUND_S, (pattern, list(fields))
+            assert time.process_time() - started < BOUND_S, (pattern, list(fields))
     _cached_question_pieces.cache_clear()
 
 
@@ -231,9 +232,9 @@ def test_a_question_of_unclosed_openers_has_no_math() -> None:
     """Before: 21 s for 100,000 characters of ``\\(`` (the lazy regex's reading is none)."""
     for opener in ("\\(", "\\[", "\\{\\[", "x\\("):
         question = opener * (100_000 // len(opener))
-        started = time.perf_counter()
+        started = time.process_time()
         assert list(_SpanScan(question).spans()) == []
-        assert time.perf_counter() - started < BOUND_S
+        assert time.process_time() - started < BOUND_S
 
 
 def test_extraction_reads_an_escaped_brace_as_text() -> None:

@@ -18,7 +18,7 @@ from tests.conftest import (
     verify_code,
     wait_for_sandbox,
 )
-from tests.sandbox.test_checker import PY_CHECKER, RIGHT, TESTS, WRONG
+from tests.helpers.checker import PY_CHECKER, RIGHT, TESTS, WRONG
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 

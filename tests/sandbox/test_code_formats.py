@@ -12,21 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.helpers.code import verify
+
 pytestmark = pytest.mark.usefixtures("docker_ready")
-
-
-@pytest.fixture(scope="module")
-def code_http(server: Any) -> httpx.Client:
-    from tests.conftest import wait_for_sandbox
-
-    wait_for_sandbox(server.url, timeout_s=180)
-    return httpx.Client(base_url=server.url, timeout=600)
-
-
-def verify(http: httpx.Client, *items: dict[str, Any]) -> list[dict[str, Any]]:
-    r = http.post("/v1/verify/code", json={"items": list(items)})
-    assert r.status_code == 200, r.text
-    return r.json()["results"]
 
 
 # --- HumanEval ----------------------------------------------------------------------------------

@@ -9,21 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.helpers.code import verify_one
+
 pytestmark = pytest.mark.usefixtures("docker_ready")
-
-
-@pytest.fixture(scope="module")
-def code_http(server: Any) -> httpx.Client:
-    from tests.conftest import wait_for_sandbox
-
-    wait_for_sandbox(server.url, timeout_s=180)
-    return httpx.Client(base_url=server.url, timeout=600)
-
-
-def verify(http: httpx.Client, item: dict[str, Any]) -> dict[str, Any]:
-    r = http.post("/v1/verify/code", json={"items": [item]})
-    assert r.status_code == 200, r.text
-    return r.json()["results"][0]
 
 
 def fenced(source: str) -> str:
@@ -46,7 +34,7 @@ EXPECTS_RAISE = (
                          ids=["exits", "hangs"])
 def test_a_dead_or_hung_solution_does_not_pass_an_expects_raise_test(
         code_http: httpx.Client, body: str) -> None:
-    result = verify(code_http, {
+    result = verify_one(code_http, {
         "response": fenced(f"def sqrt_int(n):\n    {body}\n"), "test_code": EXPECTS_RAISE,
         "entry_point": "sqrt_int", "time_limit_s": 1})
     assert result["score"] == 0.0, result
@@ -54,7 +42,7 @@ def test_a_dead_or_hung_solution_does_not_pass_an_expects_raise_test(
 
 def test_a_leetcode_solution_returning_the_first_element_fails(code_http: httpx.Client) -> None:
     wrong = "class Solution:\n    def twoSum(self, nums, target):\n        return 0\n"
-    result = verify(code_http, {
+    result = verify_one(code_http, {
         "response": fenced(wrong), "fn_name": "twoSum",
         "tests": [{"input": "[[2, 7, 11, 15], 9]", "output": "[0, 1]"}]})
     assert result["score"] == 0.0, result
@@ -67,15 +55,15 @@ def test_a_solution_cannot_bind_its_names_to_the_trusted_processs_builtins(
         "is_valid.__module__ = 'builtins'\nis_valid.__qualname__ = 'eval'\n"
         "def f(n):\n    return \"__import__('os').getuid() == 0\"\n")
     test = "def check(candidate):\n    assert is_valid(candidate(3))\n"
-    result = verify(code_http, {"response": fenced(solution), "test_code": test,
-                                "entry_point": "f"})
+    result = verify_one(code_http, {"response": fenced(solution), "test_code": test,
+                                    "entry_point": "f"})
     assert result["score"] == 0.0, result
 
 
 def test_a_bare_except_in_the_test_cannot_swallow_a_crash(code_http: httpx.Client) -> None:
     test = ("def check(candidate):\n    try:\n        candidate(-1)\n    except:\n"
             "        pass\n")
-    result = verify(code_http, {
+    result = verify_one(code_http, {
         "response": fenced("def f(n):\n    import os\n    os._exit(0)\n"),
         "test_code": test, "entry_point": "f", "time_limit_s": 1})
     assert result["score"] == 0.0 and result["tests"][0]["status"] == "runtime_error", result
@@ -90,8 +78,8 @@ def test_a_correct_solution_raises_what_the_test_expects(code_http: httpx.Client
     right = "def f(n):\n    if n < 0:\n        raise ValueError('negative input')\n    return n\n"
     wrong = "def f(n):\n    if n < 0:\n        raise KeyError('negative input')\n    return n\n"
     for source, score in ((right, 1.0), (wrong, 0.0)):
-        result = verify(code_http, {"response": fenced(source), "test_code": test,
-                                    "entry_point": "f"})
+        result = verify_one(code_http, {"response": fenced(source), "test_code": test,
+                                        "entry_point": "f"})
         assert result["score"] == score, result
 
 
@@ -117,7 +105,7 @@ def test_a_forged_exception_class_cannot_end_the_tests_iteration_or_escape_it(
     BaseException would pass an ``except Exception`` by and stop the harness. The setup's own
     classes are no way round: one that ends an iteration, or is no Exception, is refused too."""
     setup = "class EndOfTests(BaseException):\n    pass\n\nclass Stop(StopIteration):\n    pass\n"
-    result = verify(code_http, {
+    result = verify_one(code_http, {
         "response": fenced(FORGE_ERROR.replace("TYPES", repr(types))),
         "test_list": ["assert all(map(f, [1, 2]))"], "test_setup_code": setup})
     assert result["score"] == 0.0 and result["status"] == "ok", result
@@ -135,8 +123,8 @@ def test_a_solutions_class_named_after_a_builtin_origin_is_not_eval(
                 "def f(n):\n    raise Boom('__import__(\"os\").getuid()')\n")
     test = ("def check(candidate):\n    try:\n        candidate(1)\n"
             "    except KeyError as e:\n        assert type(e) is KeyError, type(e)\n")
-    result = verify(code_http, {"response": fenced(solution), "test_code": test,
-                                "entry_point": "f"})
+    result = verify_one(code_http, {"response": fenced(solution), "test_code": test,
+                                    "entry_point": "f"})
     assert result["score"] == 1.0, result
 
 
@@ -170,7 +158,7 @@ FORGE_VALUE = (
 ], ids=["not-in-setup", "exception-class", "builtin", "shadows-method", "dunder",
         "attribute-bomb", "object-bomb", "bad-index"])
 def test_a_forged_object_fails_its_test(code_http: httpx.Client, value: str) -> None:
-    result = verify(code_http, {
+    result = verify_one(code_http, {
         "response": fenced(FORGE_VALUE.replace("VALUE", value)), "test_setup_code": NODE_SETUP,
         "test_list": ["assert f(TREE) == TREE"]})
     assert result["score"] == 0.0 and result["status"] == "ok", result
@@ -193,8 +181,8 @@ def test_a_forged_object_fails_its_test(code_http: httpx.Client, value: str) -> 
 ], ids=["own-class-always-equal", "renamed-class", "attribute-bomb", "cycle"])
 def test_the_setups_objects_cannot_be_faked_or_used_to_stall(code_http: httpx.Client,
                                                             solution: str) -> None:
-    result = verify(code_http, {"response": fenced(solution), "test_setup_code": NODE_SETUP,
-                                "test_list": ["assert f(TREE) == TREE"]})
+    result = verify_one(code_http, {"response": fenced(solution), "test_setup_code": NODE_SETUP,
+                                    "test_list": ["assert f(TREE) == TREE"]})
     assert result["score"] == 0.0 and result["status"] == "ok", result
     assert result["tests"][0]["status"] in ("wrong_answer", "runtime_error"), result
 
@@ -225,7 +213,7 @@ def call_item(fn_name: str, rows: list, call_input: str, response: str) -> dict[
                          ids=[f"{n}-{c}" for n, _, c in STDLIB_NAMED])
 def test_a_call_based_solution_that_defines_nothing_is_not_the_stdlibs_function(
         code_http: httpx.Client, fn_name: str, rows: list, call_input: str) -> None:
-    result = verify(code_http, call_item(fn_name, rows, call_input, "pass"))
+    result = verify_one(code_http, call_item(fn_name, rows, call_input, "pass"))
     assert result["score"] == 0.0, result
 
 
@@ -238,7 +226,7 @@ def test_a_solutions_method_is_called_not_the_stdlib_function_of_its_name(
     own = "def gcd(a, b):\n    return a if b == 0 else gcd(b, a % b)\n"
     imported = "from math import gcd\n"  # the solution's own choice of function
     for response, score in ((wrong, 0.0), (right, 1.0), (own, 1.0), (imported, 1.0)):
-        result = verify(code_http, call_item("gcd", rows, "list", response))
+        result = verify_one(code_http, call_item("gcd", rows, "list", response))
         assert result["score"] == score, (response, result)
 
 
@@ -254,21 +242,21 @@ STAR_PROMPT = "from math import *\nfrom operator import *\n"
 def test_an_assertion_tests_entry_point_is_not_a_star_imported_function(
         code_http: httpx.Client, response: str) -> None:
     check = "def check(candidate):\n    assert candidate(12, 8) == 4\n    assert candidate(7, 21) == 7\n"
-    result = verify(code_http, {"response": response, "prompt": STAR_PROMPT, "test_code": check,
-                                "entry_point": "Solution().gcd"})
+    result = verify_one(code_http, {"response": response, "prompt": STAR_PROMPT, "test_code": check,
+                                    "entry_point": "Solution().gcd"})
     assert result["score"] == 0.0, result
-    result = verify(code_http, {"response": "pass", "prompt": STAR_PROMPT, "test_code": check,
-                                "entry_point": "gcd"})
+    result = verify_one(code_http, {"response": "pass", "prompt": STAR_PROMPT, "test_code": check,
+                                    "entry_point": "gcd"})
     assert result["score"] == 0.0, result
 
 
 def test_a_solution_still_uses_what_it_star_imports(code_http: httpx.Client) -> None:
     """The star-imported names stay the solution's to use, and the tests' (MBPP's one module)."""
     solution = "from math import *\ndef hyp(a, b):\n    return int(sqrt(a * a + b * b))\n"
-    result = verify(code_http, {"response": fenced(solution),
-                                "test_list": ["assert hyp(3, 4) == 5", "assert floor(2.5) == 2"]})
+    result = verify_one(code_http, {"response": fenced(solution),
+                                    "test_list": ["assert hyp(3, 4) == 5", "assert floor(2.5) == 2"]})
     assert result["score"] == 1.0, result
     leet = ("class Solution:\n    def hyp(self, a: int, b: int) -> List[int]:\n"
             "        return [int(sqrt(a * a + b * b))]\n")
-    result = verify(code_http, call_item("hyp", [([3, 4], [5])], "list", leet))
+    result = verify_one(code_http, call_item("hyp", [([3, 4], [5])], "list", leet))
     assert result["score"] == 1.0, result

@@ -61,7 +61,10 @@ def test_a_ten_million_digit_return_value_stays_bounded(url: str) -> None:
     print(f"\n10**7-digit return value: {held:.2f} s, {result['tests'][0]['status']}")
     assert result["score"] == 0.0, result
     assert result["tests"][0]["status"] in {"wrong_answer", "runtime_error"}, result
-    assert held < 8.0, held
+    # work on the candidate's clock would show as a timeout (the statuses above); what this
+    # bounds is PID 1's own, untimed: a decimal conversion there takes minutes. A bound
+    # against that hang, not a speed goal (test_harness_checks.py times the codec in CPU)
+    assert held < 60, held
 
 
 @pytest.mark.parametrize("test_code", [

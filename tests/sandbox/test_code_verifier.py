@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import SandboxRuntime, run_server, wait_for_sandbox
+from tests.conftest import SandboxRuntime, wait_for_sandbox
+from tests.helpers.code import code_client, code_server, verify
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -17,21 +18,16 @@ pytestmark = pytest.mark.usefixtures("docker_ready")
 @pytest.fixture(scope="module")
 def code_http(request: pytest.FixtureRequest, sandbox_runtime: SandboxRuntime,
               tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    """The shared server (runc), or one whose sandbox runs under gVisor."""
+    """The shared server (runc), as tests/sandbox/conftest.py's ``code_http``, or one whose
+    sandbox runs under gVisor: this module's tests run under both."""
     with ExitStack() as stack:
         if sandbox_runtime.docker_host is None:
             server = request.getfixturevalue("server")
+            wait_for_sandbox(server.url, timeout_s=180)
         else:
-            server = stack.enter_context(run_server(
+            server = stack.enter_context(code_server(
                 tmp_path_factory.mktemp(f"code-{sandbox_runtime.name}"), env=sandbox_runtime.env))
-        wait_for_sandbox(server.url, timeout_s=180)
-        yield stack.enter_context(server.client())
-
-
-def verify(http: httpx.Client, *items: dict[str, Any]) -> list[dict[str, Any]]:
-    r = http.post("/v1/verify/code", json={"items": list(items)})
-    assert r.status_code == 200, r.text
-    return r.json()["results"]
+        yield stack.enter_context(code_client(server))
 
 
 SUM_TESTS = [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -4", "output": "6"}]

@@ -27,7 +27,8 @@ import pytest
 
 from sandbox.harness import slate
 from sandbox.harness.zygote import Zygote
-from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
+from tests.conftest import SandboxRuntime, ServerProcess
+from tests.helpers.code import code_server, verify_one
 from tests.sandbox.probes import SECRET_HUNT, SECRET_HUNT_EXPECTED, secret_program
 
 SUMS = [{"input": f"{k} {k * 3}\n", "output": str(k * 4)} for k in (1, 7, 12)]
@@ -105,9 +106,8 @@ def srv(tmp_path_factory: pytest.TempPathFactory,
     calls share it, as a second caller's call would."""
     env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": "1",
            "REWARD_SERVER_CACHE_SIZE": "0"}
-    with run_server(tmp_path_factory.mktemp(f"fork-server-{sandbox_runtime.name}"),
-                    env=env) as server:
-        wait_for_sandbox(server.url, timeout_s=180)
+    with code_server(tmp_path_factory.mktemp(f"fork-server-{sandbox_runtime.name}"),
+                     env=env) as server:
         yield server
 
 
@@ -119,10 +119,6 @@ def post(srv: ServerProcess, path: str, payload: dict[str, Any]) -> Any:
     return r.json()
 
 
-def verify(srv: ServerProcess, **item: Any) -> dict[str, Any]:
-    return post(srv, "/v1/verify/code", {"items": [item]})["results"][0]
-
-
 def where(text: str) -> str:
     found = re.search(r"ran in (\S+)", text)
     assert found, text
@@ -132,7 +128,7 @@ def where(text: str) -> str:
 def score_secret(srv: ServerProcess) -> tuple[str, str]:
     """A caller's item whose program holds a secret, scored: (the secret, its container)."""
     secret = new_secret()
-    result = verify(srv, response=WHERE + secret_program(secret), tests=SUMS)
+    result = verify_one(srv, response=WHERE + secret_program(secret), tests=SUMS)
     assert (result["status"], result["score"]) == ("ok", 1.0), result
     return secret, where(result["tests"][0]["stderr"])
 
@@ -164,12 +160,12 @@ def test_the_next_item_finds_nothing_of_the_last_ones_program(srv: ServerProcess
     secret, container = score_secret(srv)
     hunt = WHERE + TO_STDERR + SECRET_HUNT
     if style == "stdio":
-        result = verify(srv, response=hunt, tests=[{"output": "?"}], time_limit_s=HUNT_S,
-                        memory_mb=512)
+        result = verify_one(srv, response=hunt, tests=[{"output": "?"}], time_limit_s=HUNT_S,
+                            memory_mb=512)
         assert result["tests"][0]["status"] == "wrong_answer", result
     else:
-        result = verify(srv, response=hunt + "def f():\n    return 0\n",
-                        test_code="assert f() == 1", entry_point="f", memory_mb=512)
+        result = verify_one(srv, response=hunt + "def f():\n    return 0\n",
+                            test_code="assert f() == 1", entry_point="f", memory_mb=512)
         assert result["tests"][0]["status"] == "wrong_answer", result
     text = result["tests"][0]["stderr"]
     assert SECRET_HUNT_EXPECTED in hunted(text, secret, container), text

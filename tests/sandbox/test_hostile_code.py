@@ -3,23 +3,13 @@ no container or process is left over (each pool container runs only its harness)
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from typing import Any
 
-import docker
-import httpx
 import pytest
 
-from reward_server.verifiers.code import SPARE_CONTAINERS
-from tests.conftest import (
-    SandboxRuntime,
-    ServerProcess,
-    container_commands,
-    run_server,
-    sandbox_containers,
-    wait_for_sandbox,
-)
+from tests.conftest import SandboxRuntime, ServerProcess
+from tests.helpers.code import code_server, verify_one
+from tests.helpers.sandbox_pool import POOL, assert_clean
 from tests.sandbox.probes import (
     CHILD_OUTLIVES,
     CHILD_OUTLIVES_EXPECTED,
@@ -33,8 +23,6 @@ from tests.sandbox.probes import (
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
-POOL = 2
-
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory,
@@ -42,99 +30,52 @@ def srv(tmp_path_factory: pytest.TempPathFactory,
     """Under runc on the main engine, then under gVisor on the second (tests/conftest.py)."""
     env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL),
            "REWARD_SERVER_SANDBOX_DEFAULT_TIME_LIMIT_S": "2", "REWARD_SERVER_CACHE_SIZE": "0"}
-    with run_server(tmp_path_factory.mktemp(f"hostile-{sandbox_runtime.name}"),
-                    env=env) as server:
-        wait_for_sandbox(server.url, timeout_s=180)
+    with code_server(tmp_path_factory.mktemp(f"hostile-{sandbox_runtime.name}"),
+                     env=env) as server:
         yield server
 
 
-def run(srv: ServerProcess, **item: Any) -> dict[str, Any]:
-    with srv.client() as c:
-        r = c.post("/v1/verify/code", json={"items": [item]})
-    assert r.status_code == 200, r.text
-    return r.json()["results"][0]
-
-
-def assert_clean(srv: ServerProcess) -> None:
-    """Healthy server; the pool back at full size; every container running its harness and
-    the harness's fork server only."""
-    started = time.monotonic()
-    assert httpx.get(srv.url + "/healthz", timeout=5).status_code == 200
-    assert time.monotonic() - started < 1.0
-    wait_for_sandbox(srv.url)
-    client = (docker.DockerClient(base_url=srv.docker_host) if srv.docker_host
-              else docker.from_env())
-    # a leak stays; removing a gVisor container a fork bomb filled can take over a minute on
-    # a loaded 2-core machine (once 4 of 2 + 1 were still running at 60 s in a full-suite run)
-    deadline = time.monotonic() + 180
-    try:
-        while True:  # replaced containers are removed in the background: wait for the pool
-            problem = _pool_problem(srv, client)
-            if problem is None:
-                return
-            assert time.monotonic() < deadline, problem
-            time.sleep(0.2)
-    finally:
-        client.close()
-
-
-def _pool_problem(srv: ServerProcess, client: docker.DockerClient) -> str | None:
-    mine = sandbox_containers(srv.proc.pid, srv.docker_host)
-    if len(mine) != POOL + SPARE_CONTAINERS or any(c["status"] != "running" for c in mine):
-        return f"pool not back to {POOL} + {SPARE_CONTAINERS} running containers: {mine}"
-    for c in mine:
-        try:
-            commands = container_commands(client.containers.get(c["id"]), srv.runtime)
-        except docker.errors.NotFound:
-            return f"container {c['id']} went away"
-        except RuntimeError as exc:  # its listing failed or did not return (bounded)
-            return str(exc)
-        harness = [cmd for cmd in commands if cmd.endswith("/opt/harness/__main__.py")]
-        fork_server = [cmd for cmd in commands if "zygote_main" in cmd]
-        if len(harness) != 1 or len(fork_server) > 1 or len(commands) > 2:
-            return f"container {c['id']} runs more than its harness and fork server: {commands}"
-    return None
-
-
 def test_fork_bomb(srv: ServerProcess) -> None:
-    result = run(srv, response="import os\nwhile True:\n    os.fork()",
-                 tests=[{"output": "never"}])
+    result = verify_one(srv, response="import os\nwhile True:\n    os.fork()",
+                        tests=[{"output": "never"}])
     assert result["tests"][0]["status"] in {"timeout", "runtime_error"}
     assert result["score"] == 0.0
     assert_clean(srv)
 
 
 def test_infinite_loop(srv: ServerProcess) -> None:
-    result = run(srv, response="while True: pass", tests=[{"output": ""}], time_limit_s=1)
+    result = verify_one(srv, response="while True: pass", tests=[{"output": ""}], time_limit_s=1)
     assert result["tests"][0]["status"] == "timeout"
-    assert 900 < result["tests"][0]["time_ms"] < 3000
+    # it ran to its 1 s limit and was stopped there: the upper bound tells that from the
+    # server's 30 s maximum, with room for a loaded machine's late kill (not a speed goal)
+    assert 900 < result["tests"][0]["time_ms"] < 10_000
     assert_clean(srv)
 
 
 def test_allocate_10_gb(srv: ServerProcess) -> None:
-    result = run(srv, response="x = bytearray(10 * 1024**3)\nprint(len(x))",
-                 tests=[{"output": str(10 * 1024**3)}])
+    result = verify_one(srv, response="x = bytearray(10 * 1024**3)\nprint(len(x))",
+                        tests=[{"output": str(10 * 1024**3)}])
     assert result["tests"][0]["status"] == "memory_limit", result
     assert_clean(srv)
 
 
 def test_allocate_gradually(srv: ServerProcess) -> None:
     program = "xs = []\nwhile True:\n    xs.append(bytearray(10 * 1024**2))"
-    result = run(srv, response=program, tests=[{"output": ""}])
+    result = verify_one(srv, response=program, tests=[{"output": ""}])
     assert result["tests"][0]["status"] == "memory_limit", result
     assert_clean(srv)
 
 
 def test_print_1_gb(srv: ServerProcess) -> None:
     program = "import sys\nchunk = 'x' * 1_000_000\nfor _ in range(1000):\n    sys.stdout.write(chunk)"
-    result = run(srv, response=program, tests=[{"output": "x"}])
+    result = verify_one(srv, response=program, tests=[{"output": "x"}])
     assert result["tests"][0]["status"] == "output_limit"
     assert_clean(srv)
 
 
 def test_print_1_gb_to_stderr(srv: ServerProcess) -> None:
     program = "import sys\nchunk = 'x' * 1_000_000\nfor _ in range(1000):\n    sys.stderr.write(chunk)"
-    result = run(srv, response=program, tests=[{"output": ""}])
+    result = verify_one(srv, response=program, tests=[{"output": ""}])
     assert result["tests"][0]["status"] == "output_limit"
     assert len(result["tests"][0]["stderr"]) <= 2048
     assert_clean(srv)
@@ -142,27 +83,27 @@ def test_print_1_gb_to_stderr(srv: ServerProcess) -> None:
 
 def test_no_network_outside_or_to_the_host(srv: ServerProcess) -> None:
     port = srv.url.rsplit(":", 1)[1]
-    result = run(srv, response=network_probe(port), tests=[{"output": NETWORK_EXPECTED}])
+    result = verify_one(srv, response=network_probe(port), tests=[{"output": NETWORK_EXPECTED}])
     assert result["tests"][0]["status"] == "passed", result
     assert_clean(srv)
 
 
 def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess) -> None:
-    result = run(srv, response=FILESYSTEM_PROBE,
-                 tests=[{"output": filesystem_expected(srv.runtime)}])
+    result = verify_one(srv, response=FILESYSTEM_PROBE,
+                        tests=[{"output": filesystem_expected(srv.runtime)}])
     assert result["tests"][0]["status"] == "passed", result
     assert_clean(srv)
 
 
 def test_child_outliving_its_parent_is_killed(srv: ServerProcess) -> None:
-    result = run(srv, response=CHILD_OUTLIVES, tests=[{"output": CHILD_OUTLIVES_EXPECTED}])
+    result = verify_one(srv, response=CHILD_OUTLIVES, tests=[{"output": CHILD_OUTLIVES_EXPECTED}])
     assert result["tests"][0]["status"] == "passed"
     assert_clean(srv)  # the sleepers are gone and the container was checked
 
 
 def test_kill_everything(srv: ServerProcess) -> None:
-    result = run(srv, response=KILL_EVERYTHING,
-                 tests=[{"output": KILL_EVERYTHING_EXPECTED}, {"output": "x"}])
+    result = verify_one(srv, response=KILL_EVERYTHING,
+                        tests=[{"output": KILL_EVERYTHING_EXPECTED}, {"output": "x"}])
     # kill(-1) spares init (the harness) and the caller; the fork server dies, so the test
     # either completes or is reported as the crash it is. Both tests are judged.
     first, second = (t["status"] for t in result["tests"])
@@ -194,8 +135,8 @@ ADD_TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 4"
          "patch_debug", "eq_always_true", "int_subclass", "kill_parent", "scan_memory"],
 )
 def test_assertion_cheats_fail(srv: ServerProcess, cheat: str) -> None:
-    result = run(srv, response=f"```python\n{WRONG_ADD}{cheat}\n```", test_code=ADD_TESTS,
-                 entry_point="add")
+    result = verify_one(srv, response=f"```python\n{WRONG_ADD}{cheat}\n```", test_code=ADD_TESTS,
+                        entry_point="add")
     assert result["passed"] == 0 and result["score"] == 0.0, result
     assert result["total"] == 2
     assert_clean(srv)
@@ -204,8 +145,8 @@ def test_assertion_cheats_fail(srv: ServerProcess, cheat: str) -> None:
 def test_check_function_cheats_fail(srv: ServerProcess) -> None:
     test_code = "def check(candidate):\n    assert candidate(1, 2) == 3\n"
     cheat = "import sys\nsys.modules['__main__'].check = lambda c: None\nsys.exit(0)"
-    result = run(srv, response=WRONG_ADD + cheat, test_code=test_code, entry_point="add")
+    result = verify_one(srv, response=WRONG_ADD + cheat, test_code=test_code, entry_point="add")
     assert result["score"] == 0.0
-    honest = run(srv, response="def add(a, b):\n    return a + b", test_code=test_code,
-                 entry_point="add")
+    honest = verify_one(srv, response="def add(a, b):\n    return a + b", test_code=test_code,
+                        entry_point="add")
     assert honest["score"] == 1.0

@@ -6,15 +6,15 @@ pure parts (aliases, the Java main-class finder) are unit tests."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from sandbox.languages import LANGUAGES, known_names, resolve
 from sandbox.testing import SUM_PROGRAMS
 from sandbox.toolchains.java_build import top_level_types
-from tests.conftest import ServerProcess, run_server, verify_code, wait_for_sandbox
-from tests.sandbox.test_hostile_code import POOL, assert_clean
+from tests.conftest import ServerProcess
+from tests.helpers.code import code_server, verify
+from tests.helpers.sandbox_pool import POOL, assert_clean
 
 SUM_TESTS = [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -4", "output": "6"},
              {"input": "4000000000 5000000000", "output": "9000000000"}]
@@ -201,13 +201,8 @@ def test_java_top_level_types(source: str, package: str, types: list) -> None:
 def srv(docker_ready: None,
         tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     env = {"REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL), "REWARD_SERVER_CACHE_SIZE": "0"}
-    with run_server(tmp_path_factory.mktemp("languages"), env=env) as server:
-        wait_for_sandbox(server.url, timeout_s=180)
+    with code_server(tmp_path_factory.mktemp("languages"), env=env) as server:
         yield server
-
-
-def verify(srv: ServerProcess, *items: dict[str, Any]) -> list[dict[str, Any]]:
-    return verify_code(srv.url, *items)
 
 
 @pytest.mark.parametrize("language", sorted(LANGUAGES))

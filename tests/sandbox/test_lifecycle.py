@@ -88,7 +88,9 @@ def test_unreachable_engine_keeps_math_and_reports_code_unavailable(tmp_path: Pa
             {"verifier": "math", "response": "\\boxed{2}", "answer": "2"},
             {"verifier": "code", "response": "print(1)", "tests": [{"output": "1"}]},
         ]}, timeout=60)
-        assert time.monotonic() - started < 10  # answered at once, not after a long wait
+        # answered at once, not after the 120 s wait for a container (sandbox/config.py's
+        # acquire_timeout_s): a bound that catches that wait, not a speed goal
+        assert time.monotonic() - started < 60
         body = r.json()
         assert body["rewards"] == [1.0, None]
         assert "Docker engine not reachable" in body["results"][1]["detail"]

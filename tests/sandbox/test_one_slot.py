@@ -16,15 +16,14 @@ import pytest
 
 from reward_server.testing import A, B, as_caller, one_container_server
 from tests.conftest import ServerProcess
-from tests.reward_server.test_fair_turns import counter
+from tests.helpers.items import ADD
+from tests.helpers.metrics import counter
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
 BUDGET_S = 10
 STUBBORN = ("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
             "while True:\n    pass\n")
-ADD = {"response": "```python\ndef add(a, b):\n    return a + b\n```",
-       "test_list": ["assert add(2, 3) == 5"]}
 
 
 @pytest.fixture(scope="module")

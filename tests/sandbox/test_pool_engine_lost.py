@@ -23,6 +23,10 @@ pytestmark = pytest.mark.usefixtures("docker_ready")
 
 SLOW_CORRECT = Execution("python", "import time\ntime.sleep(2)\nprint(int(input()) + 1)\n",
                          (runner.TestCase("1", "2"),))
+# What a run whose channel was closed under it waited before (its whole budget): the bounds
+# below tell that wait from an answer at once, and are not speed goals (the verdicts are
+# the behaviour; a loaded machine slows the 2 s program, not past this)
+WAITED_OUT_S = 20.0
 
 
 async def _during_a_run(config: SandboxConfig,
@@ -55,7 +59,7 @@ def test_a_run_in_a_container_the_pool_dropped_is_unscorable_at_once() -> None:
 
     result, elapsed = asyncio.run(_during_a_run(SandboxConfig(pool_size=1), drop))
     assert isinstance(result, SandboxUnavailable), result  # null: the program did not cause it
-    assert elapsed < 10, elapsed
+    assert elapsed < WAITED_OUT_S, elapsed  # at once, not after the budget
 
 
 def test_one_failed_health_ping_leaves_the_pool_and_the_run_alone() -> None:
@@ -75,4 +79,4 @@ def test_one_failed_health_ping_leaves_the_pool_and_the_run_alone() -> None:
     result, elapsed = asyncio.run(_during_a_run(config, fail_one_ping))
     assert not isinstance(result, SandboxUnavailable), result
     assert [t.status for t in result.tests] == ["passed"], result
-    assert elapsed < 10, elapsed
+    assert elapsed < WAITED_OUT_S, elapsed

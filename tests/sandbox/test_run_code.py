@@ -24,6 +24,7 @@ from verl.utils.reward_score.sandbox_fusion.utils import call_sandbox_api, check
 
 from reward_server.verifiers.code import SPARE_CONTAINERS
 from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
+from tests.helpers.sandbox_pool import POOL, assert_clean
 from tests.sandbox.probes import (
     CHILD_OUTLIVES,
     CHILD_OUTLIVES_EXPECTED,
@@ -36,7 +37,6 @@ from tests.sandbox.probes import (
     kill_everything_raises,
     network_probe,
 )
-from tests.sandbox.test_hostile_code import POOL, assert_clean
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 

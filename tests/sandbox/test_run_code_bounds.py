@@ -18,7 +18,7 @@ import pytest
 
 from sandbox.config import SandboxConfig
 from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
-from tests.sandbox.test_hostile_code import POOL, assert_clean
+from tests.helpers.sandbox_pool import POOL, assert_clean
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 

@@ -9,7 +9,6 @@ import platform
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from sandbox.seccomp import ENGINE_DEFAULT, PROFILE, PROFILE_GVISOR, security_opt
@@ -21,7 +20,8 @@ from sandbox.seccomp_generate import (
     generate,
     socket_rules,
 )
-from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
+from tests.conftest import SandboxRuntime, ServerProcess
+from tests.helpers.code import code_server, verify_one
 
 BLOCKED_NAMES = {"io_uring_setup", "io_uring_enter", "io_uring_register", "socketcall",
                  "keyctl", "add_key", "request_key", "userfaultfd", "kexec_load"}
@@ -215,7 +215,7 @@ int main() {
 
 def expected(runtime: str) -> dict[str, int | str | None]:
     """The profile answers EPERM under runc, and under runsc too, where it is applied inside
-    gVisor (sandbox/seccomp-gvisor.json, runsc's --oci-seccomp: tests/extra_engine.py).
+    gVisor (sandbox/seccomp-gvisor.json, runsc's --oci-seccomp: sandbox/testing.py's RUNSC_ARGS).
     mq_open (NULL name: EFAULT where allowed) is denied under gVisor only, which keeps queue
     names between executions; under runc the harness empties /dev/mqueue."""
     names = ("io_uring_setup", "io_uring_enter", "io_uring_register", "socket AF_VSOCK",
@@ -231,16 +231,8 @@ def srv(tmp_path_factory: pytest.TempPathFactory,
         sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
     env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": "1",
            "REWARD_SERVER_CACHE_SIZE": "0"}
-    with run_server(tmp_path_factory.mktemp(f"seccomp-{sandbox_runtime.name}"), env=env) as s:
-        wait_for_sandbox(s.url, timeout_s=180)
+    with code_server(tmp_path_factory.mktemp(f"seccomp-{sandbox_runtime.name}"), env=env) as s:
         yield s
-
-
-def run(srv: ServerProcess, **item: Any) -> dict[str, Any]:
-    with httpx.Client(base_url=srv.url, timeout=180) as c:
-        r = c.post("/v1/verify/code", json={"items": [{"time_limit_s": 20, **item}]})
-    assert r.status_code == 200, r.text
-    return r.json()["results"][0]
 
 
 @pytest.fixture(autouse=True)
@@ -252,13 +244,14 @@ def _x86_64_only(request: pytest.FixtureRequest) -> None:
 def test_blocked_syscalls_fail_and_ordinary_ones_work(srv: ServerProcess,
                                                       sandbox_runtime: SandboxRuntime) -> None:
     program = f"EXPECTED = {expected(sandbox_runtime.name)!r}\n{PROBE}"
-    result = run(srv, response=program, tests=[{"input": "", "output": "ok"}])
+    result = verify_one(srv, time_limit_s=20, response=program,
+                        tests=[{"input": "", "output": "ok"}])
     assert result["score"] == 1.0, result
 
 
 def test_socketcall_and_io_uring_from_cpp(srv: ServerProcess,
                                           sandbox_runtime: SandboxRuntime) -> None:
-    result = run(srv, response=PROBE_CPP, language="cpp", tests=[
+    result = verify_one(srv, time_limit_s=20, response=PROBE_CPP, language="cpp", tests=[
         {"input": f"ring {errno.EPERM}", "output": "ok"},
         {"input": "socketcall", "output": "blocked"}])
     ring, socketcall = result["tests"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, ServerProcess, run_server, verify_code, wait_for_sandbox
-from tests.sandbox.test_checker import RIGHT, TESTS, WRONG
+from tests.helpers.checker import RIGHT, TESTS, WRONG
 
 TESTLIB_STAND_IN = r"""// A stand-in for testlib.h, written for tests/sandbox/test_testlib.py
 #pragma once

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import string
 import threading
 import time
 from collections.abc import Iterator
@@ -16,11 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from reward_server.testing import ServerProcess, free_port, wait_for_sandbox
 from reward_server.tool_client import CodeTool, ToolCall, clip, run_code_result
+from tests.helpers.tiny_models import HERMES_TEMPLATE, char_tokenizer
 from trainer.multiturn import without_outages
 from trainer.rewards import ScoredBatch
 from trainer.rollout import Rollout
@@ -50,40 +49,11 @@ def test_fenced_call_ends_at_the_closing_fence() -> None:
     assert text[: FencedFormat().call_end(text)] == "ok\n```python\nprint(1)\n```"
 
 
-def char_tokenizer(chat_template: str | None = None) -> PreTrainedTokenizerFast:
-    """A character-level tokenizer over printable ASCII (the tiny model's has no backtick or
-    newline), ``<|im_end|>`` its EOS, as Qwen's."""
-    specials = ["<pad>", "<|im_end|>", "<unk>"]
-    chars = sorted(set(string.printable) - set("\r\x0b\x0c"))
-    core = Tokenizer(models.WordLevel({t: i for i, t in enumerate(specials + chars)}, "<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>",
-                                        eos_token="<|im_end|>", unk_token="<unk>")
-    tokenizer.chat_template = chat_template or PLAIN_TEMPLATE
-    return tokenizer
-
-
-PLAIN_TEMPLATE = ("{% for m in messages %}{{ m.content }}{% endfor %}"
-                  "{% if add_generation_prompt %}=>{% endif %}")
-
-
 def test_fenced_output_is_an_output_block() -> None:
     tokenizer = char_tokenizer()
     ids = FencedFormat().output_ids(tokenizer, "42")
     assert tokenizer.decode(ids) == "\n```output\n42\n```\n"
 
-
-HERMES_TEMPLATE = (  # Qwen2.5's, cut to what matters: tools in the system turn, tool results
-    "{% if tools %}<|im_start|>system\n# Tools\n<tools>\n{% for t in tools %}"
-    "{{ t | tojson }}\n{% endfor %}</tools><|im_end|>\n{% endif %}"
-    "{% for m in messages %}{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>\n"
-    "{{ m.content }}\n</tool_response><|im_end|>\n{% elif m.role == 'assistant' %}"
-    "<|im_start|>assistant\n{{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>\n"
-    "{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}"
-    "\n</tool_call>{% endfor %}<|im_end|>\n{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}"
-    "<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
-    "{% endif %}")
 
 TEMPLATE_CALLS = [
     ('<tool_call>\n{"name": "python", "arguments": {"code": "print(6*7)"}}\n</tool_call>',

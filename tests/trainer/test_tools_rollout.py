@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
 from reward_server.testing import ServerProcess, wait_for_sandbox
 from reward_server.tool_client import CodeTool
-from tests.trainer.test_tools import HERMES_TEMPLATE, char_tokenizer
+from tests.helpers.tiny_models import HERMES_TEMPLATE, char_tokenizer, taught
 from trainer.config import GRPOConfig
 from trainer.logprobs import completion_logps
 from trainer.loss import policy_loss
@@ -37,35 +37,6 @@ ANSWER = "42<|im_end|>"
 def sandbox_url(server: ServerProcess, docker_ready: None) -> str:
     wait_for_sandbox(server.url)
     return server.url
-
-
-def taught(tokenizer: PreTrainedTokenizerBase, prompt: str, policy: list[str],
-           tool: list[str]) -> LlamaForCausalLM:
-    """A 2-layer Llama that has learnt one transcript by heart (the policy's turns, between
-    the tool's), so that what it samples at a low temperature is that transcript."""
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=True))
-    ids, learn = tokenizer(prompt, add_special_tokens=False).input_ids, []
-    learn = [False] * len(ids)
-    for k, turn in enumerate(policy):
-        for text, trained in ((turn, True), (tool[k] if k < len(tool) else "", False)):
-            piece = tokenizer(text, add_special_tokens=False).input_ids
-            ids, learn = ids + piece, learn + [trained] * len(piece)
-    x = torch.tensor([ids])
-    labels = torch.where(torch.tensor([learn]), x, -100)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(400):
-        loss = model(input_ids=x, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if loss.item() < 0.005:
-            break
-    return model.eval()
 
 
 @pytest.fixture(scope="module")
