@@ -120,16 +120,14 @@ class PipelinedTooDeep(Exception):
 
 class PacedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol whose bytes reach the parser when the ``ReadPacer``
-    lets them: kept in arrival order meanwhile, and the connection stops reading if a
-    waiting one sends more than ``STASH_PAUSE_BYTES``.
-
-    Two bounds uvicorn's httptools protocol does not have: a request's line and headers
-    may take ``MAX_HEAD_BYTES`` (httptools grows a header chunk by chunk, so a 200 MB one
-    held the loop 5 s: past the bound it is a 431 and the connection closes), and must be
-    complete within ``HEAD_TIMEOUT_S`` of the connection's start or its previous answer
-    (a connection that sends nothing, or a header a byte a minute, held a descriptor for
-    good: 300 of them took a server of 256 descriptors down). Time spent waiting for the
-    pacer is the server's, not counted."""
+    lets them (kept in arrival order meanwhile; the connection stops reading if a waiting
+    one sends more than ``STASH_PAUSE_BYTES``), with the bounds uvicorn's own does not
+    have (the module docstring): a head past ``MAX_HEAD_BYTES`` (httptools grows a header
+    chunk by chunk: a 200 MB one held the loop 5 s) or later than ``HEAD_TIMEOUT_S`` (300
+    silent connections took a server of 256 descriptors down), a body later than
+    ``BODY_TIMEOUT_S``, a pipeline deeper than ``MAX_PIPELINED``, a reader lagging more
+    than ``WRITE_TIMEOUT_S``; and each connection counted in its process's ``Connections``.
+    """
 
     _waiting: bytearray | None = None  # what arrived while it waits its turn
     _reading_head = True
