@@ -454,7 +454,9 @@ def test_an_evicted_connection_frees_its_descriptor_with_answers_still_unsent(
     """A connection idle between requests whose client read none of its last answer (it
     waits in the server's buffers): closed for a newcomer's room, its descriptor goes at
     once (a close would wait for the answer to go out, for good)."""
+    # (no deadline here may close it: only the eviction)
     monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 600.0)
+    monkeypatch.setattr(http_protocol, "WRITE_TIMEOUT_S", 600.0)
     monkeypatch.setenv(http_protocol.MAX_CONNECTIONS_ENV, "1")
     recorder = Recorder()
     seen: dict[str, Any] = {}
