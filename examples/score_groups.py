@@ -8,14 +8,11 @@ std and gets A = 0, and std is the unbiased sample std."""
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 
-import torch
-
 from reward_server.client import RewardClient, RewardClientError
-from trainer.advantages import group_advantages, nan_mean
+from trainer.advantages import as_rewards, group_advantages, nan_mean
 
 CODE_TESTS = [{"input": "3 4", "output": "7"}, {"input": "10 -2", "output": "8"}]
 CODE_GROUP = [
@@ -85,7 +82,7 @@ def main() -> int:
         rewards = out.rewards[k : k + len(completions)]
         results = out.results[k : k + len(completions)]
         k += len(completions)
-        scores = torch.tensor([math.nan if r is None else r for r in rewards])  # null: NaN
+        scores = as_rewards(rewards)  # a null is NaN: out of the mean and std, A = 0
         advantages, _ = group_advantages(scores, len(completions))
         print(f"\n{prompt}\n  reference {answer!r}; group mean reward {nan_mean(scores):.2f}")
         for completion, reward, advantage, result in zip(completions, rewards,

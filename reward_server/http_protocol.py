@@ -25,6 +25,9 @@ import asyncio
 import os
 import weakref
 from collections import deque
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import TypeVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -88,17 +91,28 @@ class ReadPacer:
             self._next_turn()
 
 
+T = TypeVar("T")
+
+
+def _of_running_loop(registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, T],
+                     make: Callable[[asyncio.AbstractEventLoop], T]) -> T:
+    """The running loop's one ``T``, made on first use (every server process, or test, runs
+    its own loop)."""
+    loop = asyncio.get_running_loop()
+    found = registry.get(loop)
+    if found is None:
+        found = registry[loop] = make(loop)
+    return found
+
+
 _pacers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ReadPacer] = (
     weakref.WeakKeyDictionary())
 
 
 def read_pacer() -> ReadPacer:
     """The running loop's pacer."""
-    loop = asyncio.get_running_loop()
-    pacer = _pacers.get(loop)
-    if pacer is None:
-        pacer = _pacers[loop] = ReadPacer(loop, READS_PER_TURN, PROBES_PER_TURN)
-    return pacer
+    return _of_running_loop(_pacers,
+                            lambda loop: ReadPacer(loop, READS_PER_TURN, PROBES_PER_TURN))
 
 
 PROBE = b"GET /healthz"
@@ -310,16 +324,12 @@ class PacedHttpToolsProtocol(HttpToolsProtocol):
         self.loop.call_later(LINGER_S, self.transport.abort)  # (its answer had its time)
 
 
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large",
-            503: b"Service Unavailable"}
-
-
 def _answer(status: int, detail: bytes, headers: bytes = b"") -> bytes:
     """A whole JSON error response that closes its connection."""
     body = b'{"detail": "%s"}' % detail
     return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nconnection: close\r\n"
-            b"%scontent-length: %d\r\n\r\n%s" % (status, _REASONS[status], headers,
-                                                  len(body), body))
+            b"%scontent-length: %d\r\n\r\n%s" % (status, HTTPStatus(status).phrase.encode(),
+                                                  headers, len(body), body))
 
 
 _connections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Connections] = (
@@ -329,9 +339,5 @@ _connections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Connections] 
 def connections() -> Connections:
     """The running loop's count of connections, of ``REWARD_SERVER_MAX_CONNECTIONS`` (or,
     unset or 0, what the descriptor limit leaves: ``connections.default_max_open``)."""
-    loop = asyncio.get_running_loop()
-    found = _connections.get(loop)
-    if found is None:
-        found = _connections[loop] = Connections(
-            int(os.environ.get(MAX_CONNECTIONS_ENV) or 0) or default_max_open())
-    return found
+    return _of_running_loop(_connections, lambda _: Connections(
+        int(os.environ.get(MAX_CONNECTIONS_ENV) or 0) or default_max_open()))

@@ -15,7 +15,6 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -125,61 +124,50 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         quotas = quotas_of_scope(scope)
         caller = caller_of_scope(scope) if quotas is not None else None
-        taken = 0  # bytes counted to the caller's and the server's caps on bodies held
-
-        def take(size: int) -> None:
-            nonlocal taken
-            if quotas is not None and size > taken:
-                quotas.take_body(caller, size - taken)
-                taken = size
-
+        held = 0  # bytes counted to the caller's and the server's caps on bodies held
         try:
-            await self._read_and_call(scope, receive, send, take)
-        except TooBusy as exc:
-            await api_error_response(exc)(scope, receive, send)
-        finally:
-            if taken:
-                assert quotas is not None
-                quotas.give_body(caller, taken)
-
-    async def _read_and_call(self, scope: Scope, receive: Receive, send: Send,
-                             take: Callable[[int], None]) -> None:
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await _send_json(send, 413, self._message())
-        # (bytes count as they arrive: a declared length alone reserved the server's budget
-        # for 60 s with no byte sent)
-        chunks: list[bytes] = []
-        size = 0
-        shape = JsonShape()
-        sandbox = scope["path"].startswith(SANDBOX_ROUTES)
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # client went away
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
+            declared = dict(scope["headers"]).get(b"content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
                 return await _send_json(send, 413, self._message())
-            take(size)
-            shape.feed(chunk)
-            refused = self._too_many(shape.containers, shape.values, sandbox)
-            if refused:
-                return await _send_json(send, 413, refused)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        replayed = False
+            # (bytes count as they arrive: a declared length alone reserved the server's
+            # budget for 60 s with no byte sent)
+            chunks: list[bytes] = []
+            shape = JsonShape()
+            sandbox = scope["path"].startswith(SANDBOX_ROUTES)
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":  # client went away
+                    return
+                chunk = message.get("body", b"")
+                if held + len(chunk) > self.max_bytes:
+                    return await _send_json(send, 413, self._message())
+                if quotas is not None and chunk:
+                    try:
+                        quotas.take_body(caller, len(chunk))
+                    except TooBusy as exc:
+                        return await api_error_response(exc)(scope, receive, send)
+                held += len(chunk)
+                shape.feed(chunk)
+                refused = self._too_many(shape.containers, shape.values, sandbox)
+                if refused:
+                    return await _send_json(send, 413, refused)
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            body = b"".join(chunks)
+            replayed = False
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()  # after the body: wait for http.disconnect
+            async def replay() -> Message:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()  # after the body: wait for http.disconnect
 
-        await self.app(scope, replay, send)
+            await self.app(scope, replay, send)
+        finally:
+            if held and quotas is not None:
+                quotas.give_body(caller, held)
 
 
 DROPPED_KEY = "reward_server.dropped"  # set in the scope of a request whose client hung up

@@ -19,6 +19,7 @@ reward metrics, a group printed by ``examples/score_groups.py``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,6 +33,12 @@ EPS = 1e-4
 class GroupStats:
     zero_std: torch.Tensor  # (num_groups,) bool: every scorable reward in the group is equal
     unscorable: int  # rewards that were NaN
+
+
+def as_rewards(values: Sequence[float | None]) -> torch.Tensor:
+    """Rewards as this module reads them: a null (the server could not score the item) is
+    NaN, never 0."""
+    return torch.tensor([math.nan if v is None else float(v) for v in values])
 
 
 def nan_mean(x: torch.Tensor) -> float:

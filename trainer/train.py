@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 import time
 import warnings
@@ -33,6 +32,7 @@ from reward_server.tool_client import CodeTool
 from trainer import checkpoint, distributed, lora
 from trainer.advantages import (
     GroupStats,
+    as_rewards,
     group_advantages,
     nan_mean,
     nan_std,
@@ -416,7 +416,7 @@ class GRPOTrainer:
         if rollout.tool_stats is not None:
             out.update(_tool_metrics(rollout))
         for name, values in scored.per_verifier.items():
-            scores = torch.tensor([math.nan if v is None else v for v in values])
+            scores = as_rewards(values)
             out[f"rewards/{name}/mean"] = nan_mean(scores)
             out[f"rewards/{name}/std"] = nan_std(scores)
             out[f"rewards/{name}/unscorable_rate"] = float(torch.isnan(scores).float().mean())
