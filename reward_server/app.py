@@ -24,6 +24,7 @@ from reward_server.run_code.sessions import Sessions
 from reward_server.scoring import Scorer
 from reward_server.settings import ServerSettings, get_settings
 from reward_server.turnstile import Turnstile
+from reward_server.verifiers.base import Verifier
 from reward_server.verifiers.registry import discover
 
 log = logging.getLogger("reward_server")
@@ -37,7 +38,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker_isolation.configure(settings.worker_isolation == "on")
         verifiers = {name: cls(settings) for name, cls in classes.items()}
-        started = []
+        started: list[Verifier | Scorer] = []  # each stopped at the end
         try:
             for verifier in verifiers.values():
                 await verifier.start()
@@ -45,6 +46,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             for verifier in verifiers.values():
                 verifier.bind(verifiers)
             scorer = app.state.scorer = Scorer(verifiers, settings)
+            await scorer.start()
+            started.append(scorer)
             # a burst's heap is not walked by the cycle collector (collector.py)
             collections = asyncio.create_task(full_collections(lambda: not scorer.quotas.items))
             log.info("verifiers ready: %s", ", ".join(sorted(verifiers)))

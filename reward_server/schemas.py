@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field, create_model
 
 from reward_server.admission import Refused
+from reward_server.pipeline import PipelineResult
 from reward_server.verifiers.base import ItemBase, ResultBase
 
 
@@ -48,12 +49,14 @@ class Health(BaseModel):
 
 
 def verify_models(
-    name: str, item_model: type[ItemBase], result_model: type[ResultBase]
+    name: str, item_model: type[ItemBase], result_model: type[ResultBase], checks: bool = False
 ) -> tuple[type[BaseModel], type[BaseModel]]:
-    """The body and response models of ``POST /v1/verify/<name>``."""
+    """The body and response models of ``POST /v1/verify/<name>``; ``checks``: the core runs
+    the verifier's ``check``, and answers an item it stopped with a ``PipelineResult``."""
     title = "".join(part.capitalize() for part in name.split("_"))
     request = create_model(f"{title}VerifyRequest", items=(list[item_model], ...))  # type: ignore[valid-type]
     # an item that fails its checks gets a Refused result in its place (admission.py)
+    results = result_model | Refused | PipelineResult if checks else result_model | Refused
     response = create_model(f"{title}VerifyResponse",
-                            results=(list[result_model | Refused], ...))  # type: ignore[valid-type]
+                            results=(list[results], ...))  # type: ignore[valid-type]
     return request, response

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from reward_server.admission import (
 )
 from reward_server.errors import UnknownVerifier
 from reward_server.fair_queue import RequestScope, request_scope
+from reward_server.pipeline import Pipeline
 from reward_server.quotas import Quotas
 from reward_server.settings import ServerSettings
 from reward_server.statuses import INVALID_ITEM
@@ -31,14 +33,23 @@ T = TypeVar("T")
 
 
 class Scorer:
-    """Runs batches through the started verifiers."""
+    """Runs batches through the started verifiers, each by its ``pipeline.Pipeline``."""
 
     def __init__(self, verifiers: Mapping[str, Verifier], settings: ServerSettings) -> None:
         self.verifiers = dict(verifiers)
+        self.pipelines = {name: Pipeline(v) for name, v in self.verifiers.items()}
         self.settings = settings
         self.quotas = Quotas(settings.max_requests_per_caller, settings.max_items_per_caller,
                              settings.max_items_in_flight, settings.max_body_bytes_per_caller,
                              settings.max_body_bytes_in_flight)
+
+    async def start(self) -> None:
+        for pipeline in self.pipelines.values():
+            await pipeline.start()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(p.stop() for p in self.pipelines.values()),
+                             return_exceptions=True)
 
     @contextmanager
     def request(self, caller: Hashable, items: int) -> Iterator[RequestScope]:
@@ -69,7 +80,8 @@ class Scorer:
                 may_hold_oversized(body_bytes, self.settings), admit_all,
                 verifier.item_model, raw_items, self.settings, name, on_invalid, body_bytes)
             items = [a for a in admitted if not isinstance(a, Refused)]
-            results = iter(await verifier.verify(items) if items else [])
+            started = time.perf_counter()
+            results = iter(await self.pipelines[name].verify(items, started) if items else [])
         return [a if isinstance(a, Refused) else next(results) for a in admitted]
 
     async def score_mixed(self, raw_items: Sequence[Any], caller: Hashable = None,
@@ -81,12 +93,13 @@ class Scorer:
         walk = may_hold_oversized(body_bytes, self.settings)
 
         async def run(name: str, batch: list[tuple[int, ItemBase]]) -> list[tuple[int, ResultBase]]:
-            results = await self.verifiers[name].verify([item for _, item in batch])
+            results = await self.pipelines[name].verify([item for _, item in batch], started)
             return [(index, result) for (index, _), result in zip(batch, results, strict=True)]
 
         with self.request(caller, len(raw_items)):  # one request, before its items cost
             out, groups = await _off_the_loop_if(walk, self._admit_batch, raw_items,
                                                  on_invalid, walk)
+            started = time.perf_counter()
             shares = await asyncio.gather(*(run(n, b) for n, b in groups.items()))
         for name, scored in zip(groups, shares, strict=True):
             for index, result in scored:

@@ -152,6 +152,10 @@ class ServerSettings(BaseSettings):
         "believed at once (a math check that used 90% of its limit in CPU time, or ran out of "
         "memory); any other timeout on its second occurrence. 0: off.",
     )
+    check_workers: int = Field(
+        2, ge=1, description="Worker processes per plug-in verifier that supplies a check "
+        "(reward_server/pipeline.py), unless the verifier names its own number: its items "
+        "run there, this many at a time, shared fairly between callers.")
 
     # The workers run libraries on a policy's text; what they may reach is reward_server.
     # worker_isolation's docstring. "off" only where every caller and completion is trusted.

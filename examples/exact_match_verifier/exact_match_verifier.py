@@ -2,11 +2,12 @@
 
 Installed with ``pip install ./examples/exact_match_verifier``, it adds
 ``POST /v1/verify/exact_match`` and ``{"verifier": "exact_match", ...}`` items in
-``/v1/rewards``, with no change to the server."""
+``/v1/rewards``, with no change to the server. It supplies ``check`` only: the server runs it
+in worker processes under its time and memory limits, caches verdicts, shares the workers
+fairly between callers and counts its items on ``/metrics``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -43,10 +44,9 @@ class ExactMatchVerifier(Verifier):
     settings_model = ExactMatchSettings
     config: ExactMatchSettings
 
-    async def verify(self, items: Sequence[ExactMatchItem]) -> list[ExactMatchResult]:  # type: ignore[override]
-        return [self._one(item) for item in items]
+    check_timeout_s = 2.0  # a line comparison: anything slower is the response's doing
 
-    def _one(self, item: ExactMatchItem) -> ExactMatchResult:
+    def check(self, item: ExactMatchItem) -> ExactMatchResult:  # type: ignore[override]
         lines = [line.strip() for line in item.response.splitlines() if line.strip()]
         if not lines:
             return ExactMatchResult(score=0.0, status="empty", matched=False)

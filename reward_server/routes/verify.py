@@ -50,7 +50,8 @@ def parse_body(raw: bytes) -> RawBatch:
 
 
 def verifier_router(name: str, cls: type[Verifier]) -> APIRouter:
-    request_model, response_model = verify_models(name, cls.item_model, cls.result_model)
+    request_model, response_model = verify_models(name, cls.item_model, cls.result_model,
+                                                  cls.checks())
     path = f"/v1/verify/{name}"
     router = APIRouter()
 

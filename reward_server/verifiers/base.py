@@ -1,15 +1,17 @@
 """The plug-in interface every verifier implements.
 
-A verifier owns a request item schema, a result schema and an async ``verify`` that turns a
-batch of items into results in the same order. The server core builds
-``POST /v1/verify/<name>`` and the ``/v1/rewards`` dispatch from these attributes alone, so a
-new verifier never edits the core.
+A verifier owns a request item schema, a result schema, and either a synchronous ``check``
+(one item's result: the core runs it in worker processes under the verifier's limits, with
+the cache, fair share between callers and metrics; reward_server/pipeline.py) or an async
+``verify`` that turns a batch of items into results in the same order (full control, for a
+verifier with its own resources). The server core builds ``POST /v1/verify/<name>`` and the
+``/v1/rewards`` dispatch from these attributes alone, so a new verifier never edits the core.
 """
 
 from __future__ import annotations
 
 import asyncio
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
@@ -38,7 +40,8 @@ class ResultBase(BaseModel):
 
 
 class Verifier(ABC):
-    """Subclass, set the three class attributes, implement ``verify``, then register."""
+    """Subclass, set the three class attributes, implement ``check`` (or ``verify``), then
+    register."""
 
     name: ClassVar[str]
     item_model: ClassVar[type[ItemBase]]
@@ -49,6 +52,14 @@ class Verifier(ABC):
     # ``REWARD_SERVER_<PREFIX>_<FIELD>`` set them and ``--help`` lists them.
     settings_model: ClassVar[type[BaseModel] | None] = None
     settings_prefix: ClassVar[str | None] = None
+    # The verifier's own statuses whose score is null (statuses.score_for): only what the
+    # completion cannot have caused, such as a dataset's broken tests found before it ran
+    null_statuses: ClassVar[frozenset[str]] = frozenset()
+    # For ``check``: one item's limits in its worker, and the workers (0: the server's
+    # ``check_workers``). Past a limit the item scores 0 (``timeout``, ``memory_limit``).
+    check_timeout_s: ClassVar[float] = 10.0
+    check_memory_mb: ClassVar[int] = 1024
+    check_workers: ClassVar[int] = 0
 
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings  # the server's (cache size, budgets, ...)
@@ -66,10 +77,22 @@ class Verifier(ABC):
         """Called once every verifier has started: a verifier that works in another's
         resource (reasoning_gym in the code verifier's sandbox) takes it here."""
 
-    @abstractmethod
+    def check(self, item: ItemBase) -> ResultBase:
+        """One item's result, a pure function of the item and the settings. Runs in a worker
+        process (an instance made there: what ``start`` made is not in it), so it may be slow
+        or crash on a hostile response: the core scores that 0 with a status."""
+        raise NotImplementedError
+
     async def verify(self, items: Sequence[ItemBase]) -> list[ResultBase]:
         """Score ``items``; one result per item, same order. Never raise for bad content:
-        a wrong, unparseable or hostile response is a result with a status."""
+        a wrong, unparseable or hostile response is a result with a status. A verifier
+        that supplies ``check`` leaves this to the core."""
+        raise NotImplementedError
+
+    @classmethod
+    def checks(cls) -> bool:
+        """Whether the core runs this verifier's items through its ``check``."""
+        return cls.check is not Verifier.check and cls.verify is Verifier.verify
 
 
 class PooledVerifier(Verifier):

@@ -33,6 +33,8 @@ def register_verifier(cls: type[Verifier]) -> type[Verifier]:
     for attr in ("item_model", "result_model"):
         if not hasattr(cls, attr):
             raise PluginError(f"{cls.__qualname__} has no {attr}")
+    if cls.check is Verifier.check and cls.verify is Verifier.verify:
+        raise PluginError(f"{cls.__qualname__} implements neither check nor verify")
     existing = _registry.get(name)
     if existing is not None and existing is not cls:
         raise PluginError(f"verifier {name!r} registered twice: {existing} and {cls}")

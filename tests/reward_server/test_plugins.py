@@ -1,16 +1,22 @@
 """The README's worked example: the exact_match plug-in, found through its entry point
-exactly as pip installs it, adds an endpoint and works in mixed batches."""
+exactly as pip installs it, adds an endpoint and works in mixed batches; and what the core's
+pipeline gives a plug-in that supplies only ``check`` (reward_server/pipeline.py): worker
+processes under its limits, a fair share between callers, metrics, the one null rule."""
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from reward_server.testing import PROXY_SETTINGS, A, B, as_caller
 from reward_server.verifiers import PluginError, Verifier, register_verifier
 from tests.conftest import BUILT_IN_VERIFIERS, ROOT, run_server
+from tests.helpers.metrics import metric
 
 EXAMPLE = ROOT / "examples" / "exact_match_verifier"
 
@@ -49,6 +55,10 @@ def test_entry_point_plugin_adds_an_endpoint(tmp_path: Path) -> None:
         r = httpx.post(srv.url + "/v1/verify/exact_match", json={"items": [{"response": "x"}]}, timeout=60)
         result = r.json()["results"][0]  # a plug-in's bad item is refused like any other
         assert result["status"] == "invalid_item" and "items[0].answer" in result["detail"]
+        # counted on /metrics by the core, as the built-ins' items are
+        items = r'reward_items_total\{status="%s",verifier="exact_match"\}'
+        assert metric(srv.url, items % "ok") == 3 and metric(srv.url, items % "empty") == 1
+        assert metric(srv.url, r'reward_item_seconds_count\{verifier="exact_match"\}') == 4
 
 
 def test_a_plugins_settings_section_is_a_flag_and_reaches_it(tmp_path: Path) -> None:
@@ -103,3 +113,66 @@ def test_missing_plugin_is_one_readable_line() -> None:
     assert out.returncode == 2
     assert out.stderr.strip() == (
         "reward-server: cannot load plugin 'nowhere:Nothing': No module named 'nowhere'")
+
+
+HOSTILE = {"REWARD_SERVER_PLUGINS": '["tests.helpers.hostile_plugin:HostileVerifier"]',
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           **PROXY_SETTINGS}
+
+
+def _hostile(srv, responses: list[str], caller: str | None = None) -> list[dict]:
+    r = httpx.post(srv.url + "/v1/verify/hostile", headers=as_caller(caller), timeout=120,
+                   json={"items": [{"response": x} for x in responses]})
+    assert r.status_code == 200, r.text
+    return r.json()["results"]
+
+
+def test_a_plugins_check_that_loops_eats_memory_or_raises_costs_its_item_a_zero(
+        tmp_path: Path) -> None:
+    """Each runs in a worker under the plug-in's limits: a 0 with a status for that item,
+    its neighbours in the batch scored; and no copy of a timeout runs again."""
+    with run_server(tmp_path, env=HOSTILE) as srv:
+        results = _hostile(srv, ["fine", "loop", "memory", "raise", "wrong type"])
+        assert [(r["score"], r["status"]) for r in results] == [
+            (1.0, "ok"), (0.0, "timeout"), (0.0, "memory_limit"), (0.0, "check_failed"),
+            (0.0, "check_failed")]
+        assert "ValueError" in results[3]["detail"] and "float" in results[4]["detail"]
+        again = _hostile(srv, ["memory"])[0]  # no load causes that: remembered at once
+        assert (again["status"], "remembered" in again["detail"]) == ("memory_limit", True)
+        items = r'reward_items_total\{status="%s",verifier="hostile"\}'
+        assert metric(srv.url, items % "timeout") == 1
+        assert metric(srv.url, items % "memory_limit") == 2
+        assert metric(srv.url, items % "check_failed") == 2
+        assert httpx.get(srv.url + "/healthz", timeout=60).status_code == 200
+
+
+def test_a_plugins_workers_are_shared_fairly_between_callers(tmp_path: Path) -> None:
+    """One worker; caller A's batch of five slow items is queued first, then B sends one:
+    B's item takes the worker next, not after A's batch (the fair gate of the slow lane)."""
+    with run_server(tmp_path, env=HOSTILE) as srv:
+        _hostile(srv, ["warm"])  # the worker started
+        ended: list[str] = []
+        a = threading.Thread(target=lambda: (_hostile(srv, [f"slow a{k}" for k in range(5)], A),
+                                             ended.append("A")))
+        a.start()
+        waiting = r'reward_queue_items_waiting\{verifier="hostile"\}'
+        deadline = time.monotonic() + 60
+        while metric(srv.url, waiting) < 4:  # A's first item runs, four wait
+            assert time.monotonic() < deadline, "A's items never queued"
+            time.sleep(0.05)
+        assert _hostile(srv, ["slow b"], B)[0]["score"] == 1.0
+        ended.append("B")
+        a.join(timeout=120)
+        assert ended == ["B", "A"]
+
+
+def test_a_verifier_with_neither_check_nor_verify_is_refused() -> None:
+    from tests.helpers.hostile_plugin import HostileItem, HostileResult
+
+    class Empty(Verifier):
+        name = "empty"
+        item_model = HostileItem
+        result_model = HostileResult
+
+    with pytest.raises(PluginError, match="neither check nor verify"):
+        register_verifier(Empty)

@@ -52,3 +52,34 @@ def test_the_client_reads_them_without_the_server_installed() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(("status", "score", "own", "expected"), [
+    ("ok", 1.0, frozenset(), 1.0),
+    ("ok", None, frozenset(), 0.0),  # a verifier that forgot a score: never a null
+    ("timeout", 0.0, frozenset(), 0.0),
+    ("response_too_long", None, frozenset(), 0.0),  # the completion's doing
+    ("not_run", 0.0, frozenset(), None),  # whatever was computed
+    ("unavailable", 1.0, frozenset(), None),
+    ("sandbox_unavailable", None, frozenset(), None),
+    ("invalid_item", 0.0, frozenset(), None),
+    ("bad_entry", 0.0, frozenset({"bad_entry"}), None),  # a verifier's own null status
+    ("bad_entry", 0.0, frozenset(), 0.0),  # another verifier's word is not null here
+])
+def test_score_for_is_the_one_null_rule(status: str, score: float | None, own: frozenset[str],
+                                        expected: float | None) -> None:
+    assert statuses.score_for(status, score, own) == expected
+
+
+def test_the_core_applies_the_rule_to_every_verifiers_results() -> None:
+    """``pipeline.finish``: what any verifier returns leaves the core under the rule."""
+    import time
+
+    from reward_server.pipeline import finish
+    from tests.helpers.hostile_plugin import HostileResult, HostileVerifier
+
+    verifier = HostileVerifier.__new__(HostileVerifier)
+    results = [HostileResult.model_construct(score=None, status="ok"),
+               HostileResult.model_construct(score=0.5, status="not_run"),
+               HostileResult(score=1.0, status="ok")]
+    assert [r.score for r in finish(verifier, results, time.perf_counter())] == [0.0, None, 1.0]

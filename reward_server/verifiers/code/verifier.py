@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import hashlib
 import json
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -51,6 +50,7 @@ class CodeVerifier(Verifier):
     description = "Runs the program against test cases in a Docker sandbox."
     settings_model = SandboxSettings
     settings_prefix = "sandbox"
+    null_statuses = UNSCORABLE  # a dataset's broken tests, found before the candidate ran
     config: SandboxSettings
 
     async def start(self) -> None:
@@ -96,7 +96,6 @@ class CodeVerifier(Verifier):
         return list(await asyncio.gather(*(self._verify_one(i) for i in items)))
 
     async def _verify_one(self, item: CodeItem) -> CodeResult:
-        started = time.perf_counter()
         source = extract_code(item.response)
         execution = replace(item.execution, **program_of(item, source))
         if not source.strip():
@@ -115,8 +114,6 @@ class CodeVerifier(Verifier):
             result = _score(run, item.all_or_nothing)
         if any(t.status == TIMEOUT for t in result.tests):
             metrics.TIMEOUTS.labels(self.name).inc()
-        metrics.ITEMS.labels(self.name, result.status).inc()
-        metrics.ITEM_LATENCY.labels(self.name).observe(time.perf_counter() - started)
         return result
 
     def _others_waiting(self) -> bool:

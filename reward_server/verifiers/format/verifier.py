@@ -23,8 +23,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
-import time
-from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
@@ -104,7 +102,6 @@ class FormatVerifier(PooledVerifier):
         self._compiled: ResultCache[Searched] = ResultCache(self.settings.cache_size)
 
     async def verify(self, items: Sequence[FormatItem]) -> list[FormatResult]:  # type: ignore[override]
-        started = time.perf_counter()
         if sum(map(cost, items)) <= INLINE_COST:
             checked = [self._check(item) for item in items]
         else:
@@ -112,16 +109,10 @@ class FormatVerifier(PooledVerifier):
             for piece in _slices(items):
                 checked += await _THREAD.run(lambda p=piece: [self._check(item) for item in p])
         results = await self._searched(items, checked)
-        elapsed = time.perf_counter() - started
         # counted once per request: a rule costs microseconds, a labelled inc() one more
         hits = sum(1 for _, hit, _ in checked if hit)
         metrics.CACHE_HITS.labels(self.name).inc(hits)
         metrics.CACHE_MISSES.labels(self.name).inc(len(items) - hits)
-        for status, count in Counter(result.status for result in results).items():
-            metrics.ITEMS.labels(self.name, status).inc(count)
-        latency = metrics.ITEM_LATENCY.labels(self.name)
-        for _ in results:
-            latency.observe(elapsed)
         return results
 
     def _check(self, item: FormatItem) -> Checked:

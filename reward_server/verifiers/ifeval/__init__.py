@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Sequence
 
 from reward_server import metrics
@@ -105,7 +104,6 @@ class IfEvalVerifier(PooledVerifier):
         await asyncio.to_thread(language.warm_up)  # langdetect's profiles, a second
 
     async def verify(self, items: Sequence[IfEvalItem]) -> list[IfEvalResult]:  # type: ignore[override]
-        started = time.perf_counter()
         results: list[IfEvalResult | None] = [None] * len(items)
         costs = [cost(item) for item in items]
         local = [k for k, c in enumerate(costs) if c <= ITEM_COST]
@@ -122,11 +120,6 @@ class IfEvalVerifier(PooledVerifier):
             found = await asyncio.gather(*(self._check_remote(items[k]) for k in remote))
             for k, result in zip(remote, found, strict=True):
                 results[k] = result
-        elapsed = time.perf_counter() - started
-        for result in results:
-            assert result is not None
-            metrics.ITEMS.labels(self.name, result.status).inc()
-            metrics.ITEM_LATENCY.labels(self.name).observe(elapsed)
         return results  # type: ignore[return-value]
 
     def check_local(self, item: IfEvalItem) -> IfEvalResult:

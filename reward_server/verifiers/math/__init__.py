@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-import time
 from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
@@ -212,7 +211,6 @@ class MathVerifier(PooledVerifier):
 
     async def _verify_one(self, triaged: Awaitable[MathResult | PoolJob],
                           shared: dict[PoolJob, asyncio.Future[MathResult]]) -> MathResult:
-        started = time.perf_counter()
         verdict_or_job = await triaged
         if isinstance(verdict_or_job, MathResult):
             result = verdict_or_job
@@ -223,8 +221,6 @@ class MathVerifier(PooledVerifier):
             else:  # not computed afresh: a hit, as a copy coalesced in the cache is
                 metrics.CACHE_HITS.labels(self.name).inc()
             result = await job
-        metrics.ITEMS.labels(self.name, result.status).inc()
-        metrics.ITEM_LATENCY.labels(self.name).observe(time.perf_counter() - started)
         return result
 
     def _triaged(self, items: Sequence[MathItem]) -> list[Awaitable[MathResult | PoolJob]]:

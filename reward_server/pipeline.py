@@ -1,0 +1,203 @@
+"""The per-item pipeline the core runs for every verifier, built-in or plug-in.
+
+A verifier supplies its schemas and either a synchronous ``check(item)`` (the simple path) or
+an async ``verify(items)`` (full control: math's triage, the code verifier's containers).
+What every verifier needs besides is written here once:
+
+- ``CheckLane``, for a verifier that supplies ``check``: each item runs in a worker process
+  under the verifier's time and memory limits (``process_pool.TimeoutPool``), behind the
+  slow lane (``slow_lane.SlowLane``: the result cache, remembered timeouts, the fair gate
+  between callers, the request's budget and ``not_run``). A check that loops, eats memory
+  or raises on a hostile completion costs that completion a 0 with a status, never the
+  event loop, another caller's turn or the batch.
+- ``finish``, for every verifier's results: the one null rule (``statuses.score_for``) and
+  the metrics (items by status, latency), so a plug-in's items are counted on ``/metrics``
+  as the built-ins' are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from reward_server import metrics
+from reward_server.process_pool import TaskResult, TimeoutPool
+from reward_server.settings import compose_settings
+from reward_server.slow_lane import Done, LaneVerdicts, SlowLane, Turn
+from reward_server.statuses import NOT_RUN, UNAVAILABLE, score_for
+from reward_server.verifiers.base import ItemBase, ResultBase
+
+if TYPE_CHECKING:
+    from reward_server.verifiers.base import Verifier
+
+log = logging.getLogger("reward_server.pipeline")
+
+# The statuses the pipeline itself gives an item a check could not score: its own words,
+# whatever the verifier's result model spells
+TIMEOUT = "timeout"  # the check ran past the verifier's time limit on this item (0)
+MEMORY_LIMIT = "memory_limit"  # it ran past the verifier's memory limit (0)
+CHECK_FAILED = "check_failed"  # it raised, or ended its worker, on this item (0)
+PipelineStatus = Literal["not_run", "timeout", "memory_limit", "check_failed", "unavailable"]
+
+
+class PipelineResult(ResultBase):
+    """The result of an item whose check the pipeline stopped or could not run."""
+
+    score: float | None = Field(description="0 for timeout, memory_limit and check_failed "
+                                "(the item caused them); null for not_run and unavailable.")
+    status: PipelineStatus
+    detail: str = Field(description="What happened, e.g. 'exceeded 5 s; stopped in its "
+                        "worker'.")
+
+
+class Pipeline:
+    """One verifier's way through the core: its ``check`` in a ``CheckLane``, or its own
+    ``verify``; then ``finish``."""
+
+    def __init__(self, verifier: Verifier) -> None:
+        self.verifier = verifier
+        self.lane: CheckLane | None = None
+
+    async def start(self) -> None:
+        if type(self.verifier).checks():
+            self.lane = CheckLane(self.verifier)
+
+    async def stop(self) -> None:
+        lane, self.lane = self.lane, None
+        if lane is not None:
+            await lane.close()
+
+    async def verify(self, items: Sequence[ItemBase], started: float) -> list[ResultBase]:
+        """``items``' results, in order (``started``: when they were admitted)."""
+        if self.lane is not None:
+            results = await self.lane.verify(items)
+        else:
+            results = await self.verifier.verify(items)
+        if len(results) != len(items):  # a verifier's bug: no item gets another's result
+            raise RuntimeError(f"verifier {self.verifier.name} returned {len(results)} "
+                               f"results for {len(items)} items")
+        return finish(self.verifier, results, started)
+
+
+def finish(verifier: Verifier, results: Sequence[ResultBase], started: float
+           ) -> list[ResultBase]:
+    """``results`` under the one null rule, counted on ``/metrics``: each item's status and
+    the time since its request's items were admitted (``started``, ``time.perf_counter``).
+    Counted once per status per request: a labelled ``inc()`` per item costs what a format
+    rule does."""
+    out = []
+    for result in results:
+        score = score_for(result.status, result.score, verifier.null_statuses)
+        if score != result.score and not _both_nan(score, result.score):
+            if result.score is None:
+                log.warning("verifier %s gave no score with status %r: scored 0 (only a "
+                            "null status may be null)", verifier.name, result.status)
+            result = result.model_copy(update={"score": score})
+        out.append(result)
+    for status, count in Counter(result.status for result in out).items():
+        metrics.ITEMS.labels(verifier.name, status).inc(count)
+    latency, elapsed = metrics.ITEM_LATENCY.labels(verifier.name), time.perf_counter() - started
+    for _ in out:
+        latency.observe(elapsed)
+    return out
+
+
+def _both_nan(a: float | None, b: float | None) -> bool:
+    return a is not None and b is not None and a != a and b != b
+
+
+class CheckLane:
+    """Runs a verifier's ``check`` for each item in worker processes, behind the slow lane.
+
+    ``check`` runs in a worker, on an instance of the verifier made there from the server's
+    settings: it may use the item, ``self.settings`` and ``self.config``, not what
+    ``start`` made in the server process. An item's cache key is its JSON: the verdict is a
+    function of the item and the settings, which are the process's."""
+
+    def __init__(self, verifier: Verifier) -> None:
+        self.verifier = verifier
+        cls = type(verifier)
+        settings = verifier.settings
+        self.timeout_s = cls.check_timeout_s
+        self.pool = TimeoutPool(cls.check_workers or settings.check_workers,
+                                cls.check_memory_mb,
+                                functools.partial(_load_verifier, cls, settings.sections,
+                                                  settings.model_dump(mode="json")),
+                                name=f"{verifier.name}-check")
+        self.pool.prestart()
+        self.lane: SlowLane[ResultBase] = SlowLane(
+            verifier.name, self.pool.slots, settings.cache_size, settings.timeout_memory_s,
+            _LANE_VERDICTS)
+
+    async def verify(self, items: Sequence[ItemBase]) -> list[ResultBase]:
+        return list(await asyncio.gather(*(self._one(item) for item in items)))
+
+    async def _one(self, item: ItemBase) -> ResultBase:
+        key = hashlib.sha256(item.model_dump_json().encode()).digest()
+        return await self.lane.run(
+            key, lambda turn: self._check(item, turn),
+            not_run=lambda reason: PipelineResult(score=None, status=NOT_RUN, detail=reason))
+
+    async def _check(self, item: ItemBase, turn: Turn) -> Done[ResultBase]:
+        async with turn.slot() as held:
+            task: TaskResult = await self.pool.run(_check_in_worker, item,
+                                                   timeout=self.timeout_s)
+            held.cost_s = task.cost_s  # its own work, not a replacement worker's start
+        if task.outcome == "ok":
+            if isinstance(task.value, self.verifier.result_model):
+                return Done(task.value)
+            return Done(self._failed(f"check returned {type(task.value).__name__}, not "
+                                     f"{self.verifier.result_model.__name__}"))
+        detail = task.detail or task.outcome
+        if task.outcome == "timeout":
+            metrics.TIMEOUTS.labels(self.verifier.name).inc()
+            return Done(PipelineResult(score=0.0, status=TIMEOUT, detail=detail),
+                        timeout=task.cpu_bound)
+        if task.outcome == "memory":
+            return Done(PipelineResult(score=0.0, status=MEMORY_LIMIT, detail=detail),
+                        timeout=True)
+        if task.outcome == UNAVAILABLE:  # its workers were lost from outside: not the item's
+            return Done(PipelineResult(score=None, status=UNAVAILABLE, detail=detail))
+        return Done(self._failed(detail))
+
+    def _failed(self, detail: str) -> PipelineResult:
+        # raised on this item: the item's doing as far as anyone can tell (a plug-in's bug
+        # that every item hits shows in the log and on /metrics, not as nulls)
+        log.warning("verifier %s: check failed on an item: %s", self.verifier.name, detail)
+        return PipelineResult(score=0.0, status=CHECK_FAILED, detail=detail[:300])
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.pool.close)
+
+
+_LANE_VERDICTS: LaneVerdicts[ResultBase] = LaneVerdicts(
+    cacheable=lambda r: r.status not in (TIMEOUT, MEMORY_LIMIT, UNAVAILABLE),
+    remembered=lambda r, age_s: r.model_copy(update={"detail": (
+        f"{getattr(r, 'detail', '')} (the same item, {age_s:.0f} s ago; remembered, not run "
+        "again)").lstrip()}),
+)
+
+# --- in the worker -----------------------------------------------------------------------
+
+_VERIFIER: Any = None  # this worker's instance of the verifier whose checks it runs
+
+
+def _load_verifier(cls: type[Verifier], sections: dict[str, type[BaseModel]],
+                   settings: dict[str, Any]) -> None:
+    """The worker's instance, with the server's settings: rebuilt from their JSON (the
+    composed class is made at run time and cannot be pickled), secrets masked (a check has
+    no use for the server's tokens)."""
+    global _VERIFIER
+    _VERIFIER = cls(compose_settings(sections).model_validate(settings))
+
+
+def _check_in_worker(item: ItemBase) -> ResultBase:
+    return _VERIFIER.check(item)
