@@ -4,6 +4,9 @@ from its own settings (``REWARD_SERVER_SANDBOX_*``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True)
@@ -67,3 +70,9 @@ class SandboxConfig:
     snippet_response_limit_bytes: int = 16 * 1024 * 1024
     # How long an execution may wait for a free container before it is unscorable
     acquire_timeout_s: float = 120.0
+
+
+def capped(ask: N | None, default: N, most: N) -> N:
+    """The limit a run gets: what its caller asked for (None or 0: nothing, the default), never
+    more than the server's ``most``."""
+    return min(ask or default, most)

@@ -23,7 +23,7 @@ from reward_server.run_code.schemas import (
 )
 from reward_server.scoring import Scorer
 from reward_server.settings import ServerSettings
-from sandbox.config import SandboxConfig
+from sandbox.config import SandboxConfig, capped
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness.statuses import MEMORY_LIMIT, OUTPUT_LIMIT, TIMEOUT
 from sandbox.snippets import (
@@ -153,6 +153,6 @@ def within(snippet: Snippet, hold_s: float, config: SandboxConfig) -> Snippet:
     for its start and fetched files): the longest it may hold the gate's only slot."""
     third = hold_s / 3
     return replace(snippet,
-                   run_timeout_s=min(snippet.run_timeout_s or config.default_time_limit_s, third),
-                   compile_timeout_s=min(snippet.compile_timeout_s or DEFAULT_COMPILE_TIMEOUT_S,
-                                         third))
+                   run_timeout_s=capped(snippet.run_timeout_s, config.default_time_limit_s, third),
+                   compile_timeout_s=capped(snippet.compile_timeout_s, DEFAULT_COMPILE_TIMEOUT_S,
+                                            third))

@@ -56,6 +56,7 @@ from reward_server.run_code.session_schemas import (
 )
 from reward_server.run_code.session_settings import SessionSettings
 from reward_server.scoring import Scorer
+from sandbox.config import capped
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness.session import DIED, TIMEOUT
 from sandbox.sessions import INTERRUPT_GRACE_S, CellResult, SandboxSession
@@ -177,11 +178,11 @@ class Sessions:
         limits = SessionLimits(
             cell_timeout=min(settings.session_cell_timeout_s, self._max_cell_timeout(settings)),
             max_cell_timeout=self._max_cell_timeout(settings),
-            memory_limit_MB=min(memory, config.max_memory_mb) if memory > 0 else
-            config.max_memory_mb,
+            memory_limit_MB=capped(memory if memory > 0 else None, config.max_memory_mb,
+                                   config.max_memory_mb),
             output_limit_bytes=settings.session_output_limit_bytes,
-            idle_ttl_s=min(request.idle_ttl_s or settings.session_idle_ttl_s,
-                           settings.session_idle_ttl_s))
+            idle_ttl_s=capped(request.idle_ttl_s, settings.session_idle_ttl_s,
+                              settings.session_idle_ttl_s))
         self._admit(caller, settings)
         quota = caller.quota
         self._creating[quota] = self._creating.get(quota, 0) + 1
@@ -219,8 +220,8 @@ class Sessions:
                 where = "code" if request.code is not None else f"cells[{index}]"
                 raise PayloadTooLarge(too_large_message(where, size, limit_bytes))
         session = self._get(caller, session_id)
-        time_limit = min(request.cell_timeout or settings.session_cell_timeout_s,
-                         self._max_cell_timeout(settings))
+        time_limit = capped(request.cell_timeout, settings.session_cell_timeout_s,
+                            self._max_cell_timeout(settings))
         session.running += 1
         try:
             async with session.lock:
