@@ -9,14 +9,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
 from fastapi_offline import FastAPIOffline
 
 from reward_server import __version__, worker_isolation
 from reward_server.callers import load_tokens
 from reward_server.collector import full_collections
 from reward_server.drain import watch_stop_signals
-from reward_server.errors import ApiError, api_error_handler, validation_error_handler
+from reward_server.errors import EXCEPTION_HANDLERS
 from reward_server.middleware import BearerAuth, BodyLimit, DropOnHangUp, ErrorGuard, RequestMetrics
 from reward_server.routes import meta, openrlhf, rewards, run_code, sessions
 from reward_server.routes.verify import verifier_router
@@ -65,6 +64,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         version=__version__,
         description="Scores model completions for RL from verifiable rewards.",
         lifespan=lifespan,
+        exception_handlers=EXCEPTION_HANDLERS,
     )
     app.include_router(meta.router)
     app.include_router(rewards.router)
@@ -73,8 +73,6 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(sessions.router)
     for name, cls in sorted(classes.items()):
         app.include_router(verifier_router(name, cls))
-    app.add_exception_handler(ApiError, api_error_handler)
-    app.add_exception_handler(RequestValidationError, validation_error_handler)
 
     # outermost last: metrics see every response, auth runs before the body is read, the
     # turnstile orders who starts, and the hang-up watch reads what comes after the body

@@ -2,12 +2,9 @@
 the bounds on them. Each session is a ``sandbox.sessions.SandboxSession`` (an interpreter in a
 container of its own) plus its owner, its idle clock and its cells' lock.
 
-Errors a caller can meet here (each an ``ApiError``, so a JSON ``detail``):
-
-    SessionNotFound     404  no such id, or another caller's (the two look alike)
-    SessionGone         410  its own session, ended: closed, expired, lost or shut down
-    TooManySessions     429  the caller's cap or the server's
-    SessionsUnavailable 503  no container could be had for a new session
+Errors a caller can meet here (``reward_server.errors``, each a JSON ``detail``):
+``SessionNotFound`` (404), ``SessionGone`` (410), ``TooManySessions`` (429) and
+``SessionsUnavailable`` (503).
 
 Who: a session belongs to the caller that created it (``callers``: its token's name, or
 without tokens its address). Its id is 256 random bits, a capability never listed to anyone
@@ -42,7 +39,15 @@ from typing import Any
 from reward_server import metrics
 from reward_server.admission import too_large_message
 from reward_server.callers import Caller
-from reward_server.errors import ApiError, InvalidItems, PayloadTooLarge, UnknownVerifier
+from reward_server.errors import (
+    InvalidItems,
+    PayloadTooLarge,
+    SessionGone,
+    SessionNotFound,
+    SessionsUnavailable,
+    TooManySessions,
+    UnknownVerifier,
+)
 from reward_server.fair_queue import BudgetSpent
 from reward_server.run_code.schemas import CommandRunStatus
 from reward_server.run_code.session_schemas import (
@@ -71,25 +76,6 @@ TOMBSTONES = 4096  # ended sessions remembered, so their ids answer 410, not 404
 # the host's reaper closes it first unless the server was killed (docs/sessions.md)
 IDLE_EXIT_SLACK_S = 60.0
 SANDBOX_ERROR = "SandboxError"
-
-
-class SessionNotFound(ApiError):
-    status_code = 404
-
-
-class SessionGone(ApiError):
-    status_code = 410
-
-
-class TooManySessions(ApiError):
-    status_code = 429
-
-    def __init__(self, message: str, headers: dict[str, str]) -> None:
-        super().__init__(message, headers)
-
-
-class SessionsUnavailable(ApiError):
-    status_code = 503
 
 
 @dataclass(eq=False)
@@ -395,11 +381,11 @@ def _answer_chars(cell: CellRunResult) -> int:
             + sum(len(str(e)) for e in cell.error))
 
 
-def _retry_after(sessions: list[_Session]) -> dict[str, str]:
+def _retry_after(sessions: list[_Session]) -> int:
     """Retry-After: when the first of these would reach its idle TTL (a running one: a TTL
     after now), at least a second."""
     left = [s.idle_left() or s.limits.idle_ttl_s for s in sessions]
-    return {"Retry-After": str(max(1, math.ceil(min(left, default=1.0))))}
+    return max(1, math.ceil(min(left, default=1.0)))
 
 
 def _status(cell: CellResult) -> CommandRunStatus:
