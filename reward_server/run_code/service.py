@@ -21,6 +21,7 @@ from reward_server.run_code.schemas import (
     RunCodeRequest,
     RunCodeResponse,
 )
+from reward_server.run_code.statuses import command_status
 from reward_server.scoring import Scorer
 from reward_server.settings import ServerSettings
 from sandbox.config import SandboxConfig, capped
@@ -129,7 +130,7 @@ def _as_sandbox_fusion(command: Command | None) -> CommandRunResult | None:
     if command is None:
         return None
     return CommandRunResult(
-        status="TimeLimitExceeded" if command.ended == TIMEOUT else "Finished",
+        status=command_status(command),
         execution_time=round(command.time_s, 6), return_code=command.code,
         stdout=command.stdout, stderr=command.stderr)
 

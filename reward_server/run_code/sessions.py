@@ -49,7 +49,6 @@ from reward_server.errors import (
     UnknownVerifier,
 )
 from reward_server.fair_queue import BudgetSpent
-from reward_server.run_code.schemas import CommandRunStatus
 from reward_server.run_code.session_schemas import (
     CellRunResult,
     CreateSessionRequest,
@@ -60,10 +59,10 @@ from reward_server.run_code.session_schemas import (
     SessionState,
 )
 from reward_server.run_code.session_settings import SessionSettings
+from reward_server.run_code.statuses import cell_status
 from reward_server.scoring import Scorer
 from sandbox.config import capped
 from sandbox.errors import SandboxUnavailable
-from sandbox.harness.session import DIED, TIMEOUT
 from sandbox.sessions import INTERRUPT_GRACE_S, CellResult, SandboxSession
 from sandbox.sessions import SessionLimits as SandboxLimits
 from sandbox.snippets import check_paths
@@ -334,7 +333,7 @@ class Sessions:
                 results: list[CellRunResult]) -> str:
         """The cell's result appended; what stops the run ('' for nothing)."""
         session.cells += 1
-        status = _status(cell)
+        status = cell_status(cell)
         metrics.SESSION_CELLS.labels(status).inc()
         metrics.SESSION_CELL_LATENCY.observe(time.perf_counter() - started)
         results.append(CellRunResult(status=status, execution_time=round(cell.time_s, 6),
@@ -386,14 +385,6 @@ def _retry_after(sessions: list[_Session]) -> int:
     after now), at least a second."""
     left = [s.idle_left() or s.limits.idle_ttl_s for s in sessions]
     return max(1, math.ceil(min(left, default=1.0)))
-
-
-def _status(cell: CellResult) -> CommandRunStatus:
-    if cell.stopped == TIMEOUT:
-        return "TimeLimitExceeded"
-    if cell.stopped or cell.ended == DIED:
-        return "Error"
-    return "Finished"
 
 
 def _raised(cell: CellResult) -> str:
