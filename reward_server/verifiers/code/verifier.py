@@ -18,12 +18,12 @@ from dataclasses import replace
 
 from reward_server import metrics
 from reward_server.fair_queue import FairGate, Held
+from reward_server.sandbox_settings import SECTION, SandboxSection, SandboxSettings
 from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
 from reward_server.verifiers.base import Verifier
 from reward_server.verifiers.code.extract import extract_code
 from reward_server.verifiers.code.formats import program_of
 from reward_server.verifiers.code.schemas import CodeItem, CodeResult, CodeTestResult
-from reward_server.verifiers.code.settings import SandboxSettings
 from sandbox import Execution, ExecutionResult, Sandbox, SandboxUnavailable, TestResult
 from sandbox.harness.statuses import (
     BAD_TESTS,
@@ -50,8 +50,8 @@ class CodeVerifier(Verifier):
     result_model = CodeResult
     description = "Runs the program against test cases in a Docker sandbox."
     settings_model = SandboxSettings
-    settings_prefix = "sandbox"
-    config: SandboxSettings
+    settings_prefix = SECTION
+    config: SandboxSection
 
     async def start(self) -> None:
         config = self.config.config()
