@@ -1,5 +1,6 @@
-"""Builds the FastAPI app. The lifespan owns every verifier's resources (process pools,
-Docker clients); nothing starts at import time."""
+"""Builds the FastAPI app. The lifespan owns the sandbox service (its Docker clients and
+containers, handed to the verifiers, /run_code and the sessions) and every verifier's
+resources (process pools); nothing starts at import time."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from reward_server.middleware import BearerAuth, BodyLimit, DropOnHangUp, ErrorG
 from reward_server.routes import meta, openrlhf, rewards, run_code, sessions
 from reward_server.routes.verify import verifier_router
 from reward_server.run_code.sessions import Sessions
+from reward_server.sandbox_service import SandboxService
 from reward_server.scoring import Scorer
 from reward_server.settings import ServerSettings, get_settings
 from reward_server.turnstile import Turnstile
@@ -35,27 +37,31 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker_isolation.configure(settings.worker_isolation == "on")
+        sandbox = app.state.sandbox = SandboxService.of(settings)
         verifiers = {name: cls(settings) for name, cls in classes.items()}
         started = []
         try:
+            if sandbox is not None:
+                await sandbox.start()
             for verifier in verifiers.values():
+                verifier.use_sandbox(sandbox)
                 await verifier.start()
                 started.append(verifier)
-            for verifier in verifiers.values():
-                verifier.bind(verifiers)
             scorer = app.state.scorer = Scorer(verifiers, settings)
             # a burst's heap is not walked by the cycle collector (collector.py)
             collections = asyncio.create_task(full_collections(lambda: not scorer.quotas.items))
             log.info("verifiers ready: %s", ", ".join(sorted(verifiers)))
             undo_signals = watch_stop_signals()
             try:
-                async with Sessions(scorer) as app.state.sessions:  # closed first
+                async with Sessions(scorer, sandbox) as app.state.sessions:  # closed first
                     yield
             finally:
                 undo_signals()
                 collections.cancel()
         finally:
             await asyncio.gather(*(v.stop() for v in started), return_exceptions=True)
+            if sandbox is not None:  # after everything that runs in it
+                await asyncio.gather(sandbox.stop(), return_exceptions=True)
 
     # /docs serves Swagger UI's files from the fastapi-offline package: FastAPI's own page
     # loads them from a CDN and is blank on an offline cluster
