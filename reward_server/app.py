@@ -1,5 +1,6 @@
-"""Builds the FastAPI app. The lifespan owns every verifier's resources (process pools,
-Docker clients); nothing starts at import time."""
+"""Builds the FastAPI app. The lifespan owns the sandbox service (its Docker clients and
+containers, handed to the verifiers, /run_code and the sessions) and every verifier's
+resources (process pools); nothing starts at import time."""
 
 from __future__ import annotations
 
@@ -9,18 +10,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
 from fastapi_offline import FastAPIOffline
 
 from reward_server import __version__, worker_isolation
 from reward_server.callers import load_tokens
 from reward_server.collector import full_collections
 from reward_server.drain import watch_stop_signals
-from reward_server.errors import ApiError, api_error_handler, validation_error_handler
+from reward_server.errors import EXCEPTION_HANDLERS
 from reward_server.middleware import BearerAuth, BodyLimit, DropOnHangUp, ErrorGuard, RequestMetrics
 from reward_server.routes import meta, openrlhf, rewards, run_code, sessions
 from reward_server.routes.verify import verifier_router
 from reward_server.run_code.sessions import Sessions
+from reward_server.sandbox_service import SandboxService
 from reward_server.scoring import Scorer
 from reward_server.settings import ServerSettings, get_settings
 from reward_server.turnstile import Turnstile
@@ -37,14 +38,16 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker_isolation.configure(settings.worker_isolation == "on")
+        sandbox = app.state.sandbox = SandboxService.of(settings)
         verifiers = {name: cls(settings) for name, cls in classes.items()}
         started: list[Verifier | Scorer] = []  # each stopped at the end
         try:
+            if sandbox is not None:
+                await sandbox.start()
             for verifier in verifiers.values():
+                verifier.use_sandbox(sandbox)
                 await verifier.start()
                 started.append(verifier)
-            for verifier in verifiers.values():
-                verifier.bind(verifiers)
             scorer = app.state.scorer = Scorer(verifiers, settings)
             await scorer.start()
             started.append(scorer)
@@ -53,13 +56,15 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             log.info("verifiers ready: %s", ", ".join(sorted(verifiers)))
             undo_signals = watch_stop_signals()
             try:
-                async with Sessions(scorer) as app.state.sessions:  # closed first
+                async with Sessions(scorer, sandbox) as app.state.sessions:  # closed first
                     yield
             finally:
                 undo_signals()
                 collections.cancel()
         finally:
             await asyncio.gather(*(v.stop() for v in started), return_exceptions=True)
+            if sandbox is not None:  # after everything that runs in it
+                await asyncio.gather(sandbox.stop(), return_exceptions=True)
 
     # /docs serves Swagger UI's files from the fastapi-offline package: FastAPI's own page
     # loads them from a CDN and is blank on an offline cluster
@@ -68,6 +73,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         version=__version__,
         description="Scores model completions for RL from verifiable rewards.",
         lifespan=lifespan,
+        exception_handlers=EXCEPTION_HANDLERS,
     )
     app.include_router(meta.router)
     app.include_router(rewards.router)
@@ -76,8 +82,6 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(sessions.router)
     for name, cls in sorted(classes.items()):
         app.include_router(verifier_router(name, cls))
-    app.add_exception_handler(ApiError, api_error_handler)
-    app.add_exception_handler(RequestValidationError, validation_error_handler)
 
     # outermost last: metrics see every response, auth runs before the body is read, the
     # turnstile orders who starts, and the hang-up watch reads what comes after the body

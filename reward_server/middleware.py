@@ -11,7 +11,6 @@ import asyncio
 import base64
 import binascii
 import itertools
-import json
 import logging
 import time
 import uuid
@@ -21,7 +20,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reward_server import metrics
 from reward_server.callers import SCOPE_KEY, Tokens, caller_of_scope
-from reward_server.errors import TooBusy, api_error_response
+from reward_server.errors import (
+    ApiError,
+    InternalError,
+    PayloadTooLarge,
+    TooBusy,
+    Unauthorized,
+    api_error_response,
+)
 from reward_server.json_shape import JsonShape
 from reward_server.quotas import quotas_of_scope
 
@@ -30,15 +36,9 @@ _RUN_ID = uuid.uuid4().hex[:8]
 _request_numbers = itertools.count(1)
 
 
-async def _send_json(send: Send, status: int, detail: str, headers: list | None = None,
-                     **fields: str) -> None:
-    body = json.dumps({"detail": detail, **fields}).encode()
-    await send({
-        "type": "http.response.start", "status": status,
-        "headers": [(b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()), *(headers or [])],
-    })
-    await send({"type": "http.response.body", "body": body})
+async def _refuse(exc: ApiError, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer ``exc`` as the app's handlers would: a middleware refuses before routing."""
+    await api_error_response(exc)(scope, receive, send)
 
 
 class BearerAuth:
@@ -72,12 +72,7 @@ class BearerAuth:
             return await self.app(scope, receive, send)
         name = self.identify(dict(scope["headers"]).get(b"authorization", b""))
         if name is None:
-            return await _send_json(
-                send, 401, "missing or invalid token (Authorization: Bearer <token>, or HTTP "
-                "Basic with the token as the password)",
-                [(b"www-authenticate", b"Bearer"),
-                 (b"www-authenticate", b'Basic realm="reward_server"')],
-            )
+            return await _refuse(Unauthorized(), scope, receive, send)
         scope[SCOPE_KEY] = name
         await self.app(scope, receive, send)
 
@@ -128,7 +123,7 @@ class BodyLimit:
         try:
             declared = dict(scope["headers"]).get(b"content-length")
             if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-                return await _send_json(send, 413, self._message())
+                return await _refuse(PayloadTooLarge(self._message()), scope, receive, send)
             # (bytes count as they arrive: a declared length alone reserved the server's
             # budget for 60 s with no byte sent)
             chunks: list[bytes] = []
@@ -140,17 +135,17 @@ class BodyLimit:
                     return
                 chunk = message.get("body", b"")
                 if held + len(chunk) > self.max_bytes:
-                    return await _send_json(send, 413, self._message())
+                    return await _refuse(PayloadTooLarge(self._message()), scope, receive, send)
                 if quotas is not None and chunk:
                     try:
                         quotas.take_body(caller, len(chunk))
                     except TooBusy as exc:
-                        return await api_error_response(exc)(scope, receive, send)
+                        return await _refuse(exc, scope, receive, send)
                 held += len(chunk)
                 shape.feed(chunk)
                 refused = self._too_many(shape.containers, shape.values, sandbox)
                 if refused:
-                    return await _send_json(send, 413, refused)
+                    return await _refuse(PayloadTooLarge(refused), scope, receive, send)
                 chunks.append(chunk)
                 if not message.get("more_body", False):
                     break
@@ -281,6 +276,4 @@ class ErrorGuard:
                           scope.get("path"), request_id)
             if started:  # too late for a status: the client sees a cut-off body
                 raise
-            await _send_json(send, 500, f"internal error (request id {request_id}); the "
-                             "server log has the traceback",
-                             [(b"x-request-id", request_id.encode())], request_id=request_id)
+            await _refuse(InternalError(request_id), scope, receive, send)

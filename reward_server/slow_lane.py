@@ -101,10 +101,12 @@ class SlowLane(Generic[V]):
     wait behind its caller's backlog, or be dropped when its client hangs up), and it takes
     from another caller only what the cache would hand it: no timeout, nothing momentary."""
 
-    def __init__(self, name: str, slots: int, cache_size: int, remember_timeouts_s: float,
-                 verdicts: LaneVerdicts[V]) -> None:
+    def __init__(self, name: str, slots: int | FairGate, cache_size: int,
+                 remember_timeouts_s: float, verdicts: LaneVerdicts[V]) -> None:
+        """``slots``: how many items run at once, at a gate of the lane's own; or the gate
+        of a resource the lane shares (the sandbox service's)."""
         self.name = name  # the metrics' verifier label
-        self.gate = FairGate(slots, name)
+        self.gate = slots if isinstance(slots, FairGate) else FairGate(slots, name)
         self.verdicts = verdicts
         self._cache: ResultCache[V] = ResultCache(cache_size)
         self._running: dict[Hashable, _Running] = {}

@@ -11,7 +11,7 @@ from typing import Any
 
 from sandbox.builds import Build, Builds, build_bytes, build_key, checker_key, valid_build
 from sandbox.channel import ChannelClosed, ChannelMisframed, ChannelTimeout
-from sandbox.config import SandboxConfig
+from sandbox.config import SandboxConfig, capped
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness.checker import CHECK_TIME_LIMIT_S, KEEP_MAX_BYTES
 from sandbox.harness.protocol import printable
@@ -155,12 +155,12 @@ class Sandbox:
         c = self.config
         spec = ex.spec
         assert spec is not None  # execute() checked it
-        time_limit = min(ex.time_limit_s or c.default_time_limit_s, c.max_time_limit_s)
-        memory = min(ex.memory_mb or c.default_memory_mb, c.max_memory_mb)
-        output_limit = min(ex.output_limit_bytes or c.output_limit_bytes,
-                           max(c.max_output_limit_bytes, c.output_limit_bytes))
-        item_budget = min(ex.budget_s or c.item_budget_s,
-                          max(c.max_item_budget_s, c.item_budget_s))
+        time_limit = capped(ex.time_limit_s, c.default_time_limit_s, c.max_time_limit_s)
+        memory = capped(ex.memory_mb, c.default_memory_mb, c.max_memory_mb)
+        output_limit = capped(ex.output_limit_bytes, c.output_limit_bytes,
+                              max(c.max_output_limit_bytes, c.output_limit_bytes))
+        item_budget = capped(ex.budget_s, c.item_budget_s,
+                             max(c.max_item_budget_s, c.item_budget_s))
         job = {
             "language": spec.as_job(memory), "source": ex.program, "time_limit_s": time_limit,
             "memory_mb": memory, "output_limit_bytes": output_limit,

@@ -52,7 +52,9 @@ class CellResult:
     """One cell's end. ``ended``: FINISHED (it ran to its end: its value in ``display``, an
     exception in ``error``, as Jupyter's outputs), or DIED (the interpreter is gone: the
     session with it); ``stopped``: TIMEOUT or OUTPUT_LIMIT when a limit interrupted it;
-    ``note``: what the sandbox saw, in words."""
+    ``out_of_memory``: DIED at its memory limit (the kernel killed the interpreter, or the
+    container's limit, the backstop, took the container); ``note``: what the sandbox saw, in
+    words."""
 
     ended: str
     stdout: str
@@ -62,6 +64,7 @@ class CellResult:
     error: list[dict[str, Any]] = field(default_factory=list)
     stopped: str | None = None
     note: str | None = None
+    out_of_memory: bool = False
 
     @property
     def alive(self) -> bool:
@@ -122,7 +125,8 @@ class SandboxSession:
                 await self.close()
                 raise SandboxUnavailable("the session's Docker engine went away") from None
             return CellResult(DIED, "", "", 0.0, note="the session's container died during "
-                              "the cell (its memory limit, the backstop for every process)")
+                              "the cell (its memory limit, the backstop for every process)",
+                              out_of_memory=True)
         # decoding up to two streams at the output limit takes a fraction of a second: off
         # the event loop, as the channel's read is
         return await asyncio.get_running_loop().run_in_executor(
@@ -148,6 +152,8 @@ def _parse(reply: Any, time_limit_s: float, limits: SessionLimits) -> CellResult
         return CellResult(DIED, "", "", 0.0, note=str(why or "the sandbox's answer was "
                                                            "malformed"))
     ended, stopped = cell["ended"], cell.get("stopped")
+    out_of_memory = (ended == DIED and not stopped and not cell.get("unstoppable")
+                     and bool(cell.get("memory")))
     note = None
     if stopped == TIMEOUT:
         note = f"stopped at the cell's time limit of {time_limit_s:g} s"
@@ -160,7 +166,7 @@ def _parse(reply: Any, time_limit_s: float, limits: SessionLimits) -> CellResult
                "the interpreter did not stop within "
                f"{INTERRUPT_GRACE_S:g} s of its interrupt and was killed" if stopped else
                f"the interpreter ran out of its memory limit of {limits.memory_mb} MB"
-               if cell.get("memory") else
+               if out_of_memory else
                f"the interpreter exited (exit code {cell.get('code')})")
         note = f"{note}; {why}" if note else why
     try:
@@ -170,7 +176,7 @@ def _parse(reply: Any, time_limit_s: float, limits: SessionLimits) -> CellResult
         stdout = stderr = ""
     return CellResult(ended, stdout, stderr, float(cell.get("time_ms") or 0) / 1000,
                       display=cell.get("display") or [], error=cell.get("error") or [],
-                      stopped=stopped, note=note)
+                      stopped=stopped, note=note, out_of_memory=out_of_memory)
 
 
 __all__ = ["CellResult", "SandboxSession", "SessionLimits"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.channel import ChannelClosed, ChannelMisframed, ChannelTimeout
-from sandbox.config import SandboxConfig
+from sandbox.config import SandboxConfig, capped
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness.fetch import path_parts
 from sandbox.harness.snippet import STREAMS
@@ -74,11 +74,11 @@ class Limits:
     def of(cls, snippet: Snippet, config: SandboxConfig) -> Limits:
         c = config
         return cls(
-            run_timeout_s=min(snippet.run_timeout_s or c.default_time_limit_s,
-                              c.max_time_limit_s),
-            compile_timeout_s=min(snippet.compile_timeout_s or DEFAULT_COMPILE_TIMEOUT_S,
-                                  c.compile_time_limit_s),
-            memory_mb=min(snippet.memory_mb or c.max_memory_mb, c.max_memory_mb),
+            run_timeout_s=capped(snippet.run_timeout_s, c.default_time_limit_s,
+                                 c.max_time_limit_s),
+            compile_timeout_s=capped(snippet.compile_timeout_s, DEFAULT_COMPILE_TIMEOUT_S,
+                                     c.compile_time_limit_s),
+            memory_mb=capped(snippet.memory_mb, c.max_memory_mb, c.max_memory_mb),
             output_limit_bytes=c.output_limit_bytes,
             response_limit_bytes=c.snippet_response_limit_bytes)
 

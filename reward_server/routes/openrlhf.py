@@ -29,14 +29,10 @@ from pydantic import BaseModel, Field, model_validator
 
 from reward_server.adapters.items import label_fields
 from reward_server.admission import INVALID_ITEM
-from reward_server.errors import ApiError, InvalidItems
+from reward_server.errors import InvalidItems, SandboxUnavailableError
 from reward_server.routes import body_bytes, caller_of
 
 router = APIRouter()
-
-
-class SandboxUnavailableError(ApiError):
-    status_code = 503
 
 
 class OpenRLHFRequest(BaseModel):

@@ -21,7 +21,8 @@ router = APIRouter()
              responses={503: {"model": RunCodeResponse, "description": "SandboxError: no "
                               "container could run it"}})
 async def run_code_route(body: RunCodeRequest, request: Request) -> JSONResponse:
-    status, response = await run_code(request.app.state.scorer, body, caller_of(request))
+    state = request.app.state
+    status, response = await run_code(state.scorer, state.sandbox, body, caller_of(request))
     # rendered off the event loop: up to the response limit of a program's output
     return await asyncio.to_thread(
         lambda: JSONResponse(response.model_dump(mode="json"), status_code=status))

@@ -1,5 +1,5 @@
 """One ``run_code`` call: the request checked (sizes, language, paths: a 4xx naming the
-field), the snippet run in the code verifier's containers behind its fair gate (so a caller's
+field), the snippet run in the sandbox service's containers behind its fair gate (so a caller's
 snippets share the containers with every caller's code items, by time, as items do), and the
 result in SandboxFusion's shape. Not cached: a snippet's output may be meant to vary (random,
 time), and it is not a verdict."""
@@ -21,9 +21,11 @@ from reward_server.run_code.schemas import (
     RunCodeRequest,
     RunCodeResponse,
 )
+from reward_server.run_code.statuses import command_status
+from reward_server.sandbox_service import SandboxService
 from reward_server.scoring import Scorer
 from reward_server.settings import ServerSettings
-from sandbox.config import SandboxConfig
+from sandbox.config import SandboxConfig, capped
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness.statuses import MEMORY_LIMIT, OUTPUT_LIMIT, TIMEOUT
 from sandbox.snippets import (
@@ -62,24 +64,22 @@ def snippet_of(request: RunCodeRequest, settings: ServerSettings) -> Snippet:
                    memory_mb=request.memory_limit_MB if request.memory_limit_MB > 0 else None)
 
 
-async def run_code(scorer: Scorer, request: RunCodeRequest, caller: Hashable
-                   ) -> tuple[int, RunCodeResponse]:
+async def run_code(scorer: Scorer, sandbox: SandboxService | None, request: RunCodeRequest,
+                   caller: Hashable) -> tuple[int, RunCodeResponse]:
     """The HTTP status and the answer: 200 with Success or Failed for whatever the program
     did; 503 with SandboxError when it could not run (no container, or its request's budget
     spent waiting for one: nothing the program did)."""
     started = time.perf_counter()
     snippet = snippet_of(request, scorer.settings)
-    try:
-        code = scorer.get("code")
-    except UnknownVerifier:
+    if sandbox is None:
         raise UnknownVerifier("/run_code runs in the code verifier's sandbox, which this "
-                              "server does not load (its plugins setting)") from None
-    if (hold := code.unsplit_hold_s) is not None:  # type: ignore[attr-defined]
-        snippet = within(snippet, hold, code.sandbox.config)  # type: ignore[attr-defined]
+                              "server does not load (its plugins setting)")
+    if (hold := sandbox.unsplit_hold_s) is not None:
+        snippet = within(snippet, hold, sandbox.config)
     try:
         with scorer.request(caller, 1):
-            async with code.unsplit_slot():  # type: ignore[attr-defined]
-                result = await run_snippet(code.sandbox, snippet)  # type: ignore[attr-defined]
+            async with sandbox.unsplit_slot():
+                result = await run_snippet(sandbox.sandbox, snippet)
     except (SandboxUnavailable, BudgetSpent) as exc:
         metrics.ITEMS.labels(METRICS_NAME, SANDBOX_ERROR).inc()
         return 503, RunCodeResponse(status=SANDBOX_ERROR, message=str(exc))
@@ -129,7 +129,7 @@ def _as_sandbox_fusion(command: Command | None) -> CommandRunResult | None:
     if command is None:
         return None
     return CommandRunResult(
-        status="TimeLimitExceeded" if command.ended == TIMEOUT else "Finished",
+        status=command_status(command),
         execution_time=round(command.time_s, 6), return_code=command.code,
         stdout=command.stdout, stderr=command.stderr)
 
@@ -153,6 +153,6 @@ def within(snippet: Snippet, hold_s: float, config: SandboxConfig) -> Snippet:
     for its start and fetched files): the longest it may hold the gate's only slot."""
     third = hold_s / 3
     return replace(snippet,
-                   run_timeout_s=min(snippet.run_timeout_s or config.default_time_limit_s, third),
-                   compile_timeout_s=min(snippet.compile_timeout_s or DEFAULT_COMPILE_TIMEOUT_S,
-                                         third))
+                   run_timeout_s=capped(snippet.run_timeout_s, config.default_time_limit_s, third),
+                   compile_timeout_s=capped(snippet.compile_timeout_s, DEFAULT_COMPILE_TIMEOUT_S,
+                                            third))

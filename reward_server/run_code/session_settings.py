@@ -1,6 +1,6 @@
-"""The settings of stateful sessions (``/v1/sessions``, docs/sessions.md): part of the code
-verifier's section (``--sandbox-session-*``, ``REWARD_SERVER_SANDBOX_SESSION_*``), since a
-session runs in its sandbox. Pydantic only: the verifier's settings module imports it."""
+"""The settings of stateful sessions (``/v1/sessions``, docs/sessions.md): part of the
+sandbox's section (``--sandbox-session-*``, ``REWARD_SERVER_SANDBOX_SESSION_*``), since a
+session runs in its sandbox. Pydantic only: ``reward_server.sandbox_settings`` imports it."""
 
 from __future__ import annotations
 

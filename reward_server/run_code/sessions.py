@@ -2,12 +2,9 @@
 the bounds on them. Each session is a ``sandbox.sessions.SandboxSession`` (an interpreter in a
 container of its own) plus its owner, its idle clock and its cells' lock.
 
-Errors a caller can meet here (each an ``ApiError``, so a JSON ``detail``):
-
-    SessionNotFound     404  no such id, or another caller's (the two look alike)
-    SessionGone         410  its own session, ended: closed, expired, lost or shut down
-    TooManySessions     429  the caller's cap or the server's
-    SessionsUnavailable 503  no container could be had for a new session
+Errors a caller can meet here (``reward_server.errors``, each a JSON ``detail``):
+``SessionNotFound`` (404), ``SessionGone`` (410), ``TooManySessions`` (429) and
+``SessionsUnavailable`` (503).
 
 Who: a session belongs to the caller that created it (``callers``: its token's name, or
 without tokens its address). Its id is 256 random bits, a capability never listed to anyone
@@ -19,12 +16,12 @@ hold none (each counted with the sessions being created, so a burst cannot overs
 them a 429 with Retry-After. An idle TTL closed by a reaper task, a cell time limit and output
 cap enforced in the container (``harness/session.py``).
 
-Taking a container, and each cell, goes through the code verifier's fair gate, as a snippet
-and a code item do: a cell holds one of the gate's slots while it runs (the CPUs the gate
-shares are the host's, whichever container a cell runs in), so a caller running cells gets
-its share of the slots, not more, and another caller's item takes the next free one. A cell
-cannot end its turn early as an item does, so cells and snippets together hold all of the
-gate's slots but one (``CodeVerifier.unsplit_slot``): items always find one."""
+Taking a container, and each cell, goes through the sandbox service's fair gate, as a
+snippet and a code item do: a cell holds one of the gate's slots while it runs (the CPUs the
+gate shares are the host's, whichever container a cell runs in), so a caller running cells
+gets its share of the slots, not more, and another caller's item takes the next free one. A
+cell cannot end its turn early as an item does, so cells and snippets together hold all of the
+gate's slots but one (``SandboxService.unsplit_slot``): items always find one."""
 
 from __future__ import annotations
 
@@ -37,14 +34,20 @@ import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from reward_server import metrics
 from reward_server.admission import too_large_message
 from reward_server.callers import Caller
-from reward_server.errors import ApiError, InvalidItems, PayloadTooLarge, UnknownVerifier
+from reward_server.errors import (
+    InvalidItems,
+    PayloadTooLarge,
+    SessionGone,
+    SessionNotFound,
+    SessionsUnavailable,
+    TooManySessions,
+    UnknownVerifier,
+)
 from reward_server.fair_queue import BudgetSpent
-from reward_server.run_code.schemas import CommandRunStatus
 from reward_server.run_code.session_schemas import (
     CellRunResult,
     CreateSessionRequest,
@@ -55,9 +58,11 @@ from reward_server.run_code.session_schemas import (
     SessionState,
 )
 from reward_server.run_code.session_settings import SessionSettings
+from reward_server.run_code.statuses import cell_status
+from reward_server.sandbox_service import SandboxService
 from reward_server.scoring import Scorer
+from sandbox.config import capped
 from sandbox.errors import SandboxUnavailable
-from sandbox.harness.session import DIED, TIMEOUT
 from sandbox.sessions import INTERRUPT_GRACE_S, CellResult, SandboxSession
 from sandbox.sessions import SessionLimits as SandboxLimits
 from sandbox.snippets import check_paths
@@ -70,25 +75,6 @@ TOMBSTONES = 4096  # ended sessions remembered, so their ids answer 410, not 404
 # the host's reaper closes it first unless the server was killed (docs/sessions.md)
 IDLE_EXIT_SLACK_S = 60.0
 SANDBOX_ERROR = "SandboxError"
-
-
-class SessionNotFound(ApiError):
-    status_code = 404
-
-
-class SessionGone(ApiError):
-    status_code = 410
-
-
-class TooManySessions(ApiError):
-    status_code = 429
-
-    def __init__(self, message: str, headers: dict[str, str]) -> None:
-        super().__init__(message, headers)
-
-
-class SessionsUnavailable(ApiError):
-    status_code = 503
 
 
 @dataclass(eq=False)
@@ -123,22 +109,20 @@ class Sessions:
     """Every open session of this server process; an async context manager (the app's
     lifespan): the reaper runs inside it, and every session is closed when it exits."""
 
-    def __init__(self, scorer: Scorer) -> None:
+    def __init__(self, scorer: Scorer, sandbox: SandboxService | None) -> None:
         self.scorer = scorer
+        self.sandbox = sandbox  # None: a server without one, where every call says so
         self._open: dict[str, _Session] = {}
         self._ended: OrderedDict[str, tuple[Caller, SessionState, str]] = OrderedDict()
         self._creating: dict[str, int] = {}  # by quota
         self._reaper: asyncio.Task[None] | None = None
         self._threads: ThreadPoolExecutor | None = None
-        self._code: Any = None
         self.settings: SessionSettings | None = None
 
     async def __aenter__(self) -> Sessions:
-        try:
-            self._code = self.scorer.get("code")
-        except UnknownVerifier:
-            return self  # no sandbox: every call says so
-        self.settings = self._code.config
+        if self.sandbox is None:
+            return self
+        self.settings = self.sandbox.settings
         self._threads = ThreadPoolExecutor(max_workers=max(1, self.settings.session_max_open),
                                            thread_name_prefix="session")
         self._reaper = asyncio.create_task(self._reap(), name="session-reaper")
@@ -157,41 +141,42 @@ class Sessions:
     def open_count(self) -> int:
         return len(self._open)
 
-    def _max_cell_timeout(self, settings: SessionSettings) -> float:
+    def _max_cell_timeout(self, sandbox: SandboxService) -> float:
         """The server's cap, and with one slot at the gate, what leaves an item waiting
         behind the cell its turn within its request's budget."""
-        hold = self._code.unsplit_hold_s
-        cap = settings.session_max_cell_timeout_s
+        hold = sandbox.unsplit_hold_s
+        cap = sandbox.settings.session_max_cell_timeout_s
         return cap if hold is None else min(cap, max(1.0, hold - INTERRUPT_GRACE_S))
 
     # --- the API ------------------------------------------------------------------------------
 
     async def create(self, caller: Caller, request: CreateSessionRequest) -> SessionInfo:
-        settings = self._enabled()
+        sandbox = self._enabled()
+        settings = sandbox.settings
         if request.language.strip().lower() not in LANGUAGES:
             raise InvalidItems(f"language: {request.language[:100]!r} has no session kernel "
                                "here; known: python (python3)")
         files = self._files(request)
-        config = self._code.sandbox.config
+        config = sandbox.config
         memory = request.memory_limit_MB
         limits = SessionLimits(
-            cell_timeout=min(settings.session_cell_timeout_s, self._max_cell_timeout(settings)),
-            max_cell_timeout=self._max_cell_timeout(settings),
-            memory_limit_MB=min(memory, config.max_memory_mb) if memory > 0 else
-            config.max_memory_mb,
+            cell_timeout=min(settings.session_cell_timeout_s, self._max_cell_timeout(sandbox)),
+            max_cell_timeout=self._max_cell_timeout(sandbox),
+            memory_limit_MB=capped(memory if memory > 0 else None, config.max_memory_mb,
+                                   config.max_memory_mb),
             output_limit_bytes=settings.session_output_limit_bytes,
-            idle_ttl_s=min(request.idle_ttl_s or settings.session_idle_ttl_s,
-                           settings.session_idle_ttl_s))
+            idle_ttl_s=capped(request.idle_ttl_s, settings.session_idle_ttl_s,
+                              settings.session_idle_ttl_s))
         self._admit(caller, settings)
         quota = caller.quota
         self._creating[quota] = self._creating.get(quota, 0) + 1
         try:
-            sandbox = await self._start(caller, limits, files)
+            interpreter = await self._start(sandbox, caller, limits, files)
         finally:
             self._creating[quota] -= 1
             if not self._creating[quota]:
                 del self._creating[quota]
-        session = _Session(secrets.token_urlsafe(32), caller, sandbox, limits)
+        session = _Session(secrets.token_urlsafe(32), caller, interpreter, limits)
         self._open[session.id] = session
         metrics.SESSIONS_OPEN.inc()
         return session.info()
@@ -211,7 +196,7 @@ class Sessions:
                   ) -> tuple[int, RunCellsResponse]:
         """The HTTP status and the cells' results (200 whatever the code did; 503 when the
         sandbox failed under it)."""
-        settings = self._enabled()
+        sandbox = self._enabled()
         limit_bytes = self.scorer.settings.max_field_bytes
         for index, code in enumerate(request.sources):
             if len(code) * 4 > limit_bytes and (
@@ -219,27 +204,28 @@ class Sessions:
                 where = "code" if request.code is not None else f"cells[{index}]"
                 raise PayloadTooLarge(too_large_message(where, size, limit_bytes))
         session = self._get(caller, session_id)
-        time_limit = min(request.cell_timeout or settings.session_cell_timeout_s,
-                         self._max_cell_timeout(settings))
+        time_limit = capped(request.cell_timeout, sandbox.settings.session_cell_timeout_s,
+                            self._max_cell_timeout(sandbox))
         session.running += 1
         try:
             async with session.lock:
                 self._get(caller, session_id)  # it may have ended while this waited
-                return await self._run_cells(session, request.sources, time_limit, caller)
+                return await self._run_cells(sandbox, session, request.sources, time_limit,
+                                             caller)
         finally:
             session.running -= 1
             session.last_used = time.monotonic()
 
     # --- the parts ----------------------------------------------------------------------------
 
-    def _enabled(self) -> SessionSettings:
-        if self._code is None or self.settings is None:
+    def _enabled(self) -> SandboxService:
+        if self.sandbox is None:
             raise UnknownVerifier("sessions run in the code verifier's sandbox, which this "
                                   "server does not load (its plugins setting)")
-        if self.settings.session_max_open == 0:
+        if self.sandbox.settings.session_max_open == 0:
             raise UnknownVerifier("sessions are turned off on this server "
                                   "(sandbox_session_max_open is 0)")
-        return self.settings
+        return self.sandbox
 
     def _files(self, request: CreateSessionRequest) -> dict[str, str]:
         limit = self.scorer.settings.max_field_bytes
@@ -276,15 +262,15 @@ class Sessions:
                 f"the server has {everyone} sessions open, its limit for this caller ({why}); "
                 "try again when one closes", _retry_after(list(self._open.values())))
 
-    async def _start(self, caller: Caller, limits: SessionLimits,
+    async def _start(self, sandbox: SandboxService, caller: Caller, limits: SessionLimits,
                      files: dict[str, str]) -> SandboxSession:
         assert self._threads is not None
         sandbox_limits = SandboxLimits(limits.memory_limit_MB, limits.output_limit_bytes)
         try:
             with self.scorer.request(caller, 1):
-                async with self._code.gate.slot():
+                async with sandbox.gate.slot():
                     return await SandboxSession.open(
-                        self._code.sandbox.pool, sandbox_limits, self._threads, files,
+                        sandbox.sandbox.pool, sandbox_limits, self._threads, files,
                         idle_exit_s=limits.idle_ttl_s + IDLE_EXIT_SLACK_S)
         except (SandboxUnavailable, BudgetSpent) as exc:
             raise SessionsUnavailable(f"no sandbox container for a session: {exc}") from None
@@ -302,19 +288,19 @@ class Sessions:
         raise SessionNotFound(f"no session {session_id[:64]!r} (unknown, or not this "
                               f"caller's){hint}")
 
-    async def _run_cells(self, session: _Session, sources: list[str], time_limit: float,
-                         caller: Caller) -> tuple[int, RunCellsResponse]:
+    async def _run_cells(self, sandbox: SandboxService, session: _Session, sources: list[str],
+                         time_limit: float, caller: Caller) -> tuple[int, RunCellsResponse]:
         results: list[CellRunResult] = []
         message = ""
         # a request of many cells each at its output limits made an answer of hundreds of MB
         # (stdout and stderr escaped, the display's repr): past /run_code's answer limit, the
         # cells still to run do not
-        answer, limit = 0, self._code.sandbox.config.snippet_response_limit_bytes
+        answer, limit = 0, sandbox.config.snippet_response_limit_bytes
         # one request to the gate: its budget bounds the time other callers shut it out
         with self.scorer.request(caller, len(sources)):
             for index, code in enumerate(sources):
                 try:
-                    async with self._code.unsplit_slot():  # a cell cannot end its turn early
+                    async with sandbox.unsplit_slot():  # a cell cannot end its turn early
                         self._get(caller, session.id)  # it may have ended while this waited
                         started = time.perf_counter()
                         cell = await session.sandbox.run(code, time_limit)
@@ -347,7 +333,7 @@ class Sessions:
                 results: list[CellRunResult]) -> str:
         """The cell's result appended; what stops the run ('' for nothing)."""
         session.cells += 1
-        status = _status(cell)
+        status = cell_status(cell)
         metrics.SESSION_CELLS.labels(status).inc()
         metrics.SESSION_CELL_LATENCY.observe(time.perf_counter() - started)
         results.append(CellRunResult(status=status, execution_time=round(cell.time_s, 6),
@@ -394,19 +380,11 @@ def _answer_chars(cell: CellRunResult) -> int:
             + sum(len(str(e)) for e in cell.error))
 
 
-def _retry_after(sessions: list[_Session]) -> dict[str, str]:
+def _retry_after(sessions: list[_Session]) -> int:
     """Retry-After: when the first of these would reach its idle TTL (a running one: a TTL
     after now), at least a second."""
     left = [s.idle_left() or s.limits.idle_ttl_s for s in sessions]
-    return {"Retry-After": str(max(1, math.ceil(min(left, default=1.0))))}
-
-
-def _status(cell: CellResult) -> CommandRunStatus:
-    if cell.stopped == TIMEOUT:
-        return "TimeLimitExceeded"
-    if cell.stopped or cell.ended == DIED:
-        return "Error"
-    return "Finished"
+    return max(1, math.ceil(min(left, default=1.0)))
 
 
 def _raised(cell: CellResult) -> str:

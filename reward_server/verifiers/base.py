@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from reward_server.process_pool import TimeoutPool
+    from reward_server.sandbox_service import SandboxService
     from reward_server.settings import ServerSettings
 
 
@@ -73,9 +74,10 @@ class Verifier(ABC):
     async def stop(self) -> None:
         """Release everything ``start`` acquired; called once at shutdown."""
 
-    def bind(self, verifiers: Mapping[str, Verifier]) -> None:
-        """Called once every verifier has started: a verifier that works in another's
-        resource (reasoning_gym in the code verifier's sandbox) takes it here."""
+    def use_sandbox(self, sandbox: SandboxService | None) -> None:
+        """Called once before ``start``: the server's sandbox service (its containers and the
+        fair gate in front of them; the app starts and stops it), or None where the server
+        runs none. A verifier that runs in it keeps it."""
 
     def check(self, item: ItemBase) -> ResultBase:
         """One item's result, a pure function of the item and the settings. Runs in a worker

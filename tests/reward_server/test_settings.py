@@ -4,6 +4,7 @@ verifier receives its own section; worker processes get one serialized settings 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -20,6 +21,7 @@ from reward_server.settings_doc import builtin_settings_class, render
 from reward_server.verifiers.code import CodeVerifier, SandboxSettings
 from reward_server.verifiers.math import MathVerifier
 from reward_server.verifiers.math.settings import MathSettings
+from sandbox.config import SandboxConfig
 from tests.conftest import ROOT
 
 
@@ -60,6 +62,21 @@ def test_each_verifier_receives_its_own_section_not_the_environment(
     assert code.config.config().pool_size == 2  # what the sandbox is built from
     math = MathVerifier(settings)
     assert isinstance(math.config, MathSettings) and math.config.resolved_workers() == 3
+
+
+def test_the_sandbox_section_is_made_from_sandbox_config() -> None:
+    """Each field ``SandboxConfig`` marks a ``setting`` is a ``--sandbox-*`` setting with its
+    default and its help (one edit there adds one here); the sandbox's own fields are not."""
+    fields = settings_class().model_fields
+    for f in dataclasses.fields(SandboxConfig):
+        info = fields.get(f"sandbox_{f.name}")
+        if "doc" not in f.metadata:
+            assert info is None, f.name
+            continue
+        assert info is not None and info.description == f.metadata["doc"], f.name
+        default = info.get_default(call_default_factory=True)
+        assert (tuple(default) if isinstance(default, list) else default) == f.default, f.name
+    assert SandboxSettings().config() == SandboxConfig()
 
 
 def test_a_bad_section_value_is_refused_at_start_naming_the_flag() -> None:

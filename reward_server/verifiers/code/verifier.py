@@ -1,5 +1,6 @@
 """The ``code`` verifier: run the completion's program against the item's tests in the Docker
-sandbox (``sandbox/``), score the counts, cache what the program decided.
+sandbox (``sandbox/``, the server's ``SandboxService``, behind its fair gate), score the
+counts, cache what the program decided.
 
 If the engine or the image is missing, the server still starts; code items then come back
 ``sandbox_unavailable`` with a null score and the command to run.
@@ -11,19 +12,18 @@ import asyncio
 import dataclasses
 import hashlib
 import json
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 
 from reward_server import metrics
-from reward_server.fair_queue import FairGate, Held
+from reward_server.sandbox_service import SandboxService
+from reward_server.sandbox_settings import SECTION, SandboxSection, SandboxSettings
 from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
 from reward_server.verifiers.base import Verifier
 from reward_server.verifiers.code.extract import extract_code
 from reward_server.verifiers.code.formats import program_of
 from reward_server.verifiers.code.schemas import CodeItem, CodeResult, CodeTestResult
-from reward_server.verifiers.code.settings import SandboxSettings
-from sandbox import Execution, ExecutionResult, Sandbox, SandboxUnavailable, TestResult
+from sandbox import Execution, ExecutionResult, SandboxUnavailable, TestResult
 from sandbox.harness.statuses import (
     BAD_TESTS,
     NO_CODE,
@@ -35,7 +35,6 @@ from sandbox.harness.statuses import (
     UNSCORABLE,
 )
 
-SPARE_CONTAINERS = 1  # per engine, beyond pool_size (see CodeVerifier.start)
 # An item's turn on a container before it lets a waiting item in, between two of its tests:
 # another request waits about this plus one test's limit, not an item's whole budget (60 s).
 # Honest items finish inside it; a turn costs one harness round trip (milliseconds), and with
@@ -48,49 +47,25 @@ class CodeVerifier(Verifier):
     item_model = CodeItem
     result_model = CodeResult
     description = "Runs the program against test cases in a Docker sandbox."
+    # the sandbox's section: where it is loaded the app makes a SandboxService from it
     settings_model = SandboxSettings
-    settings_prefix = "sandbox"
+    settings_prefix = SECTION
     null_statuses = UNSCORABLE  # a dataset's broken tests, found before the candidate ran
-    config: SandboxSettings
+    config: SandboxSection
+
+    _service: SandboxService | None = None
+
+    def use_sandbox(self, sandbox: SandboxService | None) -> None:
+        self._service = sandbox
 
     async def start(self) -> None:
-        config = self.config.config()
-        # One warm container per engine more than items run at once: a container that a
-        # timed-out program spoiled takes seconds to replace, and the next item (often
-        # another request's) takes the spare meanwhile. Whose turn it is: the gate.
-        self.sandbox = Sandbox(replace(config, pool_size=config.pool_size + SPARE_CONTAINERS))
-        await self.sandbox.start()
-        slots = config.pool_size * len(self.sandbox.pool.pools)
+        if self._service is None:  # the app makes one wherever this verifier is loaded
+            raise RuntimeError("the code verifier runs in the server's sandbox service, which "
+                               "the app hands it before start")
+        self.sandbox = self._service.sandbox
         self._lane: SlowLane[CodeResult] = SlowLane(
-            self.name, slots, self.settings.cache_size, self.settings.timeout_memory_s,
-            _LANE_VERDICTS)
-        self._unsplit = FairGate(max(1, slots - 1), f"{self.name}-unsplit")
-
-    async def stop(self) -> None:
-        await self.sandbox.stop()
-
-    @property
-    def gate(self) -> FairGate:
-        """The fair gate in front of the containers: items take turns here."""
-        return self._lane.gate
-
-    @asynccontextmanager
-    async def unsplit_slot(self) -> AsyncIterator[Held]:
-        """One of the gate's slots for work that cannot end its turn early (a /run_code
-        snippet, a session cell: up to a minute each), which holds at most all of the
-        gate's slots but one at once: items, which take turns, always find one, whoever holds
-        the rest with minute-long cells. With one slot there is none to keep."""
-        async with self._unsplit.slot(), self._lane.gate.slot() as held:
-            yield held
-
-    @property
-    def unsplit_hold_s(self) -> float | None:
-        """The longest a snippet or a cell may hold a slot. With one slot it holds the only
-        one: half the request budget, so an item waiting behind it still runs within its
-        budget (a minute-long cell made another caller's item ``not_run``). None: no budget,
-        or ``unsplit_slot`` keeps a slot for items."""
-        budget = self.settings.request_budget_s
-        return budget / 2 if budget and self._lane.gate.slots == 1 else None
+            self.name, self._service.gate, self.settings.cache_size,
+            self.settings.timeout_memory_s, _LANE_VERDICTS)
 
     async def verify(self, items: Sequence[CodeItem]) -> list[CodeResult]:  # type: ignore[override]
         return list(await asyncio.gather(*(self._verify_one(i) for i in items)))

@@ -1,6 +1,6 @@
 """Where the reasoning_gym verifier's answers are scored.
 
-``SandboxScoring`` (the default): in the code verifier's containers, behind its fair gate,
+``SandboxScoring`` (the default): in the sandbox service's containers, behind its fair gate,
 by the scorer fork server baked into the image (``sandbox/scoring.py``,
 ``sandbox/harness/scorer.py``). reasoning-gym's scorers evaluate the answer's text as code
 (``eval``, SymPy's ``parse_expr``/``sympify``/``lambdify``), so they run where a hostile
@@ -24,12 +24,12 @@ from typing import Any, Protocol
 
 from reward_server.fair_queue import FairGate
 from reward_server.process_pool import TimeoutPool
+from reward_server.sandbox_service import SandboxService
 from reward_server.statuses import UNAVAILABLE
 from reward_server.verifiers.reasoning_gym import library
 from reward_server.verifiers.reasoning_gym.settings import ReasoningGymSettings
 from sandbox.errors import SandboxUnavailable
 from sandbox.pool import BUILD_HINT
-from sandbox.runner import Sandbox
 from sandbox.scoring import Scored, ScoringLimits, score_chunk
 
 # (task, answer, the entry as parsed JSON, the config as canonical JSON): what a score
@@ -51,12 +51,12 @@ class Backend(Protocol):
 
 
 class SandboxScoring:
-    def __init__(self, sandbox: Sandbox, gate: FairGate, config: ReasoningGymSettings) -> None:
-        self.sandbox, self.gate, self.slots = sandbox, gate, gate.slots
+    def __init__(self, service: SandboxService, config: ReasoningGymSettings) -> None:
+        self.sandbox, self.gate, self.slots = service.sandbox, service.gate, service.gate.slots
         self.missing = None
         self.limits = ScoringLimits(
             timeout_s=config.timeout_s, turn_s=TURN_S, guard=config.guard,
-            memory_mb=min(config.memory_mb, sandbox.config.max_memory_mb))
+            memory_mb=min(config.memory_mb, service.config.max_memory_mb))
 
     async def score(self, jobs: list[Job]) -> list[Scored]:
         try:
@@ -66,11 +66,11 @@ class SandboxScoring:
             return [Scored(UNAVAILABLE, None, detail)] * len(jobs)
 
     async def stop(self) -> None:
-        return None  # the sandbox is the code verifier's
+        return None  # the sandbox is the app's
 
 
 class Unbound:
-    """Before the app handed the verifier the code verifier's sandbox (or without one)."""
+    """Before the verifier started, or on a server without a sandbox service."""
 
     def __init__(self, why: str) -> None:
         self.gate, self.slots, self.missing = FairGate(1, "reasoning_gym"), 1, why

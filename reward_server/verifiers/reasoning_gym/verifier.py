@@ -4,7 +4,7 @@
 An item's way: its answer is extracted here (``answers``: string scanning, nothing
 evaluated); a result computed before for the same caller and (task, answer, entry) comes from
 the cache; the rest of a request's answers go to the sandbox a chunk at a time
-(``chunk_items``), one slot of the code verifier's fair gate each, so a batch of 256 costs a
+(``chunk_items``), one slot of the sandbox service's fair gate each, so a batch of 256 costs a
 few hand-offs, not 256. In the container each chunk is scored by a process of its own under
 the candidate's uid; an answer that runs past ``timeout_s`` times out alone (0) and the rest
 of its chunk is scored; a chunk's turn ends after ``backends.TURN_S`` and the rest waits for
@@ -32,6 +32,7 @@ from reward_server import metrics
 from reward_server.cache import ResultCache, TimeoutMemory
 from reward_server.fair_queue import BudgetSpent, current_request
 from reward_server.process_pool import CPU_BOUND
+from reward_server.sandbox_service import SandboxService
 from reward_server.statuses import NOT_RUN, UNAVAILABLE
 from reward_server.text import printable
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
@@ -175,6 +176,10 @@ class ReasoningGymVerifier(Verifier):
     config: ReasoningGymSettings
 
     _backend: Backend = Unbound("the reasoning_gym verifier has not started")
+    _sandbox: SandboxService | None = None
+
+    def use_sandbox(self, sandbox: SandboxService | None) -> None:
+        self._sandbox = sandbox
 
     async def start(self) -> None:
         self._cache: ResultCache[ReasoningGymResult] = ResultCache(self.settings.cache_size)
@@ -184,18 +189,12 @@ class ReasoningGymVerifier(Verifier):
             backend = HostScoring(self.config)
             self._backend = backend
             await backend.start()
+        elif self._sandbox is not None:
+            # behind the sandbox's fair gate: reasoning_gym's chunks share the containers
+            # with code items and /run_code, by time
+            self._backend = SandboxScoring(self._sandbox, self.config)
         else:
-            self._backend = Unbound(NO_SANDBOX)  # until bind() hands it the sandbox
-
-    def bind(self, verifiers: Mapping[str, Verifier]) -> None:
-        """Score in the code verifier's sandbox, behind its fair gate: reasoning_gym's chunks
-        share the containers with code items and /run_code, by time."""
-        code = verifiers.get("code")
-        if self.config.host_scoring or code is None:
-            return
-        sandbox, gate = getattr(code, "sandbox", None), getattr(code, "gate", None)
-        if sandbox is not None and gate is not None:
-            self._backend = SandboxScoring(sandbox, gate, self.config)
+            self._backend = Unbound(NO_SANDBOX)
 
     async def stop(self) -> None:
         await self._backend.stop()
