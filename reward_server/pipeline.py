@@ -24,15 +24,14 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from reward_server import metrics
+from reward_server import check_worker, metrics
 from reward_server.process_pool import TaskResult, TimeoutPool
-from reward_server.settings import compose_settings
 from reward_server.slow_lane import Done, LaneVerdicts, SlowLane, Turn
-from reward_server.statuses import NOT_RUN, UNAVAILABLE, score_for
+from reward_server.statuses import NOT_RUN, NULL_STATUSES, UNAVAILABLE, score_for
 from reward_server.verifiers.base import ItemBase, ResultBase
 
 if TYPE_CHECKING:
@@ -129,8 +128,8 @@ class CheckLane:
         self.timeout_s = cls.check_timeout_s
         self.pool = TimeoutPool(cls.check_workers or settings.check_workers,
                                 cls.check_memory_mb,
-                                functools.partial(_load_verifier, cls, settings.sections,
-                                                  settings.model_dump(mode="json")),
+                                functools.partial(check_worker.load, cls, settings.sections,
+                                                  _worker_settings(verifier)),
                                 name=f"{verifier.name}-check")
         self.pool.prestart()
         self.lane: SlowLane[ResultBase] = SlowLane(
@@ -148,25 +147,39 @@ class CheckLane:
 
     async def _check(self, item: ItemBase, turn: Turn) -> Done[ResultBase]:
         async with turn.slot() as held:
-            task: TaskResult = await self.pool.run(_check_in_worker, item,
+            task: TaskResult = await self.pool.run(check_worker.run, item,
                                                    timeout=self.timeout_s)
             held.cost_s = task.cost_s  # its own work, not a replacement worker's start
-        if task.outcome == "ok":
-            if isinstance(task.value, self.verifier.result_model):
-                return Done(task.value)
-            return Done(self._failed(f"check returned {type(task.value).__name__}, not "
-                                     f"{self.verifier.result_model.__name__}"))
-        detail = task.detail or task.outcome
-        if task.outcome == "timeout":
+        outcome, detail = task.value if task.outcome == "ok" else (task.outcome, task.detail)
+        detail = detail or outcome
+        if outcome == check_worker.OK:
+            return Done(self._result(detail))
+        if outcome == "timeout":
             metrics.TIMEOUTS.labels(self.verifier.name).inc()
             return Done(PipelineResult(score=0.0, status=TIMEOUT, detail=detail),
                         timeout=task.cpu_bound)
-        if task.outcome == "memory":
+        if outcome == check_worker.MEMORY:
             return Done(PipelineResult(score=0.0, status=MEMORY_LIMIT, detail=detail),
                         timeout=True)
-        if task.outcome == UNAVAILABLE:  # its workers were lost from outside: not the item's
+        if outcome == UNAVAILABLE:  # its workers were lost from outside: not the item's
             return Done(PipelineResult(score=None, status=UNAVAILABLE, detail=detail))
         return Done(self._failed(detail))
+
+    def _result(self, sent: str) -> ResultBase:
+        """The check's result from its JSON, if it is one: valid for the verifier's model,
+        a score that is a reward (null, or finite in [0, 1]) and none of the words the core
+        keeps for itself (a check cannot say it was not run)."""
+        try:
+            result = self.verifier.result_model.model_validate_json(sent)
+        except ValueError as exc:
+            return self._failed(f"check returned an invalid result: {str(exc)[:200]}")
+        score = result.score
+        if score is not None and not (isinstance(score, float | int) and 0.0 <= score <= 1.0):
+            return self._failed(f"check returned the score {str(score)[:50]}, not one in [0, 1]")
+        if result.status in NULL_STATUSES or result.status in get_args(PipelineStatus):
+            return self._failed(f"check returned the status {result.status!r}, which only "
+                                "the server gives")
+        return result
 
     def _failed(self, detail: str) -> PipelineResult:
         # raised on this item: the item's doing as far as anyone can tell (a plug-in's bug
@@ -185,19 +198,14 @@ _LANE_VERDICTS: LaneVerdicts[ResultBase] = LaneVerdicts(
         "again)").lstrip()}),
 )
 
-# --- in the worker -----------------------------------------------------------------------
 
-_VERIFIER: Any = None  # this worker's instance of the verifier whose checks it runs
-
-
-def _load_verifier(cls: type[Verifier], sections: dict[str, type[BaseModel]],
-                   settings: dict[str, Any]) -> None:
-    """The worker's instance, with the server's settings: rebuilt from their JSON (the
-    composed class is made at run time and cannot be pickled), secrets masked (a check has
-    no use for the server's tokens)."""
-    global _VERIFIER
-    _VERIFIER = cls(compose_settings(sections).model_validate(settings))
-
-
-def _check_in_worker(item: ItemBase) -> ResultBase:
-    return _VERIFIER.check(item)
+def _worker_settings(verifier: Verifier) -> dict[str, Any]:
+    """The settings a check's worker gets, as JSON: the server's secrets masked (a check has
+    no use for its tokens), the verifier's own section as set (its own secrets included)."""
+    data = verifier.settings.model_dump(mode="json")
+    if verifier.settings_model is not None:
+        prefix = verifier.settings_prefix or verifier.name
+        revealed = verifier.settings.dump_secret()
+        for field in verifier.settings_model.model_fields:
+            data[f"{prefix}_{field}"] = revealed[f"{prefix}_{field}"]
+    return data

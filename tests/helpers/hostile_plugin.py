@@ -1,13 +1,20 @@
 """A plug-in verifier whose ``check`` does what a hostile response can make a careless check
-do: loop, eat memory, raise, or work slowly; for the tests of what the core's pipeline gives
-every plug-in (reward_server/pipeline.py). Loaded with ``REWARD_SERVER_PLUGINS``."""
+do: loop, eat memory, raise what should never cross a process boundary, return what is no
+reward, leave state, threads or processes behind, flood its output; for the tests of what
+the core's pipeline gives every plug-in (reward_server/pipeline.py,
+reward_server/check_worker.py). Loaded with ``REWARD_SERVER_PLUGINS``."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
+import threading
 import time
-from typing import Literal
 
 from reward_server.verifiers import ItemBase, ResultBase, Verifier
+
+_HOARD: list[bytearray] = []  # a careless module-level cache
 
 
 class HostileItem(ItemBase):
@@ -15,8 +22,47 @@ class HostileItem(ItemBase):
 
 
 class HostileResult(ResultBase):
-    score: float
-    status: Literal["ok"]
+    score: float | None
+    status: str
+    info: str = ""
+
+
+class _NeedsTwoArguments(Exception):  # cannot be rebuilt from its pickle
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(f"{message} at {position}")
+
+
+class _UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def _spin(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def _raise(exc: BaseException) -> HostileResult:
+    raise exc
+
+
+_WAYS = {
+    "raise": lambda: _raise(ValueError("the check cannot read this response")),
+    "exit": lambda: _raise(SystemExit(0)),
+    "interrupt": lambda: _raise(KeyboardInterrupt()),
+    "generator exit": lambda: _raise(GeneratorExit()),
+    "cancelled": lambda: _raise(asyncio.CancelledError()),
+    "import error": lambda: _raise(ImportError("no module named optional_parser")),
+    "two arguments": lambda: _raise(_NeedsTwoArguments("bad token", 3)),
+    "unprintable": lambda: _raise(_UnprintableError()),
+    "os exit": lambda: os._exit(3),
+    "wrong type": lambda: 1.0,
+    "nan": lambda: HostileResult(score=float("nan"), status="ok"),
+    "seven": lambda: HostileResult(score=7.0, status="ok"),
+    "claims not run": lambda: HostileResult(score=None, status="not_run"),
+    "huge": lambda: HostileResult(score=1.0, status="ok", info="x" * (4 << 20)),
+}
 
 
 class HostileVerifier(Verifier):
@@ -28,18 +74,40 @@ class HostileVerifier(Verifier):
     check_workers = 1  # one at a time: the fair share between callers is what shows
 
     def check(self, item: HostileItem) -> HostileResult:  # type: ignore[override]
-        if item.response == "loop":
+        response = item.response
+        if response in _WAYS:
+            return _WAYS[response]()  # type: ignore[return-value]
+        if response == "loop":
             while True:
                 pass
-        if item.response == "memory":
+        if response == "memory":
             hoard = [bytearray(64 << 20) for _ in range(64)]
             return HostileResult(score=float(len(hoard)), status="ok")
-        if item.response == "raise":
-            raise ValueError("the check cannot read this response")
-        if item.response.startswith("slow"):
-            end = time.process_time() + 1.0  # a second of CPU, its own work
-            while time.process_time() < end:
-                pass
-        if item.response == "wrong type":
-            return 1.0  # type: ignore[return-value]
-        return HostileResult(score=1.0, status="ok")
+        if response == "hoard":  # 200 MB kept for the next item, which needs 100
+            _HOARD.extend(bytearray(50 << 20) for _ in range(4))
+            return HostileResult(score=0.0, status="ok")
+        if response == "needs 100 MB":
+            room = bytearray(100 << 20)
+            return HostileResult(score=1.0, status="ok", info=str(len(room)))
+        if response == "spinning thread":
+            threading.Thread(target=_spin, args=(60.0,), daemon=True).start()
+            return HostileResult(score=0.0, status="ok")
+        if response == "patch":  # every later verdict a 1
+            type(self).check = lambda self, item: HostileResult(score=1.0, status="ok")
+            return HostileResult(score=0.0, status="ok")
+        if response == "fork":  # children that outlive the item, and one that leaves the group
+            for _ in range(3):
+                if os.fork() == 0:
+                    if os.fork() == 0:
+                        os.setsid()
+                    _spin(60.0)
+                    os._exit(0)
+            return HostileResult(score=0.0, status="ok", info=str(os.getpid()))
+        if response == "flood":
+            for _ in range(20_000):
+                print("INFO reward_server admin token=forged " + "x" * 1000)
+                print("x" * 1000, file=sys.stderr)
+            return HostileResult(score=1.0, status="ok")
+        if response.startswith("slow"):
+            _spin(1.0)  # a second of CPU, its own work
+        return HostileResult(score=1.0, status="ok", info=str(os.getpid()))
