@@ -110,7 +110,12 @@ def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
     try:
         alarm.armed = True
         signal.setitimer(signal.ITIMER_REAL, soft_s)
-        value = fn(*args)
+        try:
+            value = fn(*args)
+        except (_SoftTimeout, MemoryError):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - sent back as text, never as itself
+            value = _Raised(_describe(exc))
         alarm.armed = False
     except _SoftTimeout:
         alarm.fired = True
@@ -119,6 +124,22 @@ def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     return time.perf_counter() - started, time.process_time() - cpu_started, alarm.fired, value
+
+
+class _Raised(NamedTuple):
+    """A task's exception, as text. pebble sends a task's exception back pickled, and the
+    server re-raised it: a ``SystemExit`` ended the server, and one whose pickle cannot be
+    loaded (an ``__init__`` with two arguments) broke the pool under every other task."""
+
+    detail: str
+
+
+def _describe(exc: BaseException) -> str:
+    """The exception's type and text (200 characters), whatever its ``__str__`` does."""
+    try:
+        return f"{type(exc).__name__}: {exc}"[:200]
+    except BaseException:  # noqa: BLE001 - a __str__ that raises says nothing more
+        return type(exc).__name__[:200]
 
 
 def _init_worker(memory_mb: int, warm_up: Callable[[], None] | None, name: str,
@@ -234,6 +255,8 @@ class TimeoutPool:
         if soft_timeout:
             return TaskResult("timeout", None, f"exceeded {timeout:g} s; stopped in its worker",
                               cost_s, cpu_s >= CPU_BOUND * timeout * SOFT_LIMIT)
+        if isinstance(value, _Raised):  # a bug in the task: reported on the item
+            return TaskResult("crashed", None, value.detail, cost_s)
         return TaskResult("ok", value, None, cost_s)
 
     async def _await(self, pool: ProcessPool, future: Future[Any], timeout: float

@@ -14,3 +14,16 @@ def spin() -> None:
 def pid_after(delay: float) -> int:
     time.sleep(delay)
     return os.getpid()
+
+
+class _NeedsTwoArguments(Exception):  # its pickle cannot be loaded back
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(f"{message} at {position}")
+
+
+def raise_exit() -> None:
+    raise SystemExit(0)
+
+
+def raise_unloadable() -> None:
+    raise _NeedsTwoArguments("bad token", 3)

@@ -108,6 +108,27 @@ async def test_exceptions_are_results(pool: TimeoutPool) -> None:
     assert result.outcome == "crashed" and "ValueError" in (result.detail or "")
 
 
+async def test_a_task_raising_system_exit_is_crashed_and_the_server_goes_on(
+        pool: TimeoutPool) -> None:
+    """pebble sends a task's BaseException back as its result: re-raised in the server, a
+    SystemExit ended the server process."""
+    from tests.helpers.pool_tasks import raise_exit
+
+    result = await pool.run(raise_exit, timeout=5.0)
+    assert result.outcome == "crashed" and "SystemExit" in (result.detail or ""), result
+    assert (await pool.run(int, "7", timeout=5.0)).value == 7
+
+
+async def test_a_task_whose_exception_cannot_be_loaded_is_crashed_alone(
+        pool: TimeoutPool) -> None:
+    from tests.helpers.pool_tasks import raise_unloadable
+
+    neighbour = asyncio.ensure_future(pool.run(pid_after, 1.0, timeout=10.0))
+    result = await pool.run(raise_unloadable, timeout=5.0)
+    assert result.outcome in ("crashed", "unavailable"), result
+    assert (await neighbour).outcome == "ok"  # another task's verdict untouched
+
+
 async def test_a_task_that_ends_its_own_worker_twice_is_crashed(pool: TimeoutPool) -> None:
     result = await pool.run(abort, timeout=10.0)
     assert result.outcome == "crashed", result
