@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from reward_server.server_settings import ServerSettings
+
 if TYPE_CHECKING:
     from reward_server.process_pool import TimeoutPool
-    from reward_server.settings import ServerSettings
 
 
 class ItemBase(BaseModel):
