@@ -31,7 +31,6 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, veri
 from reward_server.verifiers.math import fast_parse
 from reward_server.verifiers.math.commit import HEDGED, answering_sentence, hedges
 from reward_server.verifiers.math.decimals import APPROXIMATED, decimal_verdict
-from reward_server.verifiers.math.extract import Answer
 from reward_server.verifiers.math.forms import one_form, union_of_inequalities
 from reward_server.verifiers.math.guards import (
     TEXT_SEPARATOR,
@@ -47,6 +46,7 @@ from reward_server.verifiers.math.guards import (
     stated_part,
     undone_arithmetic,
 )
+from reward_server.verifiers.math.markers import Answer
 from reward_server.verifiers.math.numbers import (
     COMPUTED,
     EXACT,

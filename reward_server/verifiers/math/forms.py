@@ -20,7 +20,7 @@ from typing import Any
 
 import sympy
 
-from reward_server.verifiers.math.extract import Answer
+from reward_server.verifiers.math.markers import Answer
 
 Parse = Callable[[str], Any]
 _DIGITS = 30

@@ -19,7 +19,6 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from reward_server.verifiers.math.extract import Answer
 from reward_server.verifiers.math.guards import (
     choice_verdict,
     hedged_words,
@@ -27,6 +26,7 @@ from reward_server.verifiers.math.guards import (
     side_by_side,
     without_layout,
 )
+from reward_server.verifiers.math.markers import Answer
 from reward_server.verifiers.math.verdict import Verdict
 
 MAX_EXPONENT = 400  # 1e400 is a number; 1e99999999 is a memory attack on Fraction
