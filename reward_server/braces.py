@@ -9,7 +9,8 @@ covers many: a balanced stretch (``{}{x}{{y}}``, nested up to 4 deep) is one tok
 matches nothing outside it, and a run of one brace is one token.
 
 It pays a few microseconds a box asked for: the math verifier asks for at most 16
-(``text.boxes_from_end``).
+(``text.boxes_from_end``). A reading that goes back over every box (``text.last_box``)
+counts forward instead.
 """
 
 from __future__ import annotations
