@@ -11,7 +11,7 @@ final answer", states them with their reasons), each a pure text scan, linear in
    ``"keep"``: the whole text (a model whose template writes no reasoning block).
 2. Code blocks (fenced with ```), tool calls and tool output are not statements: an answer
    that appears only in a code comment or a program's printed output is no answer.
-3. Then the answer markers, the last one wins (``extract``): the last box, the Minerva
+3. Then the answer markers, the last one wins (``markers``): the last box, the Minerva
    "final answer is $x$", a GSM8K ``####`` line, a bolded final line, and in prose an
    explicit statement ("the answer is …", "Answer: …"). Without any of them (``auto``), the
    last number or math span of a text that ends as a sentence ends: a text that stops
