@@ -25,10 +25,9 @@ import stat
 from collections.abc import Hashable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from reward_server.settings import ServerSettings
+from reward_server.server_settings import ServerSettings
 
 log = logging.getLogger("reward_server")
 

@@ -22,7 +22,7 @@ from sandbox.config import SandboxConfig
 from sandbox.runner import Sandbox
 
 if TYPE_CHECKING:
-    from reward_server.settings import ServerSettings
+    from reward_server.server_settings import ServerSettings
 
 SPARE_CONTAINERS = 1  # per engine, beyond pool_size (see SandboxService)
 GATE = "code"  # the gate's name in metrics and messages, as when it was the code verifier's

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from reward_server.server_settings import ServerSettings
+
 if TYPE_CHECKING:
     from reward_server.process_pool import TimeoutPool
     from reward_server.sandbox_service import SandboxService
-    from reward_server.settings import ServerSettings
 
 
 class ItemBase(BaseModel):

@@ -15,10 +15,11 @@ import time
 
 import pytest
 
+from reward_server import braces
+from reward_server import text as fast
 from reward_server.settings import Settings
 from reward_server.verifiers.code.extract import extract_code
 from reward_server.verifiers.math import INLINE_TRIAGE_CHARS, MathItem, MathVerifier
-from reward_server.verifiers.math import extract as fast
 from reward_server.verifiers.math.extract import extract_answer
 from reward_server.verifiers.math.guards import _cached_question_pieces, _SpanScan, question_pieces
 from reward_server.worst_case import FIELD_BYTES, math_cases, reference_cases
@@ -41,8 +42,8 @@ def match_brace(text: str, open_index: int) -> int | None:
 
 
 def reference_unbox(content: str) -> str:
-    for _ in range(fast._MAX_BOXES):
-        start, command = max((content.rfind(cmd), cmd) for cmd in fast._BOX_COMMANDS)
+    for _ in range(fast.MAX_BOXES):
+        start, command = max((content.rfind(cmd), cmd) for cmd in fast.BOX_COMMANDS)
         if start < 0:
             break
         i = start + len(command)
@@ -59,10 +60,10 @@ def reference_boxes(text: str) -> tuple[list[tuple[int, int, str]], bool]:
     found: list[tuple[int, int, str]] = []
     cut_off = False
     end = len(text)
-    for _ in range(fast._MAX_BOXES * 2):
-        if len(found) >= fast._MAX_BOXES:
+    for _ in range(fast.MAX_BOXES * 2):
+        if len(found) >= fast.MAX_BOXES:
             break
-        start, command = max((text.rfind(cmd, 0, end), cmd) for cmd in fast._BOX_COMMANDS)
+        start, command = max((text.rfind(cmd, 0, end), cmd) for cmd in fast.BOX_COMMANDS)
         if start < 0:
             break
         i = start + len(command)
@@ -129,7 +130,7 @@ _BOX_TOKENS = ["\\boxed{", "\\boxed ", "\\boxed", "\\fbox{", "\\fbox", "{", "}",
 @pytest.mark.parametrize("seed", range(4))
 def test_boxes_are_those_a_match_per_box_finds(seed: int) -> None:
     for text in _random_texts(_BOX_TOKENS, 5000, seed):
-        boxes, cut_off = fast._boxes_from_end(text)
+        boxes, cut_off = fast.boxes_from_end(text)
         assert ([(b.start, b.end, b.content) for b in boxes], cut_off) == \
             reference_boxes(text), text
 
@@ -140,10 +141,10 @@ def test_boxes_read_the_same_in_slices(seed: int, monkeypatch: pytest.MonkeyPatc
     a balanced stretch or a run of braces change nothing. (No command without its brace
     here: unboxing one box can make the command before it meet a brace, which the earlier
     unboxing then took as a box; both readings are garbage for garbage.)"""
-    monkeypatch.setattr(fast, "_SLICE", 5)
+    monkeypatch.setattr(braces, "_SLICE", 5)
     tokens = [t for t in _BOX_TOKENS if not t.startswith("\\") or t.endswith("{")]
     for text in _random_texts([*tokens, "\\\\", "\\\\{", "{}{}", "}}"], 5000, seed):
-        boxes, cut_off = fast._boxes_from_end(text)
+        boxes, cut_off = fast.boxes_from_end(text)
         assert ([(b.start, b.end, b.content) for b in boxes], cut_off) == \
             reference_boxes(text), text
 
@@ -154,7 +155,7 @@ def test_boxes_read_the_same_in_slices(seed: int, monkeypatch: pytest.MonkeyPatc
     "\\fbox{\\boxed{1}, \\boxed{2}}", "\\boxed{1}\\boxed{2}" * 10,
 ])
 def test_escapes_and_nesting_read_as_before(text: str) -> None:
-    boxes, cut_off = fast._boxes_from_end(text)
+    boxes, cut_off = fast.boxes_from_end(text)
     assert ([(b.start, b.end, b.content) for b in boxes], cut_off) == reference_boxes(text)
 
 

@@ -7,15 +7,24 @@ and ``tag_count_reward``; tests compare them side by side), but every one is ``s
 scans that move forward: linear in the text, where open-r1's pattern backtracks over each
 ``</think>`` it meets (quadratic on a hostile text). ``strict`` and the final-answer patterns
 are this project's readings (docs/format.md says why).
+The final-answer forms are found by ``reward_server.text`` (``last_box``,
+``last_answer_tag``, ``last_answer_line``), where every verifier finds its markers; what
+makes one pass or fail is here.
 """
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from typing import Literal, NamedTuple
 
-from reward_server.text import after_reasoning, printable, without_code
+from reward_server.text import (
+    after_reasoning,
+    last_answer_line,
+    last_answer_tag,
+    last_box,
+    printable,
+    without_code,
+)
 
 BuiltIn = Literal["boxed", "answer_line", "answer_tag"]
 BUILT_IN: tuple[str, ...] = ("boxed", "answer_line", "answer_tag")
@@ -133,49 +142,34 @@ def found(text: str, start: int, end: int) -> Outcome:
 
 def boxed(text: str) -> Outcome:
     """The last ``\\boxed{`` closes (braces balanced) around a non-blank answer."""
-    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
-    if start < 0:
+    box = last_box(text)
+    if box is None:
         return _fail("no \\boxed{...}")
-    body = text.index("{", start) + 1
-    depth = 1
-    for k in range(body, len(text)):
-        char = text[k]
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                if not text[body:k].strip():
-                    return _fail("the last \\boxed{} is empty")
-                return found(text, start, k + 1)
-    return _fail("the last \\boxed{ never closes")
-
-
-# "Answer: 42", "**Final Answer:** 42", "answer： 42" on a line of its own; anchored at a
-# line's start, each try reads one line prefix: linear
-_ANSWER_LINE = re.compile(r"(?im)^[ \t>#*_]*(?:final[ \t]+)?answer[ \t*_]*[:：][ \t*_]*(\S.*)$")
+    if box is False:
+        return _fail("the last \\boxed{ never closes")
+    if not box.content.strip():
+        return _fail("the last \\boxed{} is empty")
+    return found(text, box.start, box.end)
 
 
 def answer_line(text: str) -> Outcome:
-    last = None
-    for last in _ANSWER_LINE.finditer(text):  # noqa: B007 - the last one is the answer
-        pass
-    if last is None:
+    """The last line that states its answer after an "Answer:" label."""
+    line = last_answer_line(text)
+    if line is None:
         return _fail("no 'Answer: ...' line")
-    return found(text, last.start(), last.end())
+    return found(text, line.start, line.end)
 
 
 def answer_tag(text: str) -> Outcome:
     """The last ``<answer>…</answer>`` holds a non-blank answer."""
-    close = text.rfind("</answer>")
-    if close < 0:
+    span = last_answer_tag(text)
+    if span is None:
+        if "</answer>" in text:
+            return _fail("</answer> without an <answer> before it")
         return _fail("no </answer>" if "<answer>" in text else "no <answer>...</answer>")
-    start = text.rfind("<answer>", 0, close)
-    if start < 0:
-        return _fail("</answer> without an <answer> before it")
-    if not text[start + len("<answer>"):close].strip():
+    if not span.content.strip():
         return _fail("the last <answer></answer> is empty")
-    return found(text, start, close + len("</answer>"))
+    return found(text, span.start, span.end)
 
 
 PATTERNS = {"boxed": boxed, "answer_line": answer_line, "answer_tag": answer_tag}

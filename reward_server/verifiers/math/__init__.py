@@ -38,9 +38,10 @@ from reward_server.verifiers.math.commit import (
     ThinkMode,
     committed_answer,
 )
-from reward_server.verifiers.math.extract import Answer, ExtractMode, extract_gold
+from reward_server.verifiers.math.extract import extract_gold
 from reward_server.verifiers.math.forms import written_forms
 from reward_server.verifiers.math.guards import restates_question
+from reward_server.verifiers.math.markers import Answer, ExtractMode
 from reward_server.verifiers.math.numbers import EXACT, fast_check
 from reward_server.verifiers.math.settings import MathSettings
 from reward_server.verifiers.math.verdict import Verdict

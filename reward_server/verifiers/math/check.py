@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import re
-from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
@@ -31,7 +30,6 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, veri
 from reward_server.verifiers.math import fast_parse
 from reward_server.verifiers.math.commit import HEDGED, answering_sentence, hedges
 from reward_server.verifiers.math.decimals import APPROXIMATED, decimal_verdict
-from reward_server.verifiers.math.extract import Answer
 from reward_server.verifiers.math.forms import one_form, union_of_inequalities
 from reward_server.verifiers.math.guards import (
     TEXT_SEPARATOR,
@@ -47,6 +45,7 @@ from reward_server.verifiers.math.guards import (
     stated_part,
     undone_arithmetic,
 )
+from reward_server.verifiers.math.markers import Answer
 from reward_server.verifiers.math.numbers import (
     COMPUTED,
     EXACT,
@@ -55,6 +54,7 @@ from reward_server.verifiers.math.numbers import (
     restated_division,
 )
 from reward_server.verifiers.math.prose import multiplied_read, negated_read, scaled_read
+from reward_server.verifiers.math.tolerance import values_close
 from reward_server.verifiers.math.verdict import Verdict
 
 UNDONE = "arithmetic on numbers left undone: an answer states the value, not the sum"
@@ -67,7 +67,6 @@ _CONFIG = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()
 # "marked": a number counts only after "answer"
 _MARKED = (LatexExtractionConfig(boxed_match_priority=0),
            ExprExtractionConfig(try_extract_without_anchor=False))
-_DIGITS = 30
 
 # math-verify warns once that its timeouts are off; here that is the design
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -359,7 +358,8 @@ def _within_tolerance(g: sympy.Basic, p: sympy.Basic, tolerance: float,
         tolerance = exact_tolerance  # "3.14159" alone is no answer for \pi
     gold_values = {_unpercent(g), g}
     pred_values = {_unpercent(p), p}
-    return any(_close_complex(a, b, tolerance) for a in gold_values for b in pred_values)
+    return any(values_close(a.doit(), b.doit(), tolerance)
+               for a in gold_values for b in pred_values)
 
 
 def _is_constant(v: sympy.Basic) -> bool:
@@ -374,19 +374,6 @@ def _unpercent(v: sympy.Basic) -> sympy.Basic:
     ):
         return v.args[0]
     return v
-
-
-def _close_complex(a: sympy.Basic, b: sympy.Basic, tolerance: float) -> bool:
-    """Relative to the larger modulus, with no absolute allowance (0 ≠ 10^{-10})."""
-    va, vb = sympy.N(a.doit(), _DIGITS), sympy.N(b.doit(), _DIGITS)
-    ra, ia, rb, ib = (_fraction(x) for x in (*va.as_real_imag(), *vb.as_real_imag()))
-    distance = (ra - rb) ** 2 + (ia - ib) ** 2
-    size = max(ra * ra + ia * ia, rb * rb + ib * ib)
-    return distance <= Fraction(str(tolerance)) ** 2 * size
-
-
-def _fraction(v: sympy.Basic) -> Fraction:
-    return Fraction(str(sympy.Float(v, _DIGITS)))
 
 
 # Typical answer shapes. ANTLR's parser builds its prediction tables lazily, so the first

@@ -11,7 +11,7 @@ final answer", states them with their reasons), each a pure text scan, linear in
    ``"keep"``: the whole text (a model whose template writes no reasoning block).
 2. Code blocks (fenced with ```), tool calls and tool output are not statements: an answer
    that appears only in a code comment or a program's printed output is no answer.
-3. Then the answer markers, the last one wins (``extract``): the last box, the Minerva
+3. Then the answer markers, the last one wins (``markers``): the last box, the Minerva
    "final answer is $x$", a GSM8K ``####`` line, a bolded final line, and in prose an
    explicit statement ("the answer is …", "Answer: …"). Without any of them (``auto``), the
    last number or math span of a text that ends as a sentence ends: a text that stops
@@ -29,19 +29,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from reward_server.text import after_reasoning, without_code
-from reward_server.verifiers.math.blocks import OPEN_ANSWER, answer_span
-from reward_server.verifiers.math.extract import (
-    _EMPTY_BOX,
+from reward_server.text import (
+    OPEN_ANSWER,
+    Span,
+    after_reasoning,
+    boxes_from_end,
+    last_match,
+    without_code,
+)
+from reward_server.verifiers.math.markers import (
+    EMPTY_BOX,
     Answer,
     ExtractMode,
-    _Box,
-    _box_group,
-    _boxes_from_end,
-    _last_hashes,
-    _minerva,
-    _tail,
+    answer_span,
+    box_group,
+    ending,
     last_box_open,
+    last_hashes,
+    minerva,
     with_unicode_math,
 )
 
@@ -72,7 +77,7 @@ class NoCommitment:
     status: Literal["no_answer", "ok"] = "no_answer"
 
 
-# --- 1-2. reasoning blocks, code and tool output (blocks.py) ----------------------------------
+# --- 1-2. reasoning blocks, code and tool output (reward_server.text) ------------------------
 
 def after_thinking(response: str, think: ThinkMode) -> str | None:
     """The text after the last reasoning block (``reward_server.text.after_reasoning``); the
@@ -196,9 +201,7 @@ def answering_sentence(text: str, cut: bool = False) -> tuple[str, bool, bool]:
     text does. ``cut``: the text was cut off, so a "." that ends the text right after a
     digit ends nothing (it may be the decimal point of 7.5)."""
     tail = without_template_tail(text[-2000:])
-    anchor = None
-    for anchor in _ANCHOR.finditer(tail):  # noqa: B007 - the last one
-        pass
+    anchor = last_match(_ANCHOR, tail)
     if anchor is not None:
         end = _SENTENCE_END.search(tail, anchor.end())
         if (cut and end is not None and end.end() == len(tail) and tail[end.start()] == "."
@@ -206,10 +209,8 @@ def answering_sentence(text: str, cut: bool = False) -> tuple[str, bool, bool]:
             end = None
         return tail[anchor.start(): end.start() if end else len(tail)], True, end is not None
     stripped = tail.rstrip().rstrip(".!?")
-    start = 0
-    for start_match in _SENTENCE_END.finditer(stripped):  # noqa: B007 - the last one
-        start = start_match.end()
-    return stripped[start:], False, True
+    last_end = last_match(_SENTENCE_END, stripped)
+    return stripped[last_end.end() if last_end else 0:], False, True
 
 
 def hedges(sentence: str) -> bool:
@@ -299,7 +300,7 @@ def _tagged(text: str, mode: ExtractMode, markers: Sequence[Marker]
         return NoCommitment(ANSWER_OPEN)
     if span is None or isinstance(span, bool):
         return None
-    end, content = span
+    end, content = span.end, span.content
     if "boxed" in markers and ("\\boxed" in text[end:] or "\\fbox" in text[end:]):
         return None
     if "boxed" in markers and ("\\boxed" in content or "\\fbox" in content):
@@ -316,25 +317,25 @@ def _tagged(text: str, mode: ExtractMode, markers: Sequence[Marker]
 
 def _read(text: str, mode: ExtractMode, markers: Sequence[Marker], truncated: bool | None
           ) -> Answer | NoCommitment:
-    boxes, cut_off = _boxes_from_end(text) if "boxed" in markers else ([], False)
-    minerva = _minerva(text) if mode != "boxed" and "final_answer" in markers else None
+    boxes, cut_off = boxes_from_end(text) if "boxed" in markers else ([], False)
+    final = minerva(text) if mode != "boxed" and "final_answer" in markers else None
     if boxes and last_box_open(text, boxes):
         return NoCommitment(LAST_BOX_OPEN)
-    if boxes and not (minerva and minerva[0] >= boxes[0].end):
-        items = _box_group(text, boxes)
+    if boxes and not (final and final[0] >= boxes[0].end):
+        items = box_group(text, boxes)
         if _boxes_disagree(text, boxes, items):
             return NoCommitment(TWO_READINGS, "ok")
         if _negated_box(text[max(0, boxes[0].start - 60): boxes[0].start]):
             return NoCommitment(NEGATED_BOX, "ok")
-        wide = _box_group(text, boxes, wide=True)
+        wide = box_group(text, boxes, wide=True)
         return Answer(items, wide=wide if wide != items else None)
-    if minerva is not None:
-        return Answer((minerva[2],)) if minerva[2] else NoCommitment(NO_ANSWER)
+    if final is not None:
+        return Answer((final[2],)) if final[2] else NoCommitment(NO_ANSWER)
     if mode == "boxed":
         return NoCommitment(NO_BOX)
     if cut_off:
         return NoCommitment(LAST_BOX_OPEN)
-    hashes = _last_hashes(text) if "hashes" in markers else None
+    hashes = last_hashes(text) if "hashes" in markers else None
     if hashes is not None:
         if truncated and "\n" not in text[text.rfind("####"):].rstrip(" \t"):
             return NoCommitment(TRUNCATED)  # "#### 7" at the cut may have been "#### 72"
@@ -344,9 +345,9 @@ def _read(text: str, mode: ExtractMode, markers: Sequence[Marker], truncated: bo
         if truncated and _OPEN_AFTER_BOLD.search(text[text.rfind("**") + 2:]):
             return NoCommitment(TRUNCATED)  # "**Final Answer:** 7" at the cut: maybe 72
         return Answer(bold)
-    tail = _tail(text)
+    tail = ending(text)
     if "\\boxed" in tail or "\\fbox" in tail:  # an echoed "\boxed{}" is no answer
-        tail = _EMPTY_BOX.sub("", tail)
+        tail = EMPTY_BOX.sub("", tail)
     if not tail.strip():
         return NoCommitment(NO_ANSWER)
     sentence, anchored, closed = answering_sentence(tail, cut=bool(truncated))
@@ -364,7 +365,7 @@ def _read(text: str, mode: ExtractMode, markers: Sequence[Marker], truncated: bo
 _OPEN_AFTER_BOLD = re.compile(r"[^\s.!?。*]")
 
 
-def _boxes_disagree(text: str, boxes: list[_Box], items: tuple[str, ...]) -> bool:
+def _boxes_disagree(text: str, boxes: list[Span], items: tuple[str, ...]) -> bool:
     """Whether the nearest earlier box with another answer than the last group's is offered
     as an alternative to it (``two_readings``), not corrected by it."""
     group_start = boxes[0].start

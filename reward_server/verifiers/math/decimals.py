@@ -11,14 +11,14 @@ place: a "yes" of math-verify's that rests on a decimal approximation does not s
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any
 
 import sympy
 
+from reward_server.verifiers.math.tolerance import values_close
+
 APPROXIMATED = ("a decimal approximates the exact reference (write the exact value, or the "
                 "item sets a tolerance)")
-_DIGITS = 30
 
 
 def _has_float(value: Any) -> bool:
@@ -90,14 +90,6 @@ def _values_equal(g: sympy.Expr, p: sympy.Expr, tolerance: float) -> bool | None
             return None
         if isinstance(g, sympy.Integer):
             tolerance = 0.0  # never a tolerance against an integer (3.0 = 3 still)
-        return _close(g, p, tolerance)
+        return values_close(g, p, tolerance)
     return bool(sympy.simplify(g - _exact(p)) == 0)  # "0.5 x" = x/2; "0.333333 x" is not x/3
 
-
-def _close(a: sympy.Expr, b: sympy.Expr, tolerance: float) -> bool:
-    """Relative to the larger modulus, no absolute allowance (as ``check`` compares)."""
-    va, vb = sympy.N(a, _DIGITS), sympy.N(b, _DIGITS)
-    ra, ia, rb, ib = (Fraction(str(sympy.Float(x, _DIGITS)))
-                      for x in (*va.as_real_imag(), *vb.as_real_imag()))
-    distance = (ra - rb) ** 2 + (ia - ib) ** 2
-    return distance <= Fraction(str(tolerance)) ** 2 * max(ra * ra + ia * ia, rb * rb + ib * ib)

@@ -20,10 +20,10 @@ from typing import Any
 
 import sympy
 
-from reward_server.verifiers.math.extract import Answer
+from reward_server.verifiers.math.markers import Answer
+from reward_server.verifiers.math.tolerance import DIGITS, as_fraction
 
 Parse = Callable[[str], Any]
-_DIGITS = 30
 
 _APPROX = re.compile(r"\\approx(?![a-zA-Z])|≈")
 _OR = re.compile(r"\\text\s*\{\s*or\s*\}|(?<![a-zA-Z\\])or(?![a-zA-Z])|\\q?quad")
@@ -46,10 +46,10 @@ def rounds_to(exact: Any, decimal: str) -> bool:
     approximation of a value stated exactly before it, not a second value (``4 \\approx
     3.9``, ``3\\sqrt{2} \\approx 4.3`` are two)."""
     places = len(decimal.split(".")[1])
-    value = sympy.N(exact, _DIGITS)
+    value = sympy.N(exact, DIGITS)
     if not value.is_real:
         return False
-    exact_value, written = Fraction(str(sympy.Float(value, _DIGITS))), Fraction(decimal)
+    exact_value, written = as_fraction(value), Fraction(decimal)
     unit = Fraction(1, 10 ** places)
     gap = abs(exact_value - written)
     return gap <= unit / 2 or (abs(written) <= abs(exact_value) and gap < unit)

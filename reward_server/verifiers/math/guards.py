@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterator
 from functools import lru_cache
 
+from reward_server.text import last_match
+
 _WORDS = r"(?:maybe|perhaps|possibly|even|else|rather)"
 _VALUE = r"(?:-?\d[\d.]*|\$[^$\n]{1,60}\$|\\\([^\n]{1,60}?\\\))"
 # what joins two candidates: "or", "and", "to", ";", ",", ± and logical or, "(or", ". Or"
@@ -43,9 +45,7 @@ def offers_several(text: str, read: str) -> bool:
     not a list. Otherwise the last mention of the value read, and its neighbours."""
     if not read:
         return False
-    anchor = None
-    for anchor in _ANCHOR.finditer(text):  # noqa: B007 - the last one
-        pass
+    anchor = last_match(_ANCHOR, text)
     if anchor is not None:
         end = _SENTENCE_END.search(text, anchor.end())
         sentence = text[anchor.end() : end.start() if end else len(text)]
@@ -65,9 +65,7 @@ def offers_several(text: str, read: str) -> bool:
 def stated_equation(text: str, read: str) -> str | None:
     """``3 = 4`` when the "answer is" sentence says that and math-verify read only ``4``:
     the equation to check (``2 + 2 = 4`` is a computation; ``3 = 4`` is no value)."""
-    anchor = None
-    for anchor in _ANCHOR.finditer(text):  # noqa: B007 - the last one
-        pass
+    anchor = last_match(_ANCHOR, text)
     if anchor is None or not read:
         return None
     end = _SENTENCE_END.search(text, anchor.end())
@@ -239,10 +237,8 @@ def choice_verdict(answer: str, prose: bool, reference: str) -> bool | None:
     if gold is None:
         return None
     text = answer[-2000:] if prose else answer
-    found = None
     if prose:
-        for found in _CHOICE_PROSE.finditer(text):  # noqa: B007 - the last one
-            pass
+        found = last_match(_CHOICE_PROSE, text)
         if found and not found.group(1).isupper():
             found = None
     else:

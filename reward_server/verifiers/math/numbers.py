@@ -19,7 +19,6 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from reward_server.verifiers.math.extract import Answer
 from reward_server.verifiers.math.guards import (
     choice_verdict,
     hedged_words,
@@ -27,6 +26,8 @@ from reward_server.verifiers.math.guards import (
     side_by_side,
     without_layout,
 )
+from reward_server.verifiers.math.markers import Answer
+from reward_server.verifiers.math.tolerance import close
 from reward_server.verifiers.math.verdict import Verdict
 
 MAX_EXPONENT = 400  # 1e400 is a number; 1e99999999 is a memory attack on Fraction
@@ -157,12 +158,6 @@ def huge_exponent(raw: str) -> bool:
     s = _clean(raw.strip()) if len(raw) <= 200 else ""
     m = _SCI.fullmatch(s) or _E_NOTATION.fullmatch(s)
     return bool(m) and abs(int(m.group(2))) > MAX_EXPONENT
-
-
-def close(a: Fraction, b: Fraction, tolerance: float) -> bool:
-    """Relative tolerance only: an absolute allowance would let ``0`` match every tiny
-    reference (``6.626\\times10^{-34}``); ``0.0`` and ``0`` are equal without one."""
-    return abs(a - b) <= Fraction(str(tolerance)) * max(abs(a), abs(b))  # 1e-6 exactly
 
 
 EXACT = 1e-15  # relative: a decimal that carries an exact value to double precision

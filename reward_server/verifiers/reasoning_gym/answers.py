@@ -12,74 +12,46 @@ Reasoning is not an answer: only the text after the last reasoning block is read
 other formats models write), and a block that never closes (the completion was cut off
 while thinking) has no answer.
 
-Every scan here is linear in the completion (``str.find``/``rfind``): the library's own
-regex, ``<answer>\\s?(.*?)\\s?</answer>`` with ``finditer``, rescans the rest of the text from
-every ``<answer>`` that has no closing tag, which is quadratic on 2 MB of them.
+The ``<answer>`` span and the box are found by ``reward_server.text``, in the readings of
+this library (``last_answer_tag(lazy=True)``: the spans its regex,
+``<answer>\\s?(.*?)\\s?</answer>`` with ``finditer``, finds, without rescanning the rest of
+the text from every ``<answer>`` that has no closing tag, quadratic on 2 MB of them;
+``last_box(closed_only=True)``). Every scan is linear in the completion.
 """
 
 from __future__ import annotations
 
 import re
-from collections import deque
 from typing import Literal
 
-from reward_server.text import after_reasoning
+from reward_server.text import after_reasoning, last_answer_tag, last_box, last_match
 
 ExtractMode = Literal["answer_tag", "boxed", "last_line", "last_number", "whole"]
 ThinkMode = Literal["strip", "keep"]
-OPEN, CLOSE = "<answer>", "</answer>"
-BOX = "\\boxed{"
-_BRACE = re.compile(r"[{}]")
 # a number as the tasks write theirs: a sign, digits with optional thousands commas, a
 # decimal part ("3-4" ends in 4, not -4); possessive, so linear in the text
 _NUMBER = re.compile(r"(?<!\d)-?\d++(?:,\d{3})*+(?:\.\d++)?+")
 
 
-def _strip_one_space(span: str) -> str:
-    """The regex's ``\\s?`` at each end: one whitespace character at most."""
-    if span[:1].isspace():
-        span = span[1:]
-    if span[-1:].isspace():
-        span = span[:-1]
-    return span
+def answer_tag(text: str) -> str | None:
+    """What ``reasoning_gym.utils.extract_answer`` returns: the last of the spans its lazy
+    regex finds, stripped (the one whitespace character its ``\\s?`` takes at each end is
+    one the strip takes too)."""
+    span = last_answer_tag(text, lazy=True)
+    return None if span is None else span.content.strip()
 
 
-def last_answer_tag(text: str) -> str | None:
-    """What ``reasoning_gym.utils.extract_answer`` returns (the last non-overlapping
-    ``<answer>…</answer>`` span, stripped), in one pass."""
-    found = None
-    start = text.find(OPEN)
-    while start >= 0:
-        end = text.find(CLOSE, start + len(OPEN))
-        if end < 0:
-            break  # no closing tag after this one: none after any later one either
-        found = _strip_one_space(text[start + len(OPEN):end])
-        start = text.find(OPEN, end + len(CLOSE))
-    return None if found is None else found.strip()
-
-
-def last_box(text: str) -> str | None:
-    """The content of the last ``\\boxed{…}`` whose braces balance. A box that does not close
-    before the next one starts can only close after that one closes, so each box is scanned
-    up to the start of the one after it that failed: one pass over the text in all."""
-    limit = len(text)
-    start = text.rfind(BOX, 0, limit)
-    while start >= 0:
-        depth = 1
-        for brace in _BRACE.finditer(text, start + len(BOX), limit):
-            depth += 1 if brace.group() == "{" else -1
-            if depth == 0:
-                return text[start + len(BOX):brace.start()].strip()
-        limit = start
-        start = text.rfind(BOX, 0, limit)
-    return None
+def boxed(text: str) -> str | None:
+    """The content of the last ``\\boxed{…}`` whose braces balance, stripped."""
+    box = last_box(text, ("\\boxed",), closed_only=True)
+    return box.content.strip() if box else None
 
 
 def last_number(text: str) -> str | None:
     """The last number in ``text`` as written, thousands commas dropped ("1,250" is
     "1250", the tasks' own answers have none); a sentence's full stop is not its decimal."""
-    last = deque(_NUMBER.finditer(text), maxlen=1)
-    return last[0].group().replace(",", "") if last else None
+    last = last_match(_NUMBER, text)
+    return last.group().replace(",", "") if last else None
 
 
 def answer_of(response: str, mode: ExtractMode, think: ThinkMode) -> str | None:
@@ -88,9 +60,9 @@ def answer_of(response: str, mode: ExtractMode, think: ThinkMode) -> str | None:
     if text is None:
         return None
     if mode == "answer_tag":
-        return last_answer_tag(text)
+        return answer_tag(text)
     if mode == "boxed":
-        return last_box(text)
+        return boxed(text)
     if mode == "last_number":
         return last_number(text)
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
