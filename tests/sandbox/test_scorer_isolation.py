@@ -150,7 +150,7 @@ def test_a_scorer_child_runs_as_the_candidate_and_reaches_nothing(
     assert found["read"] == (["server environ"] if gvisor else []), found
 
 
-# The answers of the guard's tests (tests/reward_server/test_reasoning_gym.py): eval of the
+# The answers of the guard's tests (tests/reward_server/verifiers/reasoning_gym/test_reasoning_gym.py): eval of the
 # answer in four tasks, SymPy's parse_expr (which ends in eval) in five
 PAYLOADS = [
     "__import__('os').system('touch {marker}')",

@@ -45,8 +45,8 @@ from reward_server.verifiers.format.settings import FormatSettings
 
 # A rule reads its item's text once or a few times: a request's cost is the characters its
 # rules read, sum(rules * (text + RULE_CHARS)), the constant a rule's own overhead (~10 us).
-# The worst text (fence runs) costs ~160 ns a rule-character (tests/reward_server/
-# test_format_bounds.py holds it to that).
+# The worst text (fence runs) costs ~160 ns a rule-character
+# (tests/reward_server/verifiers/format/test_format_bounds.py holds it to that).
 RULE_CHARS = 64
 INLINE_COST = 64 * 1024  # checked on the event loop itself: ~10 ms at worst
 # per hand-off to the thread (~170 ms at worst, ~15 ms for an honest text): a request of

@@ -9,7 +9,7 @@ is what its rules read (``cost``: its response times its instructions, eight cop
 mode), and where it is checked follows from that:
 
 * a request of at most ``INLINE_COST`` in all: on the event loop itself (milliseconds at
-  worst, tests/reward_server/test_ifeval_bounds.py holds it to that);
+  worst, tests/reward_server/verifiers/ifeval/test_ifeval_bounds.py holds it to that);
 * an item of at most ``ITEM_COST``: on this verifier's thread, a request's items in slices
   of ``SLICE_COST``, so other requests get the loop, and the thread, between;
 * a costlier one (a long response, many instructions): in a worker process, through the
@@ -48,7 +48,7 @@ __all__ = ["IfEvalItem", "IfEvalResult", "IfEvalVerifier", "Instruction"]
 
 # Cost units: a character one rule reads in one copy of the response (a tokenizer's counts
 # four, checks.Check.weight). The costliest rules take ~2 us a unit at worst, a regex scan
-# ~0.05 (tests/reward_server/test_ifeval_bounds.py holds every rule to US_PER_UNIT)
+# ~0.05 (tests/reward_server/verifiers/ifeval/test_ifeval_bounds.py holds every rule to US_PER_UNIT)
 INLINE_COST = 8192  # a request this cheap is checked on the event loop: ~15 ms at worst
 ITEM_COST = 256 * 1024  # an item this cheap is checked in the server (~0.5 s at worst)
 SLICE_COST = 256 * 1024  # per hand-off to the thread

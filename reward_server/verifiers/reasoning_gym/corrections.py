@@ -1,6 +1,6 @@
 """Where we score stricter than the library's own ``score_answer``: each a trick the pinned
 library pays, which a policy would learn (found by a red-team audit; tested in
-tests/reward_server/test_reasoning_gym.py).
+tests/reward_server/verifiers/reasoning_gym/test_reasoning_gym.py).
 
 - countdown counts the numbers an answer uses with ``\\b\\d+\\b``, which does not see a number
   written ``309e0``: ``6*61*94*4*0e0+309e0`` uses every number and equals the target, paid 1.

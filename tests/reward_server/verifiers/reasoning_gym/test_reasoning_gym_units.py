@@ -57,7 +57,7 @@ def test_the_task_list_and_the_images_pin_are_the_pinned_librarys() -> None:
     pytest.importorskip("reasoning_gym")
     from reasoning_gym.factory import DATASETS
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[4]
     extra = tomllib.loads((root / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]["reasoning-gym"]
     image = (root / "sandbox" / "scorers" / "requirements.txt").read_text().splitlines()
