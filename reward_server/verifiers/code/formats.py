@@ -184,15 +184,20 @@ def json_value(value: Any, where: str) -> Any:
     """A JSON value given as text (the datasets' columns) or as the value itself; ValueError
     when it is not JSON or nests deeper than MAX_VALUE_DEPTH."""
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except RecursionError:
-            raise ValueError(f"{where}: nests deeper than {MAX_VALUE_DEPTH}") from None
-        except ValueError as exc:
-            raise ValueError(f"{where} is not JSON: {exc}") from None
+        value = _loads(value, where)
     if nests_deeper(value, MAX_VALUE_DEPTH):
         raise ValueError(f"{where}: nests deeper than {MAX_VALUE_DEPTH}")
     return value
+
+
+def _loads(text: str, where: str) -> Any:
+    """``text`` parsed; ValueError naming ``where`` when it is no JSON or nests too deep."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{where}: nests deeper than {MAX_VALUE_DEPTH}") from None
+    except ValueError as exc:
+        raise ValueError(f"{where} is not JSON: {exc}") from None
 
 
 def nests_deeper(value: Any, limit: int) -> bool:
@@ -216,13 +221,11 @@ def call_arguments(value: Any, where: str) -> list[Any]:
     is not JSON stays an error: a broken list must not become a string argument."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except RecursionError:
-            raise ValueError(f"{where}: nests deeper than {MAX_VALUE_DEPTH}") from None
-        except ValueError as exc:
+            value = _loads(value, where)
+        except ValueError:
             if value.lstrip()[:1] not in ("[", "{"):
                 return [value]
-            raise ValueError(f"{where} is not JSON: {exc}") from None
+            raise
         if isinstance(value, str):
             return [value]
     args = json_value(value, where)  # decoded once: this checks how deep it nests
