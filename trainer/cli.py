@@ -18,7 +18,11 @@ import os
 import sys
 from pathlib import Path
 
-from trainer.config import ConfigError, GRPOConfig, load_config
+# before anything imports torch (the config names its options from loss.py): else torch on
+# CPU runs ~10x slower
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from trainer.config import ConfigError, GRPOConfig, load_config  # noqa: E402
 
 
 def _options_help() -> str:
@@ -86,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grpo-train: {exc}", file=sys.stderr)
         return 2
 
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # else torch on CPU runs ~10x slower
     import torch
     import torch.distributed as dist
 

@@ -22,6 +22,8 @@ from pydantic import (
 from reward_server.client import split_urls
 from reward_server.tool_client import ToolState
 from trainer import gym_tasks
+from trainer.advantages import ScaleRewards
+from trainer.loss import ImportanceSamplingLevel, LossType
 
 
 class RewardSpec(BaseModel):
@@ -207,12 +209,12 @@ class GRPOConfig(BaseModel):
     epsilon: float = Field(0.2, gt=0, description="PPO clip ε (epsilon_low).")
     epsilon_high: float | None = Field(None, gt=0, description="Upper clip; DAPO clip-higher "
                                        "uses 0.28. Default: epsilon.")
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = Field(
+    loss_type: LossType = Field(
         "dapo", description="How the per-token loss is reduced (trainer/loss.py).")
-    importance_sampling_level: Literal["token", "sequence"] = Field(
+    importance_sampling_level: ImportanceSamplingLevel = Field(
         "token", description="'sequence' is GSPO: one length-normalised ratio per sequence and "
         "a mean over sequences, so it needs loss_type 'grpo' (the default then).")
-    scale_rewards: Literal["group", "batch", "none"] = Field(
+    scale_rewards: ScaleRewards = Field(
         "group", description="'none' is Dr. GRPO.")
     mask_truncated_completions: bool = Field(False, description="Exclude completions that hit "
                                              "max_completion_length from the loss (DAPO).")
