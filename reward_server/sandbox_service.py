@@ -26,6 +26,12 @@ if TYPE_CHECKING:
 
 SPARE_CONTAINERS = 1  # per engine, beyond pool_size (see SandboxService)
 GATE = "code"  # the gate's name in metrics and messages, as when it was the code verifier's
+# The work of one caller's turn on a container before it lets a waiting one in (a code item
+# between two of its tests, a reasoning_gym chunk between two answers): another request
+# waits about this plus one test's limit, not an item's whole budget (60 s). Honest work
+# finishes inside it; a turn costs one harness round trip (milliseconds), and with none
+# waiting the next turn runs in the same container (build and checker kept).
+TURN_S = 1.0
 
 
 class SandboxService:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from reward_server import metrics
-from reward_server.sandbox_service import SandboxService
+from reward_server.sandbox_service import TURN_S, SandboxService
 from reward_server.sandbox_settings import SECTION, SandboxSection, SandboxSettings
 from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
 from reward_server.verifiers.base import Verifier
@@ -34,12 +34,6 @@ from sandbox.harness.statuses import (
     UNCACHEABLE_TEST,
     UNSCORABLE,
 )
-
-# An item's turn on a container before it lets a waiting item in, between two of its tests:
-# another request waits about this plus one test's limit, not an item's whole budget (60 s).
-# Honest items finish inside it; a turn costs one harness round trip (milliseconds), and with
-# no item waiting the next turn runs in the same container (build and checker kept).
-TURN_S = 1.0
 
 
 class CodeVerifier(Verifier):

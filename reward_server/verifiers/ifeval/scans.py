@@ -4,8 +4,8 @@ The reference finds placeholders with ``\\[.*?\\]``, bullets with ``^\\s*\\*[^\\
 ``^\\s*-.*$`` (multiline) and titles with ``<<[^\\n]+>>``. Each restarts its scan at every
 position of a run that cannot match (a line of 2 MiB of ``[``, a text of newlines), quadratic
 in the run: seconds to hours on the largest response the server accepts. These give the same
-counts in one pass (tests/reward_server/verifiers/ifeval/test_ifeval_units.py compares them with the regexes on
-random texts).
+counts in one pass (tests/reward_server/verifiers/ifeval/test_ifeval_units.py compares them
+with the regexes on random texts).
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ that mirror what punkt's English model does (Kiss & Strunk 2006, as NLTK impleme
 * after a number (``2019.``, ``1.``), unless the next word starts in lower case.
 
 Like punkt's English model, ``e.g.``, ``i.e.`` and ``etc.`` are no abbreviations (WSJ text
-has none), so they end a sentence. tests/reward_server/verifiers/ifeval/test_ifeval_reference.py measures
-where this disagrees with punkt itself.
+has none), so they end a sentence.
+tests/reward_server/verifiers/ifeval/test_ifeval_reference.py measures where this disagrees
+with punkt itself.
 """
 
 from __future__ import annotations

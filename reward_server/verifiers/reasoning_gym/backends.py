@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from reward_server.fair_queue import FairGate
 from reward_server.process_pool import TimeoutPool
-from reward_server.sandbox_service import SandboxService
+from reward_server.sandbox_service import TURN_S, SandboxService
 from reward_server.statuses import UNAVAILABLE
 from reward_server.verifiers.reasoning_gym import library
 from reward_server.verifiers.reasoning_gym.settings import ReasoningGymSettings
@@ -35,9 +35,6 @@ from sandbox.scoring import Scored, ScoringLimits, score_chunk
 # (task, answer, the entry as parsed JSON, the config as canonical JSON): what a score
 # depends on
 Job = tuple[str, str, dict[str, Any], str]
-# A chunk's turn on its container (the code verifier's TURN_S): honest chunks finish well
-# inside it; one of slow answers lets a waiting request in after it plus one answer's limit
-TURN_S = 1.0
 
 
 class Backend(Protocol):

@@ -17,9 +17,10 @@ any task is scored (``install``):
   or a builtin other than a few numeric ones.
 
 A refused answer raises ``UnsafeAnswer`` (a ``ValueError``), which the library's scorers
-already read as an answer they cannot parse. ``tests/reward_server/verifiers/reasoning_gym/test_reasoning_gym_guard.py``
-lists every ``eval``/``exec``/``parse_expr``/``sympify`` site of the pinned library, so a new
-version's must be read before the pin moves.
+already read as an answer they cannot parse.
+``tests/reward_server/verifiers/reasoning_gym/test_reasoning_gym_guard.py`` lists every
+``eval``/``exec``/``parse_expr``/``sympify`` site of the pinned library, so a new version's
+must be read before the pin moves.
 """
 
 from __future__ import annotations

@@ -106,7 +106,8 @@ def _tuples(value: Any) -> Any:
 
 # JSON has no tuples: where a task's scorer compares the parsed answer with a tuple in the
 # entry's metadata, the entry gets its tuples back (checked for every task by
-# tests/reward_server/verifiers/reasoning_gym/test_reasoning_gym.py, which scores each task's own answers).
+# tests/reward_server/verifiers/reasoning_gym/test_reasoning_gym.py, which scores each
+# task's own answers).
 _TUPLE_FIELDS: dict[str, tuple[str, ...]] = {
     "arc_agi": ("output", "input"),
     "rearc": ("output", "input"),

@@ -1,7 +1,8 @@
 """The tasks of the pinned reasoning-gym (pyproject.toml's ``reasoning-gym`` extra, and the
 sandbox image's sandbox/scorers/requirements.txt): what an item's ``task`` may name. The
 server never imports the library (it scores in the sandbox), so the list lives here;
-tests/reward_server/verifiers/reasoning_gym/test_reasoning_gym_units.py checks it against the installed library."""
+tests/reward_server/verifiers/reasoning_gym/test_reasoning_gym_units.py checks it against the
+installed library."""
 
 LIBRARY_VERSION = "0.1.25"  # the distribution's (its __version__ string lags)
 TASKS = frozenset({

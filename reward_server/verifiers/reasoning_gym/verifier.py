@@ -7,7 +7,7 @@ the cache; the rest of a request's answers go to the sandbox a chunk at a time
 (``chunk_items``), one slot of the sandbox service's fair gate each, so a batch of 256 costs a
 few hand-offs, not 256. In the container each chunk is scored by a process of its own under
 the candidate's uid; an answer that runs past ``timeout_s`` times out alone (0) and the rest
-of its chunk is scored; a chunk's turn ends after ``backends.TURN_S`` and the rest waits for
+of its chunk is scored; a chunk's turn ends after ``sandbox_service.TURN_S`` and the rest waits for
 the gate again.
 
 The cache and the remembered timeouts are per caller: a scorer that a hostile answer took
