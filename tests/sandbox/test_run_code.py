@@ -23,7 +23,8 @@ from verl.utils.reward_score.sandbox_fusion import compute_score
 from verl.utils.reward_score.sandbox_fusion.utils import call_sandbox_api, check_correctness
 
 from reward_server.verifiers.code import SPARE_CONTAINERS
-from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
+from tests.conftest import ServerProcess, run_server
+from tests.helpers.code import sandbox_server
 from tests.helpers.sandbox_pool import POOL, assert_clean
 from tests.sandbox import probes
 
@@ -40,14 +41,7 @@ CPP_SUM = ('#include <cstdio>\nint main() { long long a, b; scanf("%lld %lld", &
            '  printf("%lld\\n", a + b); }')
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory,
-        sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
-    env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL)}
-    with run_server(tmp_path_factory.mktemp(f"run-code-{sandbox_runtime.name}"),
-                    env=env, startup_s=STARTUP_S) as server:
-        wait_for_sandbox(server.url, timeout_s=180)
-        yield server
+srv = sandbox_server("run-code", {"REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL)}, STARTUP_S)
 
 
 def fenced(code: str) -> str:
