@@ -31,6 +31,18 @@ def _detail(r: httpx.Response) -> str:
     return r.json()["detail"]
 
 
+def _post_math(http: httpx.Client, body: bytes, **params: str) -> httpx.Response:
+    return http.post("/v1/verify/math", params=params, content=body,
+                     headers={"content-type": "application/json"})
+
+
+def _assert_refused(http: httpx.Client, body: bytes, fragment: str, **params: str) -> None:
+    """The whole request is refused: a 422 whose detail names what is wrong."""
+    r = _post_math(http, body, **params)
+    assert r.status_code == 422, r.text
+    assert fragment in _detail(r)
+
+
 def test_too_many_items(limited: ServerProcess) -> None:
     items = [{"response": "\\boxed{1}", "answer": "1"}] * 6
     for path, body in (("/v1/verify/math", items), ("/v1/rewards",
@@ -78,9 +90,7 @@ def test_body_too_large_without_content_length(limited: ServerProcess) -> None:
     ],
 )
 def test_malformed_verify_body(http: httpx.Client, body: bytes, fragment: str) -> None:
-    r = http.post("/v1/verify/math", content=body, headers={"content-type": "application/json"})
-    assert r.status_code == 422, r.text
-    assert fragment in _detail(r)
+    _assert_refused(http, body, fragment)
 
 
 @pytest.mark.parametrize(
@@ -95,15 +105,12 @@ def test_malformed_verify_body(http: httpx.Client, body: bytes, fragment: str) -
 )
 def test_malformed_item(http: httpx.Client, body: bytes, fragment: str) -> None:
     """A bad item: its own result naming the field, or with on_invalid=error a 422."""
-    r = http.post("/v1/verify/math", content=body, headers={"content-type": "application/json"})
+    r = _post_math(http, body)
     assert r.status_code == 200, r.text
     result = r.json()["results"][0]
     assert result["status"] == "invalid_item" and result["score"] is None
     assert fragment in result["detail"]
-    r = http.post("/v1/verify/math", params={"on_invalid": "error"}, content=body,
-                  headers={"content-type": "application/json"})
-    assert r.status_code == 422, r.text
-    assert fragment in _detail(r)
+    _assert_refused(http, body, fragment, on_invalid="error")
 
 
 def test_rewards_item_errors(http: httpx.Client) -> None:

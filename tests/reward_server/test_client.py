@@ -17,10 +17,9 @@ from reward_server.client import (
     RewardServerUnavailable,
 )
 from tests.conftest import BUILT_IN_VERIFIERS, KNOWN_VERIFIERS, ServerProcess, free_port, run_server
+from tests.helpers.items import boxed
 
-ITEMS = [{"verifier": "math", "response": f"\\boxed{{{i}}}", "answer": str(i % 3)}
-         for i in range(10)]
-EXPECTED = [1.0 if i % 3 == i else 0.0 for i in range(10)]
+ITEMS, EXPECTED = boxed(10, 3)
 
 
 def test_sync_batches_and_keeps_order(server: ServerProcess) -> None:

@@ -19,10 +19,9 @@ from reward_server.client import (
     RewardServerUnavailable,
 )
 from tests.conftest import ServerProcess, free_port, run_server
+from tests.helpers.items import boxed
 
-ITEMS = [{"verifier": "math", "response": f"\\boxed{{{i}}}", "answer": str(i % 7)}
-         for i in range(60)]
-EXPECTED = [1.0 if i % 7 == i else 0.0 for i in range(60)]
+ITEMS, EXPECTED = boxed(60, 7)
 
 
 class Counting(httpx.HTTPTransport):

@@ -16,19 +16,13 @@ candidate's processes shows that they are now killed before it runs (they were n
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.conftest import (
-    SandboxRuntime,
-    ServerProcess,
-    run_server,
-    verify_code,
-    wait_for_sandbox,
-)
+from tests.conftest import ServerProcess, verify_code
 from tests.helpers.checker import CHECKER, RIGHT, TESTS, WRONG
+from tests.helpers.code import sandbox_server
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -81,16 +75,9 @@ sys.exit(1 if left else 0)
 """
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory,
-        sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
-    """One container, so every item meets what the one before it left (the cache is on: an
-    unscorable result must not be kept for the next copy)."""
-    env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": "1"}
-    with run_server(tmp_path_factory.mktemp(f"checker-leftovers-{sandbox_runtime.name}"),
-                    env=env) as server:
-        wait_for_sandbox(server.url, timeout_s=180)
-        yield server
+# One container, so every item meets what the one before it left (the cache is on: an
+# unscorable result must not be kept for the next copy)
+srv = sandbox_server("checker-leftovers", {"REWARD_SERVER_SANDBOX_POOL_SIZE": "1"})
 
 
 def test_processes_left_by_a_wrong_program_do_not_make_a_checker_item_null(

@@ -7,18 +7,11 @@ under runc and gVisor."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tests.conftest import (
-    SandboxRuntime,
-    ServerProcess,
-    run_server,
-    verify_code,
-    wait_for_sandbox,
-)
+from tests.conftest import ServerProcess, verify_code
 from tests.helpers.checker import PY_CHECKER, RIGHT, TESTS, WRONG
+from tests.helpers.code import ONE_CONTAINER, sandbox_server
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -57,15 +50,7 @@ print("rewrote", done, "read", read, file=sys.stderr)
 """
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory,
-        sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
-    env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": "1",
-           "REWARD_SERVER_CACHE_SIZE": "0"}
-    with run_server(tmp_path_factory.mktemp(f"checker-tamper-{sandbox_runtime.name}"),
-                    env=env) as server:
-        wait_for_sandbox(server.url, timeout_s=180)
-        yield server
+srv = sandbox_server("checker-tamper", ONE_CONTAINER)
 
 
 def test_a_checker_cannot_rewrite_or_read_another_callers_kept_checker(

@@ -17,13 +17,13 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, SandboxRuntime, ServerProcess
-from tests.helpers.code import code_server, verify_one
+from tests.conftest import ROOT, ServerProcess
+from tests.helpers.code import ONE_CONTAINER, sandbox_server, verify_one
 
 sys.path.insert(0, str(ROOT / "sandbox" / "harness"))
 import slate  # noqa: E402  (what the harness cleans)
@@ -33,16 +33,10 @@ pytestmark = pytest.mark.usefixtures("docker_ready")
 BUDGET_S = 15  # the item budget of this server: small, so the fair-share test is short
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory,
-        sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
-    """One warm container, under runc and under gVisor."""
-    env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": "1",
-           "REWARD_SERVER_CACHE_SIZE": "0", "REWARD_SERVER_SANDBOX_ITEM_BUDGET_S": str(BUDGET_S),
-           "REWARD_SERVER_SANDBOX_ACQUIRE_TIMEOUT_S": "60"}
-    with code_server(tmp_path_factory.mktemp(f"clean-slate-{sandbox_runtime.name}"),
-                     env=env) as server:
-        yield server
+# One warm container, under runc and under gVisor
+srv = sandbox_server("clean-slate", {**ONE_CONTAINER,
+                                     "REWARD_SERVER_SANDBOX_ITEM_BUDGET_S": str(BUDGET_S),
+                                     "REWARD_SERVER_SANDBOX_ACQUIRE_TIMEOUT_S": "60"})
 
 
 def post(srv: ServerProcess, path: str, payload: dict[str, Any]) -> Any:

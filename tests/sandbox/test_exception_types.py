@@ -7,22 +7,14 @@ real-shaped row per case through the real server and Docker engine."""
 from __future__ import annotations
 
 import json
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sandbox.harness.candidate import Candidate, CandidateCrashed
 from sandbox.harness.candidate_server import error_reply
-from tests.conftest import (
-    SandboxRuntime,
-    ServerProcess,
-    run_server,
-    verify_code,
-    wait_for_sandbox,
-)
+from tests.conftest import ServerProcess, verify_code
+from tests.helpers.code import sandbox_server
 
 
 def relayed(exc: BaseException, classes: dict[str, type] | None = None) -> BaseException:
@@ -181,13 +173,7 @@ def test_a_unicode_error_within_bounds_stays_one() -> None:
 SERVER_ENV = {"REWARD_SERVER_CACHE_SIZE": "0"}
 
 
-@pytest.fixture(scope="module")
-def srv(sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
-    """Under runc, then under gVisor (tests/conftest.py)."""
-    env = {**sandbox_runtime.env, **SERVER_ENV}
-    with tempfile.TemporaryDirectory() as tmp, run_server(Path(tmp), env=env) as server:
-        wait_for_sandbox(server.url, timeout_s=180)
-        yield server
+srv = sandbox_server("exception-types", SERVER_ENV)
 
 
 def fenced(source: str) -> str:

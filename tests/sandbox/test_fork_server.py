@@ -27,8 +27,8 @@ import pytest
 
 from sandbox.harness import slate
 from sandbox.harness.zygote import Zygote
-from tests.conftest import SandboxRuntime, ServerProcess
-from tests.helpers.code import code_server, verify_one
+from tests.conftest import ServerProcess
+from tests.helpers.code import ONE_CONTAINER, sandbox_server, verify_one
 from tests.sandbox.probes import SECRET_HUNT, SECRET_HUNT_EXPECTED, secret_program
 
 SUMS = [{"input": f"{k} {k * 3}\n", "output": str(k * 4)} for k in (1, 7, 12)]
@@ -99,16 +99,9 @@ def run_loaded(zygote: Zygote, stdin: bytes) -> str:
 
 # --- through the server and the engine --------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory,
-        sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
-    """One container for items (and its spare), reused last in, first out: consecutive
-    calls share it, as a second caller's call would."""
-    env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": "1",
-           "REWARD_SERVER_CACHE_SIZE": "0"}
-    with code_server(tmp_path_factory.mktemp(f"fork-server-{sandbox_runtime.name}"),
-                     env=env) as server:
-        yield server
+# One container for items (and its spare), reused last in, first out: consecutive calls
+# share it, as a second caller's call would
+srv = sandbox_server("fork-server", ONE_CONTAINER)
 
 
 def post(srv: ServerProcess, path: str, payload: dict[str, Any]) -> Any:

@@ -10,16 +10,7 @@ import pytest
 from tests.conftest import SandboxRuntime, ServerProcess
 from tests.helpers.code import code_server, verify_one
 from tests.helpers.sandbox_pool import POOL, assert_clean
-from tests.sandbox.probes import (
-    CHILD_OUTLIVES,
-    CHILD_OUTLIVES_EXPECTED,
-    FILESYSTEM_PROBE,
-    KILL_EVERYTHING,
-    KILL_EVERYTHING_EXPECTED,
-    NETWORK_EXPECTED,
-    filesystem_expected,
-    network_probe,
-)
+from tests.sandbox import probes
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -83,27 +74,29 @@ def test_print_1_gb_to_stderr(srv: ServerProcess) -> None:
 
 def test_no_network_outside_or_to_the_host(srv: ServerProcess) -> None:
     port = srv.url.rsplit(":", 1)[1]
-    result = verify_one(srv, response=network_probe(port), tests=[{"output": NETWORK_EXPECTED}])
+    result = verify_one(srv, response=probes.network_probe(port),
+                        tests=[{"output": probes.NETWORK_EXPECTED}])
     assert result["tests"][0]["status"] == "passed", result
     assert_clean(srv)
 
 
 def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess) -> None:
-    result = verify_one(srv, response=FILESYSTEM_PROBE,
-                        tests=[{"output": filesystem_expected(srv.runtime)}])
+    result = verify_one(srv, response=probes.FILESYSTEM_PROBE,
+                        tests=[{"output": probes.filesystem_expected(srv.runtime)}])
     assert result["tests"][0]["status"] == "passed", result
     assert_clean(srv)
 
 
 def test_child_outliving_its_parent_is_killed(srv: ServerProcess) -> None:
-    result = verify_one(srv, response=CHILD_OUTLIVES, tests=[{"output": CHILD_OUTLIVES_EXPECTED}])
+    result = verify_one(srv, response=probes.CHILD_OUTLIVES,
+                        tests=[{"output": probes.CHILD_OUTLIVES_EXPECTED}])
     assert result["tests"][0]["status"] == "passed"
     assert_clean(srv)  # the sleepers are gone and the container was checked
 
 
 def test_kill_everything(srv: ServerProcess) -> None:
-    result = verify_one(srv, response=KILL_EVERYTHING,
-                        tests=[{"output": KILL_EVERYTHING_EXPECTED}, {"output": "x"}])
+    result = verify_one(srv, response=probes.KILL_EVERYTHING,
+                        tests=[{"output": probes.KILL_EVERYTHING_EXPECTED}, {"output": "x"}])
     # kill(-1) spares init (the harness) and the caller; the fork server dies, so the test
     # either completes or is reported as the crash it is. Both tests are judged.
     first, second = (t["status"] for t in result["tests"])

@@ -23,20 +23,10 @@ from verl.utils.reward_score.sandbox_fusion import compute_score
 from verl.utils.reward_score.sandbox_fusion.utils import call_sandbox_api, check_correctness
 
 from reward_server.verifiers.code import SPARE_CONTAINERS
-from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
+from tests.conftest import ServerProcess, run_server
+from tests.helpers.code import sandbox_server
 from tests.helpers.sandbox_pool import POOL, assert_clean
-from tests.sandbox.probes import (
-    CHILD_OUTLIVES,
-    CHILD_OUTLIVES_EXPECTED,
-    FILESYSTEM_PROBE,
-    KILL_EVERYTHING,
-    KILL_EVERYTHING_EXPECTED,
-    NETWORK_EXPECTED,
-    THEIR_PROCESSES,
-    filesystem_expected,
-    kill_everything_raises,
-    network_probe,
-)
+from tests.sandbox import probes
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -51,14 +41,7 @@ CPP_SUM = ('#include <cstdio>\nint main() { long long a, b; scanf("%lld %lld", &
            '  printf("%lld\\n", a + b); }')
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory,
-        sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
-    env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL)}
-    with run_server(tmp_path_factory.mktemp(f"run-code-{sandbox_runtime.name}"),
-                    env=env, startup_s=STARTUP_S) as server:
-        wait_for_sandbox(server.url, timeout_s=180)
-        yield server
+srv = sandbox_server("run-code", {"REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL)}, STARTUP_S)
 
 
 def fenced(code: str) -> str:
@@ -315,17 +298,17 @@ def run_python(srv: ServerProcess, code: str, path: str, **body: Any) -> dict[st
 
 @pytest.mark.parametrize("path", PATHS)
 def test_no_network_outside_or_to_the_host(srv: ServerProcess, path: str) -> None:
-    got = run_python(srv, network_probe(srv.url.rsplit(":", 1)[1]), path)
+    got = run_python(srv, probes.network_probe(srv.url.rsplit(":", 1)[1]), path)
     assert got["status"] == "Success", got
-    assert got["run_result"]["stdout"] == NETWORK_EXPECTED + "\n"
+    assert got["run_result"]["stdout"] == probes.NETWORK_EXPECTED + "\n"
     assert_clean(srv)
 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess, path: str) -> None:
-    got = run_python(srv, FILESYSTEM_PROBE, path)
+    got = run_python(srv, probes.FILESYSTEM_PROBE, path)
     assert got["status"] == "Success", got
-    assert got["run_result"]["stdout"] == filesystem_expected(srv.runtime) + "\n"
+    assert got["run_result"]["stdout"] == probes.filesystem_expected(srv.runtime) + "\n"
     assert_clean(srv)
 
 
@@ -336,12 +319,12 @@ def test_a_child_outliving_its_snippet_is_gone_before_the_next(srv: ServerProces
     the container, dirty for what was left, is replaced: no later snippet, in that container
     or another, meets a process of the candidate's uid, and every container runs its
     harness and fork server only."""
-    got = run_python(srv, CHILD_OUTLIVES + "\nimport os\nprint(os.uname().nodename)", path)
+    got = run_python(srv, probes.CHILD_OUTLIVES + "\nimport os\nprint(os.uname().nodename)", path)
     assert got["status"] == "Success", got
     printed, host = got["run_result"]["stdout"].splitlines()
-    assert printed == CHILD_OUTLIVES_EXPECTED
+    assert printed == probes.CHILD_OUTLIVES_EXPECTED
     for _ in range(POOL + SPARE_CONTAINERS + 1):  # more snippets than there are containers
-        later = post(srv, language="python", code=THEIR_PROCESSES)
+        later = post(srv, language="python", code=probes.THEIR_PROCESSES)
         assert later["status"] == "Success", later
         assert later["run_result"]["stdout"].split(" ", 1)[1] == "[]\n", (host, later)
     assert_clean(srv)
@@ -353,14 +336,14 @@ def test_kill_everything(srv: ServerProcess, path: str) -> None:
     fork server (root) stay, the snippet ends as it would have (or, under gVisor, with the
     ESRCH of a kill that found nothing of its own to signal), and the next call is answered
     right from the same pool."""
-    got = run_python(srv, KILL_EVERYTHING, path)
+    got = run_python(srv, probes.KILL_EVERYTHING, path)
     run = got["run_result"]
-    if kill_everything_raises(srv.runtime):
+    if probes.kill_everything_raises(srv.runtime):
         assert (got["status"], run["return_code"], run["stdout"]) == ("Failed", 1, ""), got
         assert run["stderr"].endswith("ProcessLookupError: [Errno 3] No such process\n"), got
     else:
         assert got["status"] == "Success", got
-        assert run["stdout"] == KILL_EVERYTHING_EXPECTED + "\n"
+        assert run["stdout"] == probes.KILL_EVERYTHING_EXPECTED + "\n"
     assert httpx.get(srv.url + "/healthz", timeout=10).status_code == 200
     after = run_python(srv, SUM, path, stdin="20 22")
     assert after["status"] == "Success" and after["run_result"]["stdout"] == "42\n", after

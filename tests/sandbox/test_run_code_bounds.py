@@ -9,7 +9,6 @@ tests/sandbox/test_fetch_files.py."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,8 @@ import httpx
 import pytest
 
 from sandbox.config import SandboxConfig
-from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
+from tests.conftest import ServerProcess
+from tests.helpers.code import sandbox_server
 from tests.helpers.sandbox_pool import POOL, assert_clean
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
@@ -26,14 +26,8 @@ STARTUP_S = 180
 LIMIT = SandboxConfig.snippet_response_limit_bytes
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory,
-        sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
-    env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL)}
-    with run_server(tmp_path_factory.mktemp(f"run-code-bounds-{sandbox_runtime.name}"),
-                    env=env, startup_s=STARTUP_S) as server:
-        wait_for_sandbox(server.url, timeout_s=180)
-        yield server
+srv = sandbox_server("run-code-bounds", {"REWARD_SERVER_SANDBOX_POOL_SIZE": str(POOL)},
+                     STARTUP_S)
 
 
 def post(srv: ServerProcess, **body: Any) -> httpx.Response:

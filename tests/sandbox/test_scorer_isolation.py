@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import SandboxRuntime, ServerProcess, run_server
+from tests.helpers.code_answers import EVAL_TASKS, PAYLOADS
 from tests.sandbox.probes import READS, WRITES
 
 reasoning_gym = pytest.importorskip("reasoning_gym")
@@ -148,23 +149,6 @@ def test_a_scorer_child_runs_as_the_candidate_and_reaches_nothing(
     assert found["server"] == 1  # root's, non-dumpable
     gvisor = sandbox_runtime.name == "runsc"
     assert found["read"] == (["server environ"] if gvisor else []), found
-
-
-# The answers of the guard's tests (tests/reward_server/verifiers/reasoning_gym/test_reasoning_gym.py): eval of the
-# answer in four tasks, SymPy's parse_expr (which ends in eval) in five
-PAYLOADS = [
-    "__import__('os').system('touch {marker}')",
-    "open('{marker}', 'w').write('x')",
-    "[__import__('os').system('touch {marker}') for _ in [1]]",
-    "getattr(__import__('os'), 'system')('touch {marker}')",
-    "(lambda: __import__('os').system('touch {marker}'))()",
-    "sympify(\"__import__('os').system('touch {marker}')\")",
-    "S(\"__import__('os').system('touch {marker}')\")",
-    "lambdify([], \"__import__('os').system('touch {marker}')\")()",
-]
-EVAL_TASKS = ["string_insertion", "spiral_matrix", "binary_matrix", "n_queens", "countdown",
-              "puzzle24", "polynomial_multiplication", "simple_integration",
-              "intermediate_integration"]
 
 
 def test_code_in_answers_never_runs_on_the_host(srv: ServerProcess, tmp_path: Path) -> None:

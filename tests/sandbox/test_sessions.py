@@ -27,19 +27,7 @@ from tests.conftest import (
     wait_for_sandbox,
 )
 from tests.helpers.sandbox_pool import assert_clean
-from tests.sandbox.probes import (
-    CHILD_COMMANDS,
-    CHILD_OUTLIVES,
-    CHILD_OUTLIVES_EXPECTED,
-    FILESYSTEM_PROBE,
-    KILL_EVERYTHING,
-    KILL_EVERYTHING_EXPECTED,
-    NETWORK_EXPECTED,
-    THEIR_PROCESSES,
-    filesystem_expected,
-    kill_everything_raises,
-    network_probe,
-)
+from tests.sandbox import probes
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -323,9 +311,9 @@ def test_hostile_cells_are_contained_beside_another_session(srv: ServerProcess) 
 
 def test_no_network_outside_or_to_the_host(srv: ServerProcess) -> None:
     with Session(srv) as s:
-        got = s.run(network_probe(srv.url.rsplit(":", 1)[1]))
+        got = s.run(probes.network_probe(srv.url.rsplit(":", 1)[1]))
         assert got["status"] == "Success", got
-        assert got["cells"][0]["stdout"] == NETWORK_EXPECTED + "\n"
+        assert got["cells"][0]["stdout"] == probes.NETWORK_EXPECTED + "\n"
     assert_clean(srv)
 
 
@@ -333,9 +321,9 @@ def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess) -> Non
     """A session's container has the harness as PID 1, as a snippet's has: the cell, run by
     the session's kernel under the candidate's uid, is held to what a code item is."""
     with Session(srv) as s:
-        got = s.run(FILESYSTEM_PROBE)
+        got = s.run(probes.FILESYSTEM_PROBE)
         assert got["status"] == "Success", got
-        assert got["cells"][0]["stdout"] == filesystem_expected(srv.runtime) + "\n"
+        assert got["cells"][0]["stdout"] == probes.filesystem_expected(srv.runtime) + "\n"
     assert_clean(srv)
 
 
@@ -345,11 +333,11 @@ def test_a_child_outliving_its_cell_goes_with_its_session(srv: ServerProcess) ->
     it. Closing the session removes that container and the process with it: none is left in
     any container of the server, and the pool is as it was."""
     with Session(srv) as s, Session(srv, OTHER) as other:
-        got = s.run(CHILD_OUTLIVES)
-        assert got["cells"][0]["stdout"] == CHILD_OUTLIVES_EXPECTED + "\n", got
-        mine = s.run(THEIR_PROCESSES)["cells"][0]["stdout"]
-        assert all(command in mine for command in CHILD_COMMANDS), mine
-        theirs = other.run(THEIR_PROCESSES)["cells"][0]["stdout"]
+        got = s.run(probes.CHILD_OUTLIVES)
+        assert got["cells"][0]["stdout"] == probes.CHILD_OUTLIVES_EXPECTED + "\n", got
+        mine = s.run(probes.THEIR_PROCESSES)["cells"][0]["stdout"]
+        assert all(command in mine for command in probes.CHILD_COMMANDS), mine
+        theirs = other.run(probes.THEIR_PROCESSES)["cells"][0]["stdout"]
         assert theirs.split(" ", 1)[1] == "[]\n", theirs
         assert len(session_containers(srv)) == 2
     eventually(lambda: session_containers(srv) == [], what="the sessions' containers removed")
@@ -408,7 +396,7 @@ def test_nothing_of_a_session_runs_between_its_cells(srv: ServerProcess) -> None
             time.sleep(0.5)
         idle = container_cpu_s(srv, container) - used
         assert idle < 0.5, f"the session's container used {idle:.2f} CPU s between cells"
-        mine = s.run(THEIR_PROCESSES)["cells"][0]["stdout"]
+        mine = s.run(probes.THEIR_PROCESSES)["cells"][0]["stdout"]
         assert "while True: pass" in mine, mine  # stopped, not killed
         assert s.value("threading.active_count()") == "2"
     assert_clean(srv)
@@ -422,15 +410,16 @@ def test_kill_everything(srv: ServerProcess) -> None:
     with Session(srv, OTHER) as benign, Session(srv) as s:
         benign.run("x = 'benign'")
         s.run("y = 2")
-        got = s.run(KILL_EVERYTHING)
+        got = s.run(probes.KILL_EVERYTHING)
         cell = got["cells"][0]
-        if kill_everything_raises(srv.runtime):
+        if probes.kill_everything_raises(srv.runtime):
             assert cell["error"][0]["ename"] == "ProcessLookupError", got
         else:
             assert got["status"] == "Success", got
-            assert cell["stdout"] == KILL_EVERYTHING_EXPECTED + "\n"
+            assert cell["stdout"] == probes.KILL_EVERYTHING_EXPECTED + "\n"
         assert got["session"]["state"] == "open" and s.value("y") == "2"
-        got = s.run(f"import subprocess\nsubprocess.run(['python3', '-c', {KILL_EVERYTHING!r}])")
+        got = s.run("import subprocess\n"
+                    f"subprocess.run(['python3', '-c', {probes.KILL_EVERYTHING!r}])")
         assert got["cells"][0]["status"] == "Error" and got["session"]["state"] == "lost", got
         assert "exited (exit code -9)" in got["message"], got
         r = s.http.post(f"/v1/sessions/{s.id}/run", json={"code": "y"})

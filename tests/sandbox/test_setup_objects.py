@@ -8,22 +8,14 @@ sandbox), then one real-shaped row per case through the real server and Docker e
 from __future__ import annotations
 
 import json
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sandbox.harness import objects, protocol
-from tests.conftest import (
-    SandboxRuntime,
-    ServerProcess,
-    run_server,
-    verify_code,
-    wait_for_sandbox,
-)
+from tests.conftest import ServerProcess, verify_code
+from tests.helpers.code import sandbox_server
 
 SETUP = """
 calls = []
@@ -250,13 +242,7 @@ def test_an_exception_carries_the_setups_objects() -> None:
 SERVER_ENV = {"REWARD_SERVER_CACHE_SIZE": "0"}
 
 
-@pytest.fixture(scope="module")
-def srv(sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
-    """Under runc, then under gVisor (tests/conftest.py)."""
-    env = {**sandbox_runtime.env, **SERVER_ENV}
-    with tempfile.TemporaryDirectory() as tmp, run_server(Path(tmp), env=env) as server:
-        wait_for_sandbox(server.url, timeout_s=180)
-        yield server
+srv = sandbox_server("setup-objects", SERVER_ENV)
 
 
 def fenced(source: str) -> str:

@@ -9,18 +9,12 @@ before it left), under runc and gVisor."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.conftest import (
-    SandboxRuntime,
-    ServerProcess,
-    run_server,
-    verify_code,
-    wait_for_sandbox,
-)
+from tests.conftest import ServerProcess, verify_code
+from tests.helpers.code import ONE_CONTAINER, sandbox_server
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -102,15 +96,7 @@ assert add(1, 1) == 2
 """
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory,
-        sandbox_runtime: SandboxRuntime) -> Iterator[ServerProcess]:
-    env = {**sandbox_runtime.env, "REWARD_SERVER_SANDBOX_POOL_SIZE": "1",
-           "REWARD_SERVER_CACHE_SIZE": "0"}
-    with run_server(tmp_path_factory.mktemp(f"test-code-{sandbox_runtime.name}"),
-                    env=env) as server:
-        wait_for_sandbox(server.url, timeout_s=180)
-        yield server
+srv = sandbox_server("test-code", ONE_CONTAINER)
 
 
 def victims() -> list[dict[str, Any]]:

@@ -4,15 +4,14 @@ over a 1 MiB response beside other requests."""
 
 from __future__ import annotations
 
-import threading
-import time
+from collections.abc import Callable
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ServerProcess, run_server
-from tests.helpers.cpu import server_cpu_s
+from tests.helpers.beside import beside_a_big_request
 
 R1 = "<think>\nLet me add.\n</think>\n<answer>\n42\n</answer>"
 BOXED = {"rule": "final_answer", "pattern": "boxed"}
@@ -125,24 +124,19 @@ def test_a_catastrophic_regex_over_1_mib_times_out_alone(srv: ServerProcess) -> 
     hostile = {"response": "<think>a</think>" + "x" * MIB, "rules": [HOSTILE, "think"]}
     honest = {"response": "<think>a</think> 42", "rules": [
         {"rule": "final_answer", "regex": r"\d+\Z"}]}
-    done: dict[str, list[dict]] = {}
-    cpu_before = server_cpu_s(srv)
-    big = threading.Thread(target=lambda: done.setdefault("big", _verify(
-        srv, [hostile, honest], timeout=120)))
-    big.start()
-    time.sleep(0.3)  # the hostile search is in the worker
-    built_in, regex = 0, []  # regex: whether each was answered before the big request
-    while big.is_alive() and built_in < 20:
+    regex: list[bool] = []  # whether each was answered before the big request
+
+    def meanwhile(answered: Callable[[], bool]) -> None:
         assert _verify(srv, [{"response": R1, "rules": ["think_answer"]}])[0]["score"] == 1
-        built_in += 1
         if len(regex) < 2:
             small = _verify(srv, [{"response": f"n{len(regex)} 7", "rules": [{
                 "rule": "final_answer", "regex": r"\d\Z"}]}])[0]
             assert small["score"] == 1.0, small
-            regex.append("big" not in done)
-        time.sleep(0.05)
-    big.join(120)
-    cpu_s = server_cpu_s(srv) - cpu_before
+            regex.append(not answered())
+
+    # head start: the hostile search is in the worker
+    big, built_in, cpu_s = beside_a_big_request(
+        srv, lambda: _verify(srv, [hostile, honest], timeout=120), meanwhile, head_start_s=0.3)
     print(f"server process CPU {cpu_s:.2f} s, {built_in} built-in requests, regex {regex}")
     assert built_in, "the big request ended before a small one was sent"
     # the hostile search holds its worker for its whole 1 s limit, twice. Built-in rules run
@@ -151,7 +145,7 @@ def test_a_catastrophic_regex_over_1_mib_times_out_alone(srv: ServerProcess) -> 
     # between the hostile's turns: answered before the hostile's request, not after it.
     assert cpu_s < 1.0, cpu_s
     assert regex and all(regex), regex
-    slow, fine = done["big"]
+    slow, fine = big
     assert (slow["status"], slow["score"]) == ("timeout", 0.5), slow
     assert slow["rules"][0]["status"] == "timeout"
     assert "ran out of time" in slow["rules"][0]["reason"]

@@ -5,15 +5,14 @@ server without the ifeval extra."""
 from __future__ import annotations
 
 import re
-import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.conftest import ServerProcess, run_server
-from tests.helpers.cpu import server_cpu_s
+from tests.helpers.beside import beside_a_big_request
 
 WORDS = {"instruction_id": "length_constraints:number_words",
          "kwargs": {"relation": "at least", "num_words": 3}}
@@ -123,24 +122,19 @@ def test_a_2_mib_hostile_response_does_not_stall_a_small_request(srv: ServerProc
             "relation": "at least", "num_sentences": 2}, "change_case:capital_word_frequency": {
             "capital_frequency": 1, "capital_relation": "at least"},
         "detectable_format:number_highlighted_sections": {"num_highlights": 1}}.items()]
-    done: dict[str, list[dict]] = {}
-    cpu_before = server_cpu_s(srv)
-    big = threading.Thread(target=lambda: done.setdefault("big", _verify(
-        srv, [{"response": hostile, "instructions": every, "strict": False}], timeout=120)))
-    big.start()
-    time.sleep(1.0)  # the big one is being checked
-    small = 0
-    while big.is_alive() and small < 20:
+
+    def meanwhile(_answered: Callable[[], bool]) -> None:
         assert _verify(srv, [{"response": "small", "instructions": [NO_COMMA]}])[0]["score"] == 1
-        small += 1
-        time.sleep(0.05)
-    big.join(120)
-    cpu_s = server_cpu_s(srv) - cpu_before
-    print(f"server process CPU {cpu_s:.2f} s, {small} small requests")
-    assert small, "the big request ended before a small one was sent"
+
+    # head start: the big one is being checked
+    big, smalls, cpu_s = beside_a_big_request(srv, lambda: _verify(
+        srv, [{"response": hostile, "instructions": every, "strict": False}], timeout=120),
+        meanwhile, head_start_s=1.0)
+    print(f"server process CPU {cpu_s:.2f} s, {smalls} small requests")
+    assert smalls, "the big request ended before a small one was sent"
     # the regexes backtracking on the loop held it for seconds of CPU (a worker's limit)
     assert cpu_s < 2.0, cpu_s
-    assert done["big"][0]["status"] in ("ok", "timeout"), done["big"]
+    assert big[0]["status"] in ("ok", "timeout"), big
 
 
 def test_a_server_without_langdetect_starts_and_says_what_is_missing(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from reward_server.verifiers.math.extract import extract_answer
 from reward_server.worst_case import FIELD_BYTES
+from tests.helpers.batch import verify_batch
 
 # (kind, response, reference, extra item fields, correct, status)
 Row = tuple[str, str, str, dict[str, Any], bool, str]
@@ -369,11 +370,7 @@ ITEMS = [{"response": r, "answer": a, **extra} for _, r, a, extra, _, _ in ROWS]
 
 @pytest.fixture(scope="module")
 def results(http: httpx.Client) -> list[dict[str, Any]]:
-    response = http.post("/v1/verify/math", json={"items": ITEMS})
-    assert response.status_code == 200, response.text
-    out = response.json()["results"]
-    assert len(out) == len(ITEMS)
-    return out
+    return verify_batch(http, "math", ITEMS)
 
 
 @pytest.mark.parametrize("index", range(len(ROWS)),

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from reward_server.verifiers.math.labelled_cases import EQUIVALENCE, EXTRACTION, MODES, TOLERANCE
+from tests.helpers.batch import verify_batch
 
 ITEMS: list[dict[str, Any]] = (
     [{"response": r, "answer": a} for r, a, _ in EQUIVALENCE + EXTRACTION]
@@ -32,11 +33,7 @@ def test_table_is_large_and_balanced() -> None:
 
 @pytest.fixture(scope="module")
 def results(http: httpx.Client) -> list[dict[str, Any]]:
-    response = http.post("/v1/verify/math", json={"items": ITEMS})
-    assert response.status_code == 200, response.text
-    out = response.json()["results"]
-    assert len(out) == len(ITEMS)
-    return out
+    return verify_batch(http, "math", ITEMS)
 
 
 @pytest.mark.parametrize("index", range(len(ITEMS)), ids=lambda i: ITEMS[i]["response"][-40:])

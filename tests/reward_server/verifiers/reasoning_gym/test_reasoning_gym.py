@@ -18,6 +18,7 @@ import pytest
 from reward_server.verifiers.reasoning_gym import corrections
 from reward_server.verifiers.reasoning_gym.guard import UNEVALUATED
 from tests.conftest import ServerProcess, run_server
+from tests.helpers.code_answers import EVAL_TASKS, PAYLOADS
 
 reasoning_gym = pytest.importorskip("reasoning_gym")
 
@@ -131,23 +132,6 @@ def test_flat_fields_as_a_dataset_row_ships_them(srv: ServerProcess) -> None:
                            "metadata": entry["metadata"], "task": "letter_counting"}])
     # the library's own partial credit for a number that is wrong (0.5 here) comes through
     assert [r["score"] for r in results] == [1.0, dataset.score_answer("-1", entry)] != [1.0, 1.0]
-
-
-# Answers that run as code in the library's own scorers (eval of the answer; SymPy's parse_expr,
-# which ends in eval): each would leave a file behind in the server's worker.
-PAYLOADS = [
-    "__import__('os').system('touch {marker}')",
-    "open('{marker}', 'w').write('x')",
-    "[__import__('os').system('touch {marker}') for _ in [1]]",
-    "getattr(__import__('os'), 'system')('touch {marker}')",
-    "(lambda: __import__('os').system('touch {marker}'))()",
-    "sympify(\"__import__('os').system('touch {marker}')\")",
-    "S(\"__import__('os').system('touch {marker}')\")",
-    "lambdify([], \"__import__('os').system('touch {marker}')\")()",
-]
-EVAL_TASKS = ["string_insertion", "spiral_matrix", "binary_matrix", "n_queens", "countdown",
-              "puzzle24", "polynomial_multiplication", "simple_integration",
-              "intermediate_integration"]
 
 
 def test_no_answer_runs_as_code_in_the_scorers_that_would_run_it(srv: ServerProcess,
