@@ -95,8 +95,8 @@ def finish(verifier: Verifier, results: Sequence[ResultBase], started: float
     out = []
     for result in results:
         score = score_for(result.status, result.score, verifier.null_statuses)
-        if score != result.score and not _both_nan(score, result.score):
-            if result.score is None:
+        if score is not result.score:
+            if result.score is None or result.score != result.score:
                 log.warning("verifier %s gave no score with status %r: scored 0 (only a "
                             "null status may be null)", verifier.name, result.status)
             result = result.model_copy(update={"score": score})
@@ -107,10 +107,6 @@ def finish(verifier: Verifier, results: Sequence[ResultBase], started: float
     for _ in out:
         latency.observe(elapsed)
     return out
-
-
-def _both_nan(a: float | None, b: float | None) -> bool:
-    return a is not None and b is not None and a != a and b != b
 
 
 class CheckLane:

@@ -43,8 +43,9 @@ def score_for(status: str, score: float | None,
     """The reward a result with ``status`` carries, whichever verifier made it: null for a
     null status (``NULL_STATUSES``, or one the verifier declares, ``own_null``: a broken
     dataset test found before the candidate ran), whatever score was computed; otherwise its
-    score, and 0 where it has none. What the completion caused is never null, or a wrong
-    answer could buy itself a zero advantage instead of a negative one."""
+    score, and 0 where it has none (None, or NaN, which JSON writes as null). What the
+    completion caused is never null, or a wrong answer could buy itself a zero advantage
+    instead of a negative one."""
     if status in NULL_STATUSES or status in own_null:
         return None
-    return 0.0 if score is None else score
+    return 0.0 if score is None or score != score else score

@@ -57,6 +57,7 @@ def test_the_client_reads_them_without_the_server_installed() -> None:
 @pytest.mark.parametrize(("status", "score", "own", "expected"), [
     ("ok", 1.0, frozenset(), 1.0),
     ("ok", None, frozenset(), 0.0),  # a verifier that forgot a score: never a null
+    ("ok", float("nan"), frozenset(), 0.0),  # JSON would write it as null
     ("timeout", 0.0, frozenset(), 0.0),
     ("response_too_long", None, frozenset(), 0.0),  # the completion's doing
     ("not_run", 0.0, frozenset(), None),  # whatever was computed
