@@ -129,21 +129,24 @@ def test_a_compiler_killed_from_outside_is_not_the_sources_compile_error(
 
     from sandbox.pool import LABEL
 
-    tag = str(time.time_ns())
-    item = {"language": "cpp", "response": f"```cpp\n{slow_to_compile(12, tag)}```",
-            "tests": [{"input": "20 22", "output": "42"}]}
-    pool = ThreadPoolExecutor(1)
-    first = pool.submit(verify_code, srv.url, item)
     client = docker.from_env(timeout=60)
-    killed, deadline = 0, time.monotonic() + 120
-    while not killed and not first.done() and time.monotonic() < deadline:
-        for container in client.containers.list(filters={"label": LABEL}):
-            out = container.exec_run(["python3", "-c", KILL_CC1PLUS], user="10001")
-            killed += int(out.output.decode().strip() or 0) if out.exit_code == 0 else 0
-        time.sleep(0.1)
-    (result,) = first.result(timeout=300)
-    pool.shutdown()
-    assert killed, f"the compile ended before it could be killed: {result}"
+    for _ in range(3):  # the compile may end (or meet the container's own limit) before a kill
+        tag = str(time.time_ns())
+        item = {"language": "cpp", "response": f"```cpp\n{slow_to_compile(12, tag)}```",
+                "tests": [{"input": "20 22", "output": "42"}]}
+        pool = ThreadPoolExecutor(1)
+        first = pool.submit(verify_code, srv.url, item)
+        killed, deadline = 0, time.monotonic() + 120
+        while not killed and not first.done() and time.monotonic() < deadline:
+            for container in client.containers.list(filters={"label": LABEL}):
+                out = container.exec_run(["python3", "-c", KILL_CC1PLUS], user="10001")
+                killed += int(out.output.decode().strip() or 0) if out.exit_code == 0 else 0
+            time.sleep(0.1)
+        (result,) = first.result(timeout=300)
+        pool.shutdown()
+        if killed:
+            break
+    assert killed, f"the compile ended before it could be killed, 3 times: {result}"
     assert (result["status"], result["score"]) == ("compile_error", 0.0), result
     assert "Killed signal terminated program" in result["detail"], result
     (again,) = verify_code(srv.url, item)
