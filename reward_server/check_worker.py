@@ -54,6 +54,7 @@ def load(cls: type[Verifier], sections: dict[str, type[BaseModel]],
 
 def run(item: ItemBase) -> tuple[str, str]:
     """``check(item)`` in a child of its own: (outcome, the result's JSON or why not)."""
+    _reap()  # zombies of an earlier item's processes: they count to the uid's process limit
     read_fd, write_fd = os.pipe()
     try:
         pid = os.fork()
@@ -72,7 +73,12 @@ def run(item: ItemBase) -> tuple[str, str]:
         sent = _read_exactly(read_fd, size) if size <= RESULT_MAX_BYTES + 1 else b""
     finally:  # the soft time limit lands here too, as an exception while reading
         os.close(read_fd)
-        _end_all(pid)
+        # the clean-up is never cut short by the soft limit: its alarm waits until it is done
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        try:
+            _end_all(pid)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     if size > RESULT_MAX_BYTES + 1:
         return FAILED, f"the check's result is over {RESULT_MAX_BYTES} bytes"
     outcome = _TAGS.get(sent[:1])
