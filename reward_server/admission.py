@@ -13,6 +13,7 @@ error one 422, as the limits below say.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -24,6 +25,8 @@ from reward_server.errors import InvalidItems, PayloadTooLarge, format_validatio
 from reward_server.settings import ServerSettings
 from reward_server.statuses import INVALID_ITEM, RESPONSE_TOO_LONG
 from reward_server.verifiers.base import ItemBase, ResultBase
+
+log = logging.getLogger("reward_server.admission")
 
 OnInvalid = Literal["null", "error"]
 OnInvalidQuery = Annotated[OnInvalid, Query(
@@ -162,6 +165,11 @@ def admit(model: type[ItemBase], fields: Any, index: int, settings: ServerSettin
     except ValidationError as exc:
         return refused(INVALID_ITEM, format_validation_errors(exc.errors(), ("items", index)),
                        verifier)
+    except Exception as exc:  # noqa: BLE001 - a plug-in's validator raising TypeError and
+        # the like: that item refused, the batch and the other callers' items scored
+        log.warning("verifier %s: its item validator raised %s", verifier, type(exc).__name__)
+        return refused(INVALID_ITEM, f"{where}: the verifier could not read this item "
+                       f"({type(exc).__name__})", verifier)
 
 
 def admit_all(model: type[ItemBase], raw_items: Sequence[Any], settings: ServerSettings,

@@ -38,6 +38,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker_isolation.configure(settings.worker_isolation == "on")
+        worker_isolation.protect_server()
         sandbox = app.state.sandbox = SandboxService.of(settings)
         verifiers = {name: cls(settings) for name, cls in classes.items()}
         started: list[Verifier | Scorer] = []  # each stopped at the end

@@ -21,6 +21,7 @@ import asyncio
 import functools
 import hashlib
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -122,11 +123,13 @@ class CheckLane:
         cls = type(verifier)
         settings = verifier.settings
         self.timeout_s = cls.check_timeout_s
+        # the CPU time of a check's threads together: about its time limit (whole seconds)
+        self.cpu_limit_s = max(1, math.ceil(self.timeout_s))
         self.pool = TimeoutPool(cls.check_workers or settings.check_workers,
                                 cls.check_memory_mb,
                                 functools.partial(check_worker.load, cls, settings.sections,
                                                   _worker_settings(verifier)),
-                                name=f"{verifier.name}-check")
+                                name=f"{verifier.name}-check", signal_others=True)
         self.pool.prestart()
         self.lane: SlowLane[ResultBase] = SlowLane(
             verifier.name, self.pool.slots, settings.cache_size, settings.timeout_memory_s,
@@ -143,7 +146,7 @@ class CheckLane:
 
     async def _check(self, item: ItemBase, turn: Turn) -> Done[ResultBase]:
         async with turn.slot() as held:
-            task: TaskResult = await self.pool.run(check_worker.run, item,
+            task: TaskResult = await self.pool.run(check_worker.run, item, self.cpu_limit_s,
                                                    timeout=self.timeout_s)
             held.cost_s = task.cost_s  # its own work, not a replacement worker's start
         outcome, detail = task.value if task.outcome == "ok" else (task.outcome, task.detail)
@@ -154,6 +157,9 @@ class CheckLane:
             metrics.TIMEOUTS.labels(self.verifier.name).inc()
             return Done(PipelineResult(score=0.0, status=TIMEOUT, detail=detail),
                         timeout=task.cpu_bound)
+        if outcome == check_worker.CPU:  # its threads used the CPU time: its own work
+            metrics.TIMEOUTS.labels(self.verifier.name).inc()
+            return Done(PipelineResult(score=0.0, status=TIMEOUT, detail=detail), timeout=True)
         if outcome == check_worker.MEMORY:
             return Done(PipelineResult(score=0.0, status=MEMORY_LIMIT, detail=detail),
                         timeout=True)
@@ -167,8 +173,8 @@ class CheckLane:
         keeps for itself (a check cannot say it was not run)."""
         try:
             result = self.verifier.result_model.model_validate_json(sent)
-        except ValueError as exc:
-            return self._failed(f"check returned an invalid result: {str(exc)[:200]}")
+        except Exception as exc:  # noqa: BLE001 - a plug-in's validator may raise anything
+            return self._failed(f"check returned an invalid result: {_text(exc)}")
         score = result.score
         if score is not None and not (isinstance(score, float | int) and 0.0 <= score <= 1.0):
             return self._failed(f"check returned the score {str(score)[:50]}, not one in [0, 1]")
@@ -193,6 +199,13 @@ _LANE_VERDICTS: LaneVerdicts[ResultBase] = LaneVerdicts(
         f"{getattr(r, 'detail', '')} (the same item, {age_s:.0f} s ago; remembered, not run "
         "again)").lstrip()}),
 )
+
+
+def _text(exc: Exception) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"[:200]
+    except Exception:  # noqa: BLE001 - a __str__ that raises says nothing more
+        return type(exc).__name__
 
 
 def _worker_settings(verifier: Verifier) -> dict[str, Any]:

@@ -105,7 +105,7 @@ def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
     alarm = _Alarm()
     previous = signal.signal(signal.SIGALRM, alarm)
     started = time.perf_counter()
-    cpu_started = time.process_time()
+    cpu_started = _cpu_seconds()
     value = None
     try:
         alarm.armed = True
@@ -123,7 +123,14 @@ def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
         alarm.armed = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    return time.perf_counter() - started, time.process_time() - cpu_started, alarm.fired, value
+    return time.perf_counter() - started, _cpu_seconds() - cpu_started, alarm.fired, value
+
+
+def _cpu_seconds() -> float:
+    """The worker's CPU time and its reaped children's: a task that runs its work in a child
+    (a plug-in's check) used its limit in that child's CPU time, not in the waiting worker's."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 class _Raised(NamedTuple):
@@ -143,8 +150,8 @@ def _describe(exc: BaseException) -> str:
 
 
 def _init_worker(memory_mb: int, warm_up: Callable[[], None] | None, name: str,
-                 isolated: bool) -> None:
-    worker_isolation.isolate(isolated)  # before anything reads a caller's text
+                 confinement: worker_isolation.Policy | None) -> None:
+    worker_isolation.isolate(confinement)  # before anything reads a caller's text
     # The cap is on what the worker adds to the address space it was forked with: a worker
     # forked later inherits the server's size then (its threads' stacks and malloc arenas,
     # more pools), and with an absolute cap a replacement forked from a 1 GB server had no
@@ -186,6 +193,7 @@ class TimeoutPool:
         max_tasks_per_worker: int = 10_000,
         retries_on_crash: int = 1,
         name: str = "worker",
+        signal_others: bool = False,
     ) -> None:
         self.retries_on_crash = retries_on_crash
         self.slots = workers * QUEUED_PER_WORKER  # tasks to hand it at a time
@@ -193,13 +201,13 @@ class TimeoutPool:
         # of ``slots`` (tests, scripts) waits here, first come, first served
         self._handed = asyncio.Semaphore(self.slots)
         worker_isolation.check_installation()
-        isolated = worker_isolation.enabled()
+        confinement = worker_isolation.policy(signal_others)
         context = worker_isolation.context()  # workers are never forks of the server
         self._new_pool = lambda: ProcessPool(
             max_workers=workers + SPARE_WORKERS,  # only ``workers`` tasks at a time
             max_tasks=max_tasks_per_worker,  # recycle: SymPy caches grow without bound
             initializer=_init_worker,
-            initargs=(memory_mb, warm_up, name, isolated),
+            initargs=(memory_mb, warm_up, name, confinement),
             context=context,
         )
         self._pool = self._new_pool()

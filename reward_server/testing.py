@@ -62,9 +62,9 @@ class ServerProcess:
 @contextmanager
 def run_server(tmp_path: Path, env: dict[str, str] | None = None,
                args: list[str] | None = None, startup_s: float = 60,
-               port: int | None = None) -> Iterator[ServerProcess]:
-    """Start ``reward-server`` on a loopback port (a free one unless given); stop it (and its
-    workers) after."""
+               port: int | None = None, user: int | None = None) -> Iterator[ServerProcess]:
+    """Start ``reward-server`` on a loopback port (a free one unless given), as ``user``
+    (a uid, its own group and no other) where given; stop it (and its workers) after."""
     port = port or free_port()
     tmp_path.mkdir(parents=True, exist_ok=True)
     log = tmp_path / f"server-{port}.log"
@@ -77,7 +77,8 @@ def run_server(tmp_path: Path, env: dict[str, str] | None = None,
             [sys.executable, "-m", "reward_server.cli", "--port", str(port),
              "--log-level", "warning", *(args or [])],
             env=full_env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
-            start_new_session=True,
+            start_new_session=True, user=user, group=user,
+            extra_groups=None if user is None else [],
         )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + startup_s

@@ -1,28 +1,36 @@
 """What a scoring worker may not do: the least privilege of the host's verifier processes.
 
 The math, ifeval, format and reasoning_gym workers run libraries on text a policy wrote
-(SymPy, regex engines, the task scorers), and RL searches for whatever that text can make
-them do. Whatever a library bug hands an answer, it should find nothing worth having:
+(SymPy, regex engines, the task scorers), and a plug-in's check is a third party's code
+reading a completion; RL searches for whatever that text can make them do. Whatever a
+library bug hands an answer, it should find nothing worth having:
 
 - **a fresh interpreter, not a fork of the server**: workers come from a ``forkserver``
   started with an allow-listed environment (``worker_environment``), so no worker holds the
   server's heap (its settings, the API token, the Docker client), its environment or its
   descriptors;
-- **a uid of its own**: ``uid_base + pid``, no groups. Not root, so not the Docker socket,
-  not a file only root reads (a token file, TLS keys), not ``ptrace``/``kill`` of the server;
-  and not shared with any other worker, so not ``kill`` of a neighbour either;
-- **no network**: a network namespace of its own where the kernel lets root make one (no
-  interface but a loopback that is down), and in every case a seccomp filter that answers
-  ``socket`` and ``io_uring_setup`` with EPERM, so a container without ``CAP_SYS_ADMIN``
-  (the compose stack) keeps the rule;
+- **files: read-only, only where its code comes from** (``landlock``): the interpreter, the
+  packages and the import roots the server loaded from, the system's libraries; not a token
+  file, a key, a settings file, and no file written anywhere (``/dev/null`` aside). This
+  holds for any uid, where the kernel offers Landlock (5.13+; logged once where not);
+- **no network, no other process's memory, no signal to another process**
+  (``syscall_filters``): ``socket``, ``io_uring_setup``, ``ptrace``, ``process_vm_*`` and
+  the pidfd calls fail with EPERM, and a signal may go to the worker itself only (a check's
+  worker may signal the child it runs each item in). Where root may, a network namespace of
+  its own besides;
+- **a uid of its own** where the server is root: ``uid_base + pid``, no groups, so not the
+  Docker socket, not a file only root reads, and not a neighbour's files either;
 - ``no_new_privs``, not dumpable (no core, no ``/proc/<pid>/mem`` for anyone), at most
-  ``MAX_PROCESSES`` processes and ``MAX_FILE_BYTES`` a file.
+  ``MAX_PROCESSES`` processes (root only: the limit counts a uid's processes) and
+  ``MAX_FILE_BYTES`` a file.
 
-All of it needs root at the worker's start; a server that is not root has nothing to drop
-and its workers run as its own user (logged once). The interpreter and the packages must be
-readable by any user for the dropped worker to import them (``unreadable_paths`` says
-which are not, and the server refuses to start rather than fail on the first lazy import).
-``--worker-isolation off`` keeps workers as the server's user, for a trusted setup only.
+A server that is not root (the shipped image, a pod with ``runAsNonRoot``) shares its uid
+with its workers: it makes itself not dumpable (``protect_server``), so a worker cannot
+read its environment or memory through ``/proc``, and the filters above keep the rest.
+The interpreter and the packages must be readable by any user for a dropped worker to
+import them (``unreadable_paths`` says which are not, and the server refuses to start
+rather than fail on the first lazy import). ``--worker-isolation off`` keeps workers as
+the server's user with none of this, for a trusted setup only.
 """
 
 from __future__ import annotations
@@ -31,16 +39,17 @@ import ctypes
 import logging
 import multiprocessing
 import os
-import platform
 import re
 import resource
 import stat
-import struct
 import sys
 import sysconfig
 import threading
 from multiprocessing.context import BaseContext
 from pathlib import Path
+from typing import NamedTuple
+
+from reward_server import landlock, syscall_filters
 
 log = logging.getLogger("reward_server.workers")
 
@@ -58,11 +67,7 @@ _ALLOWED_ENV = re.compile(
 _PRELOAD = ["reward_server.process_pool", "sympy", "latex2sympy2_extended", "math_verify"]
 
 _CLONE_NEWNET = 0x40000000
-_PR_SET_NO_NEW_PRIVS, _PR_SET_DUMPABLE, _PR_SET_SECCOMP = 38, 4, 22
-_SECCOMP_MODE_FILTER = 2
-# (audit arch, socket, io_uring_setup) per machine
-_SYSCALLS = {"x86_64": (0xC000003E, 41, 425), "aarch64": (0xC00000B7, 198, 425)}
-_EPERM = 1
+_PR_SET_NO_NEW_PRIVS, _PR_SET_DUMPABLE = 38, 4
 
 _enabled = True
 _start_lock = threading.Lock()
@@ -72,10 +77,6 @@ def configure(enabled: bool) -> None:
     """The server's ``worker_isolation`` setting, before any pool starts."""
     global _enabled
     _enabled = enabled
-
-
-def enabled() -> bool:
-    return _enabled
 
 
 def worker_environment(environ: dict[str, str]) -> dict[str, str]:
@@ -160,65 +161,76 @@ def check_installation() -> None:
                    + " (a plug-in there that scores in a worker pool gets 'unavailable')")
 
 
-def isolate(enabled: bool) -> None:
-    """Called first in each worker (``process_pool``'s initializer), as root. ``enabled``
-    comes with the worker's start: the forkserver's own copy of this module never saw
+class Policy(NamedTuple):
+    """What a pool's workers are confined to, made in the server (which knows where its
+    code was imported from) and handed to each worker at its start."""
+
+    readable: tuple[str, ...]
+    signal_others: bool  # a check's worker signals its per-item child; no other does
+
+
+# What a worker reads besides its import roots: the C libraries an extension module loads,
+# time zones, the CPU topology numeric libraries ask for, its own /proc entry
+_SYSTEM_READABLE = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib",
+                    "/etc/ld.so.cache", "/etc/localtime", "/usr/share/zoneinfo",
+                    "/sys/devices/system/cpu", "/dev/urandom")
+
+
+def policy(signal_others: bool = False) -> Policy | None:
+    """The confinement of a pool about to start; ``None`` with ``--worker-isolation off``."""
+    if not _enabled:
+        return None
+    essential, others = import_roots()
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    readable = sorted({*essential, *others, *prefixes, *_SYSTEM_READABLE})
+    return Policy(tuple(readable), signal_others)
+
+
+def protect_server() -> None:
+    """A server that is not root shares its uid with its workers: not dumpable, its
+    ``/proc/<pid>/environ``, ``mem`` and ``fd`` are root's, so a worker cannot read the
+    token there. (A root server's workers have a uid of their own.)"""
+    if _enabled and os.geteuid() != 0:
+        _prctl(ctypes.CDLL(None, use_errno=True), _PR_SET_DUMPABLE, 0)
+
+
+def isolate(confinement: Policy | None) -> None:
+    """Called first in each worker (``process_pool``'s initializer). ``confinement`` comes
+    with the worker's start: the forkserver's own copy of this module never saw
     ``configure``."""
-    if not enabled:
-        return
-    if os.geteuid() != 0:
-        _warn_once("the server is not root: its scoring workers run as its own user")
+    if confinement is None:
         return
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(_CLONE_NEWNET) != 0:  # no CAP_SYS_ADMIN (a container): seccomp holds
-        _warn_once("no network namespace for scoring workers (unshare: "
-                   f"{os.strerror(ctypes.get_errno())}); sockets are refused by seccomp")
-    resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
+    root = os.geteuid() == 0
+    if root:
+        if libc.unshare(_CLONE_NEWNET) != 0:  # no CAP_SYS_ADMIN (a container): seccomp holds
+            _warn_once("no network namespace for scoring workers (unshare: "
+                       f"{os.strerror(ctypes.get_errno())}); sockets are refused by seccomp")
+        resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
+    else:
+        _warn_once("the server is not root: its scoring workers share its uid, confined by "
+                   "Landlock and seccomp (reward_server/worker_isolation.py)")
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.chdir("/")  # the server's directory may be its user's only
-    uid = UID_BASE + os.getpid()
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
+    _prctl(libc, _PR_SET_NO_NEW_PRIVS, 1)  # Landlock needs it, for root too once dropped
+    why_not = landlock.restrict([*confinement.readable, "/proc/self"], ["/dev/null"])
+    if why_not is not None:
+        _warn_once(f"scoring workers may read any file their uid may ({why_not})")
+    if root:
+        uid = UID_BASE + os.getpid()
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
     _prctl(libc, _PR_SET_DUMPABLE, 0)
-    _prctl(libc, _PR_SET_NO_NEW_PRIVS, 1)
-    _deny_sockets(libc)
+    syscall_filters.install(
+        syscall_filters.NO_NETWORK_NO_PEEKING,
+        signal_targets=None if confinement.signal_others else [os.getpid()])
 
 
 def _prctl(libc: ctypes.CDLL, option: int, value: int) -> None:
     if libc.prctl(option, value, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
-
-
-class _Filter(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-def _deny_sockets(libc: ctypes.CDLL) -> None:
-    """A seccomp filter: ``socket`` and ``io_uring_setup`` fail with EPERM, a syscall of
-    another architecture (``int 0x80``) kills the process, everything else is allowed."""
-    arch = _SYSCALLS.get(platform.machine())
-    if arch is None:
-        raise OSError(f"no seccomp filter for {platform.machine()}")
-    audit_arch, nr_socket, nr_io_uring = arch
-    ld_w_abs, jeq_k, ret_k = 0x20, 0x15, 0x06
-    allow, kill, errno = 0x7FFF0000, 0x80000000, 0x00050000 | _EPERM
-    program = [
-        (ld_w_abs, 0, 0, 4),  # seccomp_data.arch
-        (jeq_k, 1, 0, audit_arch),
-        (ret_k, 0, 0, kill),
-        (ld_w_abs, 0, 0, 0),  # seccomp_data.nr
-        (jeq_k, 2, 0, nr_socket),
-        (jeq_k, 1, 0, nr_io_uring),
-        (ret_k, 0, 0, allow),
-        (ret_k, 0, 0, errno),
-    ]
-    code = b"".join(struct.pack("HBBI", *op) for op in program)
-    buffer = ctypes.create_string_buffer(code)
-    prog = _Filter(len(program), ctypes.cast(buffer, ctypes.c_void_p))
-    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "seccomp filter refused")
 
 
 _warned: set[str] = set()

@@ -1,13 +1,19 @@
 """A plug-in verifier whose ``check`` does what a hostile response can make a careless check
 do: loop, eat memory, raise what should never cross a process boundary, return what is no
-reward, leave state, threads or processes behind, flood its output; for the tests of what
+reward, leave state or threads behind, start processes, signal its worker, spin threads
+together, reach for the server's secrets, flood its output; for the tests of what
 the core's pipeline gives every plug-in (reward_server/pipeline.py,
 reward_server/check_worker.py). Loaded with ``REWARD_SERVER_PLUGINS``."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
+import resource
+import signal
+import socket
 import sys
 import threading
 import time
@@ -43,6 +49,13 @@ def _spin(seconds: float) -> None:
         pass
 
 
+def hash_forever() -> None:
+    """CPU work that lets go of the GIL: threads doing it spin on several CPUs at once."""
+    block = b"x" * (1 << 20)
+    while True:
+        hashlib.sha256(block).digest()
+
+
 def _raise(exc: BaseException) -> HostileResult:
     raise exc
 
@@ -62,7 +75,44 @@ _WAYS = {
     "seven": lambda: HostileResult(score=7.0, status="ok"),
     "claims not run": lambda: HostileResult(score=None, status="not_run"),
     "huge": lambda: HostileResult(score=1.0, status="ok", info="x" * (4 << 20)),
+    "fork": lambda: HostileResult(score=1.0, status="ok", info=str(_fork())),
+    "exec": lambda: os.execv("/bin/sh", ["sh", "-c", "sleep 60"]),
+    "kill worker": lambda: os.kill(os.getppid(), signal.SIGKILL),
+    "kill self": lambda: os.kill(os.getpid(), signal.SIGKILL),  # would pass for the OOM killer
+    "kill group": lambda: os.killpg(0, signal.SIGKILL),
+    "leave group": lambda: os.setsid(),
 }
+
+
+def _fork() -> int:
+    pid = os.fork()
+    if pid == 0:  # a process that would outlive the item, spinning
+        _spin(60.0)
+        os._exit(0)
+    return pid
+
+
+def _spy(server_pid: int, secret_file: str) -> dict[str, object]:
+    """What a completion that took over a check would try first: each probe's errno, or
+    what it got."""
+    probes = {
+        "server_environ": lambda: open(f"/proc/{server_pid}/environ", "rb").read()[:64],
+        "secret_file": lambda: open(secret_file).read(),
+        "write_tmp": lambda: open("/tmp/hostile-check-was-here", "w").write("x"),
+        "socket": lambda: socket.socket(socket.AF_UNIX).close(),
+        "signal_server": lambda: os.kill(server_pid, 0),
+        "signal_worker": lambda: os.kill(os.getppid(), 0),
+        "server_limits": lambda: resource.prlimit(server_pid, resource.RLIMIT_NOFILE),
+        "fork": _fork,
+    }
+    found: dict[str, object] = {}
+    for name, probe in probes.items():
+        try:
+            got = probe()
+            found[name] = got.decode("utf-8", "replace") if isinstance(got, bytes) else str(got)
+        except OSError as exc:
+            found[name] = exc.errno
+    return found
 
 
 class HostileVerifier(Verifier):
@@ -89,20 +139,20 @@ class HostileVerifier(Verifier):
         if response == "needs 100 MB":
             room = bytearray(100 << 20)
             return HostileResult(score=1.0, status="ok", info=str(len(room)))
-        if response == "spinning thread":
+        if response == "spinning thread":  # one left behind
             threading.Thread(target=_spin, args=(60.0,), daemon=True).start()
             return HostileResult(score=0.0, status="ok")
         if response == "patch":  # every later verdict a 1
             type(self).check = lambda self, item: HostileResult(score=1.0, status="ok")
             return HostileResult(score=0.0, status="ok")
-        if response == "fork":  # children that outlive the item, and one that leaves the group
-            for _ in range(3):
-                if os.fork() == 0:
-                    if os.fork() == 0:
-                        os.setsid()
-                    _spin(60.0)
-                    os._exit(0)
-            return HostileResult(score=0.0, status="ok", info=str(os.getpid()))
+        if response == "spinning threads":  # four CPUs' worth within its time limit
+            for _ in range(3):  # each thread's malloc arena counts to the memory cap
+                threading.Thread(target=hash_forever, daemon=True).start()
+            hash_forever()
+        if response.startswith("spy "):
+            _, server_pid, secret_file = response.split(" ", 2)
+            return HostileResult(score=0.0, status="ok",
+                                 info=json.dumps(_spy(int(server_pid), secret_file)))
         if response == "flood":
             for _ in range(20_000):
                 print("INFO reward_server admin token=forged " + "x" * 1000)

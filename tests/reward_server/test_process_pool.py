@@ -12,7 +12,6 @@ import faulthandler
 import os
 import signal
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -44,12 +43,17 @@ def abort() -> None:
     os.abort()  # what C code does when an allocation fails under the cap
 
 
-def noted_sleep(path: str, delay: float) -> int:
-    """Writes its worker's pid where the test can find it, then works for ``delay``."""
-    with open(path, "a") as f:
-        f.write(f"{os.getpid()}\n")
+def named_sleep(delay: float) -> int:
+    """Names its worker ``NAMED`` where the test can find it (a worker may write no file),
+    then works for ``delay``."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(15, NAMED.encode(), 0, 0, 0)  # PR_SET_NAME: its own comm
     time.sleep(delay)
     return os.getpid()
+
+
+NAMED = "named-sleep"
 
 
 def hog() -> int:
@@ -136,33 +140,29 @@ async def test_a_task_that_ends_its_own_worker_twice_is_crashed(pool: TimeoutPoo
     assert (await pool.run(pid_after, 0.0, timeout=10.0)).outcome == "ok"
 
 
-async def _kill_runs(pool: TimeoutPool, tmp_path: Path, kills: int) -> tuple[object, int]:
-    """Runs ``noted_sleep`` and SIGKILLs the worker of each of its first ``kills`` runs from
+async def _kill_runs(pool: TimeoutPool, kills: int) -> tuple[object, int]:
+    """Runs ``named_sleep`` and SIGKILLs the worker of each of its first ``kills`` runs from
     outside, as an operator or the OOM killer would."""
-    notes = tmp_path / "pids"
-    notes.touch()
-    notes.chmod(0o666)  # the worker's uid is its own
-    task = asyncio.ensure_future(pool.run(noted_sleep, str(notes), 1.0, timeout=20.0))
+    task = asyncio.ensure_future(pool.run(named_sleep, 1.0, timeout=20.0))
     killed: set[int] = set()
     while not task.done():
         await asyncio.sleep(0.05)
-        for pid in {int(x) for x in notes.read_text().split()} - killed:
-            if len(killed) < kills:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
+        for proc in psutil.process_iter(["name"]):
+            if proc.info["name"] == NAMED and proc.pid not in killed and len(killed) < kills:
+                os.kill(proc.pid, signal.SIGKILL)
+                killed.add(proc.pid)
     return task.result(), len(killed)
 
 
-async def test_a_task_killed_from_outside_runs_again(pool: TimeoutPool, open_tmp_path: Path
-                                                     ) -> None:
-    result, killed = await _kill_runs(pool, open_tmp_path, kills=3)
+async def test_a_task_killed_from_outside_runs_again(pool: TimeoutPool) -> None:
+    result, killed = await _kill_runs(pool, kills=3)
     assert killed == 3
     assert result.outcome == "ok", result  # three kills in a row are not the task's doing
 
 
 async def test_a_task_killed_from_outside_without_end_is_unavailable(
-        pool: TimeoutPool, open_tmp_path: Path) -> None:
-    result, killed = await _kill_runs(pool, open_tmp_path, kills=100)
+        pool: TimeoutPool) -> None:
+    result, killed = await _kill_runs(pool, kills=100)
     assert killed == MAX_OUTSIDE_LOSSES + 1
     assert result.outcome == "unavailable" and "SIGKILL" in (result.detail or ""), result
 

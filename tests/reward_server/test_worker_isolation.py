@@ -8,10 +8,12 @@ import asyncio
 import ctypes
 import gc
 import hashlib
+import json
 import os
 import secrets
 import socket
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -190,3 +192,49 @@ def test_a_task_whose_code_the_worker_cannot_import_is_unavailable(tmp_path: Pat
         sys.path.remove(str(tmp_path))
         sys.modules.pop("private_plugin", None)
     assert task.outcome == "unavailable", task  # pebble's worker fails to unpickle it
+
+
+@root_only
+def test_a_non_root_servers_workers_are_confined_all_the_same(open_tmp_path: Path) -> None:
+    """The shipped image runs the server as uid 10002, so its workers share that uid (no
+    uid of their own without root): its token file, its environment, the network and a
+    signal to the server stay out of a worker's reach even so (Landlock and seccomp)."""
+    secret = secrets.token_hex(32)
+    secret_file = open_tmp_path / "token"
+    secret_file.write_text(secret)
+    secret_file.chmod(0o600)
+    os.chown(secret_file, NON_ROOT, NON_ROOT)  # the server's user reads it
+    script = (
+        "import asyncio, json, os, sys\n"
+        "from reward_server import worker_isolation\n"
+        "from reward_server.process_pool import TimeoutPool\n"
+        "from tests.reward_server.test_worker_isolation import _probe\n"
+        "worker_isolation.protect_server()\n"
+        "pool = TimeoutPool(1, 512, name='probe-worker')\n"
+        "task = asyncio.run(pool.run(_probe, *sys.argv[1:3], os.getpid(), timeout=60))\n"
+        "pool.close()\n"
+        "print(json.dumps(task._asdict()))\n")
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(secret_file),
+         hashlib.sha256(secret.encode()).hexdigest()],
+        user=NON_ROOT, group=NON_ROOT, extra_groups=[], cwd=open_tmp_path, timeout=120,
+        capture_output=True, text=True,
+        env={**os.environ, "REWARD_SERVER_API_TOKEN": secret,
+             "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert out.returncode == 0, out.stderr
+    task = json.loads(out.stdout.splitlines()[-1])
+    assert task["outcome"] == "ok", task
+    found = task["value"]
+    assert found["uid"] == found["euid"] == NON_ROOT
+    assert found["socket"] == found["unix_socket"] == 1  # EPERM: the seccomp filter
+    assert found["secret_file"] == 13  # EACCES: Landlock, though its uid owns the file
+    assert found["server_environ"] == 13  # EACCES: the server is not dumpable
+    assert found["signal_server"] == 1  # EPERM: a signal to itself only
+    assert not any(k.startswith(("REWARD_SERVER_", "DOCKER_")) for k in found["environ"])
+    assert found["status"] == {"NoNewPrivs": "1", "Seccomp": "2"}
+    assert found["dumpable"] == 0
+    assert found["secret_in_heap"] is False
+    assert "share its uid" in out.stderr  # the operator is told, once
+
+
+NON_ROOT = 10002  # the shipped image's "reward" user

@@ -5,7 +5,9 @@ processes under its limits, a fair share between callers, metrics, the one null 
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import threading
 import time
 from pathlib import Path
@@ -138,6 +140,12 @@ CONTAINED = [  # what the check does on the response: (score, status)
     ("wrong type", 0.0, "check_failed"), ("nan", 0.0, "ok"),  # no score is a 0, not a null
     ("seven", 0.0, "check_failed"), ("claims not run", 0.0, "check_failed"),
     ("huge", 0.0, "check_failed"), ("flood", 1.0, "ok"),
+    # a process could outlive the item or spin on another caller's CPU; a SIGKILL of its own
+    # would pass for the OOM killer's, which is run again and then left unscored
+    ("fork", 0.0, "check_failed"), ("exec", 0.0, "check_failed"),
+    ("kill worker", 0.0, "check_failed"), ("kill self", 0.0, "check_failed"),
+    ("kill group", 0.0, "check_failed"), ("leave group", 0.0, "check_failed"),
+    ("spinning threads", 0.0, "timeout"),  # its CPU time, threads together, is capped
 ]
 
 
@@ -154,21 +162,22 @@ def test_whatever_a_check_does_costs_its_item_a_zero_and_nothing_else(tmp_path: 
         assert "ValueError" in detail["raise"] and "float" in detail["wrong type"]
         assert "_NeedsTwoArguments" in detail["two arguments"]
         assert "only the server gives" in detail["claims not run"]
+        assert "PermissionError" in detail["fork"] and "PermissionError" in detail["kill self"]
         again = _hostile(srv, ["memory"])[0]  # no load causes that: remembered at once
         assert (again["status"], "remembered" in again["detail"]) == ("memory_limit", True)
         items = r'reward_items_total\{status="%s",verifier="hostile"\}'
-        assert metric(srv.url, items % "timeout") == 1
+        assert metric(srv.url, items % "timeout") == 2
         assert metric(srv.url, items % "memory_limit") == 2
         assert httpx.get(srv.url + "/healthz", timeout=60).status_code == 200
         assert "admin token=forged" not in srv.log.read_text()  # the flood reached no log
 
 
 def test_nothing_a_check_leaves_reaches_the_next_item(tmp_path: Path) -> None:
-    """A caller's items leave 200 MB in a module, a spinning thread, a patched class and
-    processes that outlive them; another caller's honest items that follow, in the same
-    worker, are scored as on a fresh one, and none of those processes is left."""
+    """A caller's items leave 200 MB in a module, a spinning thread and a patched class;
+    another caller's honest items that follow, in the same worker, are scored as on a fresh
+    one, and no process of theirs is left."""
     with run_server(tmp_path, env=HOSTILE) as srv:
-        for attack in ("hoard", "spinning thread", "patch", "fork"):
+        for attack in ("hoard", "spinning thread", "patch"):
             assert _hostile(srv, [attack], A)[0]["status"] == "ok"
         honest = _hostile(srv, ["needs 100 MB", "slow b", "wrong answer"], B)
         assert [(r["score"], r["status"]) for r in honest] == [(1.0, "ok")] * 3
@@ -176,7 +185,55 @@ def test_nothing_a_check_leaves_reaches_the_next_item(tmp_path: Path) -> None:
         assert _hostile(srv, ["raise"], B)[0]["status"] == "check_failed"
         left = [line for line in os.popen("ps -eo comm").read().splitlines()
                 if "hostile-check" in line]
-        assert len(left) <= 2, left  # the worker and its spare, nothing a check forked
+        assert len(left) <= 2, left  # the worker and its spare, nothing a check left
+
+
+def _spied(srv, secret_file: Path, token: str) -> dict:
+    """What a check taken over by its completion found of the server and its files."""
+    r = httpx.post(srv.url + "/v1/verify/hostile", timeout=120,
+                   headers={"Authorization": f"Bearer {token}"},
+                   json={"items": [{"response": f"spy {srv.proc.pid} {secret_file}"}]})
+    assert r.status_code == 200, r.text
+    assert token not in r.text
+    return json.loads(r.json()["results"][0]["info"])
+
+
+# each probe's errno: EACCES where a file is out of reach, EPERM where a call is refused
+CUT_OFF = {"server_environ": 13, "secret_file": 13, "write_tmp": 13, "socket": 1,
+           "signal_server": 1, "signal_worker": 1, "server_limits": 1, "fork": 1}
+
+
+def test_a_check_reaches_nothing_of_the_server(open_tmp_path: Path) -> None:
+    """The server's environment (its API token), a file it reads, the network, a signal or
+    a limit set on the server or on the check's own worker, a file written, a process
+    started: each refused to a check whatever its completion makes it do."""
+    token = secrets.token_hex(16)
+    secret_file = open_tmp_path / "credential"
+    secret_file.write_text(token)
+    secret_file.chmod(0o600)
+    with run_server(open_tmp_path, env={**HOSTILE, "REWARD_SERVER_API_TOKEN": token}) as srv:
+        assert _spied(srv, secret_file, token) == CUT_OFF
+        assert httpx.get(srv.url + "/healthz", timeout=60).status_code == 200
+
+
+def test_a_non_root_servers_checks_are_cut_off_all_the_same(open_tmp_path: Path) -> None:
+    """The shipped image and the Kubernetes manifests run the server as uid 10002, which
+    its workers share (no uid of their own without root): the same probes are refused."""
+    if os.geteuid() != 0:
+        pytest.skip("starting the server as another user needs root")
+    token = secrets.token_hex(16)
+    secret_file = open_tmp_path / "credential"
+    secret_file.write_text(token)
+    secret_file.chmod(0o600)
+    os.chown(secret_file, NON_ROOT, NON_ROOT)  # the server's user reads it; its checks not
+    with run_server(open_tmp_path, env={**HOSTILE, "REWARD_SERVER_API_TOKEN": token},
+                    user=NON_ROOT) as srv:
+        assert _spied(srv, secret_file, token) == CUT_OFF
+        assert httpx.get(srv.url + "/healthz", timeout=60).status_code == 200
+        assert "share its uid" in srv.log.read_text()  # said once, at the first worker
+
+
+NON_ROOT = 10002  # the shipped image's "reward" user
 
 
 def test_a_plugins_workers_are_shared_fairly_between_callers(tmp_path: Path) -> None:

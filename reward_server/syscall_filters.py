@@ -1,0 +1,166 @@
+"""Seccomp filters for the processes that run what a completion can reach: the scoring
+workers (``worker_isolation``) and a plug-in's per-item check (``check_worker``).
+
+A filter works for any user (it needs ``no_new_privs``, not root), so it is the rule that
+holds where the server cannot give its workers a uid of their own (a container started as
+a non-root user). Each filter answers the syscalls it denies with an error, so the code
+that tried gets an ``OSError`` (the item's doing: a 0), and kills the process for a syscall
+of another architecture (``int 0x80`` on x86_64), which would skip the table.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import struct
+from collections.abc import Iterable
+
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_LD_W_ABS, _JEQ_K, _JSET_K, _RET_K = 0x20, 0x15, 0x45, 0x06
+_ALLOW, _KILL_PROCESS = 0x7FFF0000, 0x80000000
+_CLONE_THREAD = 0x00010000
+_SIGKILL, _SIGSTOP = 9, 19
+# seccomp_data: nr (u32), arch (u32), instruction pointer (u64), args[6] (u64 each); an
+# argument's low half (a pid, a signal) is at 16 + 8 * i on a little-endian machine
+_ARCH_OFFSET, _NR_OFFSET, _ARGS_OFFSET = 4, 0, 16
+
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_NUMBERS = {
+    "x86_64": {
+        "socket": 41, "io_uring_setup": 425, "ptrace": 101, "process_vm_readv": 310,
+        "process_vm_writev": 311, "pidfd_open": 434, "pidfd_send_signal": 424,
+        "pidfd_getfd": 438, "kill": 62, "tkill": 200, "tgkill": 234,
+        "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "setsid": 112, "setpgid": 109,
+        "fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "execve": 59,
+        "execveat": 322, "prlimit64": 302, "sched_setaffinity": 203,
+        "sched_setparam": 142, "sched_setscheduler": 144, "sched_setattr": 314,
+        "migrate_pages": 256, "move_pages": 279, "perf_event_open": 298,
+        "setpriority": 141, "ioprio_set": 251, "kcmp": 312,
+    },
+    "aarch64": {
+        "socket": 198, "io_uring_setup": 425, "ptrace": 117, "process_vm_readv": 270,
+        "process_vm_writev": 271, "pidfd_open": 434, "pidfd_send_signal": 424,
+        "pidfd_getfd": 438, "kill": 129, "tkill": 130, "tgkill": 131,
+        "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "setsid": 157, "setpgid": 154,
+        "clone": 220, "clone3": 435, "execve": 221, "execveat": 281, "prlimit64": 261,
+        "sched_setaffinity": 122, "sched_setparam": 118, "sched_setscheduler": 119,
+        "sched_setattr": 274, "migrate_pages": 238, "move_pages": 239,
+        "perf_event_open": 241, "setpriority": 140, "ioprio_set": 30, "kcmp": 272,
+    },
+}
+# The syscalls that send a signal: (name, the argument holding the target, the signal's)
+_SIGNALLING = [("kill", 0, 1), ("tkill", 0, 1), ("tgkill", 0, 2), ("rt_sigqueueinfo", 0, 1),
+               ("rt_tgsigqueueinfo", 0, 2)]
+
+# What no scoring process needs: a network, another process's memory or a handle on it,
+# a say in how the server is scheduled (its CPUs, its priority: one caller's lever on all)
+NO_NETWORK_NO_PEEKING = ("socket", "io_uring_setup", "ptrace", "process_vm_readv",
+                         "process_vm_writev", "pidfd_open", "pidfd_send_signal",
+                         "pidfd_getfd", "sched_setaffinity", "sched_setparam",
+                         "sched_setscheduler", "sched_setattr", "migrate_pages",
+                         "move_pages", "perf_event_open", "setpriority", "ioprio_set",
+                         "kcmp")
+# What a per-item check may not do besides: start a process, leave its group, run a program
+NO_PROCESSES = ("fork", "vfork", "setsid", "setpgid", "execve", "execveat")
+
+
+def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,
+            threads_only: bool = False) -> None:
+    """Add a filter to this process and every one it starts.
+
+    Each of ``denied`` fails with EPERM. A limit (``prlimit64``) may be set on this process
+    alone: a worker that shares the server's uid could otherwise take the server's
+    descriptors away. With ``signal_targets``, a signal may go only to those pids (0: the
+    caller's group, ``-pgid``: a group), and never ``SIGKILL`` or ``SIGSTOP``: a process that
+    could kill itself from inside could pass for one killed from outside, which is retried
+    and never scored 0. With ``threads_only``, ``clone`` may make threads and nothing else
+    (``clone3`` answers ENOSYS, so the C library falls back to ``clone``)."""
+    machine = platform.machine()
+    if machine not in _NUMBERS:
+        raise OSError(f"no seccomp filter for {machine}")
+    numbers = _NUMBERS[machine]
+    program = _Program()
+    program.load(_ARCH_OFFSET)
+    program.jump_if(_AUDIT_ARCH[machine], "arch ok")
+    program.ret(_KILL_PROCESS)
+    program.label("arch ok")
+    program.load(_NR_OFFSET)
+    for name in denied:
+        if name in numbers:  # aarch64 has no fork or vfork: clone covers them
+            program.jump_if(numbers[name], "deny")
+    program.jump_if(numbers["prlimit64"], "prlimit")
+    if signal_targets is not None:
+        for name, _, _ in _SIGNALLING:
+            program.jump_if(numbers[name], f"signal {name}")
+    if threads_only:
+        program.jump_if(numbers["clone3"], "no such call")
+        program.jump_if(numbers["clone"], "clone")
+    program.ret(_ALLOW)
+    program.label("deny")
+    program.ret(0x00050000 | errno.EPERM)
+    program.label("no such call")
+    program.ret(0x00050000 | errno.ENOSYS)
+    program.label("prlimit")
+    program.load(_ARGS_OFFSET)  # its pid: 0 or its own
+    program.jump_if(0, "allow")
+    program.jump_if(os.getpid(), "allow")
+    program.ret(0x00050000 | errno.EPERM)
+    if signal_targets is not None:
+        targets = sorted({t & 0xFFFFFFFF for t in signal_targets})
+        for name, target_arg, signal_arg in _SIGNALLING:
+            program.label(f"signal {name}")
+            program.load(_ARGS_OFFSET + 8 * signal_arg)
+            program.jump_if(_SIGKILL, f"refuse {name}")  # BPF jumps forward only
+            program.jump_if(_SIGSTOP, f"refuse {name}")
+            program.load(_ARGS_OFFSET + 8 * target_arg)
+            for target in targets:
+                program.jump_if(target, "allow")
+            program.label(f"refuse {name}")
+            program.ret(0x00050000 | errno.EPERM)
+    if threads_only:
+        program.label("clone")
+        program.load(_ARGS_OFFSET)  # its flags
+        program.jump_if(_CLONE_THREAD, "allow", test=_JSET_K)
+        program.ret(0x00050000 | errno.EPERM)
+    program.label("allow")
+    program.ret(_ALLOW)
+    program.install()
+
+
+class _Program:
+    """A classic BPF program with named jump targets, resolved at ``install``."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[int, str | None, int]] = []  # (code, jump target, k)
+        self.labels: dict[str, int] = {}
+
+    def load(self, offset: int) -> None:
+        self.ops.append((_LD_W_ABS, None, offset))
+
+    def jump_if(self, value: int, target: str, test: int = _JEQ_K) -> None:
+        self.ops.append((test, target, value))
+
+    def ret(self, value: int) -> None:
+        self.ops.append((_RET_K, None, value))
+
+    def label(self, name: str) -> None:
+        self.labels[name] = len(self.ops)
+
+    def install(self) -> None:
+        code = b""
+        for index, (op, target, k) in enumerate(self.ops):
+            jt = self.labels[target] - index - 1 if target is not None else 0
+            if not 0 <= jt <= 255:
+                raise ValueError(f"seccomp jump to {target!r} is backwards or too long")
+            code += struct.pack("HBBI", op, jt, 0, k)
+        buffer = ctypes.create_string_buffer(code)
+        program = _Filter(len(self.ops), ctypes.cast(buffer, ctypes.c_void_p))
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0):
+            raise OSError(ctypes.get_errno(), "seccomp filter refused")
+
+
+class _Filter(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
