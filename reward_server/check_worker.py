@@ -72,6 +72,7 @@ def run(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
 
 
 def _run_once(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
+    shared = _shared_mappings()  # read here: the child may not read /proc
     read_fd, write_fd = os.pipe()
     try:
         pid = os.fork()
@@ -80,7 +81,7 @@ def _run_once(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
         os.close(write_fd)
         return UNAVAILABLE, f"no process could be started for the check: {exc}"
     if pid == 0:  # pragma: no cover - the child; it never returns
-        _child(item, write_fd, cpu_limit_s)
+        _child(item, write_fd, cpu_limit_s, shared)
     os.close(write_fd)
     ended = None
     try:
@@ -130,7 +131,8 @@ def _ended_by_itself(pid: int) -> Any:
         time.sleep(0.005)
 
 
-def _child(item: ItemBase, write_fd: int, cpu_limit_s: int) -> None:
+def _child(item: ItemBase, write_fd: int, cpu_limit_s: int,
+           shared: list[tuple[int, int]]) -> None:
     """Confine this process, run the check, send one tagged message, exit; whatever it
     raised or left."""
     message = b"F" + b"the check did not finish"
@@ -143,9 +145,10 @@ def _child(item: ItemBase, write_fd: int, cpu_limit_s: int) -> None:
                 os.dup2(null, fd)
             os.closerange(3, write_fd)  # the pool's channel: no task of another caller's
             os.closerange(write_fd + 1, os.sysconf("SC_OPEN_MAX"))
+            _unmap(shared)  # the pool's locks: a check holding one would stall every task
             resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit_s, cpu_limit_s + 1))
             me = os.getpid()
-            syscall_filters.install(syscall_filters.NO_PROCESSES,
+            syscall_filters.install(syscall_filters.CHECK_DENIED,
                                     signal_targets=[me, -me, 0], threads_only=True)
         except BaseException as exc:  # noqa: BLE001 - no confinement, no check
             message = b"U" + f"the check could not be confined: {_describe(exc)}".encode()
@@ -208,6 +211,26 @@ def _end(pid: int) -> float:
     except ChildProcessError:
         return 0.0
     return usage.ru_utime + usage.ru_stime
+
+
+def _shared_mappings() -> list[tuple[int, int]]:
+    """The worker's shared memory mappings, (start, length): the pool's semaphores among
+    them, which a child inherits and could take or corrupt."""
+    found = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            span, perms = line.split(maxsplit=2)[:2]
+            if perms.endswith("s"):
+                start, end = (int(x, 16) for x in span.split("-"))
+                found.append((start, end - start))
+    return found
+
+
+def _unmap(shared: list[tuple[int, int]]) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    for start, length in shared:
+        if libc.munmap(ctypes.c_void_p(start), ctypes.c_size_t(length)) != 0:
+            raise OSError(ctypes.get_errno(), "munmap of a shared mapping")
 
 
 def _prctl(option: int, value: int) -> None:

@@ -144,9 +144,11 @@ class ServerSettings(BaseSettings):
     # The workers run libraries on a policy's text; what they may reach is reward_server.
     # worker_isolation's docstring. "off" only where every caller and completion is trusted.
     worker_isolation: Literal["on", "off"] = Field(
-        "on", description="Scoring workers (math, ifeval, format, reasoning_gym) run as a uid "
-        "of their own, without network, the server's environment or its memory (when the "
-        "server is root). 'off': they run as the server's user; a trusted setup only.")
+        "on", description="Scoring workers (math, ifeval, format, reasoning_gym, plug-in "
+        "checks) are confined: files read-only and only where their code comes from, no "
+        "network, no signal to another process, neither the server's environment nor its "
+        "memory; a uid of their own when the server is root. 'off': they run as the server's "
+        "user; a trusted setup only.")
 
     plugins: list[str] = Field(
         default_factory=list,

@@ -37,7 +37,8 @@ _NUMBERS = {
         "execveat": 322, "prlimit64": 302, "sched_setaffinity": 203,
         "sched_setparam": 142, "sched_setscheduler": 144, "sched_setattr": 314,
         "migrate_pages": 256, "move_pages": 279, "perf_event_open": 298,
-        "setpriority": 141, "ioprio_set": 251, "kcmp": 312,
+        "setpriority": 141, "ioprio_set": 251, "kcmp": 312, "shmget": 29, "semget": 64,
+        "msgget": 68, "mq_open": 240,
     },
     "aarch64": {
         "socket": 198, "io_uring_setup": 425, "ptrace": 117, "process_vm_readv": 270,
@@ -48,22 +49,23 @@ _NUMBERS = {
         "sched_setaffinity": 122, "sched_setparam": 118, "sched_setscheduler": 119,
         "sched_setattr": 274, "migrate_pages": 238, "move_pages": 239,
         "perf_event_open": 241, "setpriority": 140, "ioprio_set": 30, "kcmp": 272,
+        "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180,
     },
 }
 # The syscalls that send a signal: (name, the argument holding the target, the signal's)
 _SIGNALLING = [("kill", 0, 1), ("tkill", 0, 1), ("tgkill", 0, 2), ("rt_sigqueueinfo", 0, 1),
                ("rt_tgsigqueueinfo", 0, 2)]
 
-# What no scoring process needs: a network, another process's memory or a handle on it,
-# a say in how the server is scheduled (its CPUs, its priority: one caller's lever on all)
-NO_NETWORK_NO_PEEKING = ("socket", "io_uring_setup", "ptrace", "process_vm_readv",
-                         "process_vm_writev", "pidfd_open", "pidfd_send_signal",
-                         "pidfd_getfd", "sched_setaffinity", "sched_setparam",
-                         "sched_setscheduler", "sched_setattr", "migrate_pages",
-                         "move_pages", "perf_event_open", "setpriority", "ioprio_set",
-                         "kcmp")
+# What no scoring process needs: a network, another process's memory or a handle on it, a
+# say in how the server is scheduled (its CPUs, its priority: one caller's lever on all),
+# an IPC object (SysV, POSIX queues) that would outlive it and be found by the next item
+WORKER_DENIED = ("socket", "io_uring_setup", "ptrace", "process_vm_readv",
+                 "process_vm_writev", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
+                 "sched_setaffinity", "sched_setparam", "sched_setscheduler", "sched_setattr",
+                 "migrate_pages", "move_pages", "perf_event_open", "setpriority",
+                 "ioprio_set", "kcmp", "shmget", "semget", "msgget", "mq_open")
 # What a per-item check may not do besides: start a process, leave its group, run a program
-NO_PROCESSES = ("fork", "vfork", "setsid", "setpgid", "execve", "execveat")
+CHECK_DENIED = ("fork", "vfork", "setsid", "setpgid", "execve", "execveat")
 
 
 def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,

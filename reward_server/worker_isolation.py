@@ -224,7 +224,7 @@ def isolate(confinement: Policy | None) -> None:
         os.setresuid(uid, uid, uid)
     _prctl(libc, _PR_SET_DUMPABLE, 0)
     syscall_filters.install(
-        syscall_filters.NO_NETWORK_NO_PEEKING,
+        syscall_filters.WORKER_DENIED,
         signal_targets=None if confinement.signal_others else [os.getpid()])
 
 

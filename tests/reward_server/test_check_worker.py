@@ -5,6 +5,7 @@ time limit runs here, so a verdict that depends on CPU time cannot be a wall-clo
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import signal
 import threading
@@ -104,3 +105,17 @@ def _abort() -> HostileResult:
 ])
 def test_how_a_child_ended_is_the_items_doing(checking, check, expected) -> None:
     assert checking(check) == expected
+
+
+def test_the_workers_shared_memory_is_gone_from_the_child(checking) -> None:
+    """The pool's locks live in memory the worker shares with the server's side: a child
+    writing where one of them lies dies (SIGSEGV), and the worker's copy is untouched."""
+    shared = mmap.mmap(-1, 4096, flags=mmap.MAP_SHARED)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(shared))
+
+    def clobber() -> HostileResult:
+        ctypes.memset(address, 0x41, 4096)
+        return HostileResult(score=1.0, status="ok")
+
+    assert checking(clobber) == ("failed", "the check's process died of signal 11")
+    assert shared[:4096] == bytes(4096)
