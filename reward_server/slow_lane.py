@@ -15,12 +15,16 @@ An item's way through it, in order:
 
 An item its request's budget left waiting at the gate never ran: the lane answers it with the
 verifier's *not run* verdict (null, status ``not_run``), never a 0 it did not earn.
+
+A verifier whose workers take items in chunks (reasoning_gym hands a container many answers
+at once) goes through ``run_batch``: the same cache and memory of timeouts in front, its own
+chunking and turns at the gate behind.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -126,6 +130,39 @@ class SlowLane(Generic[V]):
         (metrics.CACHE_HITS if hit else metrics.CACHE_MISSES).labels(self.name).inc()
         return value  # type: ignore[return-value]
 
+    async def run_batch(self, keys: Sequence[Hashable],
+                        work: Callable[[list[Hashable]], Awaitable[list[Done[V]]]]) -> list[V]:
+        """The results of items whose work is done together: each key's cached or
+        remembered result where there is one, and ``work`` on the rest at once (each distinct
+        key once, in order; it takes its own turns at the gate and answers what its
+        request's budget left waiting as not run), whose results are then kept as ``run``
+        keeps them."""
+        out: list[V | None] = [None] * len(keys)
+        todo: dict[Hashable, list[int]] = {}
+        for index, key in enumerate(keys):
+            value, hit = self._cache.peek(key)
+            if not hit and key not in todo and (found := self.remembered(key)) is not None:
+                value, hit = found, True
+            if hit:
+                out[index] = value
+            else:
+                todo.setdefault(key, []).append(index)
+        metrics.CACHE_HITS.labels(self.name).inc(len(keys) - sum(map(len, todo.values())))
+        metrics.CACHE_MISSES.labels(self.name).inc(len(todo))
+        if todo:
+            for (key, indices), done in zip(todo.items(), await work(list(todo)), strict=True):
+                self._keep(key, done)
+                for index in indices:
+                    out[index] = done.value
+        return out  # type: ignore[return-value]
+
+    def _keep(self, key: Hashable, done: Done[V]) -> None:
+        """A computed result: a timeout remembered for its caller, a verdict cached."""
+        if done.timeout is not None:
+            self._timeouts.put(_callers(key), done.value, certain=done.timeout)
+        if done.cacheable and self.verdicts.cacheable(done.value):
+            self._cache.put(key, done.value)
+
     def remembered(self, key: Hashable) -> V | None:
         found = self._timeouts.get(_callers(key))
         if found is None:
@@ -200,10 +237,7 @@ class SlowLane(Generic[V]):
         except BaseException as exc:
             self._settle(turn, exc=exc)
             raise
-        if done.timeout is not None:
-            self._timeouts.put(_callers(key), done.value, certain=done.timeout)
-        if done.cacheable and self.verdicts.cacheable(done.value):
-            self._cache.put(key, done.value)
+        self._keep(key, done)
         self._settle(turn, done=done)
         return done.value, False
 

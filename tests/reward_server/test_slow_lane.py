@@ -323,3 +323,32 @@ async def test_a_copy_takes_from_another_caller_only_what_the_cache_would(end: s
     assert out == "ok", log
     assert "b done" in log, log
     await asyncio.gather(a, return_exceptions=True)
+
+
+async def test_a_batch_runs_each_missing_key_once_and_keeps_what_the_lane_keeps() -> None:
+    """``run_batch``, as reasoning_gym hands chunks to its workers: cached and remembered
+    keys are answered in front, the rest go to the work together, each distinct key once and
+    in order; a verdict is cached, a certain timeout remembered for its caller only, a
+    not-run neither."""
+    handed: list[list[str]] = []
+
+    async def work(keys: list[str]) -> list[Done[str]]:
+        handed.append(keys)
+        return [Done(f"{k} timeout", timeout=True) if k.startswith("slow") else
+                Done(f"{k} not run", cacheable=False) if k.startswith("cut") else
+                Done(f"{k} ok") for k in keys]
+
+    lane: SlowLane[str] = SlowLane("unit", 2, 100, 60, LaneVerdicts(
+        cacheable=lambda v: v.endswith(" ok"), remembered=lambda v, age: f"{v} (remembered)"))
+    with request_scope(None, caller="A"):
+        first = await lane.run_batch(["a", "slow", "a", "cut", "b"], work)
+        assert first == ["a ok", "slow timeout", "a ok", "cut not run", "b ok"]
+        assert handed == [["a", "slow", "cut", "b"]]
+        again = await lane.run_batch(["b", "slow", "cut", "c"], work)
+        assert again == ["b ok", "slow timeout (remembered)", "cut not run", "c ok"]
+        assert handed[1] == ["cut", "c"]
+        assert await lane.run_batch(["a", "b"], work) == ["a ok", "b ok"]
+        assert len(handed) == 2  # all cached: no work at all
+    with request_scope(None, caller="B"):  # another caller's timeout is not B's
+        assert await lane.run_batch(["slow"], work) == ["slow timeout"]
+        assert handed[2] == ["slow"]

@@ -10,9 +10,9 @@ the candidate's uid; an answer that runs past ``timeout_s`` times out alone (0) 
 of its chunk is scored; a chunk's turn ends after ``sandbox_service.TURN_S`` and the rest waits for
 the gate again.
 
-The cache and the remembered timeouts are per caller: a scorer that a hostile answer took
-over can forge the results of its own chunk (the items of one request), and those must not
-be served to anyone else.
+The cache and the remembered timeouts are the slow lane's (``slow_lane.SlowLane.run_batch``),
+keyed per caller: a scorer that a hostile answer took over can forge the results of its own
+chunk (the items of one request), and those must not be served to anyone else.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from pydantic import ConfigDict, Field, PrivateAttr, model_validator, with_confi
 from typing_extensions import TypedDict  # pydantic reads its fields on Python 3.11
 
 from reward_server import metrics
-from reward_server.cache import ResultCache, TimeoutMemory
 from reward_server.fair_queue import BudgetSpent, current_request
 from reward_server.process_pool import CPU_BOUND
 from reward_server.sandbox_service import SandboxService
+from reward_server.slow_lane import Done, LaneVerdicts, SlowLane
 from reward_server.statuses import NOT_RUN, UNAVAILABLE
 from reward_server.text import printable
 from reward_server.verifiers.base import ItemBase, ResultBase, Verifier
@@ -182,9 +182,6 @@ class ReasoningGymVerifier(Verifier):
         self._sandbox = sandbox
 
     async def start(self) -> None:
-        self._cache: ResultCache[ReasoningGymResult] = ResultCache(self.settings.cache_size)
-        self._timeouts: TimeoutMemory[ReasoningGymResult] = TimeoutMemory(
-            self.settings.timeout_memory_s)
         if self.config.host_scoring:
             backend = HostScoring(self.config)
             self._backend = backend
@@ -195,6 +192,9 @@ class ReasoningGymVerifier(Verifier):
             self._backend = SandboxScoring(self._sandbox, self.config)
         else:
             self._backend = Unbound(NO_SANDBOX)
+        self._lane: SlowLane[ReasoningGymResult] = SlowLane(
+            self.name, self._backend.gate, self.settings.cache_size,
+            self.settings.timeout_memory_s, _LANE_VERDICTS)
 
     async def stop(self) -> None:
         await self._backend.stop()
@@ -215,8 +215,9 @@ class ReasoningGymVerifier(Verifier):
         request = current_request()
         caller = request.caller if request is not None else None
         out: list[ReasoningGymResult | None] = [None] * len(items)
-        todo: dict[Key, list[int]] = {}
-        hits = 0
+        keys: dict[Hashable, Key] = {}  # what the lane keeps of an answer's identity: it
+        entries: dict[Key, dict[str, Any]] = {}  # the entries as parsed, for the jobs
+        scored_at, stored = [], []
         missing = self._backend.missing
         for k, (item, answer) in enumerate(zip(items, answers, strict=True)):
             if missing is not None:
@@ -226,42 +227,26 @@ class ReasoningGymVerifier(Verifier):
                                  f"(extract={item.extract!r})", None)
             else:
                 key = (caller, item._task, answer, item._entry_key, item._config_key)
-                cached, hit = self._cache.peek(stored_key(key))
-                if hit:
-                    hits += 1
-                    out[k] = cached
-                else:
-                    todo.setdefault(key, []).append(k)
-        metrics.CACHE_HITS.labels(self.name).inc(hits)
-        keys = list(todo)
-        if len(self._timeouts):  # answers that ran out of time a moment ago are not run again
-            keys = [key for key in keys if not self._remembered(key, todo, out)]
-        # the entries as parsed: a job carries the dict, not the key's pickle to load again
-        entries = {key: items[todo[key][0]]._entry for key in keys}
-        size = chunk_size(len(keys), self._backend.slots, self.config.chunk_items)
-        chunks = [keys[i:i + size] for i in range(0, len(keys), size)]
-        for chunk, scored in zip(chunks, await asyncio.gather(
-                *(self._chunk(chunk, entries) for chunk in chunks)), strict=True):
-            for key, result in zip(chunk, scored, strict=True):
-                for k in todo[key]:
-                    out[k] = result
+                keys[stored_key(key)] = key
+                entries.setdefault(key, item._entry)
+                scored_at.append(k)
+                stored.append(stored_key(key))
+        results = await self._lane.run_batch(
+            stored, lambda todo: self._scored([keys[s] for s in todo], entries))
+        for k, result in zip(scored_at, results, strict=True):
+            out[k] = result
         return out  # type: ignore[return-value]
 
-    def _remembered(self, key: Key, todo: dict[Key, list[int]],
-                    out: list[ReasoningGymResult | None]) -> bool:
-        found = self._timeouts.get(stored_key(key))
-        if found is None:
-            return False
-        metrics.TIMEOUTS_REMEMBERED.labels(self.name).inc()
-        value, age_s = found
-        remembered = value.model_copy(update={"detail": f"{value.detail} (the same answer, "
-                                              f"{age_s:.0f} s ago; remembered)"})
-        for k in todo[key]:
-            out[k] = remembered
-        return True
+    async def _scored(self, keys: list[Key], entries: Mapping[Key, dict[str, Any]]
+                      ) -> list[Done[ReasoningGymResult]]:
+        """``keys`` scored in chunks spread over the workers, in order."""
+        size = chunk_size(len(keys), self._backend.slots, self.config.chunk_items)
+        chunks = [keys[i:i + size] for i in range(0, len(keys), size)]
+        done = await asyncio.gather(*(self._chunk(chunk, entries) for chunk in chunks))
+        return [one for chunk in done for one in chunk]
 
     async def _chunk(self, keys: list[Key], entries: Mapping[Key, dict[str, Any]],
-                     first: bool = True) -> list[ReasoningGymResult]:
+                     first: bool = True) -> list[Done[ReasoningGymResult]]:
         """The chunk's results: what its turn scored, then the rest in turns of its own
         (``first``: only the first waits under the request's budget; the rest were handed
         over already, and a cut would make them null for the caller's own slow answers)."""
@@ -270,25 +255,28 @@ class ReasoningGymVerifier(Verifier):
             async with self._backend.gate.slot(budgeted=first):
                 scored = await self._backend.score(jobs)
         except BudgetSpent as exc:
-            return [_result(NOT_RUN, None, str(exc), job[1]) for job in jobs]
+            return [Done(_result(NOT_RUN, None, str(exc), job[1]), cacheable=False)
+                    for job in jobs]
         if not scored:  # ran out of time as a whole: which answer it was, each alone
             return [r for one in await asyncio.gather(*(self._chunk([k], entries, first)
                                                         for k in keys)) for r in one]
-        misses = metrics.CACHE_MISSES.labels(self.name)
-        results = [self._settle(key, s, misses) for key, s in zip(keys, scored, strict=False)]
+        results = [self._done(key, s) for key, s in zip(keys, scored, strict=False)]
         if len(scored) < len(keys):
             results += await self._chunk(keys[len(scored):], entries, first=False)
         return results
 
-    def _settle(self, key: Key, scored: Scored, misses: Any) -> ReasoningGymResult:
-        """A scored item as a result; what the answer decided is cached, a timeout
-        remembered for a while, the sandbox's outage neither."""
+    def _done(self, key: Key, scored: Scored) -> Done[ReasoningGymResult]:
+        """A scored answer for the lane: a timeout remembered for a while (at once where it
+        used its limit in CPU time), the sandbox's outage neither kept nor remembered."""
         result = _result(scored.status, scored.score, scored.detail, key[2])
         if scored.status == "timeout":
             metrics.TIMEOUTS.labels(self.name).inc()
-            self._timeouts.put(stored_key(key), result,
-                               certain=scored.cpu_s >= CPU_BOUND * self.config.timeout_s)
-        elif scored.status != UNAVAILABLE:
-            misses.inc()  # its child resolved once a chunk: labels() costs what a score does
-            self._cache.put(stored_key(key), result)
-        return result
+            return Done(result, timeout=scored.cpu_s >= CPU_BOUND * self.config.timeout_s)
+        return Done(result, cacheable=scored.status != UNAVAILABLE)
+
+
+_LANE_VERDICTS: LaneVerdicts[ReasoningGymResult] = LaneVerdicts(
+    cacheable=lambda r: r.status not in ("timeout", NOT_RUN, UNAVAILABLE),
+    remembered=lambda r, age_s: r.model_copy(update={"detail": (
+        f"{r.detail} (the same answer, {age_s:.0f} s ago; remembered)")}),
+)
