@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from reward_server import syscall_filters
+from reward_server.libc import PR_SET_PDEATHSIG, last_error, libc, prctl
 from reward_server.settings import compose_settings
 
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ OK, FAILED, MEMORY, CPU, UNAVAILABLE = "ok", "failed", "memory", "cpu", "unavail
 _KILLED = "killed"  # by SIGKILL from outside (the OOM killer, an operator): run again
 RESULT_MAX_BYTES = 1 << 20  # a result's JSON; past it the item fails (a check's result is small)
 _TAGS = {b"O": OK, b"F": FAILED, b"M": MEMORY, b"U": UNAVAILABLE}
-_PR_SET_PDEATHSIG = 1
 _EXIT_WAIT_S = 2.0  # for a child whose channel closed to end by itself, before it is killed
 _ATTEMPTS = 2  # of a check whose child was killed from outside
 
@@ -139,7 +139,7 @@ def _child(item: ItemBase, write_fd: int, cpu_limit_s: int,
     try:
         try:
             os.setpgid(0, 0)  # its threads' signals stay in its own group
-            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # gone with the worker, if that is killed
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # gone with the worker, if that is killed
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):  # a flood of prints reaches no log, and fills no file
                 os.dup2(null, fd)
@@ -227,14 +227,7 @@ def _shared_mappings() -> list[tuple[int, int]]:
 
 
 def _unmap(shared: list[tuple[int, int]]) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
     for start, length in shared:
-        if libc.munmap(ctypes.c_void_p(start), ctypes.c_size_t(length)) != 0:
-            raise OSError(ctypes.get_errno(), "munmap of a shared mapping")
+        if libc().munmap(ctypes.c_void_p(start), ctypes.c_size_t(length)) != 0:
+            raise OSError(ctypes.get_errno(), f"munmap of a shared mapping: {last_error()}")
 
-
-def _prctl(option: int, value: int) -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass

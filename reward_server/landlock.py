@@ -14,6 +14,8 @@ import ctypes
 import os
 from collections.abc import Iterable
 
+from reward_server.libc import last_error, libc
+
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # one number on every machine
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
@@ -33,8 +35,7 @@ class _PathBeneathAttr(ctypes.Structure):
 def abi() -> int:
     """The kernel's Landlock version; 0 where there is none (an older kernel, or a container
     whose seccomp profile refuses the call)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    version = libc.syscall(_CREATE_RULESET, None, ctypes.c_size_t(0),
+    version = libc().syscall(_CREATE_RULESET, None, ctypes.c_size_t(0),
                            ctypes.c_uint32(_CREATE_RULESET_VERSION))
     return max(version, 0)
 
@@ -58,27 +59,25 @@ def restrict(readable: Iterable[str], writable_files: Iterable[str] = ()) -> str
     version = abi()
     if version == 0:
         return "this kernel (or the container's seccomp profile) offers no Landlock"
-    libc = ctypes.CDLL(None, use_errno=True)
     attr = _RulesetAttr(_handled(version))
-    ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr),
+    ruleset = libc().syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr),
                            ctypes.c_uint32(0))
     if ruleset < 0:
-        return f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}"
+        return f"landlock_create_ruleset: {last_error()}"
     try:
         for path in readable:
-            _allow(libc, ruleset, path, _READ_FILE | _READ_DIR, _READ_FILE)
+            _allow(ruleset, path, _READ_FILE | _READ_DIR, _READ_FILE)
         for path in writable_files:
             write = _READ_FILE | _WRITE_FILE | (_TRUNCATE if version >= 3 else 0)
-            _allow(libc, ruleset, path, write, write)
-        if libc.syscall(_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) != 0:
-            return f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}"
+            _allow(ruleset, path, write, write)
+        if libc().syscall(_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) != 0:
+            return f"landlock_restrict_self: {last_error()}"
     finally:
         os.close(ruleset)
     return None
 
 
-def _allow(libc: ctypes.CDLL, ruleset: int, path: str, dir_rights: int,
-           file_rights: int) -> None:
+def _allow(ruleset: int, path: str, dir_rights: int, file_rights: int) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError:
@@ -86,7 +85,7 @@ def _allow(libc: ctypes.CDLL, ruleset: int, path: str, dir_rights: int,
     try:
         rights = dir_rights if os.path.isdir(path) else file_rights
         rule = _PathBeneathAttr(rights, fd)
-        if libc.syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule),
+        if libc().syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule),
                         ctypes.c_uint32(0)) != 0:
             raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
     finally:

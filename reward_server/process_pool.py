@@ -55,6 +55,7 @@ from typing import Any, Literal, NamedTuple
 from pebble import ProcessExpired, ProcessPool
 
 from reward_server import worker_isolation
+from reward_server.libc import PR_SET_NAME, prctl
 from reward_server.metrics import POOL_REBUILDS, WORKER_CRASHES
 
 # "died", "killed" and "lost" are retried inside ``run`` and never returned.
@@ -176,10 +177,7 @@ def _name_process(name: str) -> None:
     """The worker's name in ``ps``/``top`` (Linux's 15 characters): which verifier's pool a
     process belongs to, for an operator (and the fault tests) to tell them apart."""
     try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+        prctl(PR_SET_NAME, name.encode()[:15])
     except (OSError, AttributeError):
         pass
 

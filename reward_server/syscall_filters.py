@@ -17,6 +17,8 @@ import platform
 import struct
 from collections.abc import Iterable
 
+from reward_server.libc import last_error, libc
+
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _LD_W_ABS, _JEQ_K, _JSET_K, _RET_K = 0x20, 0x15, 0x45, 0x06
 _ALLOW, _KILL_PROCESS = 0x7FFF0000, 0x80000000
@@ -159,9 +161,8 @@ class _Program:
             code += struct.pack("HBBI", op, jt, 0, k)
         buffer = ctypes.create_string_buffer(code)
         program = _Filter(len(self.ops), ctypes.cast(buffer, ctypes.c_void_p))
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0):
-            raise OSError(ctypes.get_errno(), "seccomp filter refused")
+        if libc().prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0):
+            raise OSError(ctypes.get_errno(), f"seccomp filter refused: {last_error()}")
 
 
 class _Filter(ctypes.Structure):

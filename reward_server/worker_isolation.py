@@ -35,7 +35,6 @@ the server's user with none of this, for a trusted setup only.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import os
@@ -50,6 +49,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from reward_server import landlock, syscall_filters
+from reward_server.libc import PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, last_error, libc, prctl
 
 log = logging.getLogger("reward_server.workers")
 
@@ -67,7 +67,6 @@ _ALLOWED_ENV = re.compile(
 _PRELOAD = ["reward_server.process_pool", "sympy", "latex2sympy2_extended", "math_verify"]
 
 _CLONE_NEWNET = 0x40000000
-_PR_SET_NO_NEW_PRIVS, _PR_SET_DUMPABLE = 38, 4
 
 _enabled = True
 _start_lock = threading.Lock()
@@ -191,7 +190,7 @@ def protect_server() -> None:
     ``/proc/<pid>/environ``, ``mem`` and ``fd`` are root's, so a worker cannot read the
     token there. (A root server's workers have a uid of their own.)"""
     if _enabled and os.geteuid() != 0:
-        _prctl(ctypes.CDLL(None, use_errno=True), _PR_SET_DUMPABLE, 0)
+        prctl(PR_SET_DUMPABLE, 0)
 
 
 def isolate(confinement: Policy | None) -> None:
@@ -200,12 +199,11 @@ def isolate(confinement: Policy | None) -> None:
     ``configure``."""
     if confinement is None:
         return
-    libc = ctypes.CDLL(None, use_errno=True)
     root = os.geteuid() == 0
     if root:
-        if libc.unshare(_CLONE_NEWNET) != 0:  # no CAP_SYS_ADMIN (a container): seccomp holds
-            _warn_once("no network namespace for scoring workers (unshare: "
-                       f"{os.strerror(ctypes.get_errno())}); sockets are refused by seccomp")
+        if libc().unshare(_CLONE_NEWNET) != 0:  # no CAP_SYS_ADMIN (a container): seccomp holds
+            _warn_once(f"no network namespace for scoring workers (unshare: {last_error()}); "
+                       "sockets are refused by seccomp")
         resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
     else:
         _warn_once("the server is not root: its scoring workers share its uid, confined by "
@@ -213,7 +211,7 @@ def isolate(confinement: Policy | None) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.chdir("/")  # the server's directory may be its user's only
-    _prctl(libc, _PR_SET_NO_NEW_PRIVS, 1)  # Landlock needs it, for root too once dropped
+    prctl(PR_SET_NO_NEW_PRIVS, 1)  # Landlock needs it, for root too once dropped
     why_not = landlock.restrict([*confinement.readable, "/proc/self"], ["/dev/null"])
     if why_not is not None:
         _warn_once(f"scoring workers may read any file their uid may ({why_not})")
@@ -222,15 +220,10 @@ def isolate(confinement: Policy | None) -> None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    _prctl(libc, _PR_SET_DUMPABLE, 0)
+    prctl(PR_SET_DUMPABLE, 0)
     syscall_filters.install(
         syscall_filters.WORKER_DENIED,
         signal_targets=None if confinement.signal_others else [os.getpid()])
-
-
-def _prctl(libc: ctypes.CDLL, option: int, value: int) -> None:
-    if libc.prctl(option, value, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
 _warned: set[str] = set()
