@@ -2,7 +2,7 @@
 work dir without following a link anywhere on them, only regular files read, by a child under
 the candidate's uid when the harness is root; the streams and files cut to the limit in the
 container, and again on the host by their size as JSON. The same through the real server and
-engine: tests/sandbox/test_run_code_bounds.py."""
+engine: tests/reward_server/run_code/test_run_code_bounds.py."""
 
 from __future__ import annotations
 

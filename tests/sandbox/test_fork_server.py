@@ -5,7 +5,7 @@ The attack: a caller's code item holds a secret constant; the zygote kept the it
 program in a local, and a ``/run_code`` snippet forked from it walked its stack, printed the
 program's constants (and could run it on new input). Here every way a program forks from the
 zygote (a ``/run_code`` snippet, the next stdin/stdout item's tests, an assert item's
-candidate server) runs ``SECRET_HUNT`` (tests/sandbox/probes.py) in the container the secret's
+candidate server) runs ``SECRET_HUNT`` (tests/helpers/probes.py) in the container the secret's
 item ran in: its frames, its heap and its raw memory hold no secret but its own. Through the
 real server and engine, under runc and gVisor; and once at the harness level, no engine.
 """
@@ -29,7 +29,7 @@ from sandbox.harness import slate
 from sandbox.harness.zygote import Zygote
 from tests.conftest import ServerProcess
 from tests.helpers.code import ONE_CONTAINER, sandbox_server, verify_one
-from tests.sandbox.probes import SECRET_HUNT, SECRET_HUNT_EXPECTED, secret_program
+from tests.helpers.probes import SECRET_HUNT, SECRET_HUNT_EXPECTED, secret_program
 
 SUMS = [{"input": f"{k} {k * 3}\n", "output": str(k * 4)} for k in (1, 7, 12)]
 # Says which container ran the program (its hostname is the container id) and whether it is

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import SandboxRuntime, ServerProcess
+from tests.helpers import probes
 from tests.helpers.code import code_server, verify_one
 from tests.helpers.sandbox_pool import POOL, assert_clean
-from tests.sandbox import probes
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import SandboxRuntime, ServerProcess, run_server
 from tests.helpers.code_answers import EVAL_TASKS, PAYLOADS
-from tests.sandbox.probes import READS, WRITES
+from tests.helpers.probes import READS, WRITES
 
 reasoning_gym = pytest.importorskip("reasoning_gym")
 

@@ -1,7 +1,7 @@
 """The session interpreter (``sandbox/harness/kernel.py``) on its own: a cell's value and
 exception as a notebook reports them, the namespace kept, and the interrupt that stops a cell
 but never the interpreter between cells. No Docker: the kernel is a plain script (the
-container tests are tests/sandbox/test_sessions.py)."""
+container tests are tests/reward_server/run_code/test_sessions.py)."""
 
 from __future__ import annotations
 

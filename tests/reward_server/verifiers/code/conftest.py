@@ -1,4 +1,4 @@
-"""Sandbox fixtures: the shared server's code verifier, once its sandbox answers."""
+"""The code verifier's tests' fixture: a client of the shared server, once its sandbox answers."""
 
 from __future__ import annotations
 

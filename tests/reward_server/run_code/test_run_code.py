@@ -3,7 +3,7 @@ by veRL's own SandboxFusion client (``verl.utils.reward_score.sandbox_fusion``) 
 URL pointed here (behind a token: the URL's password); Python forked from the warm zygote as
 ``python3`` runs it, each call seeing nothing an earlier one left; hostile snippets, each
 stopped by its own limit while a benign call beside them is answered correctly, the pool
-clean after; and the code verifier's isolation probes (tests/sandbox/probes.py: no network,
+clean after; and the code verifier's isolation probes (tests/helpers/probes.py: no network,
 no write outside the work dir, no host file, no child outliving the snippet, kill(-1)) held
 to the same expectations on both of a Python snippet's paths."""
 
@@ -24,9 +24,9 @@ from verl.utils.reward_score.sandbox_fusion.utils import call_sandbox_api, check
 
 from reward_server.verifiers.code import SPARE_CONTAINERS
 from tests.conftest import ServerProcess, run_server
+from tests.helpers import probes
 from tests.helpers.code import sandbox_server
 from tests.helpers.sandbox_pool import POOL, assert_clean
-from tests.sandbox import probes
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 

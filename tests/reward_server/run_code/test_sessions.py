@@ -2,7 +2,7 @@
 engine, under runc and gVisor: state kept across cells, sessions isolated from each other and
 from other callers, the caps, the idle TTL freeing the container, looping and hostile cells
 stopped by their own session's limits while another session answers, the code verifier's
-isolation probes (tests/sandbox/probes.py) held to the same expectations in a cell, nothing a
+isolation probes (tests/helpers/probes.py) held to the same expectations in a cell, nothing a
 session leaves reaching another caller, and no container left behind when the server stops or
 is killed."""
 
@@ -26,8 +26,8 @@ from tests.conftest import (
     run_server,
     wait_for_sandbox,
 )
+from tests.helpers import probes
 from tests.helpers.sandbox_pool import assert_clean
-from tests.sandbox import probes
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
