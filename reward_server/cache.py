@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from cachetools import LRUCache, TTLCache
@@ -18,11 +18,23 @@ V = TypeVar("V")
 
 
 class ResultCache(Generic[V]):
-    """The results the candidate decided, by key (LRU); ``maxsize`` 0: off."""
+    """The results the candidate decided, by key (LRU); ``maxsize`` 0: off.
 
-    def __init__(self, maxsize: int) -> None:
+    With ``sizeof``, the cache is bounded by bytes too (``max_bytes``, each entry counted
+    with ``ENTRY_BYTES`` of overhead): a plug-in's result may be a megabyte, and 100,000 of
+    them would be 100 GB. A value larger than the whole budget is not kept."""
+
+    ENTRY_BYTES = 256
+
+    def __init__(self, maxsize: int, max_bytes: int | None = None,
+                 sizeof: Callable[[V], int] | None = None) -> None:
         self.enabled = maxsize > 0
-        self._done: LRUCache[Hashable, V] = LRUCache(maxsize=max(maxsize, 1))
+        self._entries = max(maxsize, 1)
+        if sizeof is None or max_bytes is None:
+            self._done: LRUCache[Hashable, V] = LRUCache(maxsize=self._entries)
+        else:
+            self._done = LRUCache(maxsize=max_bytes,
+                                  getsizeof=lambda v: sizeof(v) + self.ENTRY_BYTES)
 
     def peek(self, key: Hashable) -> tuple[V | None, bool]:
         """``(value, True)`` if ``key`` is cached, else ``(None, False)``."""
@@ -31,8 +43,14 @@ class ResultCache(Generic[V]):
         return None, False
 
     def put(self, key: Hashable, value: V) -> None:
-        if self.enabled:
+        if not self.enabled:
+            return
+        try:
             self._done[key] = value
+        except ValueError:  # larger than the whole byte budget: not kept
+            return
+        while len(self._done) > self._entries:
+            self._done.popitem()  # the least recently used
 
     def __len__(self) -> int:
         return len(self._done)

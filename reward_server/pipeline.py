@@ -45,6 +45,9 @@ log = logging.getLogger("reward_server.pipeline")
 TIMEOUT = "timeout"  # the check ran past the verifier's time limit on this item (0)
 MEMORY_LIMIT = "memory_limit"  # it ran past the verifier's memory limit (0)
 CHECK_FAILED = "check_failed"  # it raised, or ended its worker, on this item (0)
+# What a plug-in's cached results may hold in all: a result may be up to a megabyte
+# (check_worker.RESULT_MAX_BYTES), and the cache has room for 100,000 entries
+CACHE_BYTES = 64 << 20
 PipelineStatus = Literal["not_run", "timeout", "memory_limit", "check_failed", "unavailable"]
 
 
@@ -133,7 +136,7 @@ class CheckLane:
         self.pool.prestart()
         self.lane: SlowLane[ResultBase] = SlowLane(
             verifier.name, self.pool.slots, settings.cache_size, settings.timeout_memory_s,
-            _LANE_VERDICTS)
+            _LANE_VERDICTS, cache_bytes=(CACHE_BYTES, _json_bytes))
 
     async def verify(self, items: Sequence[ItemBase]) -> list[ResultBase]:
         return list(await asyncio.gather(*(self._one(item) for item in items)))
@@ -199,6 +202,10 @@ _LANE_VERDICTS: LaneVerdicts[ResultBase] = LaneVerdicts(
         f"{getattr(r, 'detail', '')} (the same item, {age_s:.0f} s ago; remembered, not run "
         "again)").lstrip()}),
 )
+
+
+def _json_bytes(result: ResultBase) -> int:
+    return len(result.model_dump_json())
 
 
 def _text(exc: Exception) -> str:

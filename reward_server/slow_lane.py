@@ -106,13 +106,16 @@ class SlowLane(Generic[V]):
     from another caller only what the cache would hand it: no timeout, nothing momentary."""
 
     def __init__(self, name: str, slots: int | FairGate, cache_size: int,
-                 remember_timeouts_s: float, verdicts: LaneVerdicts[V]) -> None:
+                 remember_timeouts_s: float, verdicts: LaneVerdicts[V],
+                 cache_bytes: tuple[int, Callable[[V], int]] | None = None) -> None:
         """``slots``: how many items run at once, at a gate of the lane's own; or the gate
-        of a resource the lane shares (the sandbox service's)."""
+        of a resource the lane shares (the sandbox service's). ``cache_bytes``: the cache's
+        byte budget and how to size a value, where a value may be large."""
         self.name = name  # the metrics' verifier label
         self.gate = slots if isinstance(slots, FairGate) else FairGate(slots, name)
         self.verdicts = verdicts
-        self._cache: ResultCache[V] = ResultCache(cache_size)
+        max_bytes, sizeof = cache_bytes if cache_bytes is not None else (None, None)
+        self._cache: ResultCache[V] = ResultCache(cache_size, max_bytes, sizeof)
         self._running: dict[Hashable, _Running] = {}
         self._timeouts: TimeoutMemory[V] = TimeoutMemory(remember_timeouts_s)
 

@@ -213,3 +213,19 @@ def test_prestart_starts_every_worker_before_the_first_task() -> None:
             time.sleep(0.05)
     finally:
         pool.close()
+
+
+def test_a_cache_with_a_byte_budget_keeps_no_more_than_it() -> None:
+    """A plug-in's result may be a megabyte: the cache counts bytes, not only entries, and
+    keeps the most recent results that fit; one over the whole budget is not kept."""
+    cache: ResultCache[str] = ResultCache(100, max_bytes=10_000, sizeof=len)
+    for k in range(20):
+        cache.put(k, "x" * 1000)
+    kept = [k for k in range(20) if cache.peek(k)[1]]
+    assert kept == list(range(13, 20))  # 7 × (1,000 + 256 of overhead) fit in 10,000
+    cache.put("huge", "x" * 20_000)
+    assert cache.peek("huge") == (None, False) and cache.peek(19)[1]
+    few: ResultCache[str] = ResultCache(3, max_bytes=10_000, sizeof=len)
+    for k in range(5):
+        few.put(k, "x")
+    assert [k for k in range(5) if few.peek(k)[1]] == [2, 3, 4]  # entries are still capped
