@@ -270,6 +270,15 @@ class GRPOConfig(BaseModel):
                 raise ValueError(f"{url!r} is not an http(s) URL")
         return urls
 
+    @field_validator("tool_url")
+    @classmethod
+    def _tool_url(cls, value: str | None) -> str | None:
+        """One server, checked as ``reward_url``'s are: a typo fails at the start, not at
+        the first tool call of the first step."""
+        if value is not None and not _is_http_url(value.strip()):
+            raise ValueError(f"{value!r} is not an http(s) URL (one server)")
+        return None if value is None else value.strip()
+
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:
         if self.generation_chunk > self.prompts_per_step:

@@ -70,3 +70,10 @@ def test_bad_reward_url_names_the_field(given: str, message: str) -> None:
     with pytest.raises(ConfigError, match=r"^reward_url: ") as raised:
         load_config(None, [f"reward_url={given}"])
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize("given", ["a:8000", '"http://a:8000,http://b:8000"', "ftp://a"])
+def test_bad_tool_url_names_the_field(given: str) -> None:
+    with pytest.raises(ConfigError, match=r"^tool_url: .*not an http\(s\) URL"):
+        load_config(None, [f"tool_url={given}"])
+    assert load_config(None, ["tool_url=http://tools:8000"]).tool_url == "http://tools:8000"
