@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from reward_server import syscall_filters
+from reward_server import landlock, syscall_filters
 from reward_server.libc import PR_SET_PDEATHSIG, last_error, libc, prctl
 from reward_server.settings import compose_settings
 
@@ -147,6 +147,9 @@ def _child(item: ItemBase, write_fd: int, cpu_limit_s: int,
             os.closerange(write_fd + 1, os.sysconf("SC_OPEN_MAX"))
             _unmap(shared)  # the pool's locks: a check holding one would stall every task
             resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit_s, cpu_limit_s + 1))
+            why_not = landlock.deny_writes()  # the worker's own directory is not the item's
+            if why_not is not None and landlock.abi() > 0:
+                raise OSError(why_not)
             me = os.getpid()
             syscall_filters.install(syscall_filters.CHECK_DENIED,
                                     signal_targets=[me, -me, 0], threads_only=True)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+import shutil
 import signal
 import threading
 import time
@@ -199,7 +200,8 @@ class TimeoutPool:
         # of ``slots`` (tests, scripts) waits here, first come, first served
         self._handed = asyncio.Semaphore(self.slots)
         worker_isolation.check_installation()
-        confinement = worker_isolation.policy(signal_others)
+        self._scratch = worker_isolation.make_scratch(name)
+        confinement = worker_isolation.policy(self._scratch, signal_others)
         context = worker_isolation.context()  # workers are never forks of the server
         self._new_pool = lambda: ProcessPool(
             max_workers=workers + SPARE_WORKERS,  # only ``workers`` tasks at a time
@@ -310,6 +312,7 @@ class TimeoutPool:
 
     def close(self) -> None:
         _stop(self._pool)
+        shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 def _stop(pool: ProcessPool) -> None:

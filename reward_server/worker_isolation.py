@@ -11,8 +11,9 @@ library bug hands an answer, it should find nothing worth having:
   descriptors;
 - **files: read-only, only where its code comes from** (``landlock``): the interpreter, the
   packages and the import roots the server loaded from, the system's libraries; not a token
-  file, a key, a settings file, and no file written anywhere (``/dev/null`` aside). This
-  holds for any uid, where the kernel offers Landlock (5.13+; logged once where not);
+  file, a key, a settings file. It writes only in a directory of its own (its ``TMPDIR``
+  and ``HOME``, beneath its pool's ``make_scratch``). This holds for any uid, where the
+  kernel offers Landlock (5.13+; logged once where not);
 - **no network, no other process's memory, no signal to another process**
   (``syscall_filters``): ``socket``, ``io_uring_setup``, ``ptrace``, ``process_vm_*`` and
   the pidfd calls fail with EPERM, and a signal may go to the worker itself only (a check's
@@ -40,9 +41,11 @@ import multiprocessing
 import os
 import re
 import resource
+import shutil
 import stat
 import sys
 import sysconfig
+import tempfile
 import threading
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -166,6 +169,7 @@ class Policy(NamedTuple):
 
     readable: tuple[str, ...]
     signal_others: bool  # a check's worker signals its per-item child; no other does
+    scratch: str  # the pool's directory, where each worker gets one of its own to write in
 
 
 # What a worker reads besides its import roots: the C libraries an extension module loads,
@@ -175,14 +179,42 @@ _SYSTEM_READABLE = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib"
                     "/sys/devices/system/cpu", "/dev/urandom")
 
 
-def policy(signal_others: bool = False) -> Policy | None:
-    """The confinement of a pool about to start; ``None`` with ``--worker-isolation off``."""
+def policy(scratch: str, signal_others: bool = False) -> Policy | None:
+    """The confinement of a pool about to start, whose workers write beneath ``scratch``
+    (``make_scratch``); ``None`` with ``--worker-isolation off``."""
     if not _enabled:
         return None
     essential, others = import_roots()
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     readable = sorted({*essential, *others, *prefixes, *_SYSTEM_READABLE})
-    return Policy(tuple(readable), signal_others)
+    return Policy(tuple(readable), signal_others, scratch)
+
+
+def make_scratch(name: str) -> str:
+    """A pool's scratch directory: libraries want a writable temporary directory (at import,
+    matplotlib under reasoning-gym's tasks), and a worker may write nowhere else. Each
+    worker makes its own beneath it (sticky, so no worker removes another's); the pool
+    removes it all when it closes."""
+    path = tempfile.mkdtemp(prefix=f"reward-{name}-")
+    os.chmod(path, 0o1733)
+    return path
+
+
+def _own_scratch(scratch: str, uid: int | None) -> str:
+    """This worker's directory beneath the pool's, made private to it (``uid``: the one it
+    drops to), once the directories of workers that are gone are removed."""
+    for entry in os.listdir(scratch):
+        if entry.isdigit() and not os.path.exists(f"/proc/{entry}"):
+            shutil.rmtree(os.path.join(scratch, entry), ignore_errors=True)
+    own = os.path.join(scratch, str(os.getpid()))
+    shutil.rmtree(own, ignore_errors=True)  # a pid's earlier worker's
+    os.mkdir(own, 0o700)
+    if uid is not None:
+        os.chown(own, uid, uid)
+    for variable in ("TMPDIR", "HOME"):  # what libraries write beneath
+        os.environ[variable] = own
+    tempfile.tempdir = own
+    return own
 
 
 def protect_server() -> None:
@@ -211,12 +243,13 @@ def isolate(confinement: Policy | None) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.chdir("/")  # the server's directory may be its user's only
+    uid = UID_BASE + os.getpid() if root else None
+    own = _own_scratch(confinement.scratch, uid)
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # Landlock needs it, for root too once dropped
-    why_not = landlock.restrict([*confinement.readable, "/proc/self"], ["/dev/null"])
+    why_not = landlock.restrict([*confinement.readable, "/proc/self"], ["/dev/null"], [own])
     if why_not is not None:
-        _warn_once(f"scoring workers may read any file their uid may ({why_not})")
-    if root:
-        uid = UID_BASE + os.getpid()
+        _warn_once(f"scoring workers may read and write any file their uid may ({why_not})")
+    if uid is not None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)

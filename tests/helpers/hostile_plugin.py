@@ -15,6 +15,7 @@ import resource
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 
@@ -99,6 +100,7 @@ def _spy(server_pid: int, secret_file: str) -> dict[str, object]:
         "server_environ": lambda: open(f"/proc/{server_pid}/environ", "rb").read()[:64],
         "secret_file": lambda: open(secret_file).read(),
         "write_tmp": lambda: open("/tmp/hostile-check-was-here", "w").write("x"),
+        "write_own_tmp": lambda: open(os.path.join(tempfile.gettempdir(), "x"), "w").write("x"),
         "socket": lambda: socket.socket(socket.AF_UNIX).close(),
         "signal_server": lambda: os.kill(server_pid, 0),
         "signal_worker": lambda: os.kill(os.getppid(), 0),

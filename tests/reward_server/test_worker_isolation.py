@@ -15,6 +15,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,6 +75,17 @@ def _probe(secret_file: str, secret_digest: str, server_pid: int) -> dict[str, o
         found["server_environ"] = Path(f"/proc/{server_pid}/environ").read_bytes()[:10].hex()
     except OSError as exc:
         found["server_environ"] = exc.errno
+    try:
+        with tempfile.NamedTemporaryFile() as scratch:  # its own TMPDIR: for libraries
+            scratch.write(b"x")
+        found["own_tmp"] = "written"
+    except OSError as exc:
+        found["own_tmp"] = exc.errno
+    try:
+        Path("/tmp", f"worker-was-here-{os.getpid()}").write_text("x")
+        found["shared_tmp"] = "written"
+    except OSError as exc:
+        found["shared_tmp"] = exc.errno
     found["environ"] = sorted(os.environ)
     found["status"] = {line.split(":")[0]: line.split(":", 1)[1].strip()
                        for line in Path("/proc/self/status").read_text().splitlines()
@@ -113,6 +125,7 @@ def test_a_worker_runs_unprivileged_without_network_or_the_servers_memory(
     assert found["socket"] == found["unix_socket"] == 1  # EPERM: the seccomp filter
     assert found["secret_file"] == found["server_environ"] == 13  # EACCES
     assert found["signal_server"] == 1  # EPERM
+    assert (found["own_tmp"], found["shared_tmp"]) == ("written", 13)
     assert not any(k.startswith(("REWARD_SERVER_", "DOCKER_")) for k in found["environ"])
     assert found["status"] == {"NoNewPrivs": "1", "Seccomp": "2"}
     assert found["dumpable"] == 0
@@ -230,6 +243,7 @@ def test_a_non_root_servers_workers_are_confined_all_the_same(open_tmp_path: Pat
     assert found["secret_file"] == 13  # EACCES: Landlock, though its uid owns the file
     assert found["server_environ"] == 13  # EACCES: the server is not dumpable
     assert found["signal_server"] == 1  # EPERM: a signal to itself only
+    assert (found["own_tmp"], found["shared_tmp"]) == ("written", 13)  # its own TMPDIR only
     assert not any(k.startswith(("REWARD_SERVER_", "DOCKER_")) for k in found["environ"])
     assert found["status"] == {"NoNewPrivs": "1", "Seccomp": "2"}
     assert found["dumpable"] == 0

@@ -199,7 +199,8 @@ def _spied(srv, secret_file: Path, token: str) -> dict:
 
 
 # each probe's errno: EACCES where a file is out of reach, EPERM where a call is refused
-CUT_OFF = {"server_environ": 13, "secret_file": 13, "write_tmp": 13, "socket": 1,
+CUT_OFF = {"server_environ": 13, "secret_file": 13, "write_tmp": 13, "write_own_tmp": 13,
+           "socket": 1,
            "signal_server": 1, "signal_worker": 1, "server_limits": 1, "fork": 1}
 
 
