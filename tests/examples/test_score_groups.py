@@ -20,9 +20,8 @@ def test_score_groups_prints_each_groups_rewards_and_advantages(server: ServerPr
     natalia = next(i for i, line in enumerate(lines) if line.startswith("Natalia"))
     assert lines[natalia + 1] == "  reference '72'; group mean reward 0.62"
     assert lines[natalia + 2].startswith("  r=1 A=+0.72  ok")  # "48 + 24 = 72. #### 72"
-    assert lines[natalia + 3].startswith("  r=0 A=-1.20  wrong")  # "#### 24"
-    hedge = next(line for line in lines if "Or is 12 itself excluded" in line
-                 or "otherwise \\\\boxed{5}" in line)
-    assert hedge.startswith("  r=0 ")  # two answers given: it commits to neither
-    code = lines[lines.index(next(line for line in lines if line.startswith("Read two"))) + 1:]
-    assert [line.split()[0] for line in code] == ["r=1.0", "r=1.0", "r=0.0", "r=0.0"]
+    assert lines[natalia + 3].startswith("  r=0 A=-1.21  ok")  # "#### 24": not equivalent
+    hedge = next(line for line in lines if r"otherwise \\boxed{5}" in line)  # as repr shows it
+    assert hedge.startswith("  r=0 ") and "two different answers" in hedge
+    code = lines[next(i for i, line in enumerate(lines) if line.startswith("Read two")) + 1:]
+    assert [line.split()[0] for line in code] == ["r=1.0", "r=1.0", "r=0.0", "r=0.5"]
