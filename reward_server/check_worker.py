@@ -1,43 +1,53 @@
 """What runs in a plug-in's check worker (reward_server/pipeline.py): each item's ``check``
-in a child process forked for that item alone.
+in a child process made for that item alone.
 
 A check is a third party's code reading a completion, which RL optimises against the reward:
 whatever the completion makes it do must cost that item a 0 and nothing else. So the check
-never runs in the warm worker itself. The worker forks a child per item (a few milliseconds:
-the plug-in is imported once, in the worker); the child runs the check with its output
-thrown away and every inherited descriptor closed (the pool's channel among them), and
-sends back one length-framed message of plain text: the result as JSON, or why there is
-none. Then the child is killed. Nothing the check did survives the item: a hoard kept in a
-module, a thread left spinning, a patched class, a half-written message. And nothing but
-text crosses back: an exception that cannot be rebuilt, a ``SystemExit``, an object whose
-unpickling runs code would otherwise reach the pool or the server.
+never runs in the warm worker itself. Each item's child is forked from a **zygote**: a copy
+of the worker made when it loaded the plug-in, before any item reached it, which does
+nothing but fork children (a few milliseconds: the plug-in is imported once). A child
+forked from the worker itself would inherit its heap, and with it earlier items of any
+caller, freed but not erased, for a check to read out of its own memory. The zygote hands
+the worker the child's two pipes and never reads an item itself.
 
-The child is confined further than its worker (``syscall_filters``): it may make threads
-but start no process and run no program (a process could outlive the item, or spin on a
-CPU another caller's item waits for), it may signal only itself and its group and never
-with ``SIGKILL`` (so it cannot end its worker, and a death by ``SIGKILL`` is known to come
-from outside), and its CPU time, all threads together, is capped near its time limit.
+The child is confined before it reads its item (``syscall_filters``, ``landlock``): every
+inherited descriptor closed, its output thrown away, the worker's shared memory (the pool's
+locks) unmapped; it may start no process or thread and run no program (each would take a
+CPU from other callers' items beyond its share, or outlive the item), write no file, make no
+memfd (memory its cap does not count), signal only itself and never with ``SIGKILL`` (so it
+cannot end its worker, and a death by ``SIGKILL`` is known to come from outside), and use
+about its time limit in CPU time. Only once confined does it tell the zygote so, on a pipe
+it then closes: the check never holds a way to say anything but its result.
+
+It sends back one length-framed message of plain text: the result as JSON, or why there is
+none. Then it is killed. Nothing the check did survives the item: a hoard kept in a module,
+a patched class, a half-written message. And nothing but text crosses back: an exception
+that cannot be rebuilt, a ``SystemExit``, an object whose unpickling runs code would
+otherwise reach the pool or the server.
 
 Outcomes (``run``'s first element): ``ok`` (the result's JSON), ``failed`` (the check raised,
 returned something else, died or sent too much: the item's doing), ``memory`` (it ran out
-of the worker's memory cap), ``cpu`` (it used its CPU time: threads spinning together) and
-``unavailable`` (no child could be started, or it was killed from outside twice: not the
-item's doing).
+of the worker's memory cap), ``cpu`` (it used its CPU time) and ``unavailable`` (no child
+could be started or confined, or it was killed from outside twice: not the item's doing).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import pickle
 import resource
+import select
 import signal
-import time
-from typing import TYPE_CHECKING, Any
+import socket
+import struct
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel
 
 from reward_server import landlock, syscall_filters
-from reward_server.libc import PR_SET_PDEATHSIG, last_error, libc, prctl
+from reward_server.libc import PR_SET_NAME, PR_SET_PDEATHSIG, last_error, libc, prctl
+from reward_server.process_pool import charge_cpu
 from reward_server.settings import compose_settings
 
 if TYPE_CHECKING:
@@ -46,19 +56,24 @@ if TYPE_CHECKING:
 OK, FAILED, MEMORY, CPU, UNAVAILABLE = "ok", "failed", "memory", "cpu", "unavailable"
 _KILLED = "killed"  # by SIGKILL from outside (the OOM killer, an operator): run again
 RESULT_MAX_BYTES = 1 << 20  # a result's JSON; past it the item fails (a check's result is small)
-_TAGS = {b"O": OK, b"F": FAILED, b"M": MEMORY, b"U": UNAVAILABLE}
+_TAGS = {b"O": OK, b"F": FAILED, b"M": MEMORY}  # what a child may say: never "unavailable"
 _EXIT_WAIT_S = 2.0  # for a child whose channel closed to end by itself, before it is killed
 _ATTEMPTS = 2  # of a check whose child was killed from outside
+_EXIT = struct.Struct("=id")  # a child's wait status and CPU seconds, from the zygote
+ZYGOTE_NAME, CHILD_NAME = b"check-zygote", b"check-item"  # in ps/top, for an operator
 
 _VERIFIER: Any = None  # this worker's instance of the verifier whose checks it runs
+_ZYGOTE: socket.socket | None = None  # the worker's end of its zygote's channel
 
 
 def load(cls: type[Verifier], sections: dict[str, type[BaseModel]],
          settings: dict[str, Any]) -> None:
     """The worker's instance, with the settings as the server has them (rebuilt from JSON:
-    the composed class is made at run time and cannot be pickled)."""
-    global _VERIFIER
+    the composed class is made at run time and cannot be pickled), and its zygote, made
+    now, before any item."""
+    global _VERIFIER, _ZYGOTE
     _VERIFIER = cls(compose_settings(sections).model_validate(settings))
+    _ZYGOTE = start_zygote()
 
 
 def run(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
@@ -71,101 +86,216 @@ def run(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
     return UNAVAILABLE, f"not scored: {detail}, {_ATTEMPTS} times running this item"
 
 
+class _Exit(NamedTuple):
+    status: int  # as ``os.wait4`` gives it
+    cpu_s: float
+    by_itself: bool  # ended before the worker killed it
+
+
 def _run_once(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
-    shared = _shared_mappings()  # read here: the child may not read /proc
-    read_fd, write_fd = os.pipe()
+    zygote = _ZYGOTE
+    assert zygote is not None, "check_worker.load makes the zygote"
+    # the soft time limit waits out the hand-over: cut there, the next item would be handed
+    # this one's child
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
     try:
-        pid = os.fork()
-    except OSError as exc:
-        os.close(read_fd)
-        os.close(write_fd)
-        return UNAVAILABLE, f"no process could be started for the check: {exc}"
-    if pid == 0:  # pragma: no cover - the child; it never returns
-        _child(item, write_fd, cpu_limit_s, shared)
-    os.close(write_fd)
-    ended = None
+        zygote.send(str(cpu_limit_s).encode())
+        reply, fds, _, _ = socket.recv_fds(zygote, 1024, 2)
+    except OSError:
+        reply, fds = b"", []
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    if not reply:
+        _zygote_lost()
+    if reply[:1] == b"E":
+        return UNAVAILABLE, reply[1:].decode("utf-8", "replace")
+    pid, (item_w, result_r) = int(reply[1:]), fds
+    ended: _Exit | None = None
+    sent, size = b"", 0
     try:
-        header = _read_exactly(read_fd, 4)
+        try:
+            _write_all(item_w, _framed(pickle.dumps(item)))
+        except BrokenPipeError:  # it ended before it read its item: why, below
+            pass
+        finally:
+            os.close(item_w)
+        header = _read_exactly(result_r, 4)
         size = int.from_bytes(header, "big") if len(header) == 4 else 0
-        sent = _read_exactly(read_fd, size) if size <= RESULT_MAX_BYTES + 1 else b""
+        sent = _read_exactly(result_r, size) if size <= RESULT_MAX_BYTES + 1 else b""
         if not sent:
-            ended = _ended_by_itself(pid)
+            ended = _exit_of(zygote, by_itself=True, wait_s=_EXIT_WAIT_S)
     finally:  # the soft time limit lands here too, as an exception while reading
-        os.close(read_fd)
+        os.close(result_r)
         # the clean-up is never cut short by the soft limit: its alarm waits until it is done
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
         try:
-            cpu_s = _end(pid)
+            if ended is None:
+                ended = _end(zygote, pid)
+            charge_cpu(ended.cpu_s)  # the child's CPU time is the task's, not the zygote's
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     if size > RESULT_MAX_BYTES + 1:
         return FAILED, f"the check's result is over {RESULT_MAX_BYTES} bytes"
-    outcome = _TAGS.get(sent[:1])
-    if outcome is not None:
+    if sent:
+        outcome = _TAGS.get(sent[:1])
+        if outcome is None:
+            return FAILED, "the check's process sent something other than a result"
         return outcome, sent[1:].decode("utf-8", "replace")
-    return _death(ended, cpu_s, cpu_limit_s)
+    return _death(ended, cpu_limit_s)
 
 
-def _death(ended: Any, cpu_s: float, cpu_limit_s: int) -> tuple[str, str]:
-    """What a child that sent nothing died of (``ended``: its ``waitid`` record, ``None``
-    where it was still running with its channel closed)."""
-    if ended is None:
+def _death(ended: _Exit, cpu_limit_s: int) -> tuple[str, str]:
+    """What a child that sent nothing died of."""
+    if not ended.by_itself:
         return FAILED, "the check closed its channel to the worker"
-    if ended.si_code == os.CLD_EXITED:
-        return FAILED, f"the check's process exited ({ended.si_status}) before it sent a result"
-    if ended.si_status == signal.SIGXCPU or cpu_s >= cpu_limit_s:
-        return CPU, f"used its {cpu_limit_s} s of CPU time (threads together)"
-    if ended.si_status == signal.SIGKILL:  # the child cannot send itself one
+    if os.WIFEXITED(ended.status):
+        return FAILED, (f"the check's process exited ({os.WEXITSTATUS(ended.status)}) "
+                        "before it sent a result")
+    signum = os.WTERMSIG(ended.status)
+    if signum == signal.SIGXCPU or ended.cpu_s >= cpu_limit_s:
+        return CPU, f"used its {cpu_limit_s} s of CPU time"
+    if signum == signal.SIGKILL:  # the child cannot send itself one
         return _KILLED, "the check's process was killed from outside"
-    return FAILED, f"the check's process died of signal {ended.si_status}"
+    return FAILED, f"the check's process died of signal {signum}"
 
 
-def _ended_by_itself(pid: int) -> Any:
-    """The child's exit record once it has ended (left unreaped), or ``None`` where it is
-    still running ``_EXIT_WAIT_S`` after its channel closed."""
-    deadline = time.monotonic() + _EXIT_WAIT_S
+def _end(zygote: socket.socket, pid: int) -> _Exit:
+    """The child killed, unless the zygote has already reaped it (its pid could be another
+    process's by now), and its exit record."""
+    ended = _exit_of(zygote, by_itself=True, wait_s=0)
+    if ended is not None:
+        return ended
+    try:
+        os.kill(pid, signal.SIGKILL)  # not reaped yet: still the child, or its zombie
+    except OSError:
+        pass
+    ended = _exit_of(zygote, by_itself=False, wait_s=None)
+    if ended is None:
+        _zygote_lost()
+    return ended
+
+
+def _exit_of(zygote: socket.socket, by_itself: bool, wait_s: float | None) -> _Exit | None:
+    """The zygote's record of the child's end, once it has one (``wait_s`` None: wait for
+    it); ``None`` where there is none yet."""
+    if wait_s is not None and not select.select([zygote], [], [], wait_s)[0]:
+        return None
+    record = zygote.recv(64)
+    if len(record) != 1 + _EXIT.size or record[:1] != b"X":
+        _zygote_lost()
+    status, cpu_s = _EXIT.unpack(record[1:])
+    return _Exit(status, cpu_s, by_itself)
+
+
+def _zygote_lost() -> None:
+    """Without its zygote the worker has no clean way to run a check (a new one forked now
+    would carry the items this worker has seen): it ends itself as if killed from outside,
+    which the pool answers by running the item again on a fresh worker."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def start_zygote() -> socket.socket:
+    """Fork the zygote from this process as it is now; the worker's end of its channel."""
+    shared = _shared_mappings()  # read here: the zygote may not read /proc
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the zygote; it never returns
+        try:
+            ours.close()
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # gone with the worker
+            prctl(PR_SET_NAME, ZYGOTE_NAME)
+            _keep_only(theirs.fileno())  # the pool's channel among what it closes
+            _unmap(shared)  # the pool's locks: no child of it may take one
+            _serve(theirs)
+        finally:
+            os._exit(0)
+    theirs.close()
+    return ours
+
+
+def _serve(channel: socket.socket) -> None:
+    """The zygote's loop: a child per request, until the worker is gone."""
     while True:
-        ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        if ended is not None or time.monotonic() > deadline:
-            return ended
-        time.sleep(0.005)
+        request = channel.recv(64)
+        if not request:
+            return
+        _spawn(channel, int(request))
 
 
-def _child(item: ItemBase, write_fd: int, cpu_limit_s: int,
-           shared: list[tuple[int, int]]) -> None:
-    """Confine this process, run the check, send one tagged message, exit; whatever it
-    raised or left."""
-    message = b"F" + b"the check did not finish"
+def _spawn(channel: socket.socket, cpu_limit_s: int) -> None:
+    """Fork a child, wait for it to be confined, hand the worker its pipes, reap it and
+    send the worker how it ended."""
+    item_r, item_w = os.pipe()
+    result_r, result_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        for fd in (item_r, item_w, result_r, result_w, ready_r, ready_w):
+            os.close(fd)
+        channel.send(b"E" + f"no process could be started for the check: {exc}".encode())
+        return
+    if pid == 0:  # pragma: no cover - the child; it never returns
+        _child(item_r, result_w, ready_w, cpu_limit_s)
+    for fd in (item_r, result_w, ready_w):
+        os.close(fd)
+    ready = _read_exactly(ready_r, 512)
+    os.close(ready_r)
+    if ready == b"R":
+        socket.send_fds(channel, [b"P%d" % pid], [item_w, result_r])
+    os.close(item_w)
+    os.close(result_r)
+    if ready != b"R":  # it could not be confined, and said why (or died first)
+        os.kill(pid, signal.SIGKILL)
+    _, status, usage = os.wait4(pid, 0)
+    if ready != b"R":
+        why = ready[1:] or b"the check's process ended before it was confined"
+        channel.send(b"E" + why)
+        return
+    channel.send(b"X" + _EXIT.pack(status, usage.ru_utime + usage.ru_stime))
+
+
+def _child(item_r: int, result_w: int, ready_w: int, cpu_limit_s: int) -> None:
+    """Confine this process, say so, read the item, run the check, send one tagged
+    message, exit; whatever it raised or left."""
     try:
         try:
-            os.setpgid(0, 0)  # its threads' signals stay in its own group
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # gone with the worker, if that is killed
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):  # a flood of prints reaches no log, and fills no file
-                os.dup2(null, fd)
-            os.closerange(3, write_fd)  # the pool's channel: no task of another caller's
-            os.closerange(write_fd + 1, os.sysconf("SC_OPEN_MAX"))
-            _unmap(shared)  # the pool's locks: a check holding one would stall every task
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit_s, cpu_limit_s + 1))
-            why_not = landlock.deny_writes()  # the worker's own directory is not the item's
-            if why_not is not None and landlock.abi() > 0:
-                raise OSError(why_not)
-            me = os.getpid()
-            syscall_filters.install(syscall_filters.CHECK_DENIED,
-                                    signal_targets=[me, -me, 0], threads_only=True)
+            _confine(cpu_limit_s, keep=(item_r, result_w, ready_w))
         except BaseException as exc:  # noqa: BLE001 - no confinement, no check
-            message = b"U" + f"the check could not be confined: {_describe(exc)}".encode()
-        else:
-            message = _checked(item)
+            os.write(ready_w, b"U" + _describe(exc).encode("utf-8", "replace"))
+            return
+        os.write(ready_w, b"R")
+        os.close(ready_w)  # the check cannot claim it was not confined
+        item = pickle.loads(_read_exactly(item_r, int.from_bytes(_read_exactly(item_r, 4),
+                                                                  "big")))
+        os.close(item_r)
+        message = _checked(item)
         view = memoryview(len(message).to_bytes(4, "big") + message[:RESULT_MAX_BYTES + 2])
         if len(message) > RESULT_MAX_BYTES + 1:
             view = view[:4]  # its size alone: read as too long
-        while view:
-            view = view[os.write(write_fd, view):]
+        _write_all(result_w, view)
     except BaseException:  # noqa: BLE001, S110 - nothing of the child's may reach the worker
         pass
     finally:
         os._exit(0)
+
+
+def _confine(cpu_limit_s: int, keep: tuple[int, ...]) -> None:
+    os.setpgid(0, 0)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # gone with the zygote, and so the worker
+    prctl(PR_SET_NAME, CHILD_NAME)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # a flood of prints reaches no log, and fills no file
+        os.dup2(null, fd)
+    _keep_only(*keep)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit_s, cpu_limit_s + 1))
+    why_not = landlock.deny_writes()  # the worker's own directory is not the item's
+    if why_not is not None and landlock.abi() > 0:
+        raise OSError(why_not)
+    me = os.getpid()
+    # the worker's own rules again, so the child holds them whatever process forked it
+    syscall_filters.install(syscall_filters.WORKER_DENIED + syscall_filters.CHECK_DENIED,
+                            signal_targets=[me, -me, 0])
 
 
 def _checked(item: ItemBase) -> bytes:
@@ -181,6 +311,7 @@ def _checked(item: ItemBase) -> bytes:
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: the item's doing
         return b"F" + _describe(exc).encode("utf-8", "replace")
 
+
 def _describe(exc: BaseException) -> str:
     """The exception's type and text, whatever its ``__str__`` does."""
     name = type(exc).__name__
@@ -188,6 +319,16 @@ def _describe(exc: BaseException) -> str:
         return f"{name}: {exc}"[:300]
     except BaseException:  # noqa: BLE001 - a __str__ that raises says nothing more
         return name[:300]
+
+
+def _framed(data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + data
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _read_exactly(fd: int, size: int) -> bytes:
@@ -202,18 +343,13 @@ def _read_exactly(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _end(pid: int) -> float:
-    """Kill the child's group and reap the child: the CPU seconds it used, threads included."""
-    for kill, target in ((os.killpg, pid), (os.kill, pid)):  # before it made its group too
-        try:
-            kill(target, signal.SIGKILL)
-        except OSError:
-            pass
-    try:
-        _, _, usage = os.wait4(pid, 0)
-    except ChildProcessError:
-        return 0.0
-    return usage.ru_utime + usage.ru_stime
+def _keep_only(*fds: int) -> None:
+    """Close every descriptor but stdio and ``fds``."""
+    start = 3
+    for fd in sorted(fds):
+        os.closerange(start, fd)
+        start = fd + 1
+    os.closerange(start, os.sysconf("SC_OPEN_MAX"))
 
 
 def _shared_mappings() -> list[tuple[int, int]]:
@@ -233,4 +369,3 @@ def _unmap(shared: list[tuple[int, int]]) -> None:
     for start, length in shared:
         if libc().munmap(ctypes.c_void_p(start), ctypes.c_size_t(length)) != 0:
             raise OSError(ctypes.get_errno(), f"munmap of a shared mapping: {last_error()}")
-

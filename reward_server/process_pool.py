@@ -128,11 +128,21 @@ def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
     return time.perf_counter() - started, _cpu_seconds() - cpu_started, alarm.fired, value
 
 
+_charged = [0.0]  # CPU seconds used for this worker's tasks in processes not its own
+
+
+def charge_cpu(seconds: float) -> None:
+    """Count ``seconds`` of CPU time, used by another process for the running task (a
+    plug-in's check runs in a child of the worker's zygote), as the task's own."""
+    _charged[0] += seconds
+
+
 def _cpu_seconds() -> float:
-    """The worker's CPU time and its reaped children's: a task that runs its work in a child
-    (a plug-in's check) used its limit in that child's CPU time, not in the waiting worker's."""
+    """The worker's CPU time, its reaped children's and what was charged to it: a task
+    whose work runs in another process used its limit there, not in the waiting worker."""
     times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
+    return (times.user + times.system + times.children_user + times.children_system
+            + _charged[0])
 
 
 class _Raised(NamedTuple):

@@ -20,9 +20,8 @@ from collections.abc import Iterable
 from reward_server.libc import last_error, libc
 
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
-_LD_W_ABS, _JEQ_K, _JSET_K, _RET_K = 0x20, 0x15, 0x45, 0x06
+_LD_W_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
 _ALLOW, _KILL_PROCESS = 0x7FFF0000, 0x80000000
-_CLONE_THREAD = 0x00010000
 _SIGKILL, _SIGSTOP = 9, 19
 # seccomp_data: nr (u32), arch (u32), instruction pointer (u64), args[6] (u64 each); an
 # argument's low half (a pid, a signal) is at 16 + 8 * i on a little-endian machine
@@ -40,7 +39,7 @@ _NUMBERS = {
         "sched_setparam": 142, "sched_setscheduler": 144, "sched_setattr": 314,
         "migrate_pages": 256, "move_pages": 279, "perf_event_open": 298,
         "setpriority": 141, "ioprio_set": 251, "kcmp": 312, "shmget": 29, "semget": 64,
-        "msgget": 68, "mq_open": 240,
+        "msgget": 68, "mq_open": 240, "memfd_create": 319,
     },
     "aarch64": {
         "socket": 198, "io_uring_setup": 425, "ptrace": 117, "process_vm_readv": 270,
@@ -51,7 +50,7 @@ _NUMBERS = {
         "sched_setaffinity": 122, "sched_setparam": 118, "sched_setscheduler": 119,
         "sched_setattr": 274, "migrate_pages": 238, "move_pages": 239,
         "perf_event_open": 241, "setpriority": 140, "ioprio_set": 30, "kcmp": 272,
-        "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180,
+        "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180, "memfd_create": 279,
     },
 }
 # The syscalls that send a signal: (name, the argument holding the target, the signal's)
@@ -60,18 +59,22 @@ _SIGNALLING = [("kill", 0, 1), ("tkill", 0, 1), ("tgkill", 0, 2), ("rt_sigqueuei
 
 # What no scoring process needs: a network, another process's memory or a handle on it, a
 # say in how the server is scheduled (its CPUs, its priority: one caller's lever on all),
-# an IPC object (SysV, POSIX queues) that would outlive it and be found by the next item
+# an IPC object (SysV, POSIX queues) that would outlive it and be found by the next item,
+# memory its address-space cap does not count (a memfd's pages: a gigabyte and more)
 WORKER_DENIED = ("socket", "io_uring_setup", "ptrace", "process_vm_readv",
                  "process_vm_writev", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
                  "sched_setaffinity", "sched_setparam", "sched_setscheduler", "sched_setattr",
                  "migrate_pages", "move_pages", "perf_event_open", "setpriority",
-                 "ioprio_set", "kcmp", "shmget", "semget", "msgget", "mq_open")
-# What a per-item check may not do besides: start a process, leave its group, run a program
-CHECK_DENIED = ("fork", "vfork", "setsid", "setpgid", "execve", "execveat")
+                 "ioprio_set", "kcmp", "shmget", "semget", "msgget", "mq_open",
+                 "memfd_create")
+# What a per-item check may not do besides: start a process or a thread (each would take a
+# CPU from other callers' items beyond its share, and threads count to a container's pids
+# limit that a non-root server shares with its checks), leave its group, run a program
+CHECK_DENIED = ("fork", "vfork", "clone", "clone3", "setsid", "setpgid", "execve",
+                "execveat")
 
 
-def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,
-            threads_only: bool = False) -> None:
+def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None) -> None:
     """Add a filter to this process and every one it starts.
 
     Each of ``denied`` fails with EPERM. A limit (``prlimit64``) may be set on this process
@@ -79,8 +82,7 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,
     descriptors away. With ``signal_targets``, a signal may go only to those pids (0: the
     caller's group, ``-pgid``: a group), and never ``SIGKILL`` or ``SIGSTOP``: a process that
     could kill itself from inside could pass for one killed from outside, which is retried
-    and never scored 0. With ``threads_only``, ``clone`` may make threads and nothing else
-    (``clone3`` answers ENOSYS, so the C library falls back to ``clone``)."""
+    and never scored 0."""
     machine = platform.machine()
     if machine not in _NUMBERS:
         raise OSError(f"no seccomp filter for {machine}")
@@ -98,14 +100,9 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,
     if signal_targets is not None:
         for name, _, _ in _SIGNALLING:
             program.jump_if(numbers[name], f"signal {name}")
-    if threads_only:
-        program.jump_if(numbers["clone3"], "no such call")
-        program.jump_if(numbers["clone"], "clone")
     program.ret(_ALLOW)
     program.label("deny")
     program.ret(0x00050000 | errno.EPERM)
-    program.label("no such call")
-    program.ret(0x00050000 | errno.ENOSYS)
     program.label("prlimit")
     program.load(_ARGS_OFFSET)  # its pid: 0 or its own
     program.jump_if(0, "allow")
@@ -123,11 +120,6 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,
                 program.jump_if(target, "allow")
             program.label(f"refuse {name}")
             program.ret(0x00050000 | errno.EPERM)
-    if threads_only:
-        program.label("clone")
-        program.load(_ARGS_OFFSET)  # its flags
-        program.jump_if(_CLONE_THREAD, "allow", test=_JSET_K)
-        program.ret(0x00050000 | errno.EPERM)
     program.label("allow")
     program.ret(_ALLOW)
     program.install()
@@ -143,8 +135,8 @@ class _Program:
     def load(self, offset: int) -> None:
         self.ops.append((_LD_W_ABS, None, offset))
 
-    def jump_if(self, value: int, target: str, test: int = _JEQ_K) -> None:
-        self.ops.append((test, target, value))
+    def jump_if(self, value: int, target: str) -> None:
+        self.ops.append((_JEQ_K, target, value))
 
     def ret(self, value: int) -> None:
         self.ops.append((_RET_K, None, value))

@@ -82,7 +82,19 @@ _WAYS = {
     "kill self": lambda: os.kill(os.getpid(), signal.SIGKILL),  # would pass for the OOM killer
     "kill group": lambda: os.killpg(0, signal.SIGKILL),
     "leave group": lambda: os.setsid(),
+    "memfd": lambda: os.memfd_create("beyond the memory cap"),
+    "forge unavailable": lambda: _forge(b"Unot scored: forged"),
 }
+
+
+def _forge(message: bytes) -> HostileResult:
+    """A verdict written, framed, on every descriptor the check holds, then gone."""
+    for fd in range(3, 64):
+        try:
+            os.write(fd, len(message).to_bytes(4, "big") + message)
+        except OSError:
+            pass
+    os._exit(0)
 
 
 def _fork() -> int:

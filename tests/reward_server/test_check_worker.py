@@ -1,12 +1,14 @@
 """A plug-in check's child process (reward_server/check_worker.py) as a unit, run from the
-test's own process as a worker would: what each way a child can end is reported as. No soft
-time limit runs here, so a verdict that depends on CPU time cannot be a wall-clock one."""
+test's own process as a worker would, through a zygote of its own: what each way a child can
+end is reported as, and what a check cannot reach. No soft time limit runs here, so a verdict
+that depends on CPU time cannot be a wall-clock one."""
 
 from __future__ import annotations
 
 import ctypes
 import mmap
 import os
+import secrets
 import signal
 import threading
 import time
@@ -16,43 +18,50 @@ import psutil
 import pytest
 
 from reward_server import check_worker
-from tests.helpers.hostile_plugin import HostileItem, HostileResult, hash_forever
+from tests.helpers.hostile_plugin import HostileItem, HostileResult
 
 pytestmark = pytest.mark.slow  # processes forked and killed
+
+Check = Callable[[HostileItem], HostileResult]
 
 
 class _Checks:
     result_model = HostileResult
 
-    def __init__(self, check: Callable[[], HostileResult]) -> None:
-        self.check = lambda item: check()
+    def __init__(self, check: Check) -> None:
+        self.check = check
 
 
 @pytest.fixture
-def checking() -> Iterator[Callable[[Callable[[], HostileResult]], tuple[str, str]]]:
-    def run(check: Callable[[], HostileResult]) -> tuple[str, str]:
+def zygote() -> Iterator[Callable[[Check], None]]:
+    """``start(check)``: a zygote forked now, whose children run ``check``."""
+    def start(check: Check) -> None:
         check_worker._VERIFIER = _Checks(check)
-        return check_worker.run(HostileItem(response="x"), 1)
+        check_worker._ZYGOTE = check_worker.start_zygote()
 
-    yield run
-    check_worker._VERIFIER = None
-
-
-def _threads_hashing() -> HostileResult:
-    for _ in range(3):
-        threading.Thread(target=hash_forever, daemon=True).start()
-    hash_forever()
-    raise AssertionError("unreachable")
+    yield start
+    if check_worker._ZYGOTE is not None:
+        check_worker._ZYGOTE.close()  # the zygote ends when its channel does
+    check_worker._VERIFIER = check_worker._ZYGOTE = None
 
 
-def test_threads_that_spin_together_end_at_the_cpu_limit(checking) -> None:
+def run(response: str = "x", cpu_limit_s: int = 1) -> tuple[str, str]:
+    return check_worker.run(HostileItem(response=response), cpu_limit_s)
+
+
+def _spin(item: HostileItem) -> HostileResult:
+    while True:
+        pass
+
+
+def test_a_check_ends_at_its_cpu_limit(zygote) -> None:
+    zygote(_spin)
     started = time.process_time()
-    outcome, detail = checking(_threads_hashing)
-    assert (outcome, detail) == ("cpu", "used its 1 s of CPU time (threads together)")
+    assert run() == ("cpu", "used its 1 s of CPU time")
     assert time.process_time() - started < 1  # the child's time, not the worker's
 
 
-def _named_sleeper() -> HostileResult:
+def _named_sleeper(item: HostileItem) -> HostileResult:
     ctypes.CDLL(None).prctl(15, b"victim-check", 0, 0, 0)  # PR_SET_NAME
     time.sleep(60)
     raise AssertionError("unreachable")
@@ -67,14 +76,15 @@ def _kill_victims(stop: threading.Event, killed: list[int]) -> None:
         time.sleep(0.02)
 
 
-def test_a_child_killed_from_outside_runs_again_then_is_unavailable(checking) -> None:
+def test_a_child_killed_from_outside_runs_again_then_is_unavailable(zygote) -> None:
     """SIGKILL is what the OOM killer or an operator sends, never the check itself (refused
     by its filter): run again, and left unscored (null) past the second time."""
+    zygote(_named_sleeper)
     stop, killed = threading.Event(), []
     killer = threading.Thread(target=_kill_victims, args=(stop, killed))
     killer.start()
     try:
-        outcome, detail = checking(_named_sleeper)
+        outcome, detail = run()
     finally:
         stop.set()
         killer.join()
@@ -82,40 +92,133 @@ def test_a_child_killed_from_outside_runs_again_then_is_unavailable(checking) ->
     assert outcome == "unavailable" and "killed from outside" in detail, detail
 
 
-def _sigkill_self() -> HostileResult:
+def _sigkill_self(item: HostileItem) -> HostileResult:
     os.kill(os.getpid(), signal.SIGKILL)
     raise AssertionError("unreachable")
 
 
-def _close_channel_and_wait() -> HostileResult:
+def _close_channel_and_wait(item: HostileItem) -> HostileResult:
     os.closerange(3, 1024)
     time.sleep(60)
     raise AssertionError("unreachable")
 
 
-def _abort() -> HostileResult:
+def _forge_unavailable(item: HostileItem) -> HostileResult:
+    """What the third audit sent: 'not scored', framed, on every descriptor it holds."""
+    message = b"Unot scored: forged"
+    for fd in range(3, 64):
+        try:
+            os.write(fd, len(message).to_bytes(4, "big") + message)
+        except OSError:
+            pass
+    os._exit(0)
+
+
+def _memfd(item: HostileItem) -> HostileResult:
+    os.memfd_create("beyond-the-cap")  # pages no address-space limit counts
+    raise AssertionError("unreachable")
+
+
+def _thread(item: HostileItem) -> HostileResult:
+    threading.Thread(target=time.sleep, args=(1,)).start()
+    raise AssertionError("unreachable")
+
+
+def _abort(item: HostileItem) -> HostileResult:
     os.abort()
 
 
 @pytest.mark.parametrize(("check", "expected"), [
     (_sigkill_self, ("failed", "PermissionError: [Errno 1] Operation not permitted")),
     (_close_channel_and_wait, ("failed", "the check closed its channel to the worker")),
+    (_forge_unavailable, ("failed", "the check's process sent something other than a result")),
+    (_memfd, ("failed", "PermissionError: [Errno 1] Operation not permitted")),
+    (_thread, ("failed", "RuntimeError: can't start new thread")),
     (_abort, ("failed", "the check's process died of signal 6")),
-    (lambda: os._exit(3), ("failed", "the check's process exited (3) before it sent a result")),
+    (lambda item: os._exit(3),
+     ("failed", "the check's process exited (3) before it sent a result")),
 ])
-def test_how_a_child_ended_is_the_items_doing(checking, check, expected) -> None:
-    assert checking(check) == expected
+def test_how_a_child_ended_is_the_items_doing(zygote, check, expected) -> None:
+    zygote(check)
+    assert run() == expected
 
 
-def test_the_workers_shared_memory_is_gone_from_the_child(checking) -> None:
+def test_the_workers_shared_memory_is_gone_from_the_child(zygote) -> None:
     """The pool's locks live in memory the worker shares with the server's side: a child
     writing where one of them lies dies (SIGSEGV), and the worker's copy is untouched."""
     shared = mmap.mmap(-1, 4096, flags=mmap.MAP_SHARED)
     address = ctypes.addressof(ctypes.c_char.from_buffer(shared))
 
-    def clobber() -> HostileResult:
+    def clobber(item: HostileItem) -> HostileResult:
         ctypes.memset(address, 0x41, 4096)
         return HostileResult(score=1.0, status="ok")
 
-    assert checking(clobber) == ("failed", "the check's process died of signal 11")
+    zygote(clobber)
+    assert run() == ("failed", "the check's process died of signal 11")
     assert shared[:4096] == bytes(4096)
+
+
+def _heap_ranges() -> list[tuple[int, int]]:
+    """This process's private writable anonymous memory: where the items it unpickled were
+    (the larger mappings, model weights and the like, left out)."""
+    found = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            anonymous = len(fields) < 6 or fields[5] == "[heap]"
+            if fields[1] == "rw-p" and anonymous and end - start <= 64 << 20:
+                found.append((start, end - start))
+    return found
+
+
+def _holds(masked: int, ranges: list[tuple[int, int]]) -> bool:
+    """Whether the needle is in this process's memory at ``ranges``, read page by page
+    through a pipe (a page that is not mapped here fails the write, not the process). The
+    needle is given XOR-masked with ``_MASK``, and each page is masked before the search, so
+    the needle itself is never in the memory searched."""
+    needle = masked.to_bytes(_LENGTH, "big")
+    read_fd, write_fd = os.pipe()
+    try:
+        for start, length in ranges:
+            for page in range(start, start + length, 4096):
+                try:
+                    os.write(write_fd, (ctypes.c_char * 4096).from_address(page))
+                except OSError:
+                    continue
+                if needle in _masked_page(os.read(read_fd, 4096)):
+                    return True
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    return False
+
+
+_LENGTH = 24  # "BSECRET-" and 16 hex digits
+_BYTE_MASK = 0x5A
+
+
+def _masked_page(page: bytes) -> bytes:
+    return (int.from_bytes(page, "big") ^ int.from_bytes(bytes([_BYTE_MASK]) * len(page),
+                                                         "big")).to_bytes(len(page), "big")
+
+
+def _answer_or_scan(item: HostileItem) -> HostileResult:
+    if item.response.startswith("scan "):
+        masked, ranges = item.response[5:].split(" ", 1)
+        found = _holds(int(masked), [tuple(map(int, r.split(":"))) for r in ranges.split(",")])
+        return HostileResult(score=0.0, status="ok", info=f"found={found}")
+    return HostileResult(score=1.0, status="ok")
+
+
+def test_a_check_cannot_read_an_earlier_callers_item_from_its_memory(zygote) -> None:
+    """The third audit read another caller's answer out of the memory its child inherited
+    from the worker, which held the earlier item. The child, forked from the zygote (the
+    worker before any item), holds nothing of it."""
+    zygote(_answer_or_scan)
+    secret = "BSECRET-" + secrets.token_hex(8)  # made after the zygote: only items carry it
+    assert run(f"reasoning about {secret}")[0] == "ok"
+    spans = ",".join(f"{start}:{length}" for start, length in _heap_ranges())
+    masked = int.from_bytes(_masked_page(secret.encode()), "big")
+    scanned = run(f"scan {masked} {spans}", cpu_limit_s=60)
+    assert scanned[0] == "ok" and '"info":"found=False"' in scanned[1], scanned
