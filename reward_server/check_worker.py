@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel
 
-from reward_server import landlock, syscall_filters
+from reward_server import landlock, syscall_filters, worker_isolation
 from reward_server.libc import PR_SET_NAME, PR_SET_PDEATHSIG, last_error, libc, prctl
 from reward_server.process_pool import charge_cpu
 from reward_server.settings import compose_settings
@@ -59,6 +59,7 @@ RESULT_MAX_BYTES = 1 << 20  # a result's JSON; past it the item fails (a check's
 _TAGS = {b"O": OK, b"F": FAILED, b"M": MEMORY}  # what a child may say: never "unavailable"
 _EXIT_WAIT_S = 2.0  # for a child whose channel closed to end by itself, before it is killed
 _ATTEMPTS = 2  # of a check whose child was killed from outside
+_MAX_FILES = 64  # descriptors a check may hold
 _EXIT = struct.Struct("=id")  # a child's wait status and CPU seconds, from the zygote
 ZYGOTE_NAME, CHILD_NAME = b"check-zygote", b"check-item"  # in ps/top, for an operator
 
@@ -289,7 +290,14 @@ def _confine(cpu_limit_s: int, keep: tuple[int, ...]) -> None:
         os.dup2(null, fd)
     _keep_only(*keep)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit_s, cpu_limit_s + 1))
-    why_not = landlock.deny_writes()  # the worker's own directory is not the item's
+    # every descriptor holds kernel memory its address-space cap does not count (a pipe's,
+    # an epoll's): a few dozen are all a check needs
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_MAX_FILES, _MAX_FILES))
+    # neither the worker's directory (not the item's to write) nor its /proc entry (its
+    # command line, the host's connections under a non-root server)
+    readable = worker_isolation.confined_to()
+    why_not = (landlock.deny_writes() if readable is None
+               else landlock.restrict(readable, ["/dev/null"]))
     if why_not is not None and landlock.abi() > 0:
         raise OSError(why_not)
     me = os.getpid()

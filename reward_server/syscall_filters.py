@@ -39,7 +39,9 @@ _NUMBERS = {
         "sched_setparam": 142, "sched_setscheduler": 144, "sched_setattr": 314,
         "migrate_pages": 256, "move_pages": 279, "perf_event_open": 298,
         "setpriority": 141, "ioprio_set": 251, "kcmp": 312, "shmget": 29, "semget": 64,
-        "msgget": 68, "mq_open": 240, "memfd_create": 319,
+        "msgget": 68, "mq_open": 240, "memfd_create": 319, "add_key": 248,
+        "request_key": 249, "keyctl": 250, "timer_create": 222, "unshare": 272,
+        "setns": 308, "socketpair": 53, "fcntl": 72, "ioctl": 16,
     },
     "aarch64": {
         "socket": 198, "io_uring_setup": 425, "ptrace": 117, "process_vm_readv": 270,
@@ -51,27 +53,38 @@ _NUMBERS = {
         "sched_setattr": 274, "migrate_pages": 238, "move_pages": 239,
         "perf_event_open": 241, "setpriority": 140, "ioprio_set": 30, "kcmp": 272,
         "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180, "memfd_create": 279,
+        "add_key": 217, "request_key": 218, "keyctl": 219, "timer_create": 107,
+        "unshare": 97, "setns": 268, "socketpair": 199, "fcntl": 25, "ioctl": 29,
     },
 }
+# Commands that make the kernel signal a process of the caller's choosing when a descriptor
+# is ready (any signal, SIGKILL included, to any process or group of the same uid: under a
+# non-root server, the server): fcntl's F_SETOWN, F_SETOWN_EX and F_SETSIG; ioctl's
+# FIOSETOWN, SIOCSPGRP and TIOCSPGRP
+_FCNTL_OWNER = (8, 15, 10)
+_IOCTL_OWNER = (0x8901, 0x8902, 0x5410)
 # The syscalls that send a signal: (name, the argument holding the target, the signal's)
 _SIGNALLING = [("kill", 0, 1), ("tkill", 0, 1), ("tgkill", 0, 2), ("rt_sigqueueinfo", 0, 1),
                ("rt_tgsigqueueinfo", 0, 2)]
 
 # What no scoring process needs: a network, another process's memory or a handle on it, a
 # say in how the server is scheduled (its CPUs, its priority: one caller's lever on all),
-# an IPC object (SysV, POSIX queues) that would outlive it and be found by the next item,
-# memory its address-space cap does not count (a memfd's pages: a gigabyte and more)
+# an IPC object (SysV, POSIX queues) or a key in the user's keyring that would outlive it
+# and be found by the next item, memory its address-space cap does not count (a memfd's
+# pages: a gigabyte and more), a timer that could deliver it SIGKILL (a kill from outside,
+# to the pool), a namespace of its own
 WORKER_DENIED = ("socket", "io_uring_setup", "ptrace", "process_vm_readv",
                  "process_vm_writev", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
                  "sched_setaffinity", "sched_setparam", "sched_setscheduler", "sched_setattr",
                  "migrate_pages", "move_pages", "perf_event_open", "setpriority",
                  "ioprio_set", "kcmp", "shmget", "semget", "msgget", "mq_open",
-                 "memfd_create")
+                 "memfd_create", "add_key", "request_key", "keyctl", "timer_create",
+                 "unshare", "setns")
 # What a per-item check may not do besides: start a process or a thread (each would take a
 # CPU from other callers' items beyond its share, and threads count to a container's pids
 # limit that a non-root server shares with its checks), leave its group, run a program
 CHECK_DENIED = ("fork", "vfork", "clone", "clone3", "setsid", "setpgid", "execve",
-                "execveat")
+                "execveat", "socketpair")  # a socket's buffers: kernel memory, uncapped
 
 
 def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None) -> None:
@@ -79,10 +92,11 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None) 
 
     Each of ``denied`` fails with EPERM. A limit (``prlimit64``) may be set on this process
     alone: a worker that shares the server's uid could otherwise take the server's
-    descriptors away. With ``signal_targets``, a signal may go only to those pids (0: the
-    caller's group, ``-pgid``: a group), and never ``SIGKILL`` or ``SIGSTOP``: a process that
-    could kill itself from inside could pass for one killed from outside, which is retried
-    and never scored 0."""
+    descriptors away. No descriptor may be given an owner to signal (``fcntl``, ``ioctl``):
+    the kernel would send any signal to any process of the uid. With ``signal_targets``, a
+    signal may go only to those pids (0: the caller's group, ``-pgid``: a group), and never
+    ``SIGKILL`` or ``SIGSTOP``: a process that could kill itself from inside could pass for
+    one killed from outside, which is retried and never scored 0."""
     machine = platform.machine()
     if machine not in _NUMBERS:
         raise OSError(f"no seccomp filter for {machine}")
@@ -97,6 +111,8 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None) 
         if name in numbers:  # aarch64 has no fork or vfork: clone covers them
             program.jump_if(numbers[name], "deny")
     program.jump_if(numbers["prlimit64"], "prlimit")
+    program.jump_if(numbers["fcntl"], "fcntl")
+    program.jump_if(numbers["ioctl"], "ioctl")
     if signal_targets is not None:
         for name, _, _ in _SIGNALLING:
             program.jump_if(numbers[name], f"signal {name}")
@@ -108,6 +124,14 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None) 
     program.jump_if(0, "allow")
     program.jump_if(os.getpid(), "allow")
     program.ret(0x00050000 | errno.EPERM)
+    for name, commands in (("fcntl", _FCNTL_OWNER), ("ioctl", _IOCTL_OWNER)):
+        program.label(name)
+        program.load(_ARGS_OFFSET + 8)  # its command
+        for command in commands:
+            program.jump_if(command, f"refuse {name}")
+        program.ret(_ALLOW)
+        program.label(f"refuse {name}")
+        program.ret(0x00050000 | errno.EPERM)
     if signal_targets is not None:
         targets = sorted({t & 0xFFFFFFFF for t in signal_targets})
         for name, target_arg, signal_arg in _SIGNALLING:

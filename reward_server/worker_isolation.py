@@ -73,6 +73,7 @@ _CLONE_NEWNET = 0x40000000
 
 _enabled = True
 _start_lock = threading.Lock()
+_confined_to: tuple[str, ...] | None = None  # this worker's readable trees, once isolated
 
 
 def configure(enabled: bool) -> None:
@@ -217,6 +218,12 @@ def _own_scratch(scratch: str, uid: int | None) -> str:
     return own
 
 
+def confined_to() -> tuple[str, ...] | None:
+    """The trees this worker may read (its own /proc entry and directory aside), for a
+    process of its that may read less; ``None`` where it is not confined."""
+    return _confined_to
+
+
 def protect_server() -> None:
     """A server that is not root shares its uid with its workers: not dumpable, its
     ``/proc/<pid>/environ``, ``mem`` and ``fd`` are root's, so a worker cannot read the
@@ -247,6 +254,8 @@ def isolate(confinement: Policy | None) -> None:
     own = _own_scratch(confinement.scratch, uid)
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # Landlock needs it, for root too once dropped
     why_not = landlock.restrict([*confinement.readable, "/proc/self"], ["/dev/null"], [own])
+    global _confined_to
+    _confined_to = confinement.readable
     if why_not is not None:
         _warn_once(f"scoring workers may read and write any file their uid may ({why_not})")
     if uid is not None:

@@ -8,9 +8,12 @@ reward_server/check_worker.py). Loaded with ``REWARD_SERVER_PLUGINS``."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import fcntl
 import hashlib
 import json
 import os
+import platform
 import resource
 import signal
 import socket
@@ -84,7 +87,21 @@ _WAYS = {
     "leave group": lambda: os.setsid(),
     "memfd": lambda: os.memfd_create("beyond the memory cap"),
     "forge unavailable": lambda: _forge(b"Unot scored: forged"),
+    "timer kill self": lambda: _libc("timer_create", 1, None, ctypes.byref(ctypes.c_int())),
+    "owner kill group": lambda: _owner_kill(-os.getsid(0)),
 }
+
+
+def _owner_kill(target: int) -> HostileResult:
+    """SIGKILL to ``target`` by way of a descriptor's owner, as the fourth audit did to a
+    whole non-root server (its session's group)."""
+    read_fd, write_fd = os.pipe()
+    fcntl.fcntl(read_fd, _F_SETSIG, signal.SIGKILL)
+    fcntl.fcntl(read_fd, fcntl.F_SETOWN, target)
+    fcntl.fcntl(read_fd, fcntl.F_SETFL, os.O_ASYNC)
+    os.write(write_fd, b"x")
+    time.sleep(0.3)
+    return HostileResult(score=1.0, status="ok")
 
 
 def _forge(message: bytes) -> HostileResult:
@@ -105,6 +122,30 @@ def _fork() -> int:
     return pid
 
 
+_F_SETSIG = 10
+_ADD_KEY = {"x86_64": 248, "aarch64": 217}
+
+
+def _libc(name: str, *args: object) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    result = getattr(libc, name)(*args)
+    if result == -1:
+        raise OSError(ctypes.get_errno(), name)
+    return result
+
+
+def _readable_procs(near: int) -> int:
+    """How many processes' /proc entries near ``near`` (its worker's) a check can read."""
+    found = 0
+    for pid in range(max(1, near - 300), near + 300):
+        try:
+            open(f"/proc/{pid}/status").close()
+            found += 1
+        except OSError:
+            pass
+    return found
+
+
 def _spy(server_pid: int, secret_file: str) -> dict[str, object]:
     """What a completion that took over a check would try first: each probe's errno, or
     what it got."""
@@ -118,6 +159,16 @@ def _spy(server_pid: int, secret_file: str) -> dict[str, object]:
         "signal_worker": lambda: os.kill(os.getppid(), 0),
         "server_limits": lambda: resource.prlimit(server_pid, resource.RLIMIT_NOFILE),
         "fork": _fork,
+        # the kernel signals a descriptor's owner, any process of the uid (SIGWINCH here:
+        # nothing happens to a server the probe reaches)
+        "async_signal": lambda: fcntl.fcntl(os.pipe()[0], _F_SETSIG, signal.SIGWINCH),
+        "async_owner": lambda: fcntl.fcntl(os.pipe()[0], fcntl.F_SETOWN, server_pid),
+        "timer": lambda: _libc("timer_create", 1, None, ctypes.byref(ctypes.c_int())),
+        "keyring": lambda: _libc("syscall", _ADD_KEY[platform.machine()], b"user",
+                                 b"left-here", b"x", 1, -4),  # @u, the user's keyring
+        "namespace": lambda: _libc("unshare", 0x10000000),  # CLONE_NEWUSER
+        "socketpair": socket.socketpair,  # its buffers: kernel memory, uncapped
+        "worker_proc": lambda: str(_readable_procs(os.getppid())),
     }
     found: dict[str, object] = {}
     for name, probe in probes.items():

@@ -150,6 +150,8 @@ CONTAINED = [  # what the check does on the response: (score, status)
     ("spinning thread", 0.0, "check_failed"),
     ("memfd", 0.0, "check_failed"),  # memory its address-space cap would not count
     ("forge unavailable", 0.0, "check_failed"),  # a null it would buy
+    ("timer kill self", 0.0, "check_failed"),  # a timer's SIGKILL: a null it would buy
+    ("owner kill group", 0.0, "check_failed"),  # the kernel's SIGKILL to the server's group
 ]
 
 
@@ -205,7 +207,8 @@ def _spied(srv, secret_file: Path, token: str) -> dict:
 
 # each probe's errno: EACCES where a file is out of reach, EPERM where a call is refused
 CUT_OFF = {"server_environ": 13, "secret_file": 13, "write_tmp": 13, "write_own_tmp": 13,
-           "socket": 1,
+           "async_signal": 1, "async_owner": 1, "timer": 1, "keyring": 1, "namespace": 1,
+           "socketpair": 1, "worker_proc": "0", "socket": 1,
            "signal_server": 1, "signal_worker": 1, "server_limits": 1, "fork": 1}
 
 
