@@ -126,7 +126,7 @@ class CheckLane:
         cls = type(verifier)
         settings = verifier.settings
         self.timeout_s = cls.check_timeout_s
-        # the CPU time of a check's threads together: about its time limit (whole seconds)
+        # a check's CPU time: about its time limit (whole seconds, as RLIMIT_CPU counts)
         self.cpu_limit_s = max(1, math.ceil(self.timeout_s))
         self.pool = TimeoutPool(cls.check_workers or settings.check_workers,
                                 cls.check_memory_mb,
