@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 OK, FAILED, MEMORY, CPU, UNAVAILABLE = "ok", "failed", "memory", "cpu", "unavailable"
 _KILLED = "killed"  # by SIGKILL from outside (the OOM killer, an operator): run again
-RESULT_MAX_BYTES = 1 << 20  # a result's JSON; past it the item fails (a check's result is small)
+RESULT_MAX_BYTES = 64 << 10  # a result's JSON; past it the item fails (a result is small)
 _TAGS = {b"O": OK, b"F": FAILED, b"M": MEMORY}  # what a child may say: never "unavailable"
 _EXIT_WAIT_S = 2.0  # for a child whose channel closed to end by itself, before it is killed
 _ATTEMPTS = 2  # of a check whose child was killed from outside
@@ -303,7 +303,7 @@ def _confine(cpu_limit_s: int, keep: tuple[int, ...]) -> None:
     me = os.getpid()
     # the worker's own rules again, so the child holds them whatever process forked it
     syscall_filters.install(syscall_filters.WORKER_DENIED + syscall_filters.CHECK_DENIED,
-                            signal_targets=[me, -me, 0])
+                            signal_targets=[me, -me, 0], freeze_limits=True)
 
 
 def _checked(item: ItemBase) -> bytes:

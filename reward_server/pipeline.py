@@ -45,9 +45,11 @@ log = logging.getLogger("reward_server.pipeline")
 TIMEOUT = "timeout"  # the check ran past the verifier's time limit on this item (0)
 MEMORY_LIMIT = "memory_limit"  # it ran past the verifier's memory limit (0)
 CHECK_FAILED = "check_failed"  # it raised, or ended its worker, on this item (0)
-# What a plug-in's cached results may hold in all: a result may be up to a megabyte
-# (check_worker.RESULT_MAX_BYTES), and the cache has room for 100,000 entries
+# What a plug-in's cached results may hold in all, and one request's: a result may be up
+# to check_worker.RESULT_MAX_BYTES, the cache has room for 100,000 of them and a request
+# for 8,192, each kept until the response is sent
 CACHE_BYTES = 64 << 20
+REQUEST_RESULT_BYTES = 16 << 20
 PipelineStatus = Literal["not_run", "timeout", "memory_limit", "check_failed", "unavailable"]
 
 
@@ -139,13 +141,19 @@ class CheckLane:
             _LANE_VERDICTS, cache_bytes=(CACHE_BYTES, _json_bytes))
 
     async def verify(self, items: Sequence[ItemBase]) -> list[ResultBase]:
-        return list(await asyncio.gather(*(self._one(item) for item in items)))
+        room = [REQUEST_RESULT_BYTES]  # what this request's results may still hold
+        return list(await asyncio.gather(*(self._one(item, room) for item in items)))
 
-    async def _one(self, item: ItemBase) -> ResultBase:
+    async def _one(self, item: ItemBase, room: list[int]) -> ResultBase:
         key = hashlib.sha256(item.model_dump_json().encode()).digest()
-        return await self.lane.run(
+        result = await self.lane.run(
             key, lambda turn: self._check(item, turn),
             not_run=lambda reason: PipelineResult(score=None, status=NOT_RUN, detail=reason))
+        room[0] -= _json_bytes(result)
+        if room[0] < 0:  # the completions made their results large: theirs to pay, with 0s
+            return self._failed(f"this request's results are over {REQUEST_RESULT_BYTES} "
+                                "bytes in all")
+        return result
 
     async def _check(self, item: ItemBase, turn: Turn) -> Done[ResultBase]:
         async with turn.slot() as held:

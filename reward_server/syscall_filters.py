@@ -41,7 +41,13 @@ _NUMBERS = {
         "setpriority": 141, "ioprio_set": 251, "kcmp": 312, "shmget": 29, "semget": 64,
         "msgget": 68, "mq_open": 240, "memfd_create": 319, "add_key": 248,
         "request_key": 249, "keyctl": 250, "timer_create": 222, "unshare": 272,
-        "setns": 308, "socketpair": 53, "fcntl": 72, "ioctl": 16,
+        "setns": 308, "socketpair": 53, "fcntl": 72, "ioctl": 16, "memfd_secret": 447,
+        "io_setup": 206, "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300,
+        "sync": 162, "syncfs": 306, "fadvise64": 221, "setrlimit": 160,
+        "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "chown": 92,
+        "fchown": 93, "lchown": 94, "fchownat": 260, "setxattr": 188, "lsetxattr": 189,
+        "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199,
+        "utime": 132, "utimes": 235, "utimensat": 280, "futimesat": 261,
     },
     "aarch64": {
         "socket": 198, "io_uring_setup": 425, "ptrace": 117, "process_vm_readv": 270,
@@ -55,6 +61,11 @@ _NUMBERS = {
         "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180, "memfd_create": 279,
         "add_key": 217, "request_key": 218, "keyctl": 219, "timer_create": 107,
         "unshare": 97, "setns": 268, "socketpair": 199, "fcntl": 25, "ioctl": 29,
+        "memfd_secret": 447, "io_setup": 0, "inotify_init1": 26, "fanotify_init": 262,
+        "sync": 81, "syncfs": 267, "fadvise64": 223, "setrlimit": 164, "fchmod": 52,
+        "fchmodat": 53, "fchmodat2": 452, "fchown": 55, "fchownat": 54, "setxattr": 5,
+        "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
+        "fremovexattr": 16, "utimensat": 88,
     },
 }
 # Commands that make the kernel signal a process of the caller's choosing when a descriptor
@@ -70,24 +81,35 @@ _SIGNALLING = [("kill", 0, 1), ("tkill", 0, 1), ("tgkill", 0, 2), ("rt_sigqueuei
 # What no scoring process needs: a network, another process's memory or a handle on it, a
 # say in how the server is scheduled (its CPUs, its priority: one caller's lever on all),
 # an IPC object (SysV, POSIX queues) or a key in the user's keyring that would outlive it
-# and be found by the next item, memory its address-space cap does not count (a memfd's
-# pages: a gigabyte and more), a timer that could deliver it SIGKILL (a kill from outside,
-# to the pool), a namespace of its own
+# and be found by the next item, memory its address-space cap does not count (a memfd's or
+# a secret memfd's pages, AIO contexts: a gigabyte and more, or a host-wide limit), a timer
+# that could deliver it SIGKILL (a kill from outside, to the pool), a namespace of its own,
+# a watch on files it may not open (inotify, fanotify: other processes' file names), the
+# whole host's disk writeback or page cache
 WORKER_DENIED = ("socket", "io_uring_setup", "ptrace", "process_vm_readv",
                  "process_vm_writev", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
                  "sched_setaffinity", "sched_setparam", "sched_setscheduler", "sched_setattr",
                  "migrate_pages", "move_pages", "perf_event_open", "setpriority",
                  "ioprio_set", "kcmp", "shmget", "semget", "msgget", "mq_open",
-                 "memfd_create", "add_key", "request_key", "keyctl", "timer_create",
-                 "unshare", "setns")
+                 "memfd_create", "memfd_secret", "add_key", "request_key", "keyctl",
+                 "timer_create", "unshare", "setns", "io_setup", "inotify_init",
+                 "inotify_init1", "fanotify_init", "sync", "syncfs", "fadvise64")
 # What a per-item check may not do besides: start a process or a thread (each would take a
 # CPU from other callers' items beyond its share, and threads count to a container's pids
-# limit that a non-root server shares with its checks), leave its group, run a program
+# limit that a non-root server shares with its checks), leave its group, run a program,
+# make a socket pair (its buffers: kernel memory, uncapped), change its own limits (a
+# lower CPU limit's SIGKILL would pass for a kill from outside), change a file's mode,
+# owner, times or attributes (Landlock leaves those to the uid, which under a non-root
+# server owns what the server does)
 CHECK_DENIED = ("fork", "vfork", "clone", "clone3", "setsid", "setpgid", "execve",
-                "execveat", "socketpair")  # a socket's buffers: kernel memory, uncapped
+                "execveat", "socketpair", "setrlimit", "chmod", "fchmod",
+                "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
+                "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr",
+                "fremovexattr", "utime", "utimes", "utimensat", "futimesat")
 
 
-def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None) -> None:
+def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,
+            freeze_limits: bool = False) -> None:
     """Add a filter to this process and every one it starts.
 
     Each of ``denied`` fails with EPERM. A limit (``prlimit64``) may be set on this process
@@ -96,7 +118,8 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None) 
     the kernel would send any signal to any process of the uid. With ``signal_targets``, a
     signal may go only to those pids (0: the caller's group, ``-pgid``: a group), and never
     ``SIGKILL`` or ``SIGSTOP``: a process that could kill itself from inside could pass for
-    one killed from outside, which is retried and never scored 0."""
+    one killed from outside, which is retried and never scored 0. With ``freeze_limits``,
+    ``prlimit64`` may read a limit and not set one (add ``setrlimit`` to ``denied``)."""
     machine = platform.machine()
     if machine not in _NUMBERS:
         raise OSError(f"no seccomp filter for {machine}")
@@ -121,9 +144,20 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None) 
     program.ret(0x00050000 | errno.EPERM)
     program.label("prlimit")
     program.load(_ARGS_OFFSET)  # its pid: 0 or its own
-    program.jump_if(0, "allow")
-    program.jump_if(os.getpid(), "allow")
+    program.jump_if(0, "own limit")
+    program.jump_if(os.getpid(), "own limit")
     program.ret(0x00050000 | errno.EPERM)
+    program.label("own limit")
+    if freeze_limits:  # a new limit's pointer, both halves, must be NULL
+        program.load(_ARGS_OFFSET + 8 * 2)
+        program.jump_if(0, "no new limit, low")
+        program.ret(0x00050000 | errno.EPERM)
+        program.label("no new limit, low")
+        program.load(_ARGS_OFFSET + 8 * 2 + 4)
+        program.jump_if(0, "allow")
+        program.ret(0x00050000 | errno.EPERM)
+    else:
+        program.ret(_ALLOW)
     for name, commands in (("fcntl", _FCNTL_OWNER), ("ioctl", _IOCTL_OWNER)):
         program.label(name)
         program.load(_ARGS_OFFSET + 8)  # its command

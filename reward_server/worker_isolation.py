@@ -250,6 +250,7 @@ def isolate(confinement: Policy | None) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.chdir("/")  # the server's directory may be its user's only
+    del sys.argv[1:]  # the server's command line came with it: a flag may hold a secret
     uid = UID_BASE + os.getpid() if root else None
     own = _own_scratch(confinement.scratch, uid)
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # Landlock needs it, for root too once dropped

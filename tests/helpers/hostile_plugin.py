@@ -89,6 +89,8 @@ _WAYS = {
     "forge unavailable": lambda: _forge(b"Unot scored: forged"),
     "timer kill self": lambda: _libc("timer_create", 1, None, ctypes.byref(ctypes.c_int())),
     "owner kill group": lambda: _owner_kill(-os.getsid(0)),
+    "lower cpu limit": lambda: resource.setrlimit(resource.RLIMIT_CPU, (1, 1)),
+    "secret memfd": lambda: _libc("syscall", 447, 0),  # its pages: no limit counts them
 }
 
 
@@ -124,6 +126,7 @@ def _fork() -> int:
 
 _F_SETSIG = 10
 _ADD_KEY = {"x86_64": 248, "aarch64": 217}
+_IO_SETUP = {"x86_64": 206, "aarch64": 0}
 
 
 def _libc(name: str, *args: object) -> int:
@@ -169,6 +172,9 @@ def _spy(server_pid: int, secret_file: str) -> dict[str, object]:
         "namespace": lambda: _libc("unshare", 0x10000000),  # CLONE_NEWUSER
         "socketpair": socket.socketpair,  # its buffers: kernel memory, uncapped
         "worker_proc": lambda: str(_readable_procs(os.getppid())),
+        "inotify": lambda: _libc("inotify_init1", 0),  # names of files it may not open
+        "aio": lambda: _libc("syscall", _IO_SETUP[platform.machine()], 65000,
+                             ctypes.byref(ctypes.c_ulong())),  # a host-wide limit
     }
     found: dict[str, object] = {}
     for name, probe in probes.items():
@@ -214,6 +220,8 @@ class HostileVerifier(Verifier):
             for _ in range(3):  # each thread's malloc arena counts to the memory cap
                 threading.Thread(target=hash_forever, daemon=True).start()
             hash_forever()
+        if response.startswith("bulky "):  # a result of 60 KB, under the 64 KB a result may be
+            return HostileResult(score=1.0, status="ok", info=response + "x" * 60_000)
         if response.startswith("spy "):
             _, server_pid, secret_file = response.split(" ", 2)
             return HostileResult(score=0.0, status="ok",

@@ -152,6 +152,8 @@ CONTAINED = [  # what the check does on the response: (score, status)
     ("forge unavailable", 0.0, "check_failed"),  # a null it would buy
     ("timer kill self", 0.0, "check_failed"),  # a timer's SIGKILL: a null it would buy
     ("owner kill group", 0.0, "check_failed"),  # the kernel's SIGKILL to the server's group
+    ("lower cpu limit", 0.0, "check_failed"),  # its SIGKILL would pass for one from outside
+    ("secret memfd", 0.0, "check_failed"),
 ]
 
 
@@ -195,6 +197,18 @@ def test_nothing_a_check_leaves_reaches_the_next_item(tmp_path: Path) -> None:
         assert names["check-item"] == 0, names
 
 
+def test_one_requests_results_are_bounded_in_all(tmp_path: Path) -> None:
+    """Each result may be up to 64 KB; a request's may hold 16 MB in all (the fifth audit
+    held 720 MB in the server with 256 results of a megabyte): past that its items are 0,
+    ``check_failed``, and the server's memory stays where it was."""
+    with run_server(tmp_path, env=HOSTILE) as srv:
+        results = _hostile(srv, [f"bulky {k}" for k in range(320)])  # 19 MB of results
+        kept = [r for r in results if r["status"] == "ok"]
+        cut = [r for r in results if r["status"] == "check_failed"]
+        assert len(kept) + len(cut) == 320 and 250 <= len(kept) < 320, len(kept)
+        assert all(r["score"] == 0.0 and "in all" in r["detail"] for r in cut)
+
+
 def _spied(srv, secret_file: Path, token: str) -> dict:
     """What a check taken over by its completion found of the server and its files."""
     r = httpx.post(srv.url + "/v1/verify/hostile", timeout=120,
@@ -208,7 +222,7 @@ def _spied(srv, secret_file: Path, token: str) -> dict:
 # each probe's errno: EACCES where a file is out of reach, EPERM where a call is refused
 CUT_OFF = {"server_environ": 13, "secret_file": 13, "write_tmp": 13, "write_own_tmp": 13,
            "async_signal": 1, "async_owner": 1, "timer": 1, "keyring": 1, "namespace": 1,
-           "socketpair": 1, "worker_proc": "0", "socket": 1,
+           "socketpair": 1, "worker_proc": "0", "inotify": 1, "aio": 1, "socket": 1,
            "signal_server": 1, "signal_worker": 1, "server_limits": 1, "fork": 1}
 
 
