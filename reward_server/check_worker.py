@@ -94,18 +94,26 @@ class _Exit(NamedTuple):
 
 
 def _run_once(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
+    """One child's run. The soft time limit's alarm is held back throughout and its
+    deadline waited for explicitly (``_remaining``): an alarm landing between two steps of
+    the hand-over left the zygote's record of this child unread, and the next item, any
+    caller's, read it as its own reply. Once the child is killed and reaped, an alarm that
+    came due fires as the mask is restored, and the task is a timeout as before."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    try:
+        return _run_held(item, cpu_limit_s)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _run_held(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
     zygote = _ZYGOTE
     assert zygote is not None, "check_worker.load makes the zygote"
-    # the soft time limit waits out the hand-over: cut there, the next item would be handed
-    # this one's child
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
     try:
         zygote.send(str(cpu_limit_s).encode())
         reply, fds, _, _ = socket.recv_fds(zygote, 1024, 2)
     except OSError:
         reply, fds = b"", []
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     if not reply:
         _zygote_lost()
     if reply[:1] == b"E":
@@ -115,26 +123,23 @@ def _run_once(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
     sent, size = b"", 0
     try:
         try:
-            _write_all(item_w, _framed(pickle.dumps(item)))
+            _send(item_w, _framed(pickle.dumps(item)))
         except BrokenPipeError:  # it ended before it read its item: why, below
             pass
         finally:
             os.close(item_w)
-        header = _read_exactly(result_r, 4)
+        header = _receive(result_r, 4)
         size = int.from_bytes(header, "big") if len(header) == 4 else 0
-        sent = _read_exactly(result_r, size) if size <= RESULT_MAX_BYTES + 1 else b""
-        if not sent:
-            ended = _exit_of(zygote, by_itself=True, wait_s=_EXIT_WAIT_S)
-    finally:  # the soft time limit lands here too, as an exception while reading
+        sent = _receive(result_r, size) if size <= RESULT_MAX_BYTES + 1 else b""
+        left = _remaining()
+        if not sent and left != 0.0:
+            ended = _exit_of(zygote, by_itself=True,
+                             wait_s=_EXIT_WAIT_S if left is None else min(_EXIT_WAIT_S, left))
+    finally:
         os.close(result_r)
-        # the clean-up is never cut short by the soft limit: its alarm waits until it is done
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-        try:
-            if ended is None:
-                ended = _end(zygote, pid)
-            charge_cpu(ended.cpu_s)  # the child's CPU time is the task's, not the zygote's
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        if ended is None:
+            ended = _end(zygote, pid)
+        charge_cpu(ended.cpu_s)  # the child's CPU time is the task's, not the zygote's
     if size > RESULT_MAX_BYTES + 1:
         return FAILED, f"the check's result is over {RESULT_MAX_BYTES} bytes"
     if sent:
@@ -143,6 +148,47 @@ def _run_once(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
             return FAILED, "the check's process sent something other than a result"
         return outcome, sent[1:].decode("utf-8", "replace")
     return _death(ended, cpu_limit_s)
+
+
+def _remaining() -> float | None:
+    """Seconds to the soft time limit (``process_pool._timed``'s alarm, held back here):
+    0.0 once it is due, ``None`` where no alarm is set (a caller without one)."""
+    left = signal.getitimer(signal.ITIMER_REAL)[0]
+    if left > 0:
+        return left
+    return 0.0 if signal.SIGALRM in signal.sigpending() else None
+
+
+def _ready(fd: int, writing: bool = False) -> bool:
+    """Whether ``fd`` is ready before the soft time limit is due."""
+    left = _remaining()
+    if left == 0.0:
+        return False
+    ready = select.select([] if writing else [fd], [fd] if writing else [], [], left)
+    return bool(ready[0] or ready[1])
+
+
+def _send(fd: int, data: bytes) -> None:
+    """All of ``data``, or as much as the child read before the time limit was due."""
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    while view and _ready(fd, writing=True):
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            continue
+
+
+def _receive(fd: int, size: int) -> bytes:
+    """``size`` bytes, or fewer where the child ended first or the time limit came due."""
+    chunks, got = [], 0
+    while got < size and _ready(fd):
+        chunk = os.read(fd, min(65536, size - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
 
 
 def _death(ended: _Exit, cpu_limit_s: int) -> tuple[str, str]:

@@ -42,6 +42,7 @@ _NUMBERS = {
         "msgget": 68, "mq_open": 240, "memfd_create": 319, "add_key": 248,
         "request_key": 249, "keyctl": 250, "timer_create": 222, "unshare": 272,
         "setns": 308, "socketpair": 53, "fcntl": 72, "ioctl": 16, "memfd_secret": 447,
+        "prctl": 157,
         "io_setup": 206, "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300,
         "sync": 162, "syncfs": 306, "fadvise64": 221, "setrlimit": 160,
         "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "chown": 92,
@@ -62,6 +63,7 @@ _NUMBERS = {
         "add_key": 217, "request_key": 218, "keyctl": 219, "timer_create": 107,
         "unshare": 97, "setns": 268, "socketpair": 199, "fcntl": 25, "ioctl": 29,
         "memfd_secret": 447, "io_setup": 0, "inotify_init1": 26, "fanotify_init": 262,
+        "prctl": 167,
         "sync": 81, "syncfs": 267, "fadvise64": 223, "setrlimit": 164, "fchmod": 52,
         "fchmodat": 53, "fchmodat2": 452, "fchown": 55, "fchownat": 54, "setxattr": 5,
         "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
@@ -72,7 +74,10 @@ _NUMBERS = {
 # is ready (any signal, SIGKILL included, to any process or group of the same uid: under a
 # non-root server, the server): fcntl's F_SETOWN, F_SETOWN_EX and F_SETSIG; ioctl's
 # FIOSETOWN, SIOCSPGRP and TIOCSPGRP
-_FCNTL_OWNER = (8, 15, 10)
+_FCNTL_OWNER = (8, 15, 10, 1031)  # and F_SETPIPE_SZ: a megabyte of kernel memory a pipe
+# What a frozen process (a check's child) may not change of itself: its parent-death signal
+# (it would outlive its zygote) or whether it is dumpable
+_PRCTL_FROZEN = (1, 4)
 _IOCTL_OWNER = (0x8901, 0x8902, 0x5410)
 # The syscalls that send a signal: (name, the argument holding the target, the signal's)
 _SIGNALLING = [("kill", 0, 1), ("tkill", 0, 1), ("tgkill", 0, 2), ("rt_sigqueueinfo", 0, 1),
@@ -119,7 +124,8 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,
     signal may go only to those pids (0: the caller's group, ``-pgid``: a group), and never
     ``SIGKILL`` or ``SIGSTOP``: a process that could kill itself from inside could pass for
     one killed from outside, which is retried and never scored 0. With ``freeze_limits``,
-    ``prlimit64`` may read a limit and not set one (add ``setrlimit`` to ``denied``)."""
+    ``prlimit64`` may read a limit and not set one (add ``setrlimit`` to ``denied``), and
+    ``prctl`` may not change the parent-death signal or dumpability."""
     machine = platform.machine()
     if machine not in _NUMBERS:
         raise OSError(f"no seccomp filter for {machine}")
@@ -136,6 +142,8 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,
     program.jump_if(numbers["prlimit64"], "prlimit")
     program.jump_if(numbers["fcntl"], "fcntl")
     program.jump_if(numbers["ioctl"], "ioctl")
+    if freeze_limits:
+        program.jump_if(numbers["prctl"], "prctl")
     if signal_targets is not None:
         for name, _, _ in _SIGNALLING:
             program.jump_if(numbers[name], f"signal {name}")
@@ -158,9 +166,12 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,
         program.ret(0x00050000 | errno.EPERM)
     else:
         program.ret(_ALLOW)
-    for name, commands in (("fcntl", _FCNTL_OWNER), ("ioctl", _IOCTL_OWNER)):
+    rules = [("fcntl", _FCNTL_OWNER), ("ioctl", _IOCTL_OWNER)]
+    if freeze_limits:
+        rules.append(("prctl", _PRCTL_FROZEN))
+    for name, commands in rules:
         program.label(name)
-        program.load(_ARGS_OFFSET + 8)  # its command
+        program.load(_ARGS_OFFSET + (0 if name == "prctl" else 8))  # its option, command
         for command in commands:
             program.jump_if(command, f"refuse {name}")
         program.ret(_ALLOW)

@@ -127,6 +127,26 @@ def import_roots() -> tuple[list[str], list[str]]:
     return sorted(essential), sorted(others - essential)
 
 
+def code_trees() -> list[str]:
+    """What a confined worker may read of the code: the standard library and site-packages
+    whole, and elsewhere (a source checkout, a plug-in directory on ``PYTHONPATH``) only the
+    top-level packages and modules loaded from there, never the directory that holds them:
+    a checkout's root holds ``.env`` (the API token), ``.git``, keys."""
+    paths = sysconfig.get_paths()
+    whole = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    found = set(whole)
+    for name in {name.partition(".")[0] for name in list(sys.modules)}:
+        top = sys.modules.get(name)
+        file = getattr(top, "__file__", None)
+        places = ([os.path.dirname(file)] if file and os.path.basename(file).startswith(
+            "__init__.") else [file] if file else list(getattr(top, "__path__", [])))
+        for place in places:
+            place = os.path.abspath(place)
+            if not any(place == w or place.startswith(w + os.sep) for w in whole):
+                found.add(place)
+    return sorted(found)
+
+
 def unreadable_paths(paths: list[str] | None = None) -> list[str]:
     """The ``paths`` (the essential import roots by default) that a user other than the
     owner cannot reach: a directory on the way without the others' execute bit, or the root
@@ -185,9 +205,8 @@ def policy(scratch: str, signal_others: bool = False) -> Policy | None:
     (``make_scratch``); ``None`` with ``--worker-isolation off``."""
     if not _enabled:
         return None
-    essential, others = import_roots()
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    readable = sorted({*essential, *others, *prefixes, *_SYSTEM_READABLE})
+    readable = sorted({*code_trees(), *prefixes, *_SYSTEM_READABLE})
     return Policy(tuple(readable), signal_others, scratch)
 
 

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 from reward_server.verifiers import ItemBase, ResultBase, Verifier
 
@@ -125,6 +126,7 @@ def _fork() -> int:
 
 
 _F_SETSIG = 10
+_CHECKOUT = Path(__file__).resolve().parents[2]  # the source checkout's root
 _ADD_KEY = {"x86_64": 248, "aarch64": 217}
 _IO_SETUP = {"x86_64": 206, "aarch64": 0}
 
@@ -172,6 +174,7 @@ def _spy(server_pid: int, secret_file: str) -> dict[str, object]:
         "namespace": lambda: _libc("unshare", 0x10000000),  # CLONE_NEWUSER
         "socketpair": socket.socketpair,  # its buffers: kernel memory, uncapped
         "worker_proc": lambda: str(_readable_procs(os.getppid())),
+        "checkout_root": lambda: open(_CHECKOUT / "pyproject.toml").read(),  # beside .env
         "inotify": lambda: _libc("inotify_init1", 0),  # names of files it may not open
         "aio": lambda: _libc("syscall", _IO_SETUP[platform.machine()], 65000,
                              ctypes.byref(ctypes.c_ulong())),  # a host-wide limit

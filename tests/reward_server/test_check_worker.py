@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from reward_server import check_worker
+from reward_server import check_worker, process_pool
 from tests.helpers.hostile_plugin import HostileItem, HostileResult
 
 pytestmark = pytest.mark.slow  # processes forked and killed
@@ -222,3 +222,16 @@ def test_a_check_cannot_read_an_earlier_callers_item_from_its_memory(zygote) -> 
     masked = int.from_bytes(_masked_page(secret.encode()), "big")
     scanned = run(f"scan {masked} {spans}", cpu_limit_s=60)
     assert scanned[0] == "ok" and '"info":"found=False"' in scanned[1], scanned
+
+
+def test_a_soft_time_limit_anywhere_in_the_hand_over_leaves_the_next_item_in_step(
+        zygote) -> None:
+    """The sixth audit's race: the soft limit's alarm landing between two steps of the
+    hand-over left the zygote's record of the child unread, and the next item read it as
+    its reply (0, ``crashed``). Alarms at 400 points from the fork to the result: every
+    next item is answered as its own."""
+    zygote(lambda item: HostileResult(score=1.0, status="ok"))
+    for k in range(400):
+        soft_s = 0.0002 + k * 0.00005  # 0.2 to 20 ms: the hand-over's every step
+        process_pool._timed(check_worker.run, soft_s, HostileItem(response="x"), 1)
+        assert run() == ("ok", '{"score":1.0,"status":"ok","info":""}'), k

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from reward_server.testing import PROXY_SETTINGS, A, B, as_caller
@@ -191,7 +192,8 @@ def test_nothing_a_check_leaves_reaches_the_next_item(tmp_path: Path) -> None:
         assert [(r["score"], r["status"]) for r in honest] == [(1.0, "ok")] * 3
         # "wrong answer" scores 1 here by design; the patch would have made "raise" a 1 too
         assert _hostile(srv, ["raise"], B)[0]["status"] == "check_failed"
-        names = Counter(os.popen("ps -eo comm").read().split())
+        # this server's processes only: the machine may run other servers with plug-ins
+        names = Counter(p.name() for p in psutil.Process(srv.proc.pid).children(recursive=True))
         # the worker and its spare, and a zygote each; no check's process left
         assert names["hostile-check"] <= 2 and names["check-zygote"] <= 2, names
         assert names["check-item"] == 0, names
@@ -223,6 +225,7 @@ def _spied(srv, secret_file: Path, token: str) -> dict:
 CUT_OFF = {"server_environ": 13, "secret_file": 13, "write_tmp": 13, "write_own_tmp": 13,
            "async_signal": 1, "async_owner": 1, "timer": 1, "keyring": 1, "namespace": 1,
            "socketpair": 1, "worker_proc": "0", "inotify": 1, "aio": 1, "socket": 1,
+           "checkout_root": 13,
            "signal_server": 1, "signal_worker": 1, "server_limits": 1, "fork": 1}
 
 
