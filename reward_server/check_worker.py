@@ -128,9 +128,9 @@ def _run_held(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
             pass
         finally:
             os.close(item_w)
-        header = _receive(result_r, 4)
+        header = _read_exactly(result_r, 4, timed=True)
         size = int.from_bytes(header, "big") if len(header) == 4 else 0
-        sent = _receive(result_r, size) if size <= RESULT_MAX_BYTES + 1 else b""
+        sent = _read_exactly(result_r, size, timed=True) if size <= RESULT_MAX_BYTES + 1 else b""
         left = _remaining()
         if not sent and left != 0.0:
             ended = _exit_of(zygote, by_itself=True,
@@ -177,18 +177,6 @@ def _send(fd: int, data: bytes) -> None:
             view = view[os.write(fd, view):]
         except BlockingIOError:
             continue
-
-
-def _receive(fd: int, size: int) -> bytes:
-    """``size`` bytes, or fewer where the child ended first or the time limit came due."""
-    chunks, got = [], 0
-    while got < size and _ready(fd):
-        chunk = os.read(fd, min(65536, size - got))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
 
 
 def _death(ended: _Exit, cpu_limit_s: int) -> tuple[str, str]:
@@ -385,10 +373,11 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view):]
 
 
-def _read_exactly(fd: int, size: int) -> bytes:
-    """``size`` bytes, or fewer where the writer ended first (b"" for none)."""
+def _read_exactly(fd: int, size: int, timed: bool = False) -> bytes:
+    """``size`` bytes, or fewer where the writer ended first (b"" for none) or, ``timed``,
+    the soft time limit came due."""
     chunks, got = [], 0
-    while got < size:
+    while got < size and (not timed or _ready(fd)):
         chunk = os.read(fd, min(65536, size - got))
         if not chunk:
             break

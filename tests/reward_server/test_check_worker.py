@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from reward_server import check_worker, process_pool
-from tests.helpers.hostile_plugin import HostileItem, HostileResult
+from tests.helpers.hostile_plugin import HostileItem, HostileResult, _forge
 
 pytestmark = pytest.mark.slow  # processes forked and killed
 
@@ -105,13 +105,7 @@ def _close_channel_and_wait(item: HostileItem) -> HostileResult:
 
 def _forge_unavailable(item: HostileItem) -> HostileResult:
     """What the third audit sent: 'not scored', framed, on every descriptor it holds."""
-    message = b"Unot scored: forged"
-    for fd in range(3, 64):
-        try:
-            os.write(fd, len(message).to_bytes(4, "big") + message)
-        except OSError:
-            pass
-    os._exit(0)
+    return _forge(b"Unot scored: forged")
 
 
 def _memfd(item: HostileItem) -> HostileResult:
