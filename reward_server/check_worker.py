@@ -41,6 +41,8 @@ import select
 import signal
 import socket
 import struct
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel
@@ -59,6 +61,10 @@ RESULT_MAX_BYTES = 64 << 10  # a result's JSON; past it the item fails (a result
 _TAGS = {b"O": OK, b"F": FAILED, b"M": MEMORY}  # what a child may say: never "unavailable"
 _EXIT_WAIT_S = 2.0  # for a child whose channel closed to end by itself, before it is killed
 _ATTEMPTS = 2  # of a check whose child was killed from outside
+# for a child to be confined (milliseconds as a rule): one that is not by then is stuck (a
+# lock some other thread of the worker held when the zygote was forked) and is killed, so
+# its item is unavailable rather than its worker waiting for ever
+_CONFINED_WITHIN_S = 30.0
 _MAX_FILES = 64  # descriptors a check may hold
 _EXIT = struct.Struct("=id")  # a child's wait status and CPU seconds, from the zygote
 ZYGOTE_NAME, CHILD_NAME = b"check-zygote", b"check-item"  # in ps/top, for an operator
@@ -128,9 +134,9 @@ def _run_held(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
             pass
         finally:
             os.close(item_w)
-        header = _read_exactly(result_r, 4, timed=True)
+        header = _read_exactly(result_r, 4, _ready)
         size = int.from_bytes(header, "big") if len(header) == 4 else 0
-        sent = _read_exactly(result_r, size, timed=True) if size <= RESULT_MAX_BYTES + 1 else b""
+        sent = _read_exactly(result_r, size, _ready) if size <= RESULT_MAX_BYTES + 1 else b""
         left = _remaining()
         if not sent and left != 0.0:
             ended = _exit_of(zygote, by_itself=True,
@@ -159,9 +165,10 @@ def _remaining() -> float | None:
     return 0.0 if signal.SIGALRM in signal.sigpending() else None
 
 
-def _ready(fd: int, writing: bool = False) -> bool:
-    """Whether ``fd`` is ready before the soft time limit is due."""
-    left = _remaining()
+def _ready(fd: int, writing: bool = False, until: float | None = None) -> bool:
+    """Whether ``fd`` is ready before ``until`` (a ``time.monotonic`` time) where given,
+    else before the soft time limit is due."""
+    left = _remaining() if until is None else max(0.0, until - time.monotonic())
     if left == 0.0:
         return False
     ready = select.select([] if writing else [fd], [fd] if writing else [], [], left)
@@ -274,7 +281,8 @@ def _spawn(channel: socket.socket, cpu_limit_s: int) -> None:
         _child(item_r, result_w, ready_w, cpu_limit_s)
     for fd in (item_r, result_w, ready_w):
         os.close(fd)
-    ready = _read_exactly(ready_r, 512)
+    until = time.monotonic() + _CONFINED_WITHIN_S
+    ready = _read_exactly(ready_r, 512, lambda fd: _ready(fd, until=until))
     os.close(ready_r)
     if ready == b"R":
         socket.send_fds(channel, [b"P%d" % pid], [item_w, result_r])
@@ -284,7 +292,9 @@ def _spawn(channel: socket.socket, cpu_limit_s: int) -> None:
         os.kill(pid, signal.SIGKILL)
     _, status, usage = os.wait4(pid, 0)
     if ready != b"R":
-        why = ready[1:] or b"the check's process ended before it was confined"
+        why = ready[1:] or (b"the check's process was not confined within %d s"
+                            % _CONFINED_WITHIN_S if time.monotonic() >= until
+                            else b"the check's process ended before it was confined")
         channel.send(b"E" + why)
         return
     channel.send(b"X" + _EXIT.pack(status, usage.ru_utime + usage.ru_stime))
@@ -373,11 +383,11 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view):]
 
 
-def _read_exactly(fd: int, size: int, timed: bool = False) -> bytes:
-    """``size`` bytes, or fewer where the writer ended first (b"" for none) or, ``timed``,
-    the soft time limit came due."""
+def _read_exactly(fd: int, size: int, ready: Callable[[int], bool] | None = None) -> bytes:
+    """``size`` bytes, or fewer where the writer ended first (b"" for none) or ``ready``
+    said no more will come in time (a deadline passed)."""
     chunks, got = [], 0
-    while got < size and (not timed or _ready(fd)):
+    while got < size and (ready is None or ready(fd)):
         chunk = os.read(fd, min(65536, size - got))
         if not chunk:
             break

@@ -45,8 +45,22 @@ def zygote() -> Iterator[Callable[[Check], None]]:
     check_worker._VERIFIER = check_worker._ZYGOTE = None
 
 
+_GUARD_S = 120  # what a worker's soft time limit is: no test waits on a stuck child for ever
+
+
+def _stuck(signum: int, frame: object) -> None:
+    raise TimeoutError(f"the check was still running after {_GUARD_S} s")
+
+
 def run(response: str = "x", cpu_limit_s: int = 1) -> tuple[str, str]:
-    return check_worker.run(HostileItem(response=response), cpu_limit_s)
+    """The item through ``check_worker.run``, under a soft time limit as in a worker."""
+    previous = signal.signal(signal.SIGALRM, _stuck)
+    signal.setitimer(signal.ITIMER_REAL, _GUARD_S)
+    try:
+        return check_worker.run(HostileItem(response=response), cpu_limit_s)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _spin(item: HostileItem) -> HostileResult:
@@ -135,6 +149,17 @@ def _abort(item: HostileItem) -> HostileResult:
 def test_how_a_child_ended_is_the_items_doing(zygote, check, expected) -> None:
     zygote(check)
     assert run() == expected
+
+
+def test_a_child_stuck_before_it_is_confined_is_unavailable_not_a_hang(
+        zygote, monkeypatch) -> None:
+    """A child forked while another thread of the worker held a lock (a plug-in's import
+    may start threads) can block for ever before it is confined: the zygote gives it a
+    bound, so its item is unavailable and the worker goes on."""
+    monkeypatch.setattr(check_worker, "_confine", lambda *args, **kwargs: time.sleep(3600))
+    monkeypatch.setattr(check_worker, "_CONFINED_WITHIN_S", 1.0)
+    zygote(lambda item: HostileResult(score=1.0, status="ok"))
+    assert run() == ("unavailable", "the check's process was not confined within 1 s")
 
 
 def test_the_workers_shared_memory_is_gone_from_the_child(zygote) -> None:
