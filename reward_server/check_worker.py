@@ -49,7 +49,8 @@ from pydantic import BaseModel
 
 from reward_server import landlock, syscall_filters, worker_isolation
 from reward_server.libc import PR_SET_NAME, PR_SET_PDEATHSIG, last_error, libc, prctl
-from reward_server.process_pool import charge_cpu
+from reward_server.process_pool import charge_cpu, soft_limit_held
+from reward_server.process_pool import soft_limit_left as _remaining
 from reward_server.settings import compose_settings
 
 if TYPE_CHECKING:
@@ -100,16 +101,13 @@ class _Exit(NamedTuple):
 
 
 def _run_once(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
-    """One child's run. The soft time limit's alarm is held back throughout and its
-    deadline waited for explicitly (``_remaining``): an alarm landing between two steps of
-    the hand-over left the zygote's record of this child unread, and the next item, any
-    caller's, read it as its own reply. Once the child is killed and reaped, an alarm that
-    came due fires as the mask is restored, and the task is a timeout as before."""
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-    try:
+    """One child's run. The soft time limit is held back throughout and its deadline
+    waited for explicitly (``_remaining``): a timeout raised between two steps of the
+    hand-over left the zygote's record of this child unread, or its pipes open, and the
+    next item, any caller's, read that record as its own reply or waited for ever. Once the
+    child is killed and reaped, a limit that came due meanwhile raises the timeout."""
+    with soft_limit_held():
         return _run_held(item, cpu_limit_s)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _run_held(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
@@ -154,15 +152,6 @@ def _run_held(item: ItemBase, cpu_limit_s: int) -> tuple[str, str]:
             return FAILED, "the check's process sent something other than a result"
         return outcome, sent[1:].decode("utf-8", "replace")
     return _death(ended, cpu_limit_s)
-
-
-def _remaining() -> float | None:
-    """Seconds to the soft time limit (``process_pool._timed``'s alarm, held back here):
-    0.0 once it is due, ``None`` where no alarm is set (a caller without one)."""
-    left = signal.getitimer(signal.ITIMER_REAL)[0]
-    if left > 0:
-        return left
-    return 0.0 if signal.SIGALRM in signal.sigpending() else None
 
 
 def _ready(fd: int, writing: bool = False, until: float | None = None) -> bool:
@@ -347,7 +336,8 @@ def _confine(cpu_limit_s: int, keep: tuple[int, ...]) -> None:
     me = os.getpid()
     # the worker's own rules again, so the child holds them whatever process forked it
     syscall_filters.install(syscall_filters.WORKER_DENIED + syscall_filters.CHECK_DENIED,
-                            signal_targets=[me, -me, 0], freeze_limits=True)
+                            signal_targets=[me, -me, 0], freeze_limits=True,
+                            own_process_only=True)
 
 
 def _checked(item: ItemBase) -> bytes:

@@ -41,13 +41,14 @@ request's, takes a spare meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -86,15 +87,55 @@ class _SoftTimeout(BaseException):
 
 
 class _Alarm:
-    """The soft limit: ``SIGALRM`` on the worker's main thread while a task runs."""
+    """The soft limit: ``SIGALRM`` on the worker's main thread while a task runs. While
+    ``held`` (``soft_limit_held``) it only notes it is ``due``: a signal mask cannot hold
+    it back, since the kernel gives a process's alarm to any thread not blocking it and
+    Python runs the handler on the main thread regardless."""
 
     def __init__(self) -> None:
-        self.armed = self.fired = False
+        self.armed = self.fired = self.due = False
+        self.held = 0
 
     def __call__(self, signum: int, frame: Any) -> None:
-        if self.armed:
-            self.fired = True
+        if not self.armed:
+            return
+        if self.held:
+            self.due = True
+            return
+        self.fired = True
+        raise _SoftTimeout
+
+
+_running: list[_Alarm | None] = [None]  # the running task's alarm, in a worker
+
+
+@contextlib.contextmanager
+def soft_limit_held() -> Iterator[None]:
+    """The soft limit's exception held back for a step that must not be cut in two (a
+    check's hand-over with its zygote): the step watches ``soft_limit_left`` itself, and
+    the timeout is raised as it ends, if it came due meanwhile."""
+    alarm = _running[0]
+    if alarm is None:
+        yield
+        return
+    alarm.held += 1
+    try:
+        yield
+    finally:
+        alarm.held -= 1
+        if not alarm.held and alarm.due and alarm.armed:
+            alarm.fired = True
             raise _SoftTimeout
+
+
+def soft_limit_left() -> float | None:
+    """Seconds until the running task's soft limit: 0.0 once it is due, ``None`` outside a
+    task (no limit)."""
+    alarm = _running[0]
+    if alarm is None or not alarm.armed:
+        return None
+    left = signal.getitimer(signal.ITIMER_REAL)[0]
+    return 0.0 if alarm.due or left <= 0 else left
 
 
 def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
@@ -109,6 +150,7 @@ def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
     started = time.perf_counter()
     cpu_started = _cpu_seconds()
     value = None
+    _running[0] = alarm
     try:
         alarm.armed = True
         signal.setitimer(signal.ITIMER_REAL, soft_s)
@@ -123,6 +165,7 @@ def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
         alarm.fired = True
     finally:
         alarm.armed = False
+        _running[0] = None
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     return time.perf_counter() - started, _cpu_seconds() - cpu_started, alarm.fired, value

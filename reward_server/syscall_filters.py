@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from reward_server.libc import last_error, libc
 
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
-_LD_W_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
+_LD_W_ABS, _JEQ_K, _JGE_K, _AND_K, _RET_K = 0x20, 0x15, 0x35, 0x54, 0x06
 _ALLOW, _KILL_PROCESS = 0x7FFF0000, 0x80000000
 _SIGKILL, _SIGSTOP = 9, 19
 # seccomp_data: nr (u32), arch (u32), instruction pointer (u64), args[6] (u64 each); an
@@ -49,6 +49,10 @@ _NUMBERS = {
         "fchown": 93, "lchown": 94, "fchownat": 260, "setxattr": 188, "lsetxattr": 189,
         "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199,
         "utime": 132, "utimes": 235, "utimensat": 280, "futimesat": 261,
+        "clock_gettime": 228, "clock_getres": 229, "clock_nanosleep": 230,
+        "getpgid": 121, "getsid": 124, "getpriority": 140, "sched_getparam": 143,
+        "sched_getscheduler": 145, "sched_rr_get_interval": 148, "sched_getaffinity": 204,
+        "sched_getattr": 315, "ioprio_get": 252, "get_robust_list": 274,
     },
     "aarch64": {
         "socket": 198, "io_uring_setup": 425, "ptrace": 117, "process_vm_readv": 270,
@@ -68,6 +72,10 @@ _NUMBERS = {
         "fchmodat": 53, "fchmodat2": 452, "fchown": 55, "fchownat": 54, "setxattr": 5,
         "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
         "fremovexattr": 16, "utimensat": 88,
+        "clock_gettime": 113, "clock_getres": 114, "clock_nanosleep": 115,
+        "getpgid": 155, "getsid": 156, "getpriority": 141, "sched_getparam": 121,
+        "sched_getscheduler": 120, "sched_rr_get_interval": 127, "sched_getaffinity": 123,
+        "sched_getattr": 275, "ioprio_get": 31, "get_robust_list": 100,
     },
 }
 # Commands that make the kernel signal a process of the caller's choosing when a descriptor
@@ -82,6 +90,16 @@ _IOCTL_OWNER = (0x8901, 0x8902, 0x5410)
 # The syscalls that send a signal: (name, the argument holding the target, the signal's)
 _SIGNALLING = [("kill", 0, 1), ("tkill", 0, 1), ("tgkill", 0, 2), ("rt_sigqueueinfo", 0, 1),
                ("rt_tgsigqueueinfo", 0, 2)]
+# The syscalls that read another process's state by its pid, with no permission asked (its
+# group, session, priority, scheduling, CPU affinity): which pids live, which is the
+# server; (name, the argument holding the pid)
+_PROBING = [("getpgid", 0), ("getsid", 0), ("getpriority", 1), ("sched_getparam", 0),
+            ("sched_getscheduler", 0), ("sched_rr_get_interval", 0),
+            ("sched_getaffinity", 0), ("sched_getattr", 0), ("ioprio_get", 1),
+            ("get_robust_list", 0)]
+# The clock calls, whose negative clock ids name a process's CPU clock by its pid (any
+# process's, no permission asked: how busy the server or another caller's item is)
+_CLOCKS = ("clock_gettime", "clock_getres", "clock_nanosleep")
 
 # What no scoring process needs: a network, another process's memory or a handle on it, a
 # say in how the server is scheduled (its CPUs, its priority: one caller's lever on all),
@@ -114,7 +132,7 @@ CHECK_DENIED = ("fork", "vfork", "clone", "clone3", "setsid", "setpgid", "execve
 
 
 def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,
-            freeze_limits: bool = False) -> None:
+            freeze_limits: bool = False, own_process_only: bool = False) -> None:
     """Add a filter to this process and every one it starts.
 
     Each of ``denied`` fails with EPERM. A limit (``prlimit64``) may be set on this process
@@ -125,7 +143,9 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,
     ``SIGKILL`` or ``SIGSTOP``: a process that could kill itself from inside could pass for
     one killed from outside, which is retried and never scored 0. With ``freeze_limits``,
     ``prlimit64`` may read a limit and not set one (add ``setrlimit`` to ``denied``), and
-    ``prctl`` may not change the parent-death signal or dumpability."""
+    ``prctl`` may not change the parent-death signal or dumpability. With
+    ``own_process_only``, what the kernel tells any caller of any pid (its group, session,
+    priority, scheduling, CPU clock) it tells this process of itself alone."""
     machine = platform.machine()
     if machine not in _NUMBERS:
         raise OSError(f"no seccomp filter for {machine}")
@@ -147,6 +167,11 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,
     if signal_targets is not None:
         for name, _, _ in _SIGNALLING:
             program.jump_if(numbers[name], f"signal {name}")
+    if own_process_only:
+        for name, _ in _PROBING:
+            program.jump_if(numbers[name], f"probe {name}")
+        for name in _CLOCKS:
+            program.jump_if(numbers[name], "clock")
     program.ret(_ALLOW)
     program.label("deny")
     program.ret(0x00050000 | errno.EPERM)
@@ -189,9 +214,33 @@ def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,
                 program.jump_if(target, "allow")
             program.label(f"refuse {name}")
             program.ret(0x00050000 | errno.EPERM)
+    if own_process_only:
+        _own_process_rules(program)
     program.label("allow")
     program.ret(_ALLOW)
     program.install()
+
+
+def _own_process_rules(program: _Program) -> None:
+    """A probe's pid must be 0 or this process's; a clock id may be a system clock (0 and
+    up), this process's CPU clocks by pid 0 (-8 to -1), or by its own pid (``~pid << 3``
+    and a 3-bit type), never another process's."""
+    me = os.getpid()
+    for name, pid_arg in _PROBING:
+        program.label(f"probe {name}")
+        program.load(_ARGS_OFFSET + 8 * pid_arg)
+        program.jump_if(0, "allow")
+        program.jump_if(me, "allow")
+        program.ret(0x00050000 | errno.EPERM)
+    program.label("clock")
+    program.load(_ARGS_OFFSET)  # the clock id, an int
+    program.jump_if_at_least(0xFFFFFFF8, "allow")  # -8 to -1: pid 0, this process
+    program.jump_if_at_least(0x80000000, "a cpu clock")
+    program.ret(_ALLOW)  # a system clock
+    program.label("a cpu clock")
+    program.and_(0xFFFFFFF8)
+    program.jump_if((~me << 3) & 0xFFFFFFFF, "allow")
+    program.ret(0x00050000 | errno.EPERM)
 
 
 class _Program:
@@ -206,6 +255,13 @@ class _Program:
 
     def jump_if(self, value: int, target: str) -> None:
         self.ops.append((_JEQ_K, target, value))
+
+    def jump_if_at_least(self, value: int, target: str) -> None:
+        self.ops.append((_JGE_K, target, value))
+
+    def and_(self, mask: int) -> None:
+        """The loaded word ANDed with ``mask``."""
+        self.ops.append((_AND_K, None, mask))
 
     def ret(self, value: int) -> None:
         self.ops.append((_RET_K, None, value))
