@@ -170,9 +170,9 @@ def test_the_workers_shared_memory_is_gone_from_the_child(zygote) -> None:
     assert shared[:4096] == bytes(4096)
 
 
-def _refused(probe: Callable[[], object]) -> bool:
+def _refused(probe: Callable[[int], object], pid: int) -> bool:
     try:
-        probe()
+        probe(pid)
     except PermissionError:
         return True
     return False
@@ -189,9 +189,9 @@ def _probe_the_zygote(item: HostileItem) -> HostileResult:
         "sched_getscheduler": lambda pid: os.sched_getscheduler(pid),
         "cpu clock": lambda pid: time.clock_gettime(((~pid) << 3) | 2),  # CPUCLOCK_SCHED
     }
-    refused = sorted(name for name, probe in probes.items() if _refused(lambda: probe(other)))
+    refused = sorted(name for name, probe in probes.items() if _refused(probe, other))
     own = sorted(name for name, probe in probes.items()
-                 if not _refused(lambda: probe(me)) and not _refused(lambda: probe(0)))
+                 if not _refused(probe, me) and not _refused(probe, 0))
     return HostileResult(score=1.0, status="ok", info=f"{refused}/{own}/{time.process_time()}")
 
 
