@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from pydantic import Field
 
 from reward_server import check_worker, metrics
+from reward_server.item_log import SHOWN_CHARS, Throttled, quoted
 from reward_server.process_pool import TaskResult, TimeoutPool
 from reward_server.slow_lane import Done, LaneVerdicts, SlowLane, Turn
 from reward_server.statuses import NOT_RUN, NULL_STATUSES, UNAVAILABLE, score_for
@@ -47,9 +48,12 @@ MEMORY_LIMIT = "memory_limit"  # it ran past the verifier's memory limit (0)
 CHECK_FAILED = "check_failed"  # it raised, or ended its worker, on this item (0)
 # What a plug-in's cached results may hold in all, and one request's: a result may be up
 # to check_worker.RESULT_MAX_BYTES, the cache has room for 100,000 of them and a request
-# for 8,192, each kept until the response is sent
+# for 8,192, each kept until the response is sent. A request's room is shared out evenly,
+# at least ITEM_RESULT_BYTES an item: whether an item's result fits depends on that item
+# alone, never on which of its neighbours finished first
 CACHE_BYTES = 64 << 20
 REQUEST_RESULT_BYTES = 16 << 20
+ITEM_RESULT_BYTES = 2 << 10
 PipelineStatus = Literal["not_run", "timeout", "memory_limit", "check_failed", "unavailable"]
 
 
@@ -92,6 +96,9 @@ class Pipeline:
         return finish(self.verifier, results, started)
 
 
+_NO_SCORE: dict[str, Throttled] = {}  # per verifier: a null its check returned, logged
+
+
 def finish(verifier: Verifier, results: Sequence[ResultBase], started: float
            ) -> list[ResultBase]:
     """``results`` under the one null rule, counted on ``/metrics``: each item's status and
@@ -103,8 +110,9 @@ def finish(verifier: Verifier, results: Sequence[ResultBase], started: float
         score = score_for(result.status, result.score, verifier.null_statuses)
         if score is not result.score:
             if result.score is None or result.score != result.score:
-                log.warning("verifier %s gave no score with status %r: scored 0 (only a "
-                            "null status may be null)", verifier.name, result.status)
+                _NO_SCORE.setdefault(verifier.name, Throttled(log)).warning(
+                    "verifier %s gave no score with status %s: scored 0 (only a null status "
+                    "may be null)", verifier.name, quoted(str(result.status)))
             result = result.model_copy(update={"score": score})
         out.append(result)
     for status, count in Counter(result.status for result in out).items():
@@ -136,23 +144,23 @@ class CheckLane:
                                                   _worker_settings(verifier)),
                                 name=f"{verifier.name}-check", signal_others=True)
         self.pool.prestart()
+        self.failures = Throttled(log)
         self.lane: SlowLane[ResultBase] = SlowLane(
             verifier.name, self.pool.slots, settings.cache_size, settings.timeout_memory_s,
             _LANE_VERDICTS, cache_bytes=(CACHE_BYTES, _json_bytes))
 
     async def verify(self, items: Sequence[ItemBase]) -> list[ResultBase]:
-        room = [REQUEST_RESULT_BYTES]  # what this request's results may still hold
-        return list(await asyncio.gather(*(self._one(item, room) for item in items)))
+        share = max(ITEM_RESULT_BYTES, REQUEST_RESULT_BYTES // max(1, len(items)))
+        return list(await asyncio.gather(*(self._one(item, share) for item in items)))
 
-    async def _one(self, item: ItemBase, room: list[int]) -> ResultBase:
+    async def _one(self, item: ItemBase, share: int) -> ResultBase:
         key = hashlib.sha256(item.model_dump_json().encode()).digest()
         result = await self.lane.run(
             key, lambda turn: self._check(item, turn),
             not_run=lambda reason: PipelineResult(score=None, status=NOT_RUN, detail=reason))
-        room[0] -= _json_bytes(result)
-        if room[0] < 0:  # the completions made their results large: theirs to pay, with 0s
-            return self._failed(f"this request's results are over {REQUEST_RESULT_BYTES} "
-                                "bytes in all")
+        if _json_bytes(result) > share:  # the completion made its result large: its 0
+            return self._failed(f"its result is over its share of this request's results "
+                                f"({share} bytes: {REQUEST_RESULT_BYTES} over the items)")
         return result
 
     async def _check(self, item: ItemBase, turn: Turn) -> Done[ResultBase]:
@@ -161,9 +169,11 @@ class CheckLane:
                                                    timeout=self.timeout_s)
             held.cost_s = task.cost_s  # its own work, not a replacement worker's start
         outcome, detail = task.value if task.outcome == "ok" else (task.outcome, task.detail)
-        detail = detail or outcome
         if outcome == check_worker.OK:
             return Done(self._result(detail))
+        # why there is no result is a line, the child's (the item's) at most: kept for the
+        # timeout memory and the response, so never its 64 KB
+        detail = (detail or outcome)[:SHOWN_CHARS]
         if outcome == "timeout":
             metrics.TIMEOUTS.labels(self.verifier.name).inc()
             return Done(PipelineResult(score=0.0, status=TIMEOUT, detail=detail),
@@ -197,8 +207,9 @@ class CheckLane:
     def _failed(self, detail: str) -> PipelineResult:
         # raised on this item: the item's doing as far as anyone can tell (a plug-in's bug
         # that every item hits shows in the log and on /metrics, not as nulls)
-        log.warning("verifier %s: check failed on an item: %s", self.verifier.name, detail)
-        return PipelineResult(score=0.0, status=CHECK_FAILED, detail=detail[:300])
+        self.failures.warning("verifier %s: check failed on an item: %s", self.verifier.name,
+                              quoted(detail))
+        return PipelineResult(score=0.0, status=CHECK_FAILED, detail=detail[:SHOWN_CHARS])
 
     async def close(self) -> None:
         await asyncio.to_thread(self.pool.close)

@@ -49,6 +49,8 @@ _NUMBERS = {
         "fchown": 93, "lchown": 94, "fchownat": 260, "setxattr": 188, "lsetxattr": 189,
         "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199,
         "utime": 132, "utimes": 235, "utimensat": 280, "futimesat": 261,
+        "shmat": 30, "shmdt": 67, "shmctl": 31, "semop": 65, "semtimedop": 220, "semctl": 66,
+        "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "userfaultfd": 323, "personality": 135,
         "clock_gettime": 228, "clock_getres": 229, "clock_nanosleep": 230,
         "getpgid": 121, "getsid": 124, "getpriority": 140, "sched_getparam": 143,
         "sched_getscheduler": 145, "sched_rr_get_interval": 148, "sched_getaffinity": 204,
@@ -72,6 +74,9 @@ _NUMBERS = {
         "fchmodat": 53, "fchmodat2": 452, "fchown": 55, "fchownat": 54, "setxattr": 5,
         "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
         "fremovexattr": 16, "utimensat": 88,
+        "shmat": 196, "shmdt": 197, "shmctl": 195, "semop": 193, "semtimedop": 192,
+        "semctl": 191, "msgsnd": 189, "msgrcv": 188, "msgctl": 187, "userfaultfd": 282,
+        "personality": 92,
         "clock_gettime": 113, "clock_getres": 114, "clock_nanosleep": 115,
         "getpgid": 155, "getsid": 156, "getpriority": 141, "sched_getparam": 121,
         "sched_getscheduler": 120, "sched_rr_get_interval": 127, "sched_getaffinity": 123,
@@ -103,17 +108,20 @@ _CLOCKS = ("clock_gettime", "clock_getres", "clock_nanosleep")
 
 # What no scoring process needs: a network, another process's memory or a handle on it, a
 # say in how the server is scheduled (its CPUs, its priority: one caller's lever on all),
-# an IPC object (SysV, POSIX queues) or a key in the user's keyring that would outlive it
-# and be found by the next item, memory its address-space cap does not count (a memfd's or
-# a secret memfd's pages, AIO contexts: a gigabyte and more, or a host-wide limit), a timer
-# that could deliver it SIGKILL (a kill from outside, to the pool), a namespace of its own,
-# a watch on files it may not open (inotify, fanotify: other processes' file names), the
-# whole host's disk writeback or page cache
+# an IPC object (SysV, POSIX queues), made or an existing one by its small, guessable id
+# (read, written, emptied or removed: the host's, the uid's), or a key in the user's
+# keyring, which would outlive it and be found by the next item, memory its address-space
+# cap does not count (a memfd's or a secret memfd's pages, AIO contexts: a gigabyte and
+# more, or a host-wide limit), a timer that could deliver it SIGKILL (a kill from outside,
+# to the pool), a namespace of its own, a watch on files it may not open (inotify,
+# fanotify: other processes' file names), the whole host's disk writeback or page cache
 WORKER_DENIED = ("socket", "io_uring_setup", "ptrace", "process_vm_readv",
                  "process_vm_writev", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
                  "sched_setaffinity", "sched_setparam", "sched_setscheduler", "sched_setattr",
                  "migrate_pages", "move_pages", "perf_event_open", "setpriority",
-                 "ioprio_set", "kcmp", "shmget", "semget", "msgget", "mq_open",
+                 "ioprio_set", "kcmp", "shmget", "semget", "msgget", "mq_open", "shmat",
+                 "shmdt", "shmctl", "semop", "semtimedop", "semctl", "msgsnd", "msgrcv",
+                 "msgctl",
                  "memfd_create", "memfd_secret", "add_key", "request_key", "keyctl",
                  "timer_create", "unshare", "setns", "io_setup", "inotify_init",
                  "inotify_init1", "fanotify_init", "sync", "syncfs", "fadvise64")
@@ -123,12 +131,14 @@ WORKER_DENIED = ("socket", "io_uring_setup", "ptrace", "process_vm_readv",
 # make a socket pair (its buffers: kernel memory, uncapped), change its own limits (a
 # lower CPU limit's SIGKILL would pass for a kill from outside), change a file's mode,
 # owner, times or attributes (Landlock leaves those to the uid, which under a non-root
-# server owns what the server does)
+# server owns what the server does), fault its own pages in from user space or change its
+# execution domain (neither needed, both a kernel surface)
 CHECK_DENIED = ("fork", "vfork", "clone", "clone3", "setsid", "setpgid", "execve",
                 "execveat", "socketpair", "setrlimit", "chmod", "fchmod",
                 "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
                 "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr",
-                "fremovexattr", "utime", "utimes", "utimensat", "futimesat")
+                "fremovexattr", "utime", "utimes", "utimensat", "futimesat", "userfaultfd",
+                "personality")
 
 
 def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,

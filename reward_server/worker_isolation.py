@@ -69,7 +69,7 @@ _ALLOWED_ENV = re.compile(
 # one killed at its timeout) starts with them loaded; a missing one is skipped
 _PRELOAD = ["reward_server.process_pool", "sympy", "latex2sympy2_extended", "math_verify"]
 
-_CLONE_NEWNET = 0x40000000
+_CLONE_NEWNET, _CLONE_NEWIPC = 0x40000000, 0x08000000
 
 _enabled = True
 _start_lock = threading.Lock()
@@ -259,9 +259,10 @@ def isolate(confinement: Policy | None) -> None:
         return
     root = os.geteuid() == 0
     if root:
-        if libc().unshare(_CLONE_NEWNET) != 0:  # no CAP_SYS_ADMIN (a container): seccomp holds
-            _warn_once(f"no network namespace for scoring workers (unshare: {last_error()}); "
-                       "sockets are refused by seccomp")
+        # no network, and none of the host's SysV IPC objects or POSIX queues
+        if libc().unshare(_CLONE_NEWNET | _CLONE_NEWIPC) != 0:  # no CAP_SYS_ADMIN (a container)
+            _warn_once(f"no network or IPC namespace for scoring workers (unshare: "
+                       f"{last_error()}); sockets and IPC are refused by seccomp")
         resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
     else:
         _warn_once("the server is not root: its scoring workers share its uid, confined by "

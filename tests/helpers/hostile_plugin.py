@@ -92,6 +92,10 @@ _WAYS = {
     "owner kill group": lambda: _owner_kill(-os.getsid(0)),
     "lower cpu limit": lambda: resource.setrlimit(resource.RLIMIT_CPU, (1, 1)),
     "secret memfd": lambda: _libc("syscall", 447, 0),  # its pages: no limit counts them
+    # lines of its own in the server's log, 64 KB of them, as the check's failure
+    "log inject": lambda: _forge(b"F" + (b"\nFORGED-LINE reward_server.auth accepted" * 1600)),
+    # 64 KB kept for ten minutes as the reason of a memory kill (the timeout memory's)
+    "memory tag": lambda: _forge(b"M" + b"m" * 65_000),
 }
 
 
@@ -151,7 +155,7 @@ def _readable_procs(near: int) -> int:
     return found
 
 
-def _spy(server_pid: int, secret_file: str) -> dict[str, object]:
+def _spy(server_pid: int, secret_file: str, shm_id: int) -> dict[str, object]:
     """What a completion that took over a check would try first: each probe's errno, or
     what it got."""
     probes = {
@@ -178,6 +182,8 @@ def _spy(server_pid: int, secret_file: str) -> dict[str, object]:
         "inotify": lambda: _libc("inotify_init1", 0),  # names of files it may not open
         "aio": lambda: _libc("syscall", _IO_SETUP[platform.machine()], 65000,
                              ctypes.byref(ctypes.c_ulong())),  # a host-wide limit
+        # an existing SysV segment, by its id (small, guessable): the host's or the uid's
+        "sysv_segment": lambda: _libc("shmat", shm_id, None, 0o10000),  # SHM_RDONLY
     }
     found: dict[str, object] = {}
     for name, probe in probes.items():
@@ -226,9 +232,9 @@ class HostileVerifier(Verifier):
         if response.startswith("bulky "):  # a result of 60 KB, under the 64 KB a result may be
             return HostileResult(score=1.0, status="ok", info=response + "x" * 60_000)
         if response.startswith("spy "):
-            _, server_pid, secret_file = response.split(" ", 2)
+            _, server_pid, shm_id, secret_file = response.split(" ", 3)
             return HostileResult(score=0.0, status="ok",
-                                 info=json.dumps(_spy(int(server_pid), secret_file)))
+                                 info=json.dumps(_spy(int(server_pid), secret_file, int(shm_id))))
         if response == "flood":
             for _ in range(20_000):
                 print("INFO reward_server admin token=forged " + "x" * 1000)

@@ -5,6 +5,7 @@ processes under its limits, a fair share between callers, metrics, the one null 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import secrets
@@ -155,6 +156,8 @@ CONTAINED = [  # what the check does on the response: (score, status)
     ("owner kill group", 0.0, "check_failed"),  # the kernel's SIGKILL to the server's group
     ("lower cpu limit", 0.0, "check_failed"),  # its SIGKILL would pass for one from outside
     ("secret memfd", 0.0, "check_failed"),
+    ("log inject", 0.0, "check_failed"),  # its lines in the server's log: none
+    ("memory tag", 0.0, "memory_limit"),  # its 64 KB kept as the reason: 300 characters
 ]
 
 
@@ -172,13 +175,17 @@ def test_whatever_a_check_does_costs_its_item_a_zero_and_nothing_else(tmp_path: 
         assert "_NeedsTwoArguments" in detail["two arguments"]
         assert "only the server gives" in detail["claims not run"]
         assert "PermissionError" in detail["fork"] and "PermissionError" in detail["kill self"]
+        assert max(len(text) for text in detail.values()) <= 300
         again = _hostile(srv, ["memory"])[0]  # no load causes that: remembered at once
         assert (again["status"], "remembered" in again["detail"]) == ("memory_limit", True)
         items = r'reward_items_total\{status="%s",verifier="hostile"\}'
         assert metric(srv.url, items % "timeout") == 1
-        assert metric(srv.url, items % "memory_limit") == 2
+        assert metric(srv.url, items % "memory_limit") == 3
         assert httpx.get(srv.url + "/healthz", timeout=60).status_code == 200
-        assert "admin token=forged" not in srv.log.read_text()  # the flood reached no log
+        log = srv.log.read_text()
+        assert "admin token=forged" not in log  # the flood reached no log
+        assert not any(line.startswith("FORGED-LINE") for line in log.splitlines())
+        assert log.count("FORGED-LINE") <= 10  # what one quoted line shows, at most
 
 
 def test_nothing_a_check_leaves_reaches_the_next_item(tmp_path: Path) -> None:
@@ -201,21 +208,31 @@ def test_nothing_a_check_leaves_reaches_the_next_item(tmp_path: Path) -> None:
 
 def test_one_requests_results_are_bounded_in_all(tmp_path: Path) -> None:
     """Each result may be up to 64 KB; a request's may hold 16 MB in all (the fifth audit
-    held 720 MB in the server with 256 results of a megabyte): past that its items are 0,
-    ``check_failed``, and the server's memory stays where it was."""
+    held 720 MB in the server with 256 results of a megabyte), shared out evenly between
+    its items: an item whose result is over its share is 0, ``check_failed``, whatever
+    finished first (the seventh audit's large results, done first, left the request's
+    honest items no room: their 0s)."""
     with run_server(tmp_path, env=HOSTILE) as srv:
-        results = _hostile(srv, [f"bulky {k}" for k in range(320)])  # 19 MB of results
-        kept = [r for r in results if r["status"] == "ok"]
-        cut = [r for r in results if r["status"] == "check_failed"]
-        assert len(kept) + len(cut) == 320 and 250 <= len(kept) < 320, len(kept)
-        assert all(r["score"] == 0.0 and "in all" in r["detail"] for r in cut)
+        bulky = [f"bulky {k}" for k in range(280)]  # 60 KB each: over 16 MB / 300
+        results = _hostile(srv, bulky + [f"honest {k}" for k in range(20)])
+        assert all(r["score"] == 0.0 and "its share" in r["detail"] for r in results[:280])
+        assert [(r["score"], r["status"]) for r in results[280:]] == [(1.0, "ok")] * 20
+        small = _hostile(srv, bulky[:200])  # 12 MB: each within its share
+        assert [r["status"] for r in small] == ["ok"] * 200
 
 
 def _spied(srv, secret_file: Path, token: str) -> dict:
-    """What a check taken over by its completion found of the server and its files."""
-    r = httpx.post(srv.url + "/v1/verify/hostile", timeout=120,
-                   headers={"Authorization": f"Bearer {token}"},
-                   json={"items": [{"response": f"spy {srv.proc.pid} {secret_file}"}]})
+    """What a check taken over by its completion found of the server, its files and a
+    SysV segment anyone may attach (IPC_PRIVATE, mode 666)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    shm_id = libc.shmget(0, 4096, 0o1000 | 0o666)  # IPC_CREAT
+    assert shm_id >= 0, os.strerror(ctypes.get_errno())
+    try:
+        r = httpx.post(srv.url + "/v1/verify/hostile", timeout=120,
+                       headers={"Authorization": f"Bearer {token}"},
+                       json={"items": [{"response": f"spy {srv.proc.pid} {shm_id} {secret_file}"}]})
+    finally:
+        libc.shmctl(shm_id, 0, None)  # IPC_RMID
     assert r.status_code == 200, r.text
     assert token not in r.text
     return json.loads(r.json()["results"][0]["info"])
@@ -225,7 +242,7 @@ def _spied(srv, secret_file: Path, token: str) -> dict:
 CUT_OFF = {"server_environ": 13, "secret_file": 13, "write_tmp": 13, "write_own_tmp": 13,
            "async_signal": 1, "async_owner": 1, "timer": 1, "keyring": 1, "namespace": 1,
            "socketpair": 1, "worker_proc": "0", "inotify": 1, "aio": 1, "socket": 1,
-           "checkout_root": 13,
+           "checkout_root": 13, "sysv_segment": 1,
            "signal_server": 1, "signal_worker": 1, "server_limits": 1, "fork": 1}
 
 
