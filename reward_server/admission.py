@@ -134,7 +134,7 @@ _WALKED = (str, Mapping, list, tuple, BaseModel)  # what may hold a string
 
 def refused(status: str, detail: str, verifier: str | None) -> Refused:
     # a name the server does not know is not a label: a client must not grow the metrics
-    metrics.ITEMS.labels(verifier or "none", status).inc()
+    metrics.count_items(verifier or "none", status)
     score = 0.0 if status == RESPONSE_TOO_LONG else None
     return Refused(score=score, status=status, detail=detail)  # type: ignore[arg-type]
 

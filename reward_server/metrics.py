@@ -28,6 +28,28 @@ REQUEST_LATENCY = Histogram(
 ITEMS = Counter(
     "reward_items_total", "Items scored, by verifier and status", ["verifier", "status"]
 )
+# A status is the verifier's word, and a plug-in's check may let the completion choose it:
+# each verifier's first MAX_STATUSES short ones are labels, any other is counted as "other"
+# (every new label is a series kept for the process's life, in memory and in each scrape)
+MAX_STATUSES = 64
+_STATUS_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+_statuses: dict[str, set[str]] = {}
+
+
+def count_items(verifier: str, status: str, count: int = 1) -> None:
+    """``count`` items of ``verifier`` scored with ``status``, on ``reward_items_total``."""
+    ITEMS.labels(verifier, status_label(verifier, status)).inc(count)
+
+
+def status_label(verifier: str, status: str) -> str:
+    """``status`` as a label of ``verifier``'s series, or ``other``."""
+    seen = _statuses.setdefault(verifier, set())
+    if status in seen:
+        return status
+    if len(seen) < MAX_STATUSES and 0 < len(status) <= 40 and set(status) <= _STATUS_CHARS:
+        seen.add(status)
+        return status
+    return "other"
 ITEM_LATENCY = Histogram(
     "reward_item_seconds", "Time to score one item (cache hits included)", ["verifier"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),

@@ -116,7 +116,7 @@ def finish(verifier: Verifier, results: Sequence[ResultBase], started: float
             result = result.model_copy(update={"score": score})
         out.append(result)
     for status, count in Counter(result.status for result in out).items():
-        metrics.ITEMS.labels(verifier.name, status).inc(count)
+        metrics.count_items(verifier.name, status, count)
     latency, elapsed = metrics.ITEM_LATENCY.labels(verifier.name), time.perf_counter() - started
     for _ in out:
         latency.observe(elapsed)

@@ -51,6 +51,7 @@ _NUMBERS = {
         "utime": 132, "utimes": 235, "utimensat": 280, "futimesat": 261,
         "shmat": 30, "shmdt": 67, "shmctl": 31, "semop": 65, "semtimedop": 220, "semctl": 66,
         "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "userfaultfd": 323, "personality": 135,
+        "capget": 125, "bpf": 321,
         "clock_gettime": 228, "clock_getres": 229, "clock_nanosleep": 230,
         "getpgid": 121, "getsid": 124, "getpriority": 140, "sched_getparam": 143,
         "sched_getscheduler": 145, "sched_rr_get_interval": 148, "sched_getaffinity": 204,
@@ -76,7 +77,7 @@ _NUMBERS = {
         "fremovexattr": 16, "utimensat": 88,
         "shmat": 196, "shmdt": 197, "shmctl": 195, "semop": 193, "semtimedop": 192,
         "semctl": 191, "msgsnd": 189, "msgrcv": 188, "msgctl": 187, "userfaultfd": 282,
-        "personality": 92,
+        "personality": 92, "capget": 90, "bpf": 280,
         "clock_gettime": 113, "clock_getres": 114, "clock_nanosleep": 115,
         "getpgid": 155, "getsid": 156, "getpriority": 141, "sched_getparam": 121,
         "sched_getscheduler": 120, "sched_rr_get_interval": 127, "sched_getaffinity": 123,
@@ -89,8 +90,9 @@ _NUMBERS = {
 # FIOSETOWN, SIOCSPGRP and TIOCSPGRP
 _FCNTL_OWNER = (8, 15, 10, 1031)  # and F_SETPIPE_SZ: a megabyte of kernel memory a pipe
 # What a frozen process (a check's child) may not change of itself: its parent-death signal
-# (it would outlive its zygote) or whether it is dumpable
-_PRCTL_FROZEN = (1, 4)
+# (it would outlive its zygote) or whether it is dumpable; nor may it use core scheduling
+# (PR_SCHED_CORE: another process's cookie, by pid)
+_PRCTL_FROZEN = (1, 4, 62)
 _IOCTL_OWNER = (0x8901, 0x8902, 0x5410)
 # The syscalls that send a signal: (name, the argument holding the target, the signal's)
 _SIGNALLING = [("kill", 0, 1), ("tkill", 0, 1), ("tgkill", 0, 2), ("rt_sigqueueinfo", 0, 1),
@@ -121,7 +123,7 @@ WORKER_DENIED = ("socket", "io_uring_setup", "ptrace", "process_vm_readv",
                  "migrate_pages", "move_pages", "perf_event_open", "setpriority",
                  "ioprio_set", "kcmp", "shmget", "semget", "msgget", "mq_open", "shmat",
                  "shmdt", "shmctl", "semop", "semtimedop", "semctl", "msgsnd", "msgrcv",
-                 "msgctl",
+                 "msgctl", "bpf",
                  "memfd_create", "memfd_secret", "add_key", "request_key", "keyctl",
                  "timer_create", "unshare", "setns", "io_setup", "inotify_init",
                  "inotify_init1", "fanotify_init", "sync", "syncfs", "fadvise64")
@@ -132,13 +134,14 @@ WORKER_DENIED = ("socket", "io_uring_setup", "ptrace", "process_vm_readv",
 # lower CPU limit's SIGKILL would pass for a kill from outside), change a file's mode,
 # owner, times or attributes (Landlock leaves those to the uid, which under a non-root
 # server owns what the server does), fault its own pages in from user space or change its
-# execution domain (neither needed, both a kernel surface)
+# execution domain (neither needed, both a kernel surface), or read any process's
+# capabilities (``capget`` names it inside a struct a filter cannot read: which pids live)
 CHECK_DENIED = ("fork", "vfork", "clone", "clone3", "setsid", "setpgid", "execve",
                 "execveat", "socketpair", "setrlimit", "chmod", "fchmod",
                 "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
                 "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr",
                 "fremovexattr", "utime", "utimes", "utimensat", "futimesat", "userfaultfd",
-                "personality")
+                "personality", "capget")
 
 
 def install(denied: Iterable[str], signal_targets: Iterable[int] | None = None,

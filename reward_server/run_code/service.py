@@ -81,13 +81,13 @@ async def run_code(scorer: Scorer, sandbox: SandboxService | None, request: RunC
             async with sandbox.unsplit_slot():
                 result = await run_snippet(sandbox.sandbox, snippet)
     except (SandboxUnavailable, BudgetSpent) as exc:
-        metrics.ITEMS.labels(METRICS_NAME, SANDBOX_ERROR).inc()
+        metrics.count_items(METRICS_NAME, SANDBOX_ERROR)
         return 503, RunCodeResponse(status=SANDBOX_ERROR, message=str(exc))
     response = response_of(result)
     if any(c is not None and c.status == "TimeLimitExceeded"
            for c in (response.compile_result, response.run_result)):
         metrics.TIMEOUTS.labels(METRICS_NAME).inc()
-    metrics.ITEMS.labels(METRICS_NAME, response.status).inc()
+    metrics.count_items(METRICS_NAME, response.status)
     metrics.ITEM_LATENCY.labels(METRICS_NAME).observe(time.perf_counter() - started)
     return 200, response
 

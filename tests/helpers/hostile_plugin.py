@@ -229,6 +229,8 @@ class HostileVerifier(Verifier):
             for _ in range(3):  # each thread's malloc arena counts to the memory cap
                 threading.Thread(target=hash_forever, daemon=True).start()
             hash_forever()
+        if response.startswith("status flood"):  # a status of its own making, each time
+            return HostileResult(score=0.0, status=os.urandom(4).hex() + "s" * 5000)
         if response.startswith("bulky "):  # a result of 60 KB, under the 64 KB a result may be
             return HostileResult(score=1.0, status="ok", info=response + "x" * 60_000)
         if response.startswith("spy "):

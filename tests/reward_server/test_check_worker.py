@@ -178,6 +178,14 @@ def _refused(probe: Callable[[int], object], pid: int) -> bool:
     return False
 
 
+def _capget(pid: int) -> None:
+    """Its capabilities (or ESRCH: no such process), refused even of itself."""
+    header = (ctypes.c_uint32 * 2)(0x20080522, pid)  # _LINUX_CAPABILITY_VERSION_3
+    data = (ctypes.c_uint32 * 6)()
+    if ctypes.CDLL(None, use_errno=True).capget(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+
+
 def _probe_the_zygote(item: HostileItem) -> HostileResult:
     """What the kernel tells any process of any pid, asked of the zygote (and so, of the
     server) and of this process itself."""
@@ -188,6 +196,7 @@ def _probe_the_zygote(item: HostileItem) -> HostileResult:
         "sched_getaffinity": lambda pid: os.sched_getaffinity(pid),
         "sched_getscheduler": lambda pid: os.sched_getscheduler(pid),
         "cpu clock": lambda pid: time.clock_gettime(((~pid) << 3) | 2),  # CPUCLOCK_SCHED
+        "capget": _capget,
     }
     refused = sorted(name for name, probe in probes.items() if _refused(probe, other))
     own = sorted(name for name, probe in probes.items()
@@ -200,9 +209,10 @@ def test_a_check_learns_nothing_of_another_process_by_its_pid(zygote) -> None:
     to tell any caller: a check is told its own alone (its CPU clock and timers work)."""
     zygote(_probe_the_zygote)
     outcome, detail = run()
-    names = ["cpu clock", "getpgid", "getpriority", "getsid", "sched_getaffinity",
+    names = ["capget", "cpu clock", "getpgid", "getpriority", "getsid", "sched_getaffinity",
              "sched_getscheduler"]
-    assert outcome == "ok" and f'"info":"{names}/{names}/' in detail, detail
+    own = [name for name in names if name != "capget"]  # capget: refused outright
+    assert outcome == "ok" and f'"info":"{names}/{own}/' in detail, detail
 
 
 def _heap_ranges() -> list[tuple[int, int]]:

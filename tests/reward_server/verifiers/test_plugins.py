@@ -221,6 +221,19 @@ def test_one_requests_results_are_bounded_in_all(tmp_path: Path) -> None:
         assert [r["status"] for r in small] == ["ok"] * 200
 
 
+def test_statuses_a_completion_makes_up_do_not_grow_the_metrics(tmp_path: Path) -> None:
+    """A check whose completion chooses its status (the eighth audit: 15 MB more server
+    memory a request, and a /metrics of 150 MB that held the loop on each scrape): past a
+    verifier's first statuses, and any long or odd one, each is counted as ``other``."""
+    with run_server(tmp_path, env=HOSTILE) as srv:
+        results = _hostile(srv, [f"status flood {k}" for k in range(100)])
+        assert len({r["status"] for r in results}) == 100
+        assert all(r["score"] == 0.0 for r in results)
+        text = httpx.get(srv.url + "/metrics", timeout=60).text
+        assert len(text) < 200_000 and "sssss" not in text
+        assert metric(srv.url, r'reward_items_total\{status="other",verifier="hostile"\}') == 100
+
+
 def _spied(srv, secret_file: Path, token: str) -> dict:
     """What a check taken over by its completion found of the server, its files and a
     SysV segment anyone may attach (IPC_PRIVATE, mode 666)."""
