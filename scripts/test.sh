@@ -28,5 +28,13 @@ if ! bash sandbox/ensure_runsc.sh >/dev/null; then
   fi
   echo "test: no runsc: the sandbox tests under gVisor will be skipped" >&2
 fi
+# vLLM's own environment, for the rollout engine's tests (tests/trainer/test_vllm_engine.py)
+if ! bash scripts/setup_vllm.sh; then
+  if [ "${CI:-}" = "true" ]; then
+    echo "test: vLLM's environment could not be installed; CI runs the engine's tests" >&2
+    exit 1
+  fi
+  echo "test: no vLLM environment: the engine's tests will be skipped" >&2
+fi
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest -q "$@"

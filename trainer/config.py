@@ -151,6 +151,22 @@ class GRPOConfig(BaseModel):
                        "Nothing else shapes sampling: the model's generation_config "
                        "(repetition_penalty, min_p, ...) is not used.")
 
+    # --- the rollout engine (trainer/engine/) ------------------------------------------------
+    rollout_engine: Literal["hf", "vllm"] = Field(
+        "hf", description="What draws the completions: 'hf', the policy's own generate(); "
+        "'vllm', a vLLM engine in a process of its own (its environment: bash "
+        "scripts/setup_vllm.sh), given the policy's weights after every optimizer step, as "
+        "TRL's vllm_mode='colocate' does. Each sampled token's log-prob under the engine "
+        "comes back with the completions (metric engine/logprob_gap).")
+    vllm_python: Path | None = Field(
+        None, description="The Python of vLLM's environment; default .venv-vllm/bin/python "
+        "beside the trainer's code.")
+    vllm_kv_cache_gb: int = Field(2, ge=1, description="The engine's KV cache on a CPU, in "
+                                  "GiB (vLLM's VLLM_CPU_KVCACHE_SPACE).")
+    vllm_gpu_memory_utilization: float = Field(
+        0.3, gt=0, le=1, description="The share of the GPU's memory the engine takes (its "
+        "weights and KV cache), on a GPU; the rest is the update's.")
+
     # --- a code tool (trainer/multiturn.py, trainer/tools.py) -------------------------------
     code_tool: bool = Field(False, description="Let the policy run Python while it writes "
                             "(tool-integrated reasoning, ToRL/SimpleTIR): a call stops the "
@@ -292,6 +308,9 @@ class GRPOConfig(BaseModel):
             # FSDP ranks must run the same forwards; resampling rounds differ per rank
             raise ValueError("distributed 'fsdp' cannot use dynamic_sampling (ranks would "
                              "resample different numbers of rounds): use 'ddp'")
+        if self.rollout_engine == "vllm" and self.code_tool:
+            raise ValueError("rollout_engine 'vllm' does not run the code tool's multi-turn "
+                             "rollouts yet: use rollout_engine 'hf' with code_tool")
         if self.distributed == "fsdp" and self.lora_r:
             raise ValueError("distributed 'fsdp' with lora_r > 0 is not supported: use 'ddp' "
                              "(the trainable adapter is small)")

@@ -85,11 +85,13 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def tiny_model(tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> PreTrainedModel:
+def tiny_model(tokenizer: PreTrainedTokenizerBase, seed: int = 0, heads: int = 4
+               ) -> PreTrainedModel:
+    """``heads=2`` gives heads of 32 dimensions, the least vLLM's CPU attention takes."""
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+        num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=heads,
         max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
         tie_word_embeddings=True,

@@ -37,6 +37,9 @@ class Rollout:
     # cause: its reward is null)
     tool_stats: torch.Tensor | None = None
     tool_seconds: float = 0.0  # wall clock spent waiting for the tool
+    # (N, T): each sampled token's log-prob under the engine that drew it (trainer/engine),
+    # 0 past the completion; None where the policy itself sampled (HF generate)
+    engine_logps: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -257,4 +260,6 @@ def pad_and_stack(rollouts: list[Rollout], pad_id: int) -> Rollout:
             torch.zeros(len(r.texts), 4, dtype=torch.long) if r.tool_stats is None
             else r.tool_stats for r in rollouts])),
         tool_seconds=sum(r.tool_seconds for r in rollouts),
+        engine_logps=(None if any(r.engine_logps is None for r in rollouts) else torch.cat([
+            right(r.engine_logps, T, 0) for r in rollouts])),
     )

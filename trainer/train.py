@@ -41,6 +41,8 @@ from trainer.advantages import (
 )
 from trainer.config import OVERLONG, GRPOConfig
 from trainer.data import PromptStream, Row
+from trainer.engine.client import VLLMEngine
+from trainer.engine.colocated import ColocatedEngine
 from trainer.logprobs import completion_logps
 from trainer.loss import loss_normalizer, policy_loss
 from trainer.metrics import RunLogger
@@ -57,6 +59,7 @@ from trainer.rollout import (
     Prompt,
     Rollout,
     Sampling,
+    eos_token_ids,
     format_prompt,
     generate,
     greedy_texts,
@@ -98,9 +101,11 @@ class GRPOTrainer:
         eval_rows: Sequence[Row] | None = None,
         ref_model: PreTrainedModel | None = None,
         scorer: Scorer | None = None,
+        engine: VLLMEngine | None = None,
     ) -> None:
         """``reward_client`` scores through the server; a ``scorer`` (e.g. FunctionScorer)
-        replaces it."""
+        replaces it. ``engine``: a started vLLM engine to sample with (``rollout_engine:
+        vllm``), given this policy's weights now; by default the trainer starts its own."""
         self.config = config
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
@@ -149,6 +154,8 @@ class GRPOTrainer:
                                  config.top_p, config.top_k, self.share_prompts)
         self._warned_cut = False
         self.tool_use = self._tool_use() if config.code_tool else None
+        self._owns_engine = engine is None
+        self.engine = self._engine(engine) if config.rollout_engine == "vllm" else None
 
     def _tool_use(self) -> ToolUse:
         c = self.config
@@ -157,6 +164,13 @@ class GRPOTrainer:
                         request_timeout_s=c.tool_request_timeout_s,
                         max_output_chars=c.max_tool_output_chars, concurrency=c.tool_concurrency)
         return ToolUse(tool, call_format(c.tool_format, self.tokenizer), c.max_tool_turns)
+
+    def _engine(self, engine: VLLMEngine | None) -> ColocatedEngine:
+        eos_ids = eos_token_ids(self.policy, self.tokenizer)
+        if engine is not None:
+            return ColocatedEngine(engine, self.policy, self.tokenizer, eos_ids)
+        return ColocatedEngine.start(self.config, self.config.seed + self.rank, self.dtype,
+                                     self.policy, self.tokenizer, eos_ids)
 
     def _wrap(self, policy: torch.nn.Module) -> torch.nn.Module:
         """The module the update runs through: DDP or FSDP over the ranks, or the policy."""
@@ -180,6 +194,8 @@ class GRPOTrainer:
 
     def _generate(self, rows: list[Row], greedy: bool = False) -> Rollout:
         """One chunk's completions: single-turn, or with the code tool (trainer/multiturn.py)."""
+        if self.engine is not None:
+            return self.engine.generate(rows, self._prompts(rows), self.sampling, greedy)
         with self.autocast():
             if self.tool_use is not None:
                 return generate_with_tools(self.policy, self.tokenizer, rows, self._prompts(rows),
@@ -291,6 +307,17 @@ class GRPOTrainer:
         """What runs a group's shared prompt pass (trainer.prefix); None: whole sequences."""
         return distributed.unwrapped(model) if self.share_prompts else None
 
+    def _engine_gap(self, rollout: Rollout, batch: UpdateBatch) -> dict[str, float]:
+        """How far the engine's log-probs of the sampled tokens are from the trainer's, over
+        every sampled token (kernels and precision differ; a stale weight shows here)."""
+        assert rollout.engine_logps is not None
+        ours = (batch.old_logps if batch.old_logps is not None
+                else self._logps_no_grad(self.policy, batch))
+        sampled = rollout.completion_mask.to(self.device)
+        gap = (ours - rollout.engine_logps.to(self.device)).abs() * sampled
+        return {"engine/logprob_gap": float(gap.sum() / sampled.sum().clamp(min=1)),
+                "engine/logprob_gap_max": float(gap.max())}
+
     # --- 5: the update ---------------------------------------------------------------------
 
     def advantages(self, rewards: torch.Tensor) -> tuple[torch.Tensor, GroupStats]:
@@ -372,6 +399,8 @@ class GRPOTrainer:
             batch.old_logps = self._logps_no_grad(self.policy, batch)
         if c.beta > 0:
             batch.ref_logps = self.reference_logps(batch)
+        if rollout.engine_logps is not None:
+            timing.update(self._engine_gap(rollout, batch))
         normalizer = self.normalizer(loss_mask)
         sums: dict[str, float] = {}
         losses, grad_norms = [], []
@@ -385,6 +414,9 @@ class GRPOTrainer:
             self.optimizer.step()
             self.scheduler.step()
             losses.append(loss)
+            if self.engine is not None:  # the next pass or step samples the new policy
+                timing["time/weight_sync"] = timing.get("time/weight_sync", 0.0) + \
+                    self.engine.sync()
         t_end = time.perf_counter()
         self.step += 1
         return self._metrics(rollout, scored, rewards, advantages, stats, timing, sums, losses,
@@ -435,7 +467,7 @@ class GRPOTrainer:
         texts: list[str] = []
         for start in range(0, len(self.eval_rows), 16):
             rows = self.eval_rows[start : start + 16]
-            if self.tool_use is not None:
+            if self.tool_use is not None or self.engine is not None:
                 texts += self._generate(rows, greedy=True).texts
                 continue
             with self.autocast():
@@ -530,6 +562,8 @@ class GRPOTrainer:
             self.scorer.close()
             if self.tool_use is not None:
                 self.tool_use.tool.close()
+            if self.engine is not None and self._owns_engine:
+                self.engine.close()
         if self.is_main:
             from trainer.plot import plot_run
 
@@ -576,7 +610,8 @@ def _select(r: Rollout, index: list[int]) -> Rollout:
                    r.completion_mask[idx], r.truncated[idx], [r.texts[i] for i in index],
                    [r.rows[i] for i in index], r.prompt_cut[idx],
                    None if r.tool_mask is None else r.tool_mask[idx],
-                   None if r.tool_stats is None else r.tool_stats[idx], r.tool_seconds)
+                   None if r.tool_stats is None else r.tool_stats[idx], r.tool_seconds,
+                   None if r.engine_logps is None else r.engine_logps[idx])
 
 
 def _tool_metrics(rollout: Rollout) -> dict[str, float]:

@@ -26,3 +26,26 @@ def seven_rows(n: int = 64, seed: int = 0) -> list[dict[str, str]]:
 def reward_client(server: ServerProcess) -> Iterator[RewardClient]:
     with RewardClient(server.url) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def vllm_engine() -> Iterator[object]:
+    """One vLLM engine per test session (it takes seconds to start and a gigabyte), on the
+    tiny model with 32-dimensional heads (the least vLLM's CPU attention takes); each run
+    that uses it loads its own policy's weights first. Without vLLM's environment the tests
+    skip on a developer's machine and fail in CI."""
+    from trainer.engine.client import DEFAULT_PYTHON, EngineSettings, VLLMEngine
+    from trainer.engine.weights import policy_weights
+    from trainer.models import tiny_model, tiny_tokenizer
+
+    if not DEFAULT_PYTHON.exists():
+        message = "no vLLM environment: bash scripts/setup_vllm.sh"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    model = tiny_model(tiny_tokenizer(), heads=2)
+    with policy_weights(model) as weights:
+        engine = VLLMEngine(model, EngineSettings(max_model_len=512, max_num_seqs=64,
+                                                  kv_cache_gb=1), weights)
+    with engine:
+        yield engine

@@ -77,3 +77,12 @@ def test_bad_tool_url_names_the_field(given: str) -> None:
     with pytest.raises(ConfigError, match=r"^tool_url: .*not an http\(s\) URL"):
         load_config(None, [f"tool_url={given}"])
     assert load_config(None, ["tool_url=http://tools:8000"]).tool_url == "http://tools:8000"
+
+
+def test_the_rollout_engine_is_hf_or_vllm() -> None:
+    assert load_config(None, []).rollout_engine == "hf"
+    assert load_config(None, ["rollout_engine=vllm"]).rollout_engine == "vllm"
+    with pytest.raises(ConfigError, match=r"^rollout_engine: "):
+        load_config(None, ["rollout_engine=sglang"])
+    with pytest.raises(ConfigError, match=r"rollout_engine 'vllm' does not run the code tool"):
+        load_config(None, ["rollout_engine=vllm", "code_tool=true"])

@@ -1,0 +1,102 @@
+"""Rollouts drawn by a vLLM engine in its own process (trainer/engine/), on the tiny model:
+the engine samples what HF ``generate`` would be asked for, shaped as its rollouts are, and
+holds the policy's weights after every optimizer step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.trainer.conftest import seven_rows
+from trainer.config import GRPOConfig, RewardSpec
+from trainer.engine.sampling import generate_on_engine
+from trainer.engine.weights import policy_weights
+from trainer.models import tiny_model, tiny_tokenizer
+from trainer.rewards import FunctionScorer
+from trainer.rollout import Prompt, Sampling
+from trainer.train import GRPOTrainer, seed_everything
+
+pytestmark = pytest.mark.slow  # an engine process
+
+_PROBE = [2, 5, 6, 7, 8, 9, 10, 11, 12, 13]  # a sequence whose log-probs both sides compute
+
+
+def _one_seven(texts: list[str], rows: list[dict[str, Any]]) -> list[float]:
+    return [float(text.count("7") == 1) for text in texts]
+
+
+def _trainer(tmp_path: Path, engine: Any, **overrides: Any) -> GRPOTrainer:
+    options: dict[str, Any] = dict(
+        model="tiny", dataset="unused", output_dir=str(tmp_path / "run"), max_steps=20,
+        prompts_per_step=4, num_generations=8, generation_chunk=2, max_completion_length=6,
+        learning_rate=3e-3, micro_batch_size=32, progress_bar=False,
+        rewards=[RewardSpec(verifier="local")], rollout_engine="vllm")
+    options.update(overrides)
+    config = GRPOConfig(**options)
+    seed_everything(config.seed)
+    tokenizer = tiny_tokenizer()
+    return GRPOTrainer(tiny_model(tokenizer, config.seed, heads=2), tokenizer, seven_rows(),
+                       config, None, scorer=FunctionScorer(_one_seven), engine=engine)
+
+
+@torch.no_grad()
+def _policy_logprobs(policy: torch.nn.Module) -> torch.Tensor:
+    ids = torch.tensor([_PROBE])
+    logps = torch.log_softmax(policy(ids).logits[0, :-1].float(), -1)
+    return logps.gather(1, ids[0, 1:, None])[:, 0]
+
+
+@pytest.mark.parametrize("lora_r", [0, 4])
+def test_the_engine_holds_the_policys_weights_after_every_update(
+        tmp_path: Path, vllm_engine: Any, lora_r: int) -> None:
+    """After each optimizer step the engine's log-probs are the policy's (full weights, or
+    a LoRA adapter merged in), and the completions it drew were the policy's own."""
+    trainer = _trainer(tmp_path, vllm_engine, lora_r=lora_r, lora_alpha=8,
+                       learning_rate=3e-2, max_steps=3)
+    before = _policy_logprobs(trainer.policy)
+    for _ in range(3):
+        metrics = trainer.training_step()
+        assert metrics["engine/logprob_gap"] < 1e-4, metrics  # drawn from the policy itself
+        engine = torch.tensor(vllm_engine.prompt_logprobs(_PROBE))
+        assert torch.allclose(engine, _policy_logprobs(trainer.policy), atol=1e-4)
+    assert (_policy_logprobs(trainer.policy) - before).abs().max() > 1e-2  # it did learn
+
+
+def test_the_engine_draws_g_samples_per_prompt_stopped_as_hf_would(vllm_engine: Any) -> None:
+    """G samples of each prompt, groups in prompt order; a completion stops at any EOS id,
+    kept and masked in, and one that reaches the length limit without one is truncated."""
+    tokenizer = tiny_tokenizer()
+    model = tiny_model(tokenizer, seed=3, heads=2)
+    with policy_weights(model) as weights:
+        vllm_engine.load_weights(weights)
+    rows = [{"prompt": "say 7: abc"}, {"prompt": "say 7: defgh"}]
+    prompts = [Prompt(row["prompt"], False) for row in rows]
+    sampling = Sampling(num_generations=8, max_prompt_length=64, max_completion_length=12)
+    stops = [tokenizer.convert_tokens_to_ids(c) for c in "0123456789"]  # often within 12
+    rollout = generate_on_engine(vllm_engine, tokenizer, rows, prompts, sampling, stops)
+    assert rollout.completion_ids.shape[0] == 16
+    assert rollout.rows == [rows[0]] * 8 + [rows[1]] * 8
+    lengths = rollout.completion_mask.sum(1)
+    for k in range(16):
+        n = int(lengths[k])
+        tokens = rollout.completion_ids[k, :n].tolist()
+        stopped = tokens[-1] in stops
+        assert not any(t in stops for t in tokens[:-1])  # stopped at the first
+        assert bool(rollout.truncated[k]) == (not stopped)
+        assert n == 12 or stopped
+        assert rollout.texts[k] == tokenizer.decode(tokens, skip_special_tokens=True)
+        assert rollout.engine_logps is not None
+        assert (rollout.engine_logps[k, :n] < 0).all() and (rollout.engine_logps[k, n:] == 0).all()
+    assert rollout.truncated.any() and not rollout.truncated.all()
+
+
+def test_reward_rises_with_the_engine_drawing(tmp_path: Path, vllm_engine: Any) -> None:
+    """The task the tiny model learns in a few steps (one 7 among its six characters):
+    measured 0.06 0.12 then 0.34 to 0.56 from the third step."""
+    trainer = _trainer(tmp_path, vllm_engine, learning_rate=1e-2)
+    rewards = [h["reward"] for h in trainer.train()]
+    first, last = sum(rewards[:2]) / 2, sum(rewards[-5:]) / 5
+    assert first < 0.2 and last > 0.3, " ".join(f"{r:.2f}" for r in rewards)

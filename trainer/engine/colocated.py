@@ -1,0 +1,69 @@
+"""The trainer's engine in colocate mode (TRL's ``vllm_mode="colocate"``): one engine per
+training process, started with the policy's weights and given them again after every
+optimizer step, so each step samples from the policy it updates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from trainer.config import GRPOConfig
+from trainer.engine.client import DEFAULT_PYTHON, EngineSettings, VLLMEngine
+from trainer.engine.sampling import generate_on_engine
+from trainer.engine.weights import policy_weights
+from trainer.rollout import Prompt, Rollout, Sampling
+
+
+def engine_settings(config: GRPOConfig, seed: int, dtype: torch.dtype) -> EngineSettings:
+    """The engine's settings from the run's: the trainer's compute dtype, and a context
+    that holds a prompt and a completion."""
+    return EngineSettings(
+        python=Path(config.vllm_python) if config.vllm_python else DEFAULT_PYTHON,
+        dtype=str(dtype).removeprefix("torch."), seed=seed,
+        max_model_len=config.max_prompt_length + config.max_completion_length,
+        max_num_seqs=max(config.generation_chunk * config.num_generations, 16),
+        kv_cache_gb=config.vllm_kv_cache_gb,
+        gpu_memory_utilization=config.vllm_gpu_memory_utilization)
+
+
+class ColocatedEngine:
+    """Rollouts from a vLLM engine that follows ``policy``'s weights."""
+
+    def __init__(self, engine: VLLMEngine, policy: torch.nn.Module,
+                 tokenizer: PreTrainedTokenizerBase, eos_ids: list[int],
+                 synced: bool = False) -> None:
+        """``engine`` holds ``policy``'s weights if ``synced``; else (an engine shared by
+        several runs, as the tests do) they are loaded now."""
+        self.engine, self.policy, self.tokenizer, self.eos_ids = engine, policy, tokenizer, eos_ids
+        if not synced:
+            self.sync()
+
+    @classmethod
+    def start(cls, config: GRPOConfig, seed: int, dtype: torch.dtype, policy: torch.nn.Module,
+              tokenizer: PreTrainedTokenizerBase, eos_ids: list[int]) -> ColocatedEngine:
+        """A new engine, loaded with ``policy``'s config and weights."""
+        with policy_weights(policy) as weights:
+            engine = VLLMEngine(_base(policy), engine_settings(config, seed, dtype), weights)
+        return cls(engine, policy, tokenizer, eos_ids, synced=True)
+
+    def generate(self, rows: list[dict[str, Any]], prompts: list[Prompt],
+                 sampling: Sampling, greedy: bool = False) -> Rollout:
+        return generate_on_engine(self.engine, self.tokenizer, rows, prompts, sampling,
+                                  self.eos_ids, greedy)
+
+    def sync(self) -> float:
+        """The policy's weights into the engine; the seconds it took."""
+        with policy_weights(self.policy) as weights:
+            self.engine.load_weights(weights)
+        return self.engine.weight_sync_s
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def _base(policy: torch.nn.Module) -> torch.nn.Module:
+    """The model whose config the engine loads: under a LoRA adapter, its base."""
+    return policy.get_base_model() if hasattr(policy, "get_base_model") else policy

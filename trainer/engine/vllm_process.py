@@ -1,0 +1,146 @@
+"""The vLLM engine's own process: run by ``trainer.engine.client`` under the Python of the
+environment vLLM is installed in (``scripts/setup_vllm.sh``: vLLM pins its own torch and
+transformers, which need not be the trainer's), it imports nothing of the trainer but
+``trainer.engine.wire``, and answers the trainer's requests one at a time on the
+connection it is given.
+
+Requests (dicts, ``op`` naming each): ``generate`` (G samples of each prompt's token ids,
+each sampled token's log-prob under the engine), ``prompt_logprobs`` (a sequence's
+log-probs, teacher-forced: the check that the engine holds the trainer's weights),
+``load_weights`` (new weights from a safetensors file in shared memory), ``close``.
+
+The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so new weights
+are loaded by reference, with no second copy in another process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from typing import Any
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+from trainer.engine import wire  # noqa: E402 - after the environment vLLM reads at import
+
+
+def _reload(worker: Any, path: str) -> int:
+    """Runs on vLLM's worker: the weights in ``path`` loaded in place. A tied output head
+    (the embedding's weight, read by the head too) is repacked after its embedding is
+    loaded: vLLM's CPU kernels keep a packed copy of the head, which ``reload_weights``
+    leaves stale where the checkpoint has no ``lm_head.weight`` of its own."""
+    from safetensors.torch import load_file
+
+    model = worker.model_runner.get_model()
+    owners: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        owners.setdefault(id(parameter), []).append(name)
+    weights = load_file(path)
+    worker.model_runner.reload_weights(weights_iterator=iter(weights.items()))
+    for names in owners.values():
+        for tied in names[1:]:
+            module = model.get_submodule(tied.rpartition(".")[0])
+            method = getattr(module, "quant_method", None)
+            if method is not None:
+                method.process_weights_after_loading(module)
+    return len(weights)
+
+
+class Engine:
+    """A ``vllm.LLM`` and the requests it answers."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        from vllm import LLM
+
+        self.llm = LLM(model=settings["model"], dtype=settings["dtype"], seed=settings["seed"],
+                       enforce_eager=settings["enforce_eager"], enable_prefix_caching=True,
+                       max_model_len=settings["max_model_len"],
+                       max_num_seqs=settings["max_num_seqs"],
+                       gpu_memory_utilization=settings["gpu_memory_utilization"],
+                       # token ids in and out: the trainer tokenizes and decodes; and no
+                       # sampling defaults from the model's generation_config
+                       skip_tokenizer_init=True, generation_config="vllm",
+                       # a sampled token's log-prob under the distribution it was drawn
+                       # from (temperature, top-k, top-p applied), as TRL asks for its
+                       # importance-sampling correction
+                       logprobs_mode="processed_logprobs", disable_log_stats=True)
+
+    def generate(self, prompts: list[list[int]], n: int, temperature: float, top_p: float,
+                 top_k: int, max_tokens: int, stop_token_ids: list[int], greedy: bool
+                 ) -> list[list[dict[str, Any]]]:
+        from vllm import SamplingParams
+
+        # exactly the distribution the loss assumes: nothing the model's generation_config
+        # says (repetition penalty, min_p) is applied; and a completion stops at the
+        # trainer's EOS ids alone (the config's EOS is among them), kept in its tokens
+        params = SamplingParams(ignore_eos=True, 
+            n=n, temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p,
+            top_k=-1 if greedy or top_k == 0 else top_k, max_tokens=max_tokens,
+            stop_token_ids=stop_token_ids, logprobs=0, detokenize=False,
+            skip_special_tokens=False, repetition_penalty=1.0, min_p=0.0)
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
+                                    use_tqdm=False)
+        return [[{"token_ids": list(sample.token_ids),
+                  "logprobs": [_sampled_logprob(step, token) for step, token in
+                               zip(sample.logprobs or [], sample.token_ids, strict=True)],
+                  "finish_reason": sample.finish_reason}
+                 for sample in output.outputs] for output in outputs]
+
+    def prompt_logprobs(self, token_ids: list[int]) -> list[float]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0,
+                                detokenize=False)
+        output = self.llm.generate([{"prompt_token_ids": token_ids}], params, use_tqdm=False)[0]
+        steps = output.prompt_logprobs or []
+        return [_sampled_logprob(step, token)
+                for step, token in zip(steps[1:], token_ids[1:], strict=True)]
+
+    def load_weights(self, path: str) -> int:
+        loaded = self.llm.collective_rpc(_reload, args=(path,))[0]
+        self.llm.reset_prefix_cache()  # prompt states computed by the old weights
+        return loaded
+
+
+def _sampled_logprob(step: Any, token: int) -> float:
+    """The log-prob of ``token`` in one step's dict (vLLM adds the sampled token to the
+    top-k it was asked for)."""
+    return float(step[token].logprob)
+
+
+def serve(connection: wire.Channel, engine: Engine) -> None:
+    while True:
+        request = connection.recv()
+        op = request.pop("op")
+        if op == "close":
+            connection.send({"ok": True})
+            return
+        try:
+            value = getattr(engine, op)(**request)
+            connection.send({"ok": True, "value": value})
+        except Exception as exc:  # noqa: BLE001 - the trainer gets the error, the engine lives
+            connection.send({"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                             "traceback": traceback.format_exc()})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--fd", type=int, required=True, help="the connection's descriptor")
+    args = parser.parse_args(argv)
+    connection = wire.Channel(args.fd)
+    settings = connection.recv()
+    try:
+        engine = Engine(settings)
+    except Exception as exc:  # noqa: BLE001 - said to the trainer as one line
+        connection.send({"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                         "traceback": traceback.format_exc()})
+        return 1
+    connection.send({"ok": True})
+    serve(connection, engine)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
