@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     from reward_server.client import RewardClient, RewardClientError
     from trainer import checkpoint
     from trainer.data import load_datasets
+    from trainer.engine.client import EngineError
     from trainer.models import MASTER_DTYPE, load_model
     from trainer.train import GRPOTrainer, seed_everything
 
@@ -124,7 +125,12 @@ def main(argv: list[str] | None = None) -> int:
                               batch_size=config.reward_batch_size,
                               max_attempts=config.reward_max_attempts,
                               retry_for_s=config.reward_retry_for_s)
-        trainer = GRPOTrainer(model, tokenizer, train_rows, config, client, eval_rows)
+        try:
+            trainer = GRPOTrainer(model, tokenizer, train_rows, config, client, eval_rows)
+        except EngineError as exc:  # no vLLM environment, or an engine that cannot start
+            print(f"grpo-train: {exc}", file=sys.stderr)
+            client.close()
+            return 2
         if args.resume:
             last = checkpoint.latest_checkpoint(Path(config.output_dir))
             if last is None:

@@ -502,18 +502,20 @@ class GRPOTrainer:
 
     def load_weights(self, path: Path) -> None:
         """The float32 master weights of a checkpoint folder (or its LoRA adapter), into the
-        policy."""
+        policy, and into the engine that samples for it."""
         from transformers import AutoModelForCausalLM
 
         if lora.is_lora(self.policy):
             lora.load_adapter(self.policy, path)
-            return
-        weights = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
-                                                       dtype=MASTER_DTYPE).state_dict()
-        if distributed.is_sharded(self.model):
-            distributed.load_full_weights(self.model, weights)
         else:
-            self.policy.load_state_dict(weights)
+            weights = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
+                                                           dtype=MASTER_DTYPE).state_dict()
+            if distributed.is_sharded(self.model):
+                distributed.load_full_weights(self.model, weights)
+            else:
+                self.policy.load_state_dict(weights)
+        if self.engine is not None:
+            self.engine.sync()
 
     def resume(self, path: Path) -> None:
         """Continue from a checkpoint folder written by ``save``."""

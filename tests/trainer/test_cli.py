@@ -125,6 +125,18 @@ def test_missing_files_and_server(tmp_path: Path) -> None:
     assert "Traceback" not in out.stderr
 
 
+def test_a_missing_vllm_environment_is_one_readable_line(tmp_path: Path,
+                                                         server: ServerProcess) -> None:
+    data = tmp_path / "d.jsonl"
+    write_jsonl(seven_rows(4), data)
+    out = grpo_train("--set", "model=tiny", "--set", f"dataset={data}", "--reward-url",
+                     server.url, "--set", "rollout_engine=vllm",
+                     "--set", f"vllm_python={tmp_path}/no-venv/bin/python")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "no vLLM environment" in out.stderr and "setup_vllm.sh" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_run_plot_and_resume(tmp_path: Path, server: ServerProcess) -> None:
     data = tmp_path / "train.jsonl"
     write_jsonl(seven_rows(), data)

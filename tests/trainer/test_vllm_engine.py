@@ -65,6 +65,17 @@ def test_the_engine_holds_the_policys_weights_after_every_update(
     assert (_policy_logprobs(trainer.policy) - before).abs().max() > 1e-2  # it did learn
 
 
+def test_a_resumed_run_samples_from_its_checkpoints_weights(tmp_path: Path,
+                                                            vllm_engine: Any) -> None:
+    trainer = _trainer(tmp_path, vllm_engine, learning_rate=3e-2, max_steps=2)
+    trainer.train()
+    trained = _policy_logprobs(trainer.policy)
+    resumed = _trainer(tmp_path, vllm_engine, learning_rate=3e-2, max_steps=2)
+    resumed.resume(tmp_path / "run" / "checkpoint-000002")
+    engine = torch.tensor(vllm_engine.prompt_logprobs(_PROBE))
+    assert torch.allclose(engine, trained, atol=1e-4)
+
+
 def test_the_engine_draws_g_samples_per_prompt_stopped_as_hf_would(vllm_engine: Any) -> None:
     """G samples of each prompt, groups in prompt order; a completion stops at any EOS id,
     kept and masked in, and one that reaches the length limit without one is truncated."""
