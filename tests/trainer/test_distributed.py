@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ServerProcess, free_port
+from tests.conftest import ServerProcess
 from tests.trainer.ddp_worker import FIXED_REWARDS
 from trainer.advantages import group_advantages
 
@@ -25,8 +25,11 @@ def reports(tmp_path_factory: pytest.TempPathFactory, server: ServerProcess) -> 
     tmp = tmp_path_factory.mktemp("ddp")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-port", str(free_port()), str(WORKER), server.url, str(tmp)],
+        # --standalone: the rendezvous binds a port of the kernel's choosing (a port picked
+        # free beforehand may be taken by a test server meanwhile, and the ranks then wait
+        # on a stranger's socket until the timeout)
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+         str(WORKER), server.url, str(tmp)],
         capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp / "run" / "metrics.jsonl").exists()  # rank 0 logs

@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import free_port
-
 pytestmark = pytest.mark.slow  # two processes train a tiny model: seconds a test
 
 WORKER = Path(__file__).with_name("fsdp_worker.py")
@@ -25,8 +23,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("fsdp")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-port", str(free_port()), str(WORKER), str(tmp)],
+        # --standalone: the rendezvous binds a port of the kernel's choosing (a port picked
+        # free beforehand may be taken by a test server meanwhile, and the ranks then wait
+        # on a stranger's socket until the timeout)
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+         str(WORKER), str(tmp)],
         capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return tmp

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
-
 pytestmark = pytest.mark.slow  # two processes train a tiny model: seconds a test
 
 WORKER = Path(__file__).with_name("prefix_worker.py")
@@ -25,9 +23,12 @@ def test_ranks_with_and_without_a_shared_prompt_agree(tmp_path: Path, kind: str)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
            "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-port", str(free_port()), str(WORKER), kind, str(tmp_path)],
-        capture_output=True, text=True, timeout=180, env=env)
+        # --standalone: the rendezvous binds a port of the kernel's choosing (a port picked
+        # free beforehand may be taken by a test server meanwhile, and the ranks then wait
+        # on a stranger's socket until the timeout)
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+         str(WORKER), kind, str(tmp_path)],
+        capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     sums = [json.loads((tmp_path / f"rank{r}.json").read_text())["checksum"] for r in (0, 1)]
     assert sums[0] > 0

@@ -94,11 +94,13 @@ class VLLMEngine:
 
     def generate(self, prompts: list[list[int]], n: int, max_tokens: int,
                  stop_token_ids: list[int], temperature: float = 1.0, top_p: float = 1.0,
-                 top_k: int = 0, greedy: bool = False) -> list[list[Sample]]:
-        """``n`` samples of each prompt (token ids, no padding), prompts in order."""
+                 top_k: int = 0, greedy: bool = False, seed: int | None = None
+                 ) -> list[list[Sample]]:
+        """``n`` samples of each prompt (token ids, no padding), prompts in order; ``seed``
+        makes the draw the same whatever the engine drew before."""
         value = self._call("generate", prompts=prompts, n=n, temperature=temperature,
                            top_p=top_p, top_k=top_k, max_tokens=max_tokens,
-                           stop_token_ids=stop_token_ids, greedy=greedy)
+                           stop_token_ids=stop_token_ids, greedy=greedy, seed=seed)
         return [[Sample(**sample) for sample in samples] for samples in value]
 
     def prompt_logprobs(self, token_ids: list[int]) -> list[float]:

@@ -25,7 +25,10 @@ def generate_on_engine(engine: VLLMEngine, tokenizer: PreTrainedTokenizerBase,
     unpadded = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
     drawn = engine.generate(unpadded, n=G, max_tokens=sampling.max_completion_length,
                             stop_token_ids=eos_ids, temperature=sampling.temperature,
-                            top_p=sampling.top_p, top_k=sampling.top_k, greedy=greedy)
+                            top_p=sampling.top_p, top_k=sampling.top_k, greedy=greedy,
+                            # from the trainer's generator: a run's rollouts follow from its
+                            # seed, as generate's do, not from what the engine did before
+                            seed=int(torch.randint(0, 2**31 - 1, ()).item()))
     samples = [sample for group in drawn for sample in group]
     completion_ids, cmask, logps = _padded(samples, tokenizer.pad_token_id)
     eos = set(eos_ids)

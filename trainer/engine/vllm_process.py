@@ -68,8 +68,8 @@ class Engine:
                        logprobs_mode="processed_logprobs", disable_log_stats=True)
 
     def generate(self, prompts: list[list[int]], n: int, temperature: float, top_p: float,
-                 top_k: int, max_tokens: int, stop_token_ids: list[int], greedy: bool
-                 ) -> list[list[dict[str, Any]]]:
+                 top_k: int, max_tokens: int, stop_token_ids: list[int], greedy: bool,
+                 seed: int | None) -> list[list[dict[str, Any]]]:
         from vllm import SamplingParams
 
         # exactly the distribution the loss assumes: nothing the model's generation_config
@@ -79,7 +79,7 @@ class Engine:
             n=n, temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p,
             top_k=-1 if greedy or top_k == 0 else top_k, max_tokens=max_tokens,
             stop_token_ids=stop_token_ids, logprobs=0, detokenize=False,
-            skip_special_tokens=False, repetition_penalty=1.0, min_p=0.0)
+            skip_special_tokens=False, repetition_penalty=1.0, min_p=0.0, seed=seed)
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
                                     use_tqdm=False)
         return [[{"token_ids": list(sample.token_ids),
