@@ -5,15 +5,13 @@ uses every rank's rewards, and a checkpoint restores every rank's RNG and data p
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.conftest import ServerProcess
+from tests.helpers.ranks import run_ranks
 from tests.trainer.ddp_worker import FIXED_REWARDS
 from trainer.advantages import group_advantages
 
@@ -23,14 +21,7 @@ WORKER = Path(__file__).with_name("ddp_worker.py")
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory, server: ServerProcess) -> list[dict]:
     tmp = tmp_path_factory.mktemp("ddp")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    out = subprocess.run(
-        # --standalone: the rendezvous binds a port of the kernel's choosing (a port picked
-        # free beforehand may be taken by a test server meanwhile, and the ranks then wait
-        # on a stranger's socket until the timeout)
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-         str(WORKER), server.url, str(tmp)],
-        capture_output=True, text=True, timeout=600, env=env)
+    out = run_ranks(WORKER, server.url, str(tmp))
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp / "run" / "metrics.jsonl").exists()  # rank 0 logs
     return [json.loads((tmp / f"rank{r}.json").read_text()) for r in (0, 1)]

@@ -5,13 +5,12 @@ FSDP resumes (weights and optimizer state back into the shards, and training goe
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.helpers.ranks import run_ranks
 
 pytestmark = pytest.mark.slow  # two processes train a tiny model: seconds a test
 
@@ -21,14 +20,7 @@ WORKER = Path(__file__).with_name("fsdp_worker.py")
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("fsdp")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    out = subprocess.run(
-        # --standalone: the rendezvous binds a port of the kernel's choosing (a port picked
-        # free beforehand may be taken by a test server meanwhile, and the ranks then wait
-        # on a stranger's socket until the timeout)
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-         str(WORKER), str(tmp)],
-        capture_output=True, text=True, timeout=600, env=env)
+    out = run_ranks(WORKER, str(tmp))
     assert out.returncode == 0, out.stderr[-3000:]
     return tmp
 

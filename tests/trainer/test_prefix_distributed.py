@@ -5,12 +5,11 @@ all-reduced gradient, under DDP and FSDP (trainer/prefix.py, from an audit)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.ranks import run_ranks
 
 pytestmark = pytest.mark.slow  # two processes train a tiny model: seconds a test
 
@@ -20,15 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("kind", ["ddp", "fsdp"])
 def test_ranks_with_and_without_a_shared_prompt_agree(tmp_path: Path, kind: str) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-           "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        # --standalone: the rendezvous binds a port of the kernel's choosing (a port picked
-        # free beforehand may be taken by a test server meanwhile, and the ranks then wait
-        # on a stranger's socket until the timeout)
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-         str(WORKER), kind, str(tmp_path)],
-        capture_output=True, text=True, timeout=600, env=env)
+    out = run_ranks(WORKER, kind, str(tmp_path), env={"PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-3000:]
     sums = [json.loads((tmp_path / f"rank{r}.json").read_text())["checksum"] for r in (0, 1)]
     assert sums[0] > 0
