@@ -414,9 +414,8 @@ class GRPOTrainer:
             self.optimizer.step()
             self.scheduler.step()
             losses.append(loss)
-            if self.engine is not None:  # the next pass or step samples the new policy
-                timing["time/weight_sync"] = timing.get("time/weight_sync", 0.0) + \
-                    self.engine.sync()
+        if self.engine is not None:  # the next step samples the new policy (once: the μ
+            timing["time/weight_sync"] = self.engine.sync()  # passes sample nothing)
         t_end = time.perf_counter()
         self.step += 1
         return self._metrics(rollout, scored, rewards, advantages, stats, timing, sums, losses,
