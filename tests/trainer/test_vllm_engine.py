@@ -112,3 +112,28 @@ def test_reward_rises_with_the_engine_drawing(tmp_path: Path, vllm_engine: Any) 
     rewards = [h["reward"] for h in trainer.train()]
     last = sum(rewards[-5:]) / 5
     assert rewards[0] < 0.25 and last > 0.3, " ".join(f"{r:.2f}" for r in rewards)
+
+
+def test_a_whole_steps_batch_is_drawn_and_follows_from_the_seed(vllm_engine: Any) -> None:
+    """More prompt tokens than the engine computes in one pass (vLLM's CPU budget is 4,096:
+    some prompts are prefilled in parts) are drawn in one call, and the same trainer seed
+    draws the same samples again, another seed others."""
+    tokenizer = tiny_tokenizer()
+    model = tiny_model(tokenizer, seed=4, heads=2)
+    with policy_weights(model) as weights:
+        vllm_engine.load_weights(weights)
+    rows = [{"prompt": f"say 7: {k} " + "abcdefgh" * 12} for k in range(8)]
+    prompts = [Prompt(row["prompt"], False) for row in rows]
+    sampling = Sampling(num_generations=8, max_prompt_length=128, max_completion_length=8)
+    eos = [tokenizer.eos_token_id]
+
+    def draw(seed: int) -> list[list[int]]:
+        torch.manual_seed(seed)
+        rollout = generate_on_engine(vllm_engine, tokenizer, rows, prompts, sampling, eos)
+        assert int(rollout.prompt_mask.sum()) > 4096
+        return rollout.completion_ids.tolist()
+
+    first = draw(11)
+    assert len(first) == 64
+    assert draw(11) == first
+    assert draw(12) != first

@@ -70,16 +70,24 @@ class Engine:
     def generate(self, prompts: list[list[int]], n: int, temperature: float, top_p: float,
                  top_k: int, max_tokens: int, stop_token_ids: list[int], greedy: bool,
                  seed: int | None) -> list[list[dict[str, Any]]]:
+        import torch
         from vllm import SamplingParams
 
+        if seed is not None:
+            # the engine core runs in this process, so its sampler draws from this
+            # generator; a per-request seed would not do on a CPU, where vLLM rewinds a
+            # seeded request's generator after a partial prefill and torch's CPU generator
+            # cannot (RuntimeError: CPU Generator does not use offset)
+            torch.manual_seed(seed)
         # exactly the distribution the loss assumes: nothing the model's generation_config
         # says (repetition penalty, min_p) is applied; and a completion stops at the
         # trainer's EOS ids alone (the config's EOS is among them), kept in its tokens
-        params = SamplingParams(ignore_eos=True, 
-            n=n, temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p,
-            top_k=-1 if greedy or top_k == 0 else top_k, max_tokens=max_tokens,
+        params = SamplingParams(
+            ignore_eos=True, n=n, temperature=0.0 if greedy else temperature,
+            top_p=1.0 if greedy else top_p, top_k=-1 if greedy or top_k == 0 else top_k,
+            max_tokens=max_tokens,
             stop_token_ids=stop_token_ids, logprobs=0, detokenize=False,
-            skip_special_tokens=False, repetition_penalty=1.0, min_p=0.0, seed=seed)
+            skip_special_tokens=False, repetition_penalty=1.0, min_p=0.0)
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
                                     use_tqdm=False)
         return [[{"token_ids": list(sample.token_ids),
