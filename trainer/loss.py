@@ -5,8 +5,11 @@ Per completion token t of sequence i (shapes: B sequences, T completion tokens):
     log ρ_{i,t} = log π_θ(o_t | q, o_<t) − log π_θ_old(o_t | q, o_<t)       token level
     log ρ_{i}   = (1/|o_i|) Σ_t log ρ_{i,t}                                  sequence level (GSPO)
     ρ̂          = clip(ρ, 1 − ε_low, 1 + ε_high)                             (DAPO clip-higher)
-    L_{i,t}     = − min(ρ A_i, ρ̂ A_i) + β · KL_{i,t}
+    L_{i,t}     = − w_{i,t} · min(ρ A_i, ρ̂ A_i) + β · KL_{i,t}
     KL_{i,t}    = exp(ref − logp) − (ref − logp) − 1                        (k3 estimator)
+
+where w is 1, or, for samples an engine drew, the truncated importance weight π_θ_old / μ
+of trainer/sampling_correction.py (no gradient flows through it).
 
 and the variants differ only in how L is reduced to a scalar, L = numerator / normaliser:
 
@@ -78,6 +81,7 @@ def policy_loss(
     importance_sampling_level: ImportanceSamplingLevel = "token",
     max_completion_length: int | None = None,
     normalizer: float | None = None,  # from loss_normalizer; None: this batch alone
+    sampling_weights: torch.Tensor | None = None,  # (B, T) or (B, 1) w; None: 1
 ) -> tuple[torch.Tensor, dict[str, float]]:
     if loss_type not in get_args(LossType):
         raise ValueError(f"unknown loss_type {loss_type!r}")
@@ -102,6 +106,8 @@ def policy_loss(
     clipped_ratio = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)  # ρ̂
     adv = advantages.unsqueeze(-1)  # (B, 1)
     per_token_loss = -torch.min(ratio * adv, clipped_ratio * adv)  # (B, T)
+    if sampling_weights is not None:
+        per_token_loss = per_token_loss * sampling_weights  # w, as TRL: before the KL term
 
     metrics: dict[str, float] = {}
     if beta != 0.0:

@@ -49,6 +49,12 @@ class ScoredBatch:
             correct=[x for b in batches for x in b.correct],
         )
 
+    def select(self, index: list[int]) -> ScoredBatch:
+        """The completions at ``index``, in that order."""
+        return ScoredBatch([self.rewards[i] for i in index],
+                           {k: [v[i] for i in index] for k, v in self.per_verifier.items()},
+                           [self.correct[i] for i in index])
+
     def nulled(self, which: list[bool]) -> ScoredBatch:
         """This batch with the completions of ``which`` unscorable: NaN in the total (left out
         of the group baseline, no advantage), None in every column, never ``correct``."""

@@ -41,6 +41,19 @@ class Rollout:
     # 0 past the completion; None where the policy itself sampled (HF generate)
     engine_logps: torch.Tensor | None = None
 
+    def select(self, index: list[int]) -> Rollout:
+        """The completions at ``index``, in that order (``tool_seconds`` kept whole)."""
+        idx = torch.tensor(index, dtype=torch.long)
+
+        def rows(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x[idx]
+
+        return Rollout(self.prompt_ids[idx], self.prompt_mask[idx], self.completion_ids[idx],
+                       self.completion_mask[idx], self.truncated[idx],
+                       [self.texts[i] for i in index], [self.rows[i] for i in index],
+                       self.prompt_cut[idx], rows(self.tool_mask), rows(self.tool_stats),
+                       self.tool_seconds, rows(self.engine_logps))
+
 
 @dataclass(frozen=True)
 class Prompt:

@@ -2,10 +2,12 @@
 
     for each step:
         1. take a batch of prompts (this rank's shard)
-        2. sample G completions per prompt; each chunk of prompts is sent to the reward server
-           while the next chunk is generated
+        2. sample G completions per prompt and score them on the reward server
+           (trainer/sampler.py); with max_staleness > 0 a thread draws them ahead, while
+           the updates before run (trainer/ahead.py)
         3. wait for the rewards; group-relative advantages
-        4. log-probs at sampling time (μ > 1) and of the reference model (β > 0)
+        4. log-probs at sampling time (μ > 1, or an engine drew: its importance weights) and
+           of the reference model (β > 0)
         5. μ optimisation passes of the clipped objective over micro-batches, one optimizer
            step per pass (gradient accumulation, clipping, LR schedule with warm-up)
         6. metrics, checkpoint, evaluation
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import random
 import time
-import warnings
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -39,7 +40,8 @@ from trainer.advantages import (
     reward_moments,
     std_from_moments,
 )
-from trainer.config import OVERLONG, GRPOConfig
+from trainer.ahead import AheadSampler
+from trainer.config import GRPOConfig
 from trainer.data import PromptStream, Row
 from trainer.engine.client import VLLMEngine
 from trainer.engine.colocated import ColocatedEngine
@@ -53,19 +55,11 @@ from trainer.models import (
     prepare_tokenizer,
     reference_model,
 )
-from trainer.multiturn import ToolUse, generate_with_tools, without_outages
+from trainer.multiturn import ToolUse
 from trainer.rewards import RewardScorer, ScoredBatch, Scorer
-from trainer.rollout import (
-    Prompt,
-    Rollout,
-    Sampling,
-    eos_token_ids,
-    format_prompt,
-    generate,
-    greedy_texts,
-    pad_and_stack,
-)
-from trainer.shaping import overlong_penalties
+from trainer.rollout import Rollout, Sampling, eos_token_ids, greedy_texts
+from trainer.sampler import RolloutSampler, SampledBatch
+from trainer.sampling_correction import sampling_weights
 from trainer.tools import call_format
 
 
@@ -152,10 +146,14 @@ class GRPOTrainer:
         self.sampling = Sampling(config.num_generations, config.max_prompt_length,
                                  config.max_completion_length, config.temperature,
                                  config.top_p, config.top_k, self.share_prompts)
-        self._warned_cut = False
         self.tool_use = self._tool_use() if config.code_tool else None
         self._owns_engine = engine is None
         self.engine = self._engine(engine) if config.rollout_engine == "vllm" else None
+        self.sampler = RolloutSampler(config, self.tokenizer, self.policy, self.stream,
+                                      self.scorer, self.sampling, self.tool_use, self.engine,
+                                      self.autocast, self.is_main)
+        self.ahead: AheadSampler | None = None  # drawing ahead (max_staleness > 0)
+        self._position = 0  # the prompt stream's position after the last trained step
 
     def _tool_use(self) -> ToolUse:
         c = self.config
@@ -184,101 +182,24 @@ class GRPOTrainer:
             return nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
-    # --- 1-3: sampling and rewards -----------------------------------------------------------
+    # --- 1-3: sampling and rewards (trainer/sampler.py, trainer/ahead.py) ------------------
 
-    def _prompts(self, rows: list[Row]) -> list[Prompt]:
-        c = self.config
-        tools = self.tool_use.format.tools() if self.tool_use else None
-        return [format_prompt(r, self.tokenizer, c.prompt_column, c.system_prompt,
-                              c.use_chat_template, c.prompt_suffix, tools) for r in rows]
+    def _stop_drawing(self) -> None:
+        if self.ahead is not None:
+            self.ahead.close()
+            self.ahead = None
 
-    def _generate(self, rows: list[Row], greedy: bool = False) -> Rollout:
-        """One chunk's completions: single-turn, or with the code tool (trainer/multiturn.py)."""
-        if self.engine is not None:
-            return self.engine.generate(rows, self._prompts(rows), self.sampling, greedy)
-        with self.autocast():
-            if self.tool_use is not None:
-                return generate_with_tools(self.policy, self.tokenizer, rows, self._prompts(rows),
-                                           self.sampling, self.tool_use, greedy)
-            return generate(self.policy, self.tokenizer, rows, self._prompts(rows),
-                            self.sampling)
-
-    def _sample(self, rows: list[Row]) -> tuple[Rollout, ScoredBatch, float, float]:
-        """Generate chunk by chunk, each chunk scored in the background while the next is
-        generated. Returns the rollout, its rewards, and seconds generating / waiting."""
-        c = self.config
-        rollouts, futures = [], []
-        t_generate = 0.0
-        self.policy.eval()
-        for start in range(0, len(rows), c.generation_chunk):
-            chunk = rows[start : start + c.generation_chunk]
-            t0 = time.perf_counter()
-            rollout = self._generate(chunk)
-            t_generate += time.perf_counter() - t0 - rollout.tool_seconds
-            self._warn_cut(rollout)
-            rollouts.append(rollout)
-            futures.append(self.scorer.submit(rollout.texts, rollout.rows, c.num_generations,
-                                              rollout.truncated.tolist()))
-        t0 = time.perf_counter()
-        # a failed reward call raises here, loudly
-        scored = [self._shape(without_outages(f.result(), r), r)
-                  for f, r in zip(futures, rollouts, strict=True)]
-        t_wait = time.perf_counter() - t0
-        return (pad_and_stack(rollouts, self.tokenizer.pad_token_id), ScoredBatch.concat(scored),
-                t_generate, t_wait)
-
-    def _shape(self, scored: ScoredBatch, rollout: Rollout) -> ScoredBatch:
-        """The verifiers' rewards plus the terms that need token counts, which only the
-        trainer has: DAPO's overlong penalty (``overlong_buffer``; trainer/shaping.py)."""
-        buffer = self.config.overlong_buffer
-        if buffer is None:
-            return scored
-        lengths = rollout.completion_mask.sum(1).tolist()  # through the EOS, as veRL counts
-        return scored.with_term(OVERLONG, buffer.penalty_factor, overlong_penalties(
-            lengths, self.config.overlong_max_length, buffer.len))
-
-    def _warn_cut(self, rollout: Rollout) -> None:
-        if rollout.prompt_cut.any() and not self._warned_cut and self.is_main:
-            warnings.warn(f"prompts longer than max_prompt_length={self.config.max_prompt_length}"
-                          " tokens lose their start (the metric prompt_cut_fraction counts "
-                          "them); raise max_prompt_length to keep them whole", stacklevel=3)
-            self._warned_cut = True
-
-    def _sample_batch(self) -> tuple[Rollout, ScoredBatch, dict[str, float]]:
-        """Steps 1-2, with DAPO dynamic sampling: zero-std groups are dropped and replaced by
-        fresh prompts, up to ``max_resample_rounds`` rounds."""
-        c = self.config
-        G = c.num_generations
-        rows = self.stream.take(c.prompts_per_step)
-        rollout, scored, t_gen, t_wait = self._sample(rows)
-        info = {"resample_rounds": 0.0, "dropped_groups": 0.0}
-        if not c.dynamic_sampling:
-            return rollout, scored, {"time/generate": t_gen, "time/reward_wait": t_wait, **info}
-        kept_r, kept_s = [], []
-        for round_ in range(c.max_resample_rounds + 1):
-            rewards = torch.tensor(scored.rewards)
-            _, stats = group_advantages(rewards, G, c.scale_rewards)
-            keep = (~stats.zero_std).nonzero().flatten().tolist()
-            info["dropped_groups"] += float(stats.zero_std.sum())
-            if keep:
-                index = [g * G + i for g in keep for i in range(G)]
-                kept_r.append(_select(rollout, index))
-                kept_s.append(_select_scored(scored, index))
-            have = sum(len(r.texts) for r in kept_r) // G
-            if have >= c.prompts_per_step or round_ == c.max_resample_rounds:
-                break
-            info["resample_rounds"] += 1
-            rollout, scored, g2, w2 = self._sample(self.stream.take(c.prompts_per_step - have))
-            t_gen, t_wait = t_gen + g2, t_wait + w2
-        if not kept_r:  # every group was zero-std: train on the last one (advantages are 0)
-            kept_r, kept_s = [rollout], [scored]
-        rollout = pad_and_stack(kept_r, self.tokenizer.pad_token_id)
-        scored = ScoredBatch.concat(kept_s)
-        limit = c.prompts_per_step * G
-        if len(rollout.texts) > limit:
-            rollout = _select(rollout, list(range(limit)))
-            scored = _select_scored(scored, list(range(limit)))
-        return rollout, scored, {"time/generate": t_gen, "time/reward_wait": t_wait, **info}
+    def _next_batch(self) -> SampledBatch:
+        """This step's scored rollouts: drawn now, or, drawing ahead, waited for."""
+        if self.config.max_staleness and self.ahead is None:
+            assert self.engine is not None  # the config asks for one
+            self.ahead = AheadSampler(self.sampler, self.engine, self.config.max_staleness,
+                                      start=self.step, until=self.config.max_steps)
+        if self.ahead is not None:
+            return self.ahead.next_batch()
+        batch = self.sampler.sample_batch()
+        batch.version = self.step
+        return batch
 
     # --- 4: log-probs ----------------------------------------------------------------------
 
@@ -307,16 +228,22 @@ class GRPOTrainer:
         """What runs a group's shared prompt pass (trainer.prefix); None: whole sequences."""
         return distributed.unwrapped(model) if self.share_prompts else None
 
-    def _engine_gap(self, rollout: Rollout, batch: UpdateBatch) -> dict[str, float]:
-        """How far the engine's log-probs of the sampled tokens are from the trainer's, over
-        every sampled token (kernels and precision differ; a stale weight shows here)."""
-        assert rollout.engine_logps is not None
-        ours = (batch.old_logps if batch.old_logps is not None
-                else self._logps_no_grad(self.policy, batch))
-        sampled = rollout.completion_mask.to(self.device)
-        gap = (ours - rollout.engine_logps.to(self.device)).abs() * sampled
-        return {"engine/logprob_gap": float(gap.sum() / sampled.sum().clamp(min=1)),
-                "engine/logprob_gap_max": float(gap.max())}
+    def _correct_sampling(self, rollout: Rollout, batch: UpdateBatch) -> dict[str, float]:
+        """Samples an engine drew: its log-probs μ against the policy's at the step's start
+        π_θ_old (kernels and precision differ; drawing ahead, its weights are older), and
+        the truncated importance weights π_θ_old/μ for the loss, unless switched off."""
+        c = self.config
+        assert rollout.engine_logps is not None and batch.old_logps is not None
+        sampled = rollout.completion_mask.float()
+        if rollout.tool_mask is not None:
+            sampled *= rollout.tool_mask  # a tool's tokens were not sampled
+        weights, metrics = sampling_weights(
+            batch.old_logps, rollout.engine_logps.to(self.device), sampled.to(self.device),
+            c.vllm_importance_sampling_mode, c.vllm_importance_sampling_clip_min,
+            c.vllm_importance_sampling_clip_max)
+        if c.vllm_importance_sampling_correction:
+            batch.sampling_weights = weights
+        return metrics
 
     # --- 5: the update ---------------------------------------------------------------------
 
@@ -366,7 +293,8 @@ class GRPOTrainer:
                     loss_type=c.loss_type, epsilon_low=c.epsilon_low,
                     epsilon_high=c.epsilon_high_value, beta=c.beta,
                     importance_sampling_level=c.importance_sampling_level,
-                    max_completion_length=c.max_completion_length, normalizer=normalizer)
+                    max_completion_length=c.max_completion_length, normalizer=normalizer,
+                    sampling_weights=part.sampling_weights)
                 loss.backward()
             total += float(loss.detach())
             weight = part.ids.shape[0] / N
@@ -377,7 +305,9 @@ class GRPOTrainer:
     def training_step(self) -> dict[str, Any]:
         c = self.config
         t_step = time.perf_counter()
-        rollout, scored, timing = self._sample_batch()
+        sampled = self._next_batch()
+        rollout, scored, timing = sampled.rollout, sampled.scored, dict(sampled.timing)
+        timing["sampling/staleness"] = float(self.step - sampled.version)
 
         rewards = torch.tensor(scored.rewards, dtype=torch.float32)
         advantages, stats = self.advantages(rewards)
@@ -395,12 +325,12 @@ class GRPOTrainer:
         t_train = time.perf_counter()
         self.policy.train()
         batch = UpdateBatch(ids, attn, T, loss_mask, advantages.to(self.device))
-        if c.num_iterations > 1:
+        if c.num_iterations > 1 or rollout.engine_logps is not None:
             batch.old_logps = self._logps_no_grad(self.policy, batch)
         if c.beta > 0:
             batch.ref_logps = self.reference_logps(batch)
         if rollout.engine_logps is not None:
-            timing.update(self._engine_gap(rollout, batch))
+            timing.update(self._correct_sampling(rollout, batch))
         normalizer = self.normalizer(loss_mask)
         sums: dict[str, float] = {}
         losses, grad_norms = [], []
@@ -414,10 +344,17 @@ class GRPOTrainer:
             self.optimizer.step()
             self.scheduler.step()
             losses.append(loss)
-        if self.engine is not None:  # the next step samples the new policy (once: the μ
-            timing["time/weight_sync"] = self.engine.sync()  # passes sample nothing)
-        t_end = time.perf_counter()
         self.step += 1
+        self._position = sampled.stream_position
+        # the next step samples the new policy (once: the μ passes sample nothing)
+        t_sync = time.perf_counter()
+        if self.ahead is not None:
+            self.ahead.publish(self.step)  # a copy now; the engine takes it between batches
+        elif self.engine is not None:
+            self.engine.sync()
+        if self.engine is not None:
+            timing["time/weight_sync"] = time.perf_counter() - t_sync
+        t_end = time.perf_counter()
         return self._metrics(rollout, scored, rewards, advantages, stats, timing, sums, losses,
                              grad_norms, t_step, t_train, t_end)
 
@@ -467,10 +404,12 @@ class GRPOTrainer:
         for start in range(0, len(self.eval_rows), 16):
             rows = self.eval_rows[start : start + 16]
             if self.tool_use is not None or self.engine is not None:
-                texts += self._generate(rows, greedy=True).texts
+                if self.ahead is not None:
+                    self.ahead.sync_now()  # the policy as it is, not the one drawing ahead
+                texts += self.sampler.generate(rows, greedy=True).texts
                 continue
             with self.autocast():
-                texts += greedy_texts(self.policy, self.tokenizer, self._prompts(rows),
+                texts += greedy_texts(self.policy, self.tokenizer, self.sampler.prompts(rows),
                                       self.sampling)
         scored = self.scorer.score(texts, self.eval_rows)
         return {"eval/accuracy": float(np.mean(scored.correct)),
@@ -489,7 +428,9 @@ class GRPOTrainer:
             checkpoint.save_shared(run, step, self.policy, self.tokenizer, self.optimizer,
                                    self.scheduler, *full)
         self._barrier()
-        checkpoint.save_rank(run, step, self.rank, self.stream.state())
+        # drawing ahead, the stream is past the steps trained: a resume draws those again
+        checkpoint.save_rank(run, step, self.rank, {**self.stream.state(),
+                                                    "position": self._position})
         self._barrier()
         final = checkpoint.finish(run, step) if self.is_main else None
         self._barrier()
@@ -525,6 +466,7 @@ class GRPOTrainer:
             if sharded else None))
         self.step = int(state["step"])
         self.stream.load_state(checkpoint.load_rank(path, self.rank, state))
+        self._position = self.stream.position
 
     def train(self) -> list[dict[str, Any]]:
         c = self.config
@@ -540,13 +482,13 @@ class GRPOTrainer:
                 logger.log(0, first)
                 logger.write(f"step 0: held-out accuracy {first['eval/accuracy']:.3f}")
             while self.step < c.max_steps:
-                position = self.stream.position
                 try:
                     metrics = self.training_step()
                 except RewardClientError:
                     # No update was made (rewards come first): keep the work so far, and let
-                    # --resume draw this step's prompts again.
-                    self.stream.position = position
+                    # --resume draw this step's prompts again (the checkpoint's position is
+                    # the last trained step's).
+                    self._stop_drawing()
                     self.save()
                     raise
                 last = self.step == c.max_steps
@@ -559,6 +501,7 @@ class GRPOTrainer:
                 if last or (c.save_every and self.step % c.save_every == 0):
                     self.save()
         finally:
+            self._stop_drawing()
             logger.close()
             self.scorer.close()
             if self.tool_use is not None:
@@ -583,6 +526,9 @@ class UpdateBatch:
     advantages: torch.Tensor  # (N,)
     old_logps: torch.Tensor | None = None  # (N, T) at sampling time (μ > 1)
     ref_logps: torch.Tensor | None = None  # (N, T) of the reference (β > 0)
+    # (N, T), or (N, 1) per sequence: importance weights of engine-drawn samples (w in
+    # trainer/loss.py); None: 1
+    sampling_weights: torch.Tensor | None = None
 
     def slices(self, micro_batch_size: int) -> list[slice]:
         N = self.ids.shape[0]
@@ -602,17 +548,7 @@ class UpdateBatch:
 
         return UpdateBatch(self.ids[rows, start : P + T], attn[:, start : P + T], T,
                            self.loss_mask[rows, :T], self.advantages[rows],
-                           cut(self.old_logps), cut(self.ref_logps))
-
-
-def _select(r: Rollout, index: list[int]) -> Rollout:
-    idx = torch.tensor(index, dtype=torch.long)
-    return Rollout(r.prompt_ids[idx], r.prompt_mask[idx], r.completion_ids[idx],
-                   r.completion_mask[idx], r.truncated[idx], [r.texts[i] for i in index],
-                   [r.rows[i] for i in index], r.prompt_cut[idx],
-                   None if r.tool_mask is None else r.tool_mask[idx],
-                   None if r.tool_stats is None else r.tool_stats[idx], r.tool_seconds,
-                   None if r.engine_logps is None else r.engine_logps[idx])
+                           cut(self.old_logps), cut(self.ref_logps), cut(self.sampling_weights))
 
 
 def _tool_metrics(rollout: Rollout) -> dict[str, float]:
@@ -630,12 +566,6 @@ def _tool_metrics(rollout: Rollout) -> dict[str, float]:
             "tools/rollouts_with_calls": float((stats[:, 0] > 0).float().mean()),
             "tools/output_token_fraction": tool_tokens / max(tokens, 1.0),
             "time/tools": rollout.tool_seconds}
-
-
-def _select_scored(s: ScoredBatch, index: list[int]) -> ScoredBatch:
-    return ScoredBatch([s.rewards[i] for i in index],
-                       {k: [v[i] for i in index] for k, v in s.per_verifier.items()},
-                       [s.correct[i] for i in index])
 
 
 def _average_over_ranks(metrics: dict[str, Any], device: torch.device) -> dict[str, Any]:

@@ -144,7 +144,7 @@ def test_the_trainer_sends_each_completions_truncation(tmp_path: Path) -> None:
     model, tokenizer = load_model("tiny", torch.float32, 0)
     scorer = RecordingScorer()
     trainer = GRPOTrainer(model, tokenizer, seven_rows(), config, None, scorer=scorer)
-    rollout, *_ = trainer._sample(trainer.stream.take(2))
+    rollout, *_ = trainer.sampler.sample(trainer.stream.take(2))
     scorer.close()
     assert scorer.truncated == rollout.truncated.tolist()
     assert len(scorer.truncated) == 8 and any(scorer.truncated)  # 3 tokens: most are cut

@@ -81,7 +81,7 @@ def test_each_completions_penalty_is_its_token_count_through_the_formula(tmp_pat
                                                                          ) -> None:
     trainer = _trainer(tmp_path, factor=0.5)
     try:
-        rollout, scored, *_ = trainer._sample(trainer.stream.take(2))
+        rollout, scored, *_ = trainer.sampler.sample(trainer.stream.take(2))
     finally:
         trainer.scorer.close()
     lengths = rollout.completion_mask.sum(1).tolist()

@@ -59,7 +59,8 @@ def test_the_engine_holds_the_policys_weights_after_every_update(
     before = _policy_logprobs(trainer.policy)
     for _ in range(3):
         metrics = trainer.training_step()
-        assert metrics["engine/logprob_gap"] < 1e-4, metrics  # drawn from the policy itself
+        # drawn from the policy itself
+        assert metrics["sampling/sampling_logp_difference/mean"] < 1e-4, metrics
         engine = torch.tensor(vllm_engine.prompt_logprobs(_PROBE))
         assert torch.allclose(engine, _policy_logprobs(trainer.policy), atol=1e-4)
     assert (_policy_logprobs(trainer.policy) - before).abs().max() > 1e-2  # it did learn
@@ -86,7 +87,8 @@ def test_the_engine_draws_g_samples_per_prompt_stopped_as_hf_would(vllm_engine: 
     rows = [{"prompt": "say 7: abc"}, {"prompt": "say 7: defgh"}]
     prompts = [Prompt(row["prompt"], False) for row in rows]
     sampling = Sampling(num_generations=8, max_prompt_length=64, max_completion_length=12)
-    stops = [tokenizer.convert_tokens_to_ids(c) for c in "0123456789"]  # often within 12
+    stops = [tokenizer.convert_tokens_to_ids(c) for c in "789"]  # within 12 about half the time
+    torch.manual_seed(0)
     rollout = generate_on_engine(vllm_engine, tokenizer, rows, prompts, sampling, stops)
     assert rollout.completion_ids.shape[0] == 16
     assert rollout.rows == [rows[0]] * 8 + [rows[1]] * 8

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -74,6 +75,7 @@ class VLLMEngine:
         model.config.save_pretrained(folder)  # type: ignore[attr-defined]
         save_file(_contiguous(weights), folder / "model.safetensors")
         self._channel, child_fd = channel_pair()
+        self._lock = threading.Lock()  # one request at a time: a thread drawing ahead, eval
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gb),
                "PYTHONPATH": str(Path(trainer.__file__).resolve().parents[1])}
         self._process = subprocess.Popen(
@@ -111,10 +113,15 @@ class VLLMEngine:
         """The engine takes ``weights`` in place (checkpoint names, full tensors); its prefix
         cache is cleared with them."""
         started = time.perf_counter()
-        with tempfile.NamedTemporaryFile(suffix=".safetensors", dir=_shared_dir()) as file:
-            save_file(_contiguous(weights), file.name)
-            self._call("load_weights", path=file.name)
+        with StagedWeights(weights) as staged:
+            self.load_staged(staged)
         self.weight_sync_s = time.perf_counter() - started
+
+    def load_staged(self, staged: StagedWeights) -> None:
+        """The engine takes weights copied before into a ``StagedWeights`` (as
+        ``load_weights``): the copy is made where the weights are safe to read, the load
+        where the engine is free."""
+        self._call("load_weights", path=staged.path)
 
     def close(self) -> None:
         if self._process.poll() is None:
@@ -134,8 +141,9 @@ class VLLMEngine:
         self.close()
 
     def _call(self, op: str, **request: Any) -> Any:
-        self._channel.send({"op": op, **request})
-        return self._reply(None)
+        with self._lock:
+            self._channel.send({"op": op, **request})
+            return self._reply(None)
 
     def _reply(self, timeout_s: float | None) -> Any:
         """The engine's answer; ``EngineError`` with its error, or if it died first."""
@@ -154,6 +162,25 @@ class VLLMEngine:
             print(reply.get("traceback", ""), file=sys.stderr)
             raise EngineError(f"vLLM engine: {reply['error']}")
         return reply.get("value")
+
+
+class StagedWeights:
+    """A copy of a policy's weights in shared memory, ready for an engine to load; the file
+    goes with ``close``."""
+
+    def __init__(self, weights: Mapping[str, torch.Tensor]) -> None:
+        self._file = tempfile.NamedTemporaryFile(suffix=".safetensors", dir=_shared_dir())
+        self.path = self._file.name
+        save_file(_contiguous(weights), self.path)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> StagedWeights:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _shared_dir() -> str | None:

@@ -11,7 +11,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from trainer.config import GRPOConfig
-from trainer.engine.client import DEFAULT_PYTHON, EngineSettings, VLLMEngine
+from trainer.engine.client import DEFAULT_PYTHON, EngineSettings, StagedWeights, VLLMEngine
 from trainer.engine.sampling import generate_on_engine
 from trainer.engine.weights import policy_weights
 from trainer.rollout import Prompt, Rollout, Sampling
@@ -22,9 +22,10 @@ def engine_settings(config: GRPOConfig, seed: int, dtype: torch.dtype) -> Engine
     that holds a prompt and a completion."""
     return EngineSettings(
         python=Path(config.vllm_python) if config.vllm_python else DEFAULT_PYTHON,
-        dtype=str(dtype).removeprefix("torch."), seed=seed,
+        dtype=(str(dtype).removeprefix("torch.") if config.vllm_dtype == "auto"
+               else config.vllm_dtype), seed=seed,
         max_model_len=config.max_prompt_length + config.max_completion_length,
-        max_num_seqs=max(config.generation_chunk * config.num_generations, 16),
+        max_num_seqs=max(config.prompts_per_step * config.num_generations, 16),
         kv_cache_gb=config.vllm_kv_cache_gb,
         gpu_memory_utilization=config.vllm_gpu_memory_utilization)
 
@@ -59,6 +60,15 @@ class ColocatedEngine:
         with policy_weights(self.policy) as weights:
             self.engine.load_weights(weights)
         return self.engine.weight_sync_s
+
+    def stage(self) -> StagedWeights:
+        """A copy of the policy's weights as they are now, for ``load`` later: drawing ahead,
+        the engine takes them when it is between two batches, while the policy moves on."""
+        with policy_weights(self.policy) as weights:
+            return StagedWeights(weights)
+
+    def load(self, staged: StagedWeights) -> None:
+        self.engine.load_staged(staged)
 
     def close(self) -> None:
         self.engine.close()

@@ -1,0 +1,69 @@
+"""Truncated importance sampling (trainer/sampling_correction.py) and its place in the
+loss: weights π_θ_old/μ per token or per sequence, clipped or masked as TRL's modes do."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from trainer.loss import policy_loss
+from trainer.sampling_correction import sampling_weights
+
+OLD = torch.log(torch.tensor([[0.5, 0.4, 0.9], [0.2, 0.3, 0.1]]))
+ENGINE = torch.log(torch.tensor([[0.25, 0.4, 0.3], [0.2, 0.6, 0.9]]))
+MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])  # the last token: padding
+
+
+def test_token_truncate_clips_each_tokens_ratio() -> None:
+    w, metrics = sampling_weights(OLD, ENGINE, MASK, "token_truncate", 0.6, 2.5)
+    expected = torch.tensor([[2.0, 1.0, 2.5], [1.0, 0.6, 1.0]])  # 3.0 → 2.5, 0.5 → 0.6
+    assert torch.allclose(w, expected, atol=1e-6)
+    assert metrics["sampling/importance_sampling_ratio/max"] == pytest.approx(2.5)
+    assert metrics["sampling/importance_sampling_ratio/min"] == pytest.approx(0.6)
+    # |log π_old − log μ| over the five sampled tokens only: ln 2, 0, ln 3, 0, ln 2
+    gap = (2 * math.log(2) + math.log(3)) / 5
+    assert metrics["sampling/sampling_logp_difference/mean"] == pytest.approx(gap, rel=1e-5)
+    assert metrics["sampling/sampling_logp_difference/max"] == pytest.approx(math.log(3),
+                                                                             rel=1e-5)
+
+
+def test_token_mask_drops_the_tokens_outside_the_bounds() -> None:
+    w, _ = sampling_weights(OLD, ENGINE, MASK, "token_mask", 0.6, 2.5)
+    assert torch.allclose(w, torch.tensor([[2.0, 1.0, 0.0], [1.0, 0.0, 1.0]]), atol=1e-6)
+
+
+def test_sequence_modes_weight_a_completion_by_the_product_of_its_tokens_ratios() -> None:
+    w, metrics = sampling_weights(OLD, ENGINE, MASK, "sequence_truncate", None, 3.0)
+    assert w.shape == (2, 1)
+    assert torch.allclose(w[:, 0], torch.tensor([3.0, 0.5]), atol=1e-5)  # 2·1·3 → 3; 1·0.5
+    w, metrics = sampling_weights(OLD, ENGINE, MASK, "sequence_mask", None, 3.0)
+    assert torch.allclose(w[:, 0], torch.tensor([0.0, 0.5]), atol=1e-5)  # 6 > 3: dropped
+    assert metrics["sampling/importance_sampling_ratio/mean"] == pytest.approx(0.25, rel=1e-5)
+
+
+def test_the_same_policy_weighs_every_sample_one() -> None:
+    for mode in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"):
+        w, metrics = sampling_weights(OLD, OLD.clone(), MASK, mode, None, 3.0)  # type: ignore[arg-type]
+        assert torch.equal(w, torch.ones_like(w))
+        assert metrics["sampling/sampling_logp_difference/max"] == 0.0
+
+
+def _gradient(weights: torch.Tensor | None, beta: float = 0.0) -> torch.Tensor:
+    logps = OLD.clone().requires_grad_(True)
+    ref = OLD - 0.3
+    loss, _ = policy_loss(logps, OLD, ref if beta else None, torch.tensor([1.0, -1.0]), MASK,
+                          loss_type="dapo", beta=beta, sampling_weights=weights)
+    loss.backward()
+    assert logps.grad is not None
+    return logps.grad
+
+
+def test_the_loss_weighs_each_tokens_policy_term_and_not_its_kl() -> None:
+    w = torch.tensor([[2.0, 0.0, 1.0], [0.5, 1.0, 1.0]])
+    assert torch.allclose(_gradient(w), w * _gradient(None))
+    kl_only = _gradient(None, beta=0.1) - _gradient(None)
+    assert torch.allclose(_gradient(w, beta=0.1) - _gradient(w), kl_only, atol=1e-7)
+    per_sequence = torch.tensor([[0.0], [3.0]])  # (B, 1) broadcasts over its tokens
+    assert torch.allclose(_gradient(per_sequence), per_sequence * _gradient(None))
