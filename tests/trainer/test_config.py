@@ -86,3 +86,20 @@ def test_the_rollout_engine_is_hf_or_vllm() -> None:
         load_config(None, ["rollout_engine=sglang"])
     with pytest.raises(ConfigError, match=r"rollout_engine 'vllm' does not run the code tool"):
         load_config(None, ["rollout_engine=vllm", "code_tool=true"])
+
+
+def test_drawing_ahead_and_the_importance_weights_are_checked() -> None:
+    config = load_config(None, ["rollout_engine=vllm", "max_staleness=2"])
+    assert config.max_staleness == 2 and config.vllm_importance_sampling_correction
+    assert config.vllm_importance_sampling_mode == "sequence_mask"
+    with pytest.raises(ConfigError, match=r"max_staleness > 0 .* needs rollout_engine 'vllm'"):
+        load_config(None, ["max_staleness=1"])
+    with pytest.raises(ConfigError, match=r"^max_staleness: "):
+        load_config(None, ["rollout_engine=vllm", "max_staleness=-1"])
+    with pytest.raises(ConfigError, match=r"^vllm_importance_sampling_mode: "):
+        load_config(None, ["vllm_importance_sampling_mode=token"])
+    with pytest.raises(ConfigError, match=r"vllm_importance_sampling_clip_max: a '\*_truncate'"):
+        load_config(None, ["vllm_importance_sampling_mode=token_truncate",
+                           "vllm_importance_sampling_clip_max=null"])
+    with pytest.raises(ConfigError, match=r"vllm_importance_sampling_clip_min \(2.0\) is above"):
+        load_config(None, ["vllm_importance_sampling_clip_min=2", "vllm_importance_sampling_clip_max=1"])
