@@ -7,6 +7,12 @@ step and peak memory for each, then the weight-update ratio: how far three steps
 move the weights with ``dtype: bfloat16`` as a fraction of how far the same steps move them in
 float32 (the goal is ≥ 0.90; bf16 weights with a bf16 AdamW moved them ~3%).
 
+With ``--engine`` (``gpu_check.sh`` passes it once ``.venv-vllm`` holds vLLM), the same full
+fine-tuning steps again with ``rollout_engine: vllm``, synchronous and drawing one step ahead
+(``max_staleness: 1``): tokens/s, seconds per step, the engine's weight sync and its log-prob
+gap to the trainer (``sampling/sampling_logp_difference/mean``: bf16 kernels against the
+trainer's; a stale weight would show as a jump).
+
 ``--device cpu --model tiny`` runs the same code on the CPU (peak RSS instead of GPU memory),
 to test the script where there is no GPU.
 """
@@ -66,20 +72,27 @@ def peak_memory_mb(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # per process, ever
 
 
-def throughput(model: str, device: str, steps: int, lora_r: int) -> dict[str, float]:
-    """``steps`` bf16 steps of the demo config; the first warms up and is not counted."""
+def throughput(model: str, device: str, steps: int, lora_r: int,
+               **engine: Any) -> dict[str, float]:
+    """``steps`` bf16 steps of the demo config; the first warms up and is not counted.
+    ``engine``: the rollout engine's settings (``rollout_engine: vllm``, ...)."""
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as out:
-        trainer = make_trainer(demo_config(model, device, out, dtype="bfloat16",
-                                           lora_r=lora_r, max_steps=steps))
-        metrics = [trainer.training_step() for _ in range(steps)]
-        trainer.scorer.close()
+        config = demo_config(model, device, out, dtype="bfloat16", lora_r=lora_r,
+                             max_steps=steps, **engine)
+        trainer = make_trainer(config)
+        metrics = trainer.train()  # the loop itself: drawing ahead runs in train()
     counted = metrics[1:] or metrics
-    return {"tokens_per_s": statistics.median(m["tokens_per_s"] for m in counted),
-            "s_per_step": statistics.median(m["time/step"] for m in counted),
-            "peak_mb": peak_memory_mb(device)}
+    row = {"tokens_per_s": statistics.median(m["tokens_per_s"] for m in counted),
+           "s_per_step": statistics.median(m["time/step"] for m in counted),
+           "peak_mb": peak_memory_mb(device)}
+    if engine:
+        for key in ("time/weight_sync", "sampling/sampling_logp_difference/mean",
+                    "sampling/staleness"):
+            row[key] = statistics.median(m[key] for m in counted)
+    return row
 
 
 def movement(config: GRPOConfig, steps: int) -> float:
@@ -111,6 +124,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4, help="steps per throughput run (first one "
                     "is a warm-up)")
     ap.add_argument("--lora-r", type=int, default=16)
+    ap.add_argument("--engine", action="store_true", help="also the steps with the vLLM "
+                    "engine drawing (needs bash scripts/setup_vllm.sh)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -128,6 +143,15 @@ def main() -> int:
         results[name] = row
         print(f"{name:12} {row['tokens_per_s']:9.1f} {row['s_per_step']:8.2f} "
               f"{row['peak_mb']:12.0f}", flush=True)
+    if args.engine:
+        for name, ahead in (("vllm", 0), ("vllm ahead 1", 1)):
+            row = throughput(args.model, args.device, args.steps, 0, rollout_engine="vllm",
+                             max_staleness=ahead)
+            results[name] = row
+            print(f"{name:12} {row['tokens_per_s']:9.1f} {row['s_per_step']:8.2f} "
+                  f"{row['peak_mb']:12.0f}   weight sync {row['time/weight_sync']:.2f} s, "
+                  f"log-prob gap {row['sampling/sampling_logp_difference/mean']:.2e}, "
+                  f"staleness {row['sampling/staleness']:.0f}", flush=True)
     ratio = update_ratio(args.model, args.device)
     results["update_ratio"] = ratio
     verdict = ("ok" if ratio >= 0.9 else "not measurable: the float32 run did not move"
