@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.record import commit, record
 
@@ -58,7 +59,14 @@ def settings(model: str) -> dict:
     return {**common, "learning_rate": 2e-5, "temperature": 0.7}
 
 
-def run_ours(model_name: str, steps: int, out_dir: Path, lora_r: int = 0) -> list[float]:
+ENGINES = {  # ours with the vLLM engine drawing: synchronous, and one step ahead
+    "ours-vllm": {"rollout_engine": "vllm"},
+    "ours-vllm-ahead": {"rollout_engine": "vllm", "max_staleness": 1},
+}
+
+
+def run_ours(model_name: str, steps: int, out_dir: Path, lora_r: int = 0,
+             **engine: Any) -> list[float]:
     import torch
 
     from trainer.config import GRPOConfig
@@ -74,7 +82,8 @@ def run_ours(model_name: str, steps: int, out_dir: Path, lora_r: int = 0) -> lis
                         max_completion_length=s["max_completion_length"],
                         learning_rate=s["learning_rate"], temperature=s["temperature"],
                         gradient_checkpointing=s["gradient_checkpointing"],
-                        loss_type="dapo", beta=0.0, progress_bar=False, lora_r=lora_r)
+                        loss_type="dapo", beta=0.0, progress_bar=False, lora_r=lora_r,
+                        **engine)
     seed_everything(0)
     model, tokenizer = load_model(model_name, torch.float32, 0)
     trainer = GRPOTrainer(model, tokenizer, load_rows("arithmetic"), config, None,
@@ -85,7 +94,7 @@ def run_ours(model_name: str, steps: int, out_dir: Path, lora_r: int = 0) -> lis
         trainer.training_step()
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    trainer.scorer.close()
+    trainer.close()  # an engine's process ends here: its peak RSS is then the children's
     CPU_TIMES.extend(cpu)
     return times
 
@@ -143,8 +152,11 @@ def child(which: str, model: str, steps: int, out_dir: Path, lora_r: int) -> Non
     if which == "trl":
         times = run_trl(model, steps, out_dir)
     else:
-        times = run_ours(model, steps, out_dir, lora_r if which == "ours-lora" else 0)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        times = run_ours(model, steps, out_dir, lora_r if which == "ours-lora" else 0,
+                         **ENGINES.get(which, {}))
+    # the engine's process counts too: a step needs both in memory
+    peak_mb = sum(resource.getrusage(who).ru_maxrss / 1024
+                  for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     print("RESULT " + json.dumps({"times": times, "cpu_times": CPU_TIMES, "peak_mb": peak_mb}))
 
 
@@ -155,6 +167,8 @@ def main() -> None:
     ap.add_argument("--lora", type=int, default=0, metavar="R",
                     help="also time our trainer with LoRA of rank R (against full fine-tuning)")
     ap.add_argument("--no-trl", action="store_true", help="only our trainer (with --lora)")
+    ap.add_argument("--engine", action="store_true", help="also ours with the vLLM engine "
+                    "drawing, synchronous and one step ahead (bash scripts/setup_vllm.sh)")
     ap.add_argument("--publish", action="store_true",
                     help="also write docs/benchmarks/bench_trainer[_lora].json")
     ap.add_argument("--child", nargs=2, metavar=("WHICH", "MODEL"), help=argparse.SUPPRESS)
@@ -168,7 +182,8 @@ def main() -> None:
     rows: dict[str, dict] = {}
     for model in args.models.split(","):
         trainers = ("ours",) if args.no_trl else ("trl", "ours")
-        for which in trainers + (("ours-lora",) if args.lora else ()):
+        for which in (trainers + (("ours-lora",) if args.lora else ())
+                      + (tuple(ENGINES) if args.engine else ())):
             out = subprocess.run(
                 [sys.executable, "-m", "bench.bench_trainer", "--steps", str(args.steps),
                  "--lora", str(args.lora), "--child", which, model], cwd=ROOT,
@@ -201,7 +216,8 @@ def main() -> None:
                   f"{lora['peak_mb']:.0f} vs {full['peak_mb']:.0f} MB = "
                   f"{lora['peak_mb'] / full['peak_mb']:.2f}x")
     settings = {"models": args.models, "steps": args.steps, "lora": args.lora,
-                "trl": not args.no_trl, "prompts": PROMPTS, "group_size": G,
+                "trl": not args.no_trl, "engine": args.engine, "prompts": PROMPTS,
+                "group_size": G,
                 "gradient_checkpointing": GRADIENT_CHECKPOINTING,
                 "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
     path = record("bench_trainer_lora" if args.lora else "bench_trainer", rows, settings,

@@ -184,6 +184,17 @@ class GRPOTrainer:
 
     # --- 1-3: sampling and rewards (trainer/sampler.py, trainer/ahead.py) ------------------
 
+    def close(self) -> None:
+        """Stops drawing ahead, and closes what the trainer opened: the scorer's threads, the
+        tool's client, the engine it started. ``train`` calls it; a loop of
+        ``training_step`` calls ends with it."""
+        self._stop_drawing()
+        self.scorer.close()
+        if self.tool_use is not None:
+            self.tool_use.tool.close()
+        if self.engine is not None and self._owns_engine:
+            self.engine.close()
+
     def _stop_drawing(self) -> None:
         if self.ahead is not None:
             self.ahead.close()
@@ -501,13 +512,8 @@ class GRPOTrainer:
                 if last or (c.save_every and self.step % c.save_every == 0):
                     self.save()
         finally:
-            self._stop_drawing()
             logger.close()
-            self.scorer.close()
-            if self.tool_use is not None:
-                self.tool_use.tool.close()
-            if self.engine is not None and self._owns_engine:
-                self.engine.close()
+            self.close()
         if self.is_main:
             from trainer.plot import plot_run
 
