@@ -53,6 +53,7 @@ class _Trace:
     """One rollout being written."""
 
     prompt: list[int]
+    key: int  # the rollout's place in its batch: its tool session's key
     tokens: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)  # 1: the policy's token, 0: a tool's
     calls: int = 0
@@ -156,7 +157,9 @@ class _Turns:
         is when the output would not fit."""
         if not calls:
             return
-        done = self.use.tool.run(calls)
+        # keyed by the rollout, not by its place among this turn's open ones, which shifts
+        # as others end: a session belongs to one rollout
+        done = self.use.tool.run([(traces[i].key, call) for i, call in calls])
         self.seconds += done.seconds
         for (i, _), result in zip(calls, done.results, strict=True):
             trace = traces[i]
@@ -183,8 +186,8 @@ def generate_with_tools(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
     G = 1 if greedy else sampling.num_generations
     ids, mask, cut = encode_prompts(tokenizer, prompts, sampling.max_prompt_length)
     loop = _Turns(model, tokenizer, sampling, use, greedy)
-    traces = [_Trace(prompt=row[m.bool()].tolist())
-              for row, m in zip(ids, mask, strict=True) for _ in range(G)]
+    traces = [_Trace(prompt=row[m.bool()].tolist(), key=k * G + g)
+              for k, (row, m) in enumerate(zip(ids, mask, strict=True)) for g in range(G)]
     try:
         loop.generate(traces, ids, mask, G, sampling.share_prompts)
         while open_ := [t for t in traces if not t.done]:

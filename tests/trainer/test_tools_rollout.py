@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
@@ -100,6 +101,39 @@ def test_an_unreachable_sandbox_is_text_in_the_rollout(fenced) -> None:
     assert policy == CALL and "Error: the code tool is unavailable" in tool
     assert rollout.tool_stats[:, 1].tolist() == [1, 1]  # failed calls, counted
     assert rollout.tool_stats[:, 3].tolist() == [1, 1]  # outages: these rollouts score null
+
+
+class _Sessions:
+    """``/v1/sessions`` at the network edge: session ``s<k>`` for the k-th opened; ``s0``'s
+    cells print more than a rollout has room for, every other's ``42``."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, int] = {}
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/sessions":
+            session = f"s{len(self.runs)}"
+            self.runs[session] = 0
+            return httpx.Response(200, json={"session_id": session})
+        session = request.url.path.split("/")[3]
+        if request.method == "DELETE":
+            return httpx.Response(204)
+        self.runs[session] += 1
+        out = "x" * 200 if session == "s0" else "42"
+        return httpx.Response(200, json={"status": "Success", "cells": [
+            {"status": "Finished", "stdout": out + "\n", "display": [], "error": []}]})
+
+
+def test_a_session_belongs_to_one_rollout() -> None:
+    """Rollout 0's output does not fit, so it ends; rollout 1 makes its second call, which
+    must reach its own session, not the one of the rollout that ended."""
+    tokenizer = char_tokenizer()
+    model = taught(tokenizer, "q=>", [CALL, CALL, ANSWER], [OUTPUT, OUTPUT])
+    sessions = _Sessions()
+    rollout = _rollout(model, tokenizer, "http://rs", state="session", concurrency=1,
+                       transport=httpx.MockTransport(sessions))
+    assert rollout.tool_stats[:, 0].tolist() == [1, 2]
+    assert sessions.runs == {"s0": 1, "s1": 2}
 
 
 def test_template_rollout_uses_the_templates_tool_turns(sandbox_url: str) -> None:
