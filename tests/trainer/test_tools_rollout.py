@@ -13,7 +13,6 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
-from reward_server.testing import ServerProcess, wait_for_sandbox
 from reward_server.tool_client import CodeTool
 from tests.helpers.tiny_models import HERMES_TEMPLATE, char_tokenizer, taught
 from trainer.config import GRPOConfig
@@ -32,12 +31,6 @@ TEMPLATE_CALL = ('<tool_call>\n{"name": "python", "arguments": {"code": "print(6
 TEMPLATE_OUTPUT = ("\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
                    "<|im_start|>assistant\n")
 ANSWER = "42<|im_end|>"
-
-
-@pytest.fixture(scope="module")
-def sandbox_url(server: ServerProcess, docker_ready: None) -> str:
-    wait_for_sandbox(server.url)
-    return server.url
 
 
 @pytest.fixture(scope="module")
