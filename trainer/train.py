@@ -195,7 +195,8 @@ class GRPOTrainer:
     def _generate(self, rows: list[Row], greedy: bool = False) -> Rollout:
         """One chunk's completions: single-turn, or with the code tool (trainer/multiturn.py)."""
         if self.engine is not None:
-            return self.engine.generate(rows, self._prompts(rows), self.sampling, greedy)
+            return self.engine.generate(rows, self._prompts(rows), self.sampling, greedy,
+                                        self.tool_use)
         with self.autocast():
             if self.tool_use is not None:
                 return generate_with_tools(self.policy, self.tokenizer, rows, self._prompts(rows),
