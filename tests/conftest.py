@@ -101,6 +101,13 @@ def docker_ready() -> None:
 
 
 @pytest.fixture(scope="session")
+def sandbox_url(server: ServerProcess, docker_ready: None) -> str:
+    """The default server, once its sandbox answers (the code tool's tests)."""
+    wait_for_sandbox(server.url)
+    return server.url
+
+
+@pytest.fixture(scope="session")
 def extra_engine(docker_ready: None, tmp_path_factory: pytest.TempPathFactory):
     """A second Docker engine with the sandbox image (sandbox/testing.py's ExtraEngine)."""
     from sandbox.testing import ExtraEngine

@@ -330,9 +330,6 @@ class GRPOConfig(BaseModel):
             # FSDP ranks must run the same forwards; resampling rounds differ per rank
             raise ValueError("distributed 'fsdp' cannot use dynamic_sampling (ranks would "
                              "resample different numbers of rounds): use 'ddp'")
-        if self.rollout_engine == "vllm" and self.code_tool:
-            raise ValueError("rollout_engine 'vllm' does not run the code tool's multi-turn "
-                             "rollouts yet: use rollout_engine 'hf' with code_tool")
         self._check_engine()
         if self.distributed == "fsdp" and self.lora_r:
             raise ValueError("distributed 'fsdp' with lora_r > 0 is not supported: use 'ddp' "

@@ -62,7 +62,8 @@ class RolloutSampler:
     def generate(self, rows: list[Row], greedy: bool = False) -> Rollout:
         """Completions of ``rows``: single-turn, or with the code tool (trainer/multiturn.py)."""
         if self.engine is not None:
-            return self.engine.generate(rows, self.prompts(rows), self.sampling, greedy)
+            return self.engine.generate(rows, self.prompts(rows), self.sampling, greedy,
+                                        self.tool_use)
         context: AbstractContextManager[Any] = self._autocast()
         with context:
             if self.tool_use is not None:

@@ -48,6 +48,9 @@ PYTHON_TOOL: dict[str, Any] = {
 
 class CallFormat(Protocol):
     name: str
+    # a character every token that can complete a call holds (the closing fence's backtick):
+    # a turn stops at such a token and asks call_end; None: a call ends at an EOS
+    closer: str | None
 
     def tools(self) -> list[dict[str, Any]] | None:
         """The schemas the prompt's template renders (None: the prompt has none)."""
@@ -69,6 +72,7 @@ class FencedFormat:
     """```` ```python ... ``` ```` then ```` ```output ... ``` ```` (ToRL, SimpleTIR)."""
 
     name = "fenced"
+    closer = "`"
 
     def tools(self) -> None:
         return None
@@ -92,6 +96,7 @@ class TemplateFormat:
     """The chat template's ``<tool_call>`` JSON and ``tool`` role (Qwen2.5, Hermes)."""
 
     name = "template"
+    closer = None
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         if not supports_tools(tokenizer):

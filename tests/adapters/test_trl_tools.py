@@ -15,7 +15,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reward_server.adapters.trl_tools import SandboxSessions, sandbox_tool
-from reward_server.testing import ServerProcess, wait_for_sandbox
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -23,12 +22,6 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning",
                                         "ignore::FutureWarning")
 PROMPT = [{"role": "user", "content": "q"}]
-
-
-@pytest.fixture(scope="module")
-def sandbox_url(server: ServerProcess, docker_ready: None) -> str:
-    wait_for_sandbox(server.url)
-    return server.url
 
 
 def _call(code: str) -> dict[str, Any]:

@@ -15,18 +15,25 @@ from transformers import (
 )
 
 
-def char_tokenizer(chat_template: str | None = None) -> PreTrainedTokenizerFast:
+def char_tokenizer(chat_template: str | None = None, chars: str | None = None
+                   ) -> PreTrainedTokenizerFast:
     """A character-level tokenizer over printable ASCII (the tiny model's has no backtick or
-    newline), ``<|im_end|>`` its EOS, as Qwen's."""
+    newline), ``<|im_end|>`` its EOS, as Qwen's; or over ``chars`` alone (``ENGINE_CHARS``:
+    the vocabulary of the model the test vLLM engine is built for)."""
     specials = ["<pad>", "<|im_end|>", "<unk>"]
-    chars = sorted(set(string.printable) - set("\r\x0b\x0c"))
-    core = Tokenizer(models.WordLevel({t: i for i, t in enumerate(specials + chars)}, "<unk>"))
+    kept = list(chars) if chars is not None else sorted(set(string.printable) - set("\r\x0b\x0c"))
+    core = Tokenizer(models.WordLevel({t: i for i, t in enumerate(specials + kept)}, "<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
     core.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>",
                                         eos_token="<|im_end|>", unk_token="<unk>")
     tokenizer.chat_template = chat_template or PLAIN_TEMPLATE
     return tokenizer
+
+
+# 44 characters and the 3 specials: the tiny model's 47 ids (trainer.models.tiny_model), so a
+# model taught over them loads into the test session's vLLM engine; enough for fenced calls
+ENGINE_CHARS = "\n `()*=>0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 PLAIN_TEMPLATE = ("{% for m in messages %}{{ m.content }}{% endfor %}"
@@ -46,13 +53,14 @@ HERMES_TEMPLATE = (  # Qwen2.5's, cut to what matters: tools in the system turn,
 
 
 def taught(tokenizer: PreTrainedTokenizerBase, prompt: str, policy: list[str],
-           tool: list[str]) -> LlamaForCausalLM:
+           tool: list[str], heads: int = 4) -> LlamaForCausalLM:
     """A 2-layer Llama that has learnt one transcript by heart (the policy's turns, between
-    the tool's), so that what it samples at a low temperature is that transcript."""
+    the tool's), so that what it samples at a low temperature is that transcript. ``heads=2``
+    (and ``ENGINE_CHARS``): the shapes of the test vLLM engine's model."""
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048,
+        num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=2048,
         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=True))
     ids, learn = tokenizer(prompt, add_special_tokens=False).input_ids, []

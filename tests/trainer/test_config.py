@@ -84,8 +84,7 @@ def test_the_rollout_engine_is_hf_or_vllm() -> None:
     assert load_config(None, ["rollout_engine=vllm"]).rollout_engine == "vllm"
     with pytest.raises(ConfigError, match=r"^rollout_engine: "):
         load_config(None, ["rollout_engine=sglang"])
-    with pytest.raises(ConfigError, match=r"rollout_engine 'vllm' does not run the code tool"):
-        load_config(None, ["rollout_engine=vllm", "code_tool=true"])
+    assert load_config(None, ["rollout_engine=vllm", "code_tool=true"]).code_tool
 
 
 def test_drawing_ahead_and_the_importance_weights_are_checked() -> None:

@@ -17,7 +17,7 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from reward_server.testing import ServerProcess, free_port, wait_for_sandbox
+from reward_server.testing import free_port
 from reward_server.tool_client import CodeTool, ToolCall, clip, run_code_result
 from tests.helpers.tiny_models import HERMES_TEMPLATE, char_tokenizer
 from trainer.multiturn import without_outages
@@ -121,12 +121,6 @@ def test_run_code_answers_as_the_policy_reads_them(body: dict, text: str,
 
 
 # --- the client against the real server --------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sandbox_url(server: ServerProcess, docker_ready: None) -> str:
-    wait_for_sandbox(server.url)
-    return server.url
 
 
 def test_stateless_calls_run_in_the_sandbox(sandbox_url: str) -> None:

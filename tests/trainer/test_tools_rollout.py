@@ -8,13 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
-from reward_server.testing import ServerProcess, wait_for_sandbox
 from reward_server.tool_client import CodeTool
 from tests.helpers.tiny_models import HERMES_TEMPLATE, char_tokenizer, taught
+from tests.helpers.tool_rollouts import ANSWER, CALL, OUTPUT, segments
 from trainer.config import GRPOConfig
 from trainer.logprobs import completion_logps
 from trainer.loss import policy_loss
@@ -24,19 +25,10 @@ from trainer.rollout import Rollout, Sampling, format_prompt
 from trainer.tools import call_format
 from trainer.train import GRPOTrainer
 
-CALL = "```python\nprint(6*7)\n```"
-OUTPUT = "\n```output\n42\n```\n"  # what the sandbox's answer to CALL becomes
 TEMPLATE_CALL = ('<tool_call>\n{"name": "python", "arguments": {"code": "print(6*7)"}}\n'
                  '</tool_call><|im_end|>')
 TEMPLATE_OUTPUT = ("\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
                    "<|im_start|>assistant\n")
-ANSWER = "42<|im_end|>"
-
-
-@pytest.fixture(scope="module")
-def sandbox_url(server: ServerProcess, docker_ready: None) -> str:
-    wait_for_sandbox(server.url)
-    return server.url
 
 
 @pytest.fixture(scope="module")
@@ -61,23 +53,11 @@ def _rollout(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, url: s
         use.tool.close()
 
 
-def _segments(rollout: Rollout, tokenizer: PreTrainedTokenizerBase, row: int) -> list[str]:
-    """The row's completion as alternating runs of policy and tool tokens."""
-    ids = rollout.completion_ids[row][rollout.completion_mask[row].bool()].tolist()
-    mask = rollout.tool_mask[row][: len(ids)].tolist()
-    runs: list[list[int]] = []
-    for i, (token, m) in enumerate(zip(ids, mask, strict=True)):
-        if i == 0 or m != mask[i - 1]:
-            runs.append([])
-        runs[-1].append(token)
-    return [tokenizer.decode(r) for r in runs]
-
-
 def test_fenced_rollout_runs_the_call_and_goes_on(fenced, sandbox_url: str) -> None:
     model, tokenizer = fenced
     rollout = _rollout(model, tokenizer, sandbox_url)
     for row in range(2):
-        assert _segments(rollout, tokenizer, row) == [CALL, OUTPUT, ANSWER]
+        assert segments(rollout, tokenizer, row) == [CALL, OUTPUT, ANSWER]
         assert rollout.texts[row] == CALL + OUTPUT + "42"  # the verifier reads it all
     assert rollout.tool_stats.tolist() == [[1, 0, 0, 0], [1, 0, 0, 0]]
     assert not rollout.truncated.any() and rollout.tool_seconds > 0
@@ -87,7 +67,7 @@ def test_a_tool_turn_that_does_not_fit_ends_the_rollout(fenced, sandbox_url: str
     model, tokenizer = fenced
     room = len(tokenizer(CALL).input_ids) + 5  # the call fits, its output does not
     rollout = _rollout(model, tokenizer, sandbox_url, max_completion_length=room)
-    assert _segments(rollout, tokenizer, 0) == [CALL]
+    assert segments(rollout, tokenizer, 0) == [CALL]
     assert rollout.tool_stats[0, 0] == 1 and rollout.truncated.all()
     assert rollout.completion_mask.sum(1).max() <= room
 
@@ -96,10 +76,43 @@ def test_an_unreachable_sandbox_is_text_in_the_rollout(fenced) -> None:
     model, tokenizer = fenced
     rollout = _rollout(model, tokenizer, "http://127.0.0.1:9", max_completion_length=300,
                        request_timeout_s=2)
-    policy, tool, *_ = _segments(rollout, tokenizer, 0)
+    policy, tool, *_ = segments(rollout, tokenizer, 0)
     assert policy == CALL and "Error: the code tool is unavailable" in tool
     assert rollout.tool_stats[:, 1].tolist() == [1, 1]  # failed calls, counted
     assert rollout.tool_stats[:, 3].tolist() == [1, 1]  # outages: these rollouts score null
+
+
+class _Sessions:
+    """``/v1/sessions`` at the network edge: session ``s<k>`` for the k-th opened; ``s0``'s
+    cells print more than a rollout has room for, every other's ``42``."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, int] = {}
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/sessions":
+            session = f"s{len(self.runs)}"
+            self.runs[session] = 0
+            return httpx.Response(200, json={"session_id": session})
+        session = request.url.path.split("/")[3]
+        if request.method == "DELETE":
+            return httpx.Response(204)
+        self.runs[session] += 1
+        out = "x" * 200 if session == "s0" else "42"
+        return httpx.Response(200, json={"status": "Success", "cells": [
+            {"status": "Finished", "stdout": out + "\n", "display": [], "error": []}]})
+
+
+def test_a_session_belongs_to_one_rollout() -> None:
+    """Rollout 0's output does not fit, so it ends; rollout 1 makes its second call, which
+    must reach its own session, not the one of the rollout that ended."""
+    tokenizer = char_tokenizer()
+    model = taught(tokenizer, "q=>", [CALL, CALL, ANSWER], [OUTPUT, OUTPUT])
+    sessions = _Sessions()
+    rollout = _rollout(model, tokenizer, "http://rs", state="session", concurrency=1,
+                       transport=httpx.MockTransport(sessions))
+    assert rollout.tool_stats[:, 0].tolist() == [1, 2]
+    assert sessions.runs == {"s0": 1, "s1": 2}
 
 
 def test_template_rollout_uses_the_templates_tool_turns(sandbox_url: str) -> None:
@@ -110,7 +123,7 @@ def test_template_rollout_uses_the_templates_tool_turns(sandbox_url: str) -> Non
     assert '"name": "python"' in prompt  # the schema is in the prompt
     model = taught(tokenizer, prompt, [TEMPLATE_CALL, ANSWER], [TEMPLATE_OUTPUT])
     rollout = _rollout(model, tokenizer, sandbox_url, max_completion_length=200)
-    assert _segments(rollout, tokenizer, 0) == [TEMPLATE_CALL, TEMPLATE_OUTPUT, ANSWER]
+    assert segments(rollout, tokenizer, 0) == [TEMPLATE_CALL, TEMPLATE_OUTPUT, ANSWER]
     assert rollout.tool_stats[0].tolist() == [1, 0, 0, 0] and not rollout.truncated.any()
 
 

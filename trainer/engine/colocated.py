@@ -12,8 +12,10 @@ from transformers import PreTrainedTokenizerBase
 
 from trainer.config import GRPOConfig
 from trainer.engine.client import DEFAULT_PYTHON, EngineSettings, StagedWeights, VLLMEngine
+from trainer.engine.multiturn import generate_with_tools_on_engine
 from trainer.engine.sampling import generate_on_engine
 from trainer.engine.weights import policy_weights
+from trainer.multiturn import ToolUse, closer_ids
 from trainer.rollout import Prompt, Rollout, Sampling
 
 
@@ -39,6 +41,7 @@ class ColocatedEngine:
         """``engine`` holds ``policy``'s weights if ``synced``; else (an engine shared by
         several runs, as the tests do) they are loaded now."""
         self.engine, self.policy, self.tokenizer, self.eos_ids = engine, policy, tokenizer, eos_ids
+        self._closers: list[int] | None = None  # found once: a pass over the vocabulary
         if not synced:
             self.sync()
 
@@ -51,9 +54,17 @@ class ColocatedEngine:
         return cls(engine, policy, tokenizer, eos_ids, synced=True)
 
     def generate(self, rows: list[dict[str, Any]], prompts: list[Prompt],
-                 sampling: Sampling, greedy: bool = False) -> Rollout:
-        return generate_on_engine(self.engine, self.tokenizer, rows, prompts, sampling,
-                                  self.eos_ids, greedy)
+                 sampling: Sampling, greedy: bool = False, tools: ToolUse | None = None
+                 ) -> Rollout:
+        """Single-turn completions, or with ``tools`` rollouts that call the code tool."""
+        if tools is None:
+            return generate_on_engine(self.engine, self.tokenizer, rows, prompts, sampling,
+                                      self.eos_ids, greedy)
+        if self._closers is None:
+            self._closers = closer_ids(self.tokenizer, tools.format)
+        return generate_with_tools_on_engine(self.engine, self.tokenizer, rows, prompts,
+                                             sampling, tools, self.eos_ids, greedy,
+                                             self._closers)
 
     def sync(self) -> float:
         """The policy's weights into the engine; the seconds it took."""

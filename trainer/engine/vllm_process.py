@@ -4,10 +4,11 @@ transformers, which need not be the trainer's), it imports nothing of the traine
 ``trainer.engine.wire``, and answers the trainer's requests one at a time on the
 connection it is given.
 
-Requests (dicts, ``op`` naming each): ``generate`` (G samples of each prompt's token ids,
-each sampled token's log-prob under the engine), ``prompt_logprobs`` (a sequence's
-log-probs, teacher-forced: the check that the engine holds the trainer's weights),
-``load_weights`` (new weights from a safetensors file in shared memory), ``close``.
+Requests (dicts, ``op`` naming each): ``generate`` (G samples of each prompt's token ids, up
+to a length of its own or one for all, each sampled token's log-prob under the engine),
+``prompt_logprobs`` (a sequence's log-probs, teacher-forced: the check that the engine holds
+the trainer's weights), ``load_weights`` (new weights from a safetensors file in shared
+memory), ``close``.
 
 The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so new weights
 are loaded by reference, with no second copy in another process.
@@ -68,8 +69,8 @@ class Engine:
                        logprobs_mode="processed_logprobs", disable_log_stats=True)
 
     def generate(self, prompts: list[list[int]], n: int, temperature: float, top_p: float,
-                 top_k: int, max_tokens: int, stop_token_ids: list[int], greedy: bool,
-                 seed: int | None) -> list[list[dict[str, Any]]]:
+                 top_k: int, max_tokens: int | list[int], stop_token_ids: list[int],
+                 greedy: bool, seed: int | None) -> list[list[dict[str, Any]]]:
         import torch
         from vllm import SamplingParams
 
@@ -79,15 +80,16 @@ class Engine:
             # seeded request's generator after a partial prefill and torch's CPU generator
             # cannot (RuntimeError: CPU Generator does not use offset)
             torch.manual_seed(seed)
+        limits = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
         # exactly the distribution the loss assumes: nothing the model's generation_config
         # says (repetition penalty, min_p) is applied; and a completion stops at the
-        # trainer's EOS ids alone (the config's EOS is among them), kept in its tokens
-        params = SamplingParams(
+        # trainer's stop ids alone (its EOS ids, the config's among them), kept in its tokens
+        params = [SamplingParams(
             ignore_eos=True, n=n, temperature=0.0 if greedy else temperature,
             top_p=1.0 if greedy else top_p, top_k=-1 if greedy or top_k == 0 else top_k,
-            max_tokens=max_tokens,
+            max_tokens=limit,
             stop_token_ids=stop_token_ids, logprobs=0, detokenize=False,
-            skip_special_tokens=False, repetition_penalty=1.0, min_p=0.0)
+            skip_special_tokens=False, repetition_penalty=1.0, min_p=0.0) for limit in limits]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
                                     use_tqdm=False)
         return [[{"token_ids": list(sample.token_ids),
