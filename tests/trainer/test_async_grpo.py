@@ -120,3 +120,18 @@ def test_max_staleness_0_is_the_synchronous_loop(tmp_path: Path, vllm_engine: An
         runs.append(([h["reward"] for h in history], _policy_logprobs(trainer.policy)))
     assert runs[0][0] == runs[1][0]
     assert torch.equal(runs[0][1], runs[1][1])
+
+
+def test_a_bfloat16_engine_trains_with_its_mismatch_weighted(tmp_path: Path,
+                                                            vllm_engine: Any) -> None:
+    """``vllm_dtype: bfloat16`` (an engine of its own, started by the trainer): its
+    log-probs differ from the float32 policy's by far more than a float32 engine's, and the
+    importance weights that correct it stay finite and near 1. (``vllm_engine``: only to
+    skip where vLLM is not installed.)"""
+    trainer = _trainer(tmp_path, None, vllm_dtype="bfloat16", max_steps=3,
+                       vllm_kv_cache_gb=1, max_prompt_length=64)
+    history = trainer.train()
+    for h in history:
+        assert h["sampling/sampling_logp_difference/mean"] > 1e-4, h  # float32: < 1e-6
+        assert 0.5 < h["sampling/importance_sampling_ratio/mean"] < 1.5, h
+        assert torch.isfinite(torch.tensor(h["loss"]))
