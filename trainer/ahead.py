@@ -69,13 +69,14 @@ class AheadSampler:
         evaluation reads the policy as it is)."""
         self._take_staged()
 
-    def close(self) -> None:
-        """Stops drawing; the engine is left with the newest weights (unless it failed)."""
+    def close(self, hand_over: bool = True) -> None:
+        """Stops drawing; the engine is left with the newest weights, unless drawing failed
+        or ``hand_over`` is False (stopping on an error: the engine may be the error)."""
         with self._changed:
             self._closed = True
             self._changed.notify_all()
         self._thread.join()
-        if self._failure is None:
+        if hand_over and self._failure is None:
             self._take_staged()
         elif self._staged is not None:
             self._staged[1].close()

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"resumed from {last} at step {trainer.step}", flush=True)
         try:
             trainer.train()
-        except RewardClientError as exc:
+        except (RewardClientError, EngineError) as exc:
             print(f"grpo-train: stopped at step {trainer.step}: {exc}; a checkpoint of step "
                   f"{trainer.step} is in {config.output_dir} (continue with --resume)",
                   file=sys.stderr)

@@ -43,7 +43,7 @@ from trainer.advantages import (
 from trainer.ahead import AheadSampler
 from trainer.config import GRPOConfig
 from trainer.data import PromptStream, Row
-from trainer.engine.client import VLLMEngine
+from trainer.engine.client import EngineError, VLLMEngine
 from trainer.engine.colocated import ColocatedEngine
 from trainer.logprobs import completion_logps
 from trainer.loss import loss_normalizer, policy_loss
@@ -195,9 +195,9 @@ class GRPOTrainer:
         if self.engine is not None and self._owns_engine:
             self.engine.close()
 
-    def _stop_drawing(self) -> None:
+    def _stop_drawing(self, hand_over: bool = True) -> None:
         if self.ahead is not None:
-            self.ahead.close()
+            self.ahead.close(hand_over)
             self.ahead = None
 
     def _next_batch(self) -> SampledBatch:
@@ -495,11 +495,13 @@ class GRPOTrainer:
             while self.step < c.max_steps:
                 try:
                     metrics = self.training_step()
-                except RewardClientError:
-                    # No update was made (rewards come first): keep the work so far, and let
-                    # --resume draw this step's prompts again (the checkpoint's position is
-                    # the last trained step's).
-                    self._stop_drawing()
+                except (RewardClientError, EngineError):
+                    # Rewards come first, so a reward outage leaves this step's update
+                    # undone; an engine that failed to draw did too, and one that failed to
+                    # take the new weights failed after it: either way the checkpoint is the
+                    # policy as it stands, at the position of the steps it trained on, and
+                    # nothing trains on the engine's stale weights. --resume goes on.
+                    self._stop_drawing(hand_over=False)
                     self.save()
                     raise
                 last = self.step == c.max_steps

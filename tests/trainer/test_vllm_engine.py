@@ -139,3 +139,30 @@ def test_a_whole_steps_batch_is_drawn_and_follows_from_the_seed(vllm_engine: Any
     assert len(first) == 64
     assert draw(11) == first
     assert draw(12) != first
+
+
+def test_an_engine_that_dies_stops_the_run_with_a_checkpoint(tmp_path: Path,
+                                                             vllm_engine: Any) -> None:
+    """The engine process is killed while step 1's rollouts are scored: the update of step 1
+    is made, handing the engine its weights fails, and the run stops there with a checkpoint
+    of step 2, rather than drawing step 2 from the old weights. (``vllm_engine``: only to
+    skip where vLLM is not installed; this run starts an engine of its own.)"""
+    from trainer.engine.client import EngineError
+
+    trainer = _trainer(tmp_path, None, max_steps=4, vllm_kv_cache_gb=1)
+    assert trainer.engine is not None
+    process = trainer.engine.engine._process
+    calls: list[int] = []
+
+    def reward(texts: list[str], rows: list[dict[str, Any]]) -> list[float]:
+        calls.append(len(texts))
+        if len(calls) == 3:  # step 1's first chunk
+            process.kill()
+            process.wait()
+        return _one_seven(texts, rows)
+
+    trainer.scorer.fn = reward  # type: ignore[attr-defined]
+    with pytest.raises(EngineError, match="exited"):
+        trainer.train()
+    assert trainer.step == 2
+    assert (tmp_path / "run" / "checkpoint-000002" / "model.safetensors").exists()

@@ -143,7 +143,12 @@ class VLLMEngine:
 
     def _call(self, op: str, **request: Any) -> Any:
         with self._lock:
-            self._channel.send({"op": op, **request})
+            try:
+                self._channel.send({"op": op, **request})
+            except OSError as exc:  # the process is gone: say so, as _reply does
+                self._process.poll()
+                raise EngineError(f"the vLLM engine process exited "
+                                  f"({self._process.returncode}) before {op}: {exc}") from None
             return self._reply(None)
 
     def _reply(self, timeout_s: float | None) -> Any:
