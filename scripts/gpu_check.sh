@@ -5,7 +5,7 @@
 # CI never runs it. Needs a CUDA build of torch: TORCH_SPEC="torch==2.13.0 --index-url
 # https://download.pytorch.org/whl/cu128" bash scripts/setup.sh (a fresh .venv).
 # Then the same steps with the vLLM engine drawing (synchronous, and one step ahead), after
-# installing vLLM's CUDA build into .venv-vllm (VLLM_SPEC; GPU_CHECK_VLLM=0 skips it).
+# installing vLLM's CUDA build into .venv-vllm (the [vllm] extra; GPU_CHECK_VLLM=0 skips it).
 #   bash scripts/gpu_check.sh [--steps 4] [--lora-r 16] [--json out.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ fi
 export OPENBLAS_NUM_THREADS=1
 engine=()
 if [ "${GPU_CHECK_VLLM:-1}" != 0 ]; then
-  if VLLM_SPEC="${VLLM_SPEC:-vllm==0.32.0}" bash scripts/setup_vllm.sh; then
+  if VLLM_EXTRA=vllm bash scripts/setup_vllm.sh; then
     engine=(--engine)
   else
     echo "gpu_check: vLLM did not install (above); the engine rows are skipped" >&2
