@@ -35,6 +35,8 @@ class AheadSampler:
         self._staged: tuple[int, StagedWeights] | None = None
         self._ready: deque[SampledBatch] = deque()
         self._failure: BaseException | None = None
+        self._until = until
+        self._drawn_all = False
         self._closed = False
         self._changed = threading.Condition()
         # one hand-over at a time, in order: a newer copy is never overwritten by an older
@@ -47,11 +49,14 @@ class AheadSampler:
     def next_batch(self) -> SampledBatch:
         """The next step's batch, once drawn; what the drawing thread raised, raised here."""
         with self._changed:
-            self._changed.wait_for(lambda: self._ready or self._failure is not None)
+            self._changed.wait_for(
+                lambda: self._ready or self._failure is not None or self._drawn_all)
             if self._ready:
                 return self._ready.popleft()
-            assert self._failure is not None
-            raise self._failure
+            if self._failure is not None:
+                raise self._failure
+            raise RuntimeError(f"drawing ahead ends at step {self._until} (max_steps): a "
+                               "step past it has no batch")
 
     def publish(self, version: int) -> None:
         """The policy has taken ``version`` optimizer steps: its weights are copied now, for
@@ -97,6 +102,9 @@ class AheadSampler:
                     self._ready.append(batch)
                     self._changed.notify_all()
                 step += 1
+            with self._changed:
+                self._drawn_all = True
+                self._changed.notify_all()
         except BaseException as exc:  # noqa: BLE001 - raised in the trainer's thread
             with self._changed:
                 self._failure = exc

@@ -349,10 +349,11 @@ class GRPOConfig(BaseModel):
             # generate() runs on the policy the update is changing: it cannot run ahead
             raise ValueError("max_staleness > 0 draws rollouts while the update runs, which "
                              "needs rollout_engine 'vllm' (the policy's own generate cannot)")
-        truncate = self.vllm_importance_sampling_mode.endswith("truncate")
-        if truncate and self.vllm_importance_sampling_clip_max is None:
-            raise ValueError("vllm_importance_sampling_clip_max: a '*_truncate' mode needs an "
-                             "upper bound (the ratio is unbounded)")
+        if self.vllm_importance_sampling_clip_max is None:
+            # a sequence's ratio is a product over its tokens: without a bound, one long
+            # completion's weight is inf and the update NaN
+            raise ValueError("vllm_importance_sampling_clip_max: the weights need an upper "
+                             "bound (TRL's default is 3.0)")
         low, high = (self.vllm_importance_sampling_clip_min,
                      self.vllm_importance_sampling_clip_max)
         if low is not None and high is not None and low > high:

@@ -59,16 +59,19 @@ class RolloutSampler:
         return [format_prompt(r, self.tokenizer, c.prompt_column, c.system_prompt,
                               c.use_chat_template, c.prompt_suffix, tools) for r in rows]
 
-    def generate(self, rows: list[Row], greedy: bool = False) -> Rollout:
-        """Completions of ``rows``: single-turn, or with the code tool (trainer/multiturn.py)."""
+    def generate(self, rows: list[Row], greedy: bool = False,
+                 tool_use: ToolUse | None = None) -> Rollout:
+        """Completions of ``rows``: single-turn, or with the code tool (trainer/multiturn.py;
+        ``tool_use``: another client of it than the run's, whose sessions are its own)."""
+        tool_use = tool_use or self.tool_use
         if self.engine is not None:
             return self.engine.generate(rows, self.prompts(rows), self.sampling, greedy,
-                                        self.tool_use)
+                                        tool_use)
         context: AbstractContextManager[Any] = self._autocast()
         with context:
-            if self.tool_use is not None:
+            if tool_use is not None:
                 return generate_with_tools(self.policy, self.tokenizer, rows, self.prompts(rows),
-                                           self.sampling, self.tool_use, greedy)
+                                           self.sampling, tool_use, greedy)
             return generate(self.policy, self.tokenizer, rows, self.prompts(rows),
                             self.sampling)
 
@@ -80,7 +83,8 @@ class RolloutSampler:
         step = len(rows) if self.engine is not None else c.generation_chunk
         rollouts, futures = [], []
         t_generate = 0.0
-        self.policy.eval()
+        if self.engine is None:  # drawing ahead, the update is using the policy meanwhile
+            self.policy.eval()
         for start in range(0, len(rows), step):
             t0 = time.perf_counter()
             rollout = self.generate(rows[start : start + step])

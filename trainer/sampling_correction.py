@@ -31,7 +31,9 @@ def sampling_weights(old_logps: torch.Tensor, engine_logps: torch.Tensor, mask: 
     """The weights w, (B, T) for token modes or (B, 1) for sequence modes, and TRL's metrics
     of the gap between the two policies over ``mask`` (1: a token the policy sampled)."""
     mask = mask.to(old_logps.dtype)
-    diff = (old_logps - engine_logps) * mask  # log π_θ_old − log μ, 0 off the mask
+    # log π_θ_old − log μ, 0 off the mask; a token the engine gave no finite log-prob
+    # (NaN) weighs 1, as TRL has it, rather than turning the loss into NaN
+    diff = torch.nan_to_num((old_logps - engine_logps) * mask, nan=0.0)
     sequence = mode.startswith("sequence")
     log_w = diff.sum(-1, keepdim=True) if sequence else diff
     w = torch.exp(log_w)

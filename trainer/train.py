@@ -147,6 +147,9 @@ class GRPOTrainer:
                                  config.max_completion_length, config.temperature,
                                  config.top_p, config.top_k, self.share_prompts)
         self.tool_use = self._tool_use() if config.code_tool else None
+        # evaluation's rollouts get a client of their own: drawing ahead, they run while the
+        # training rollouts do, and a session is its client's (ids, and closing them all)
+        self.eval_tool_use = self._tool_use() if config.code_tool else None
         self._owns_engine = engine is None
         self.engine = self._engine(engine) if config.rollout_engine == "vllm" else None
         self.sampler = RolloutSampler(config, self.tokenizer, self.policy, self.stream,
@@ -190,8 +193,9 @@ class GRPOTrainer:
         ``training_step`` calls ends with it."""
         self._stop_drawing()
         self.scorer.close()
-        if self.tool_use is not None:
-            self.tool_use.tool.close()
+        for tool_use in (self.tool_use, self.eval_tool_use):
+            if tool_use is not None:
+                tool_use.tool.close()
         if self.engine is not None and self._owns_engine:
             self.engine.close()
 
@@ -417,7 +421,7 @@ class GRPOTrainer:
             if self.tool_use is not None or self.engine is not None:
                 if self.ahead is not None:
                     self.ahead.sync_now()  # the policy as it is, not the one drawing ahead
-                texts += self.sampler.generate(rows, greedy=True).texts
+                texts += self.sampler.generate(rows, True, self.eval_tool_use).texts
                 continue
             with self.autocast():
                 texts += greedy_texts(self.policy, self.tokenizer, self.sampler.prompts(rows),

@@ -97,8 +97,9 @@ def test_drawing_ahead_and_the_importance_weights_are_checked() -> None:
         load_config(None, ["rollout_engine=vllm", "max_staleness=-1"])
     with pytest.raises(ConfigError, match=r"^vllm_importance_sampling_mode: "):
         load_config(None, ["vllm_importance_sampling_mode=token"])
-    with pytest.raises(ConfigError, match=r"vllm_importance_sampling_clip_max: a '\*_truncate'"):
-        load_config(None, ["vllm_importance_sampling_mode=token_truncate",
-                           "vllm_importance_sampling_clip_max=null"])
+    for mode in ("token_truncate", "sequence_mask"):
+        with pytest.raises(ConfigError, match=r"vllm_importance_sampling_clip_max: the weights"):
+            load_config(None, [f"vllm_importance_sampling_mode={mode}",
+                               "vllm_importance_sampling_clip_max=null"])
     with pytest.raises(ConfigError, match=r"vllm_importance_sampling_clip_min \(2.0\) is above"):
         load_config(None, ["vllm_importance_sampling_clip_min=2", "vllm_importance_sampling_clip_max=1"])

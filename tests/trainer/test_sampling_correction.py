@@ -67,3 +67,17 @@ def test_the_loss_weighs_each_tokens_policy_term_and_not_its_kl() -> None:
     assert torch.allclose(_gradient(w, beta=0.1) - _gradient(w), kl_only, atol=1e-7)
     per_sequence = torch.tensor([[0.0], [3.0]])  # (B, 1) broadcasts over its tokens
     assert torch.allclose(_gradient(per_sequence), per_sequence * _gradient(None))
+
+
+def test_a_token_without_a_finite_engine_log_prob_weighs_one_and_long_gaps_stay_bounded(
+        ) -> None:
+    engine = ENGINE.clone()
+    engine[0, 1] = torch.nan
+    for mode in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"):
+        w, _ = sampling_weights(OLD, engine, MASK, mode, None, 3.0)  # type: ignore[arg-type]
+        assert torch.isfinite(w).all(), mode
+    # a 0.05 gap on each of 4,096 tokens: exp(204.8) is inf; masked out, or clipped, never inf
+    old, far = torch.zeros(1, 4096), torch.full((1, 4096), -0.05)
+    ones = torch.ones(1, 4096)
+    assert sampling_weights(old, far, ones, "sequence_mask", None, 3.0)[0].item() == 0.0
+    assert sampling_weights(old, far, ones, "sequence_truncate", None, 3.0)[0].item() == 3.0

@@ -294,3 +294,33 @@ def test_a_429_longer_than_the_timeout_is_an_outage_at_once() -> None:
     result = tool.run([(0, ToolCall("print(42)"))]).results[0]
     tool.close()
     assert result.outage and "HTTP 429" in result.text and len(script.times) == 1
+
+
+def test_evaluation_has_a_tool_client_of_its_own() -> None:
+    """Drawing ahead, greedy evaluation runs while training rollouts do: its calls go through
+    a client of their own, whose sessions (and their closing) are not the training ones'."""
+    from trainer.config import GRPOConfig, RewardSpec
+    from trainer.models import tiny_model, tiny_tokenizer
+    from trainer.rewards import FunctionScorer
+    from trainer.train import GRPOTrainer
+
+    config = GRPOConfig(model="tiny", dataset="unused", code_tool=True, tool_state="session",
+                        tool_url="http://127.0.0.1:9", progress_bar=False,
+                        rewards=[RewardSpec(verifier="local")])
+    tokenizer = tiny_tokenizer()
+    rows = [{"prompt": "say 7"}]
+    trainer = GRPOTrainer(tiny_model(tokenizer), tokenizer, rows, config, None,
+                          eval_rows=rows, scorer=FunctionScorer(lambda t, r: [0.0] * len(t)))
+    used = []
+
+    def generate(rows: list, greedy: bool = False, tool_use: object = None) -> Rollout:
+        used.append(tool_use)
+        raise RuntimeError("stop here")
+
+    trainer.sampler.generate = generate  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="stop here"):
+        trainer.evaluate()
+    trainer.close()
+    assert trainer.eval_tool_use is not None and trainer.tool_use is not None
+    assert used == [trainer.eval_tool_use]
+    assert trainer.eval_tool_use.tool is not trainer.tool_use.tool

@@ -167,3 +167,20 @@ def test_an_engine_that_dies_stops_the_run_with_a_checkpoint(tmp_path: Path,
         trainer.train()
     assert trainer.step == 2
     assert (tmp_path / "run" / "checkpoint-000002" / "model.safetensors").exists()
+
+
+def test_a_module_planted_in_the_working_directory_does_not_run_in_the_engine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vllm_engine: Any) -> None:
+    """Whoever can write to the directory the trainer runs in cannot put a ``vllm`` of their
+    own in front of the engine's. (``vllm_engine``: only to skip without vLLM.)"""
+    from trainer.engine.client import EngineSettings, VLLMEngine
+
+    marker = tmp_path / "planted-module-ran"
+    (tmp_path / "vllm.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    monkeypatch.chdir(tmp_path)
+    model = tiny_model(tiny_tokenizer(), heads=2)
+    with policy_weights(model) as weights:
+        engine = VLLMEngine(model, EngineSettings(max_model_len=64, max_num_seqs=4,
+                                                  kv_cache_gb=1), weights)
+    engine.close()
+    assert not marker.exists()

@@ -79,7 +79,10 @@ class VLLMEngine:
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gb),
                "PYTHONPATH": str(Path(trainer.__file__).resolve().parents[1])}
         self._process = subprocess.Popen(
-            [str(settings.python), "-m", "trainer.engine.vllm_process", "--fd", str(child_fd)],
+            # -P: not the working directory first on sys.path (as -m puts it), where a
+            # module planted by whoever can write there would run in the engine
+            [str(settings.python), "-P", "-m", "trainer.engine.vllm_process", "--fd",
+             str(child_fd)],
             pass_fds=[child_fd], env=env, stdin=subprocess.DEVNULL)
         os.close(child_fd)
         self._channel.send({"model": str(folder), "dtype": settings.dtype,

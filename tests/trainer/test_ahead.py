@@ -1,0 +1,91 @@
+"""The drawing-ahead thread (trainer/ahead.py) with stand-ins at its two edges, the sampler
+and the engine: the staleness bound, the order of hand-overs, and its ends (a failure, the
+last step), without an engine process."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from trainer.ahead import AheadSampler
+from trainer.sampler import SampledBatch
+
+pytestmark = pytest.mark.timeout(120)  # a broken hand-over waits for ever: end it sooner
+
+
+class _Staged:
+    def __init__(self, version: int) -> None:
+        self.version, self.closed = version, False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Engine:
+    """Records the versions it was handed; ``stage`` copies the trainer's current one."""
+
+    def __init__(self) -> None:
+        self.current, self.loaded = 0, [0]
+
+    def stage(self) -> _Staged:
+        return _Staged(self.current)
+
+    def load(self, staged: _Staged) -> None:
+        self.loaded.append(staged.version)
+
+
+class _Sampler:
+    def __init__(self, engine: _Engine, fail_at: int | None = None) -> None:
+        self.engine, self.fail_at, self.drawn = engine, fail_at, 0
+        self.gate = threading.Semaphore(0)  # the test lets each draw through
+
+    def sample_batch(self) -> SampledBatch:
+        self.gate.acquire()
+        if self.drawn == self.fail_at:
+            raise ValueError("the reward server is down")
+        self.drawn += 1
+        return SampledBatch(None, None, {}, stream_position=self.drawn)  # type: ignore[arg-type]
+
+
+def _ahead(max_staleness: int, until: int, **kw: Any) -> tuple[AheadSampler, _Sampler, _Engine]:
+    engine = _Engine()
+    sampler = _Sampler(engine, **kw)
+    return AheadSampler(sampler, engine, max_staleness, 0, until), sampler, engine  # type: ignore[arg-type]
+
+
+def test_no_batch_is_drawn_more_than_max_staleness_updates_before_it_trains() -> None:
+    ahead, sampler, engine = _ahead(max_staleness=2, until=6)
+    sampler.gate.release(10)  # draw as fast as allowed
+    for step in range(6):
+        batch = ahead.next_batch()
+        assert batch.stream_position == step + 1  # in order
+        assert step - batch.version <= 2
+        engine.current = step + 1
+        ahead.publish(step + 1)
+    ahead.close()
+    assert engine.loaded == sorted(engine.loaded)  # hand-overs in order, newest last
+    assert engine.loaded[-1] == 6  # closing hands the last weights over
+
+
+def test_a_failure_while_drawing_is_raised_to_the_trainer_after_the_batches_before_it() -> None:
+    ahead, sampler, _ = _ahead(max_staleness=1, until=5, fail_at=1)
+    sampler.gate.release(3)
+    assert ahead.next_batch().stream_position == 1
+    ahead.publish(1)
+    with pytest.raises(ValueError, match="the reward server is down"):
+        ahead.next_batch()
+    ahead.close()
+
+
+def test_a_step_past_the_last_raises_rather_than_waits() -> None:
+    ahead, sampler, _ = _ahead(max_staleness=1, until=2)
+    sampler.gate.release(5)
+    ahead.next_batch()
+    ahead.publish(1)
+    ahead.next_batch()
+    ahead.publish(2)
+    with pytest.raises(RuntimeError, match="ends at step 2"):
+        ahead.next_batch()
+    ahead.close()
