@@ -33,7 +33,8 @@ from reward_server.testing import run_server
 FIGURES = ROOT / "docs" / "figures"
 EDGE_STEPS = 5  # steps averaged at each end of the run: one step's 32 rollouts are noisy
 # per-step figures worth keeping for every step (the rest are in the run's metrics.jsonl)
-PER_STEP = ("reward", "accuracy", "completion_length", "time/step", "tools/call_frequency",
+PER_STEP = ("reward", "accuracy", "completion_length", "time/step", "time/generate",
+            "time/train", "time/weight_sync", "tools/call_frequency",
             "tools/failure_frequency", "tools/program_error_frequency", "time/tools")
 
 
