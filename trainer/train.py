@@ -243,22 +243,30 @@ class GRPOTrainer:
         """What runs a group's shared prompt pass (trainer.prefix); None: whole sequences."""
         return distributed.unwrapped(model) if self.share_prompts else None
 
-    def _correct_sampling(self, rollout: Rollout, batch: UpdateBatch) -> dict[str, float]:
+    def _correct_sampling(self, batch: UpdateBatch) -> dict[str, float]:
         """Samples an engine drew: its log-probs μ against the policy's at the step's start
         π_θ_old (kernels and precision differ; drawing ahead, its weights are older), and
         the truncated importance weights π_θ_old/μ for the loss, unless switched off."""
         c = self.config
-        assert rollout.engine_logps is not None and batch.old_logps is not None
-        sampled = rollout.completion_mask.float()
-        if rollout.tool_mask is not None:
-            sampled *= rollout.tool_mask  # a tool's tokens were not sampled
+        assert batch.engine_logps is not None and batch.old_logps is not None
+        assert batch.sampled is not None
         weights, metrics = sampling_weights(
-            batch.old_logps, rollout.engine_logps.to(self.device), sampled.to(self.device),
-            c.vllm_importance_sampling_mode, c.vllm_importance_sampling_clip_min,
-            c.vllm_importance_sampling_clip_max)
+            batch.old_logps, batch.engine_logps, batch.sampled, c.vllm_importance_sampling_mode,
+            c.vllm_importance_sampling_clip_min, c.vllm_importance_sampling_clip_max)
         if c.vllm_importance_sampling_correction:
             batch.sampling_weights = weights
         return metrics
+
+    def _part_weights(self, part: UpdateBatch, logps: torch.Tensor) -> torch.Tensor | None:
+        """μ = 1: π_θ_old is the pass's own log-probs (the same weights, the same
+        micro-batch), so a micro-batch's importance weights come from its forward, with no
+        forward of their own."""
+        c = self.config
+        assert part.engine_logps is not None and part.sampled is not None
+        weights, _ = sampling_weights(
+            logps.detach(), part.engine_logps, part.sampled, c.vllm_importance_sampling_mode,
+            c.vllm_importance_sampling_clip_min, c.vllm_importance_sampling_clip_max)
+        return weights if c.vllm_importance_sampling_correction else None
 
     # --- 5: the update ---------------------------------------------------------------------
 
@@ -296,6 +304,10 @@ class GRPOTrainer:
         N = batch.ids.shape[0]
         slices = batch.slices(c.micro_batch_size)
         total, sums = 0.0, {}
+        # an engine drew the batch and π_θ_old is not known yet (μ = 1): this pass's
+        # log-probs are it, kept for the step's metrics
+        own_old = batch.engine_logps is not None and batch.old_logps is None
+        seen = torch.zeros_like(batch.loss_mask) if own_old else None
         for k, sl in enumerate(slices):
             part = batch.micro(sl)
             skip_sync = self.world > 1 and k < len(slices) - 1  # DDP all-reduces the last
@@ -303,18 +315,24 @@ class GRPOTrainer:
                 with self.autocast():
                     logps = completion_logps(self.model, part.ids, part.attn, part.T,
                                              c.temperature, self._prompt_model(self.model))
+                weights = part.sampling_weights
+                if seen is not None:
+                    seen[sl, : part.T] = logps.detach()
+                    weights = self._part_weights(part, logps)
                 loss, m = policy_loss(
                     logps, part.old_logps, part.ref_logps, part.advantages, part.loss_mask,
                     loss_type=c.loss_type, epsilon_low=c.epsilon_low,
                     epsilon_high=c.epsilon_high_value, beta=c.beta,
                     importance_sampling_level=c.importance_sampling_level,
                     max_completion_length=c.max_completion_length, normalizer=normalizer,
-                    sampling_weights=part.sampling_weights)
+                    sampling_weights=weights)
                 loss.backward()
             total += float(loss.detach())
             weight = part.ids.shape[0] / N
             for key, value in m.items():
                 sums[key] = sums.get(key, 0.0) + value * weight
+        if seen is not None:
+            batch.old_logps = seen
         return total, sums
 
     def training_step(self) -> dict[str, Any]:
@@ -340,12 +358,18 @@ class GRPOTrainer:
         t_train = time.perf_counter()
         self.policy.train()
         batch = UpdateBatch(ids, attn, T, loss_mask, advantages.to(self.device))
-        if c.num_iterations > 1 or rollout.engine_logps is not None:
+        if c.num_iterations > 1:
             batch.old_logps = self._logps_no_grad(self.policy, batch)
         if c.beta > 0:
             batch.ref_logps = self.reference_logps(batch)
         if rollout.engine_logps is not None:
-            timing.update(self._correct_sampling(rollout, batch))
+            batch.engine_logps = rollout.engine_logps.to(self.device)
+            drawn = rollout.completion_mask.float()
+            if rollout.tool_mask is not None:
+                drawn *= rollout.tool_mask  # a tool's tokens were not sampled
+            batch.sampled = drawn.to(self.device)
+            if batch.old_logps is not None:  # μ > 1: the weights before the passes
+                timing.update(self._correct_sampling(batch))
         normalizer = self.normalizer(loss_mask)
         sums: dict[str, float] = {}
         losses, grad_norms = [], []
@@ -359,6 +383,8 @@ class GRPOTrainer:
             self.optimizer.step()
             self.scheduler.step()
             losses.append(loss)
+        if batch.engine_logps is not None and c.num_iterations == 1:
+            timing.update(self._correct_sampling(batch))  # the first pass's π_θ_old: metrics
         self.step += 1
         self._position = sampled.stream_position
         # the next step samples the new policy (once: the μ passes sample nothing)
@@ -541,6 +567,8 @@ class UpdateBatch:
     # (N, T), or (N, 1) per sequence: importance weights of engine-drawn samples (w in
     # trainer/loss.py); None: 1
     sampling_weights: torch.Tensor | None = None
+    engine_logps: torch.Tensor | None = None  # (N, T) μ of the sampled tokens, engine-drawn
+    sampled: torch.Tensor | None = None  # (N, T) 1: a token the policy sampled (not a tool's)
 
     def slices(self, micro_batch_size: int) -> list[slice]:
         N = self.ids.shape[0]
@@ -560,7 +588,8 @@ class UpdateBatch:
 
         return UpdateBatch(self.ids[rows, start : P + T], attn[:, start : P + T], T,
                            self.loss_mask[rows, :T], self.advantages[rows],
-                           cut(self.old_logps), cut(self.ref_logps), cut(self.sampling_weights))
+                           cut(self.old_logps), cut(self.ref_logps), cut(self.sampling_weights),
+                           cut(self.engine_logps), cut(self.sampled))
 
 
 def _tool_metrics(rollout: Rollout) -> dict[str, float]:

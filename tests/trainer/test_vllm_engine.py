@@ -184,3 +184,23 @@ def test_a_module_planted_in_the_working_directory_does_not_run_in_the_engine(
                                                   kv_cache_gb=1), weights)
     engine.close()
     assert not marker.exists()
+
+
+def test_the_importance_weights_cost_no_forward_of_their_own(tmp_path: Path,
+                                                             vllm_engine: Any) -> None:
+    """μ = 1: π_θ_old is the update's own forward, so an engine-drawn step's update runs the
+    policy as often as a step drawn by ``generate``."""
+    counts = {}
+    for engine in ("vllm", "hf"):
+        trainer = _trainer(tmp_path / engine, vllm_engine if engine == "vllm" else None,
+                           rollout_engine=engine, max_steps=1, micro_batch_size=8)
+        batch = trainer.sampler.sample_batch()  # sampling apart: not counted
+        trainer.sampler.sample_batch = lambda batch=batch: batch  # type: ignore[method-assign]
+        calls: list[int] = []
+        trainer.policy.register_forward_hook(lambda *_, calls=calls: calls.append(1))
+        metrics = trainer.training_step()
+        trainer.close()
+        counts[engine] = len(calls)
+        if engine == "vllm":
+            assert metrics["sampling/importance_sampling_ratio/mean"] == pytest.approx(1, abs=1e-3)
+    assert counts["vllm"] == counts["hf"] > 0, counts
