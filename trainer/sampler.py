@@ -9,7 +9,6 @@ thread, or, with ``max_staleness > 0``, a thread ahead of it does (trainer/ahead
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import warnings
 from contextlib import AbstractContextManager
@@ -85,22 +84,23 @@ class RolloutSampler:
         t_generate = 0.0
         if self.engine is None:  # drawing ahead, the update is using the policy meanwhile
             self.policy.eval()
+        size = c.generation_chunk * c.num_generations  # completions per reward call
         for start in range(0, len(rows), step):
             t0 = time.perf_counter()
             rollout = self.generate(rows[start : start + step])
             t_generate += time.perf_counter() - t0 - rollout.tool_seconds
             self._warn_cut(rollout)
-            for part in _chunks(rollout, c.generation_chunk * c.num_generations):
-                rollouts.append(part)
-                futures.append(self.scorer.submit(part.texts, part.rows, c.num_generations,
-                                                  part.truncated.tolist()))
+            rollouts.append(rollout)
+            truncated = rollout.truncated.tolist()
+            for k in range(0, len(rollout.texts), size):  # whole groups: size is G's multiple
+                futures.append(self.scorer.submit(
+                    rollout.texts[k : k + size], rollout.rows[k : k + size],
+                    c.num_generations, truncated[k : k + size]))
         t0 = time.perf_counter()
-        # a failed reward call raises here, loudly
-        scored = [self._shape(without_outages(f.result(), r), r)
-                  for f, r in zip(futures, rollouts, strict=True)]
+        scored = ScoredBatch.concat([f.result() for f in futures])  # a failure raises, loudly
         t_wait = time.perf_counter() - t0
-        return (pad_and_stack(rollouts, self.tokenizer.pad_token_id), ScoredBatch.concat(scored),
-                t_generate, t_wait)
+        rollout = pad_and_stack(rollouts, self.tokenizer.pad_token_id)
+        return rollout, self._shape(without_outages(scored, rollout), rollout), t_generate, t_wait
 
     def sample_batch(self) -> SampledBatch:
         """Steps 1-2, with DAPO dynamic sampling: zero-std groups are dropped and replaced by
@@ -159,12 +159,3 @@ class RolloutSampler:
                           "them); raise max_prompt_length to keep them whole", stacklevel=4)
             self._warned_cut = True
 
-
-def _chunks(rollout: Rollout, size: int) -> list[Rollout]:
-    """``rollout`` in parts of ``size`` completions (whole groups), for the reward server."""
-    n = len(rollout.texts)
-    if n <= size:
-        return [rollout]
-    parts = [rollout.select(list(range(start, min(start + size, n))))
-             for start in range(0, n, size)]
-    return [parts[0], *(dataclasses.replace(p, tool_seconds=0.0) for p in parts[1:])]
