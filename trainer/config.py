@@ -168,6 +168,10 @@ class GRPOConfig(BaseModel):
         "correct the mismatch (sampling/sampling_logp_difference measures it).")
     vllm_kv_cache_gb: int = Field(2, ge=1, description="The engine's KV cache on a CPU, in "
                                   "GiB (vLLM's VLLM_CPU_KVCACHE_SPACE).")
+    vllm_block_size: int | None = Field(
+        None, ge=16, description="The engine's KV-cache block, in tokens: only whole blocks "
+        "of a prompt are shared between its G samples and across steps. Default: 32 on a CPU "
+        "(vLLM's 128 there would cache no prompt shorter than that), vLLM's own on a GPU.")
     vllm_gpu_memory_utilization: float = Field(
         0.3, gt=0, le=1, description="The share of the GPU's memory the engine takes (its "
         "weights and KV cache), on a GPU; the rest is the update's.")

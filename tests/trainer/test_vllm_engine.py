@@ -106,6 +106,19 @@ def test_the_engine_draws_g_samples_per_prompt_stopped_as_hf_would(vllm_engine: 
     assert rollout.truncated.any() and not rollout.truncated.all()
 
 
+def test_a_prompt_shorter_than_vllms_cpu_block_is_prefilled_once(vllm_engine: Any) -> None:
+    """The G samples of a prompt, and the next step's draws from it, reuse its cached
+    prefix: vLLM caches only whole KV blocks, and its CPU default (128 tokens) is longer than
+    most GRPO prompts, so the engine asks for smaller ones."""
+    tokenizer = tiny_tokenizer()
+    with policy_weights(tiny_model(tokenizer, seed=5, heads=2)) as weights:
+        vllm_engine.load_weights(weights)
+    prompts = [tokenizer(f"say 7: {k} " + "hgfedcba" * 10).input_ids for k in range(2)]
+    assert all(70 < len(p) < 128 for p in prompts)
+    draw = [vllm_engine.generate(prompts, n=4, max_tokens=2, stop_token_ids=[]) for _ in "ab"]
+    assert all(s.cached_prompt_tokens >= 64 for samples in draw[1] for s in samples)
+
+
 def test_reward_rises_with_the_engine_drawing(tmp_path: Path, vllm_engine: Any) -> None:
     """The task the tiny model learns in a few steps (one 7 among its six characters, about
     0.11 by chance): 0.12 at the first step, then 0.16 to 0.47, 0.31 over the last five; at

@@ -48,17 +48,20 @@ class EngineSettings:
     kv_cache_gb: int = 2  # whole GiB, as vLLM reads it
     gpu_memory_utilization: float = 0.3
     enforce_eager: bool = True  # the compiled graph takes minutes to build on a CPU
+    block_size: int | None = None  # the KV cache's block; None: 32 on a CPU, vLLM's on a GPU
     start_timeout_s: float = 900.0
 
 
 @dataclass(frozen=True)
 class Sample:
     """One completion as the engine drew it: its tokens (the stop token included), each
-    token's log-prob under the engine's weights, and why it ended (``stop``, ``length``)."""
+    token's log-prob under the engine's weights, and why it ended (``stop``, ``length``);
+    ``cached_prompt_tokens``: how many of its prompt's tokens the prefix cache held."""
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    cached_prompt_tokens: int = 0
 
 
 class VLLMEngine:
@@ -89,7 +92,8 @@ class VLLMEngine:
                             "seed": settings.seed, "max_model_len": settings.max_model_len,
                             "max_num_seqs": settings.max_num_seqs,
                             "gpu_memory_utilization": settings.gpu_memory_utilization,
-                            "enforce_eager": settings.enforce_eager})
+                            "enforce_eager": settings.enforce_eager,
+                            "block_size": settings.block_size})
         try:
             self._reply(settings.start_timeout_s)
         except BaseException:

@@ -29,7 +29,8 @@ def engine_settings(config: GRPOConfig, seed: int, dtype: torch.dtype) -> Engine
         max_model_len=config.max_prompt_length + config.max_completion_length,
         max_num_seqs=max(config.prompts_per_step * config.num_generations, 16),
         kv_cache_gb=config.vllm_kv_cache_gb,
-        gpu_memory_utilization=config.vllm_gpu_memory_utilization)
+        gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+        block_size=config.vllm_block_size)
 
 
 class ColocatedEngine:

@@ -54,8 +54,17 @@ class Engine:
 
     def __init__(self, settings: dict[str, Any]) -> None:
         from vllm import LLM
+        from vllm.platforms import current_platform
 
+        block_size = settings["block_size"]
+        if block_size is None and current_platform.is_cpu():
+            # vLLM's CPU default is 128 tokens, and only whole blocks are cached: a prompt
+            # shorter than that (most GRPO prompts) was prefilled again for each of its G
+            # samples and each step, the chat template's shared system prompt included.
+            # 32 is the least the CPU attention takes.
+            block_size = 32
         self.llm = LLM(model=settings["model"], dtype=settings["dtype"], seed=settings["seed"],
+                       block_size=block_size,
                        enforce_eager=settings["enforce_eager"], enable_prefix_caching=True,
                        max_model_len=settings["max_model_len"],
                        max_num_seqs=settings["max_num_seqs"],
@@ -95,7 +104,8 @@ class Engine:
         return [[{"token_ids": list(sample.token_ids),
                   "logprobs": [_sampled_logprob(step, token) for step, token in
                                zip(sample.logprobs or [], sample.token_ids, strict=True)],
-                  "finish_reason": sample.finish_reason}
+                  "finish_reason": sample.finish_reason,
+                  "cached_prompt_tokens": output.num_cached_tokens or 0}
                  for sample in output.outputs] for output in outputs]
 
     def prompt_logprobs(self, token_ids: list[int]) -> list[float]:
