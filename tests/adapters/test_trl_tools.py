@@ -24,31 +24,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::U
 PROMPT = [{"role": "user", "content": "q"}]
 
 
-def _call(code: str) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": "run_python", "arguments": {"code": code}}}
-
-
 def _taught(tokenizer: Any, tool: Any, turns: list[tuple[str, str]], answer: str) -> Any:
     """A tiny Llama that has learnt the conversation (each call, the tool's output, the
     answer) as the template renders it with ``tool``'s schema, the one TRL will render."""
-    from tests.helpers.tiny_models import taught
+    from tests.helpers.tiny_models import taught_tool_calls
 
-    messages: list[dict[str, Any]] = list(PROMPT)
-    for code, output in turns:
-        messages += [{"role": "assistant", "content": "", "tool_calls": [_call(code)]},
-                     {"role": "tool", "name": "run_python", "content": output}]
-    messages.append({"role": "assistant", "content": answer})
-
-    def render(upto: int, generation: bool = False) -> str:
-        return tokenizer.apply_chat_template(messages[:upto], tools=[tool], tokenize=False,
-                                             add_generation_prompt=generation)
-
-    full = render(len(messages))
-    starts = [len(render(i, True)) for i, m in enumerate(messages) if m["role"] == "assistant"]
-    ends = [len(render(i + 1)) - 1 for i, m in enumerate(messages) if m["role"] == "assistant"]
-    policy = [full[s:e] for s, e in zip(starts, ends, strict=True)]  # up to <|im_end|>
-    tool_turns = [full[e:s] for e, s in zip(ends, starts[1:], strict=False)]
-    return taught(tokenizer, full[:starts[0]], policy, tool_turns)
+    return taught_tool_calls(tokenizer, PROMPT, [tool],
+                             [("run_python", {"code": code}, out) for code, out in turns], answer)
 
 
 def _train(model: Any, tokenizer: Any, tmp_path: Path, url: str,

@@ -4,6 +4,7 @@ template, and a 2-layer Llama taught one transcript by heart."""
 from __future__ import annotations
 
 import string
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -80,3 +81,28 @@ def taught(tokenizer: PreTrainedTokenizerBase, prompt: str, policy: list[str],
         if loss.item() < 0.005:
             break
     return model.eval()
+
+
+def taught_tool_calls(tokenizer: PreTrainedTokenizerBase, prompt: list[dict[str, Any]],
+                      tools: list[Any], turns: list[tuple[str, dict[str, Any], str]],
+                      answer: str) -> LlamaForCausalLM:
+    """A tiny Llama that has learnt a conversation of tool calls (each ``(tool, arguments,
+    what it returned)``, then the answer) as the chat template renders it with ``tools``'
+    schemas: what TRL will render, so its samples are those calls."""
+    messages: list[dict[str, Any]] = list(prompt)
+    for name, arguments, output in turns:
+        call = {"type": "function", "function": {"name": name, "arguments": arguments}}
+        messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
+                     {"role": "tool", "name": name, "content": output}]
+    messages.append({"role": "assistant", "content": answer})
+
+    def render(upto: int, generation: bool = False) -> str:
+        return tokenizer.apply_chat_template(messages[:upto], tools=tools, tokenize=False,
+                                             add_generation_prompt=generation)
+
+    full = render(len(messages))
+    starts = [len(render(i, True)) for i, m in enumerate(messages) if m["role"] == "assistant"]
+    ends = [len(render(i + 1)) - 1 for i, m in enumerate(messages) if m["role"] == "assistant"]
+    policy = [full[s:e] for s, e in zip(starts, ends, strict=True)]  # up to <|im_end|>
+    tool_turns = [full[e:s] for e, s in zip(ends, starts[1:], strict=False)]
+    return taught(tokenizer, full[:starts[0]], policy, tool_turns)

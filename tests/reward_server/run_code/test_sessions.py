@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -28,6 +28,7 @@ from tests.conftest import (
 )
 from tests.helpers import probes
 from tests.helpers.sandbox_pool import assert_clean
+from tests.helpers.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -112,14 +113,6 @@ def session_containers(srv: ServerProcess) -> list[str]:
         return found
     finally:
         client.close()
-
-
-def eventually(check: Callable[[], bool], timeout_s: float = 90, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.25)
 
 
 def test_state_persists_across_cells(srv: ServerProcess) -> None:

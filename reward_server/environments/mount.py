@@ -1,0 +1,79 @@
+"""The OpenEnv environments mounted into the reward server's own app (docs/environments.md):
+
+    /v1/environments/code       the code interpreter (``code.CodeInterpreterEnvironment``)
+    /v1/environments/verifier   any registered verifier (``verifier.VerifierEnvironment``)
+
+Each is OpenEnv's own server (``HTTPEnvServer``: ``/ws``, ``/reset``, ``/step``, ``/state``,
+``/schema``, ``/health``, ...) registered on a sub-app, so an OpenEnv client connects
+unchanged with ``base_url="http://host:8000/v1/environments/code"``.
+
+Why mounted, not an OpenEnv app of its own that calls the server over HTTP: one command
+(``reward-server``) serves it, and the environments are the server's sessions and scorer
+themselves, not a client of them. A second process would hold its own connections, put its
+own address in front of every caller (so every caller would be one to the caps and fair
+gates, or would need a forwarded identity to trust), add a hop to each step, and need its own
+reaping of what its clients leave. Mounted, the server's token auth, callers, caps, fair
+gates, reaper, metrics and shutdown apply as they are; the ``gate`` adds what a connection
+needs besides (its caller, a cap on connections, an idle limit, a message limit)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import FastAPI
+from openenv.core.env_server.http_server import HTTPEnvServer
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import Action, Observation, State
+
+from reward_server.environments.code import CodeInterpreterEnvironment
+from reward_server.environments.gate import EnvironmentGate
+from reward_server.environments.models import (
+    CodeAction,
+    CodeObservation,
+    CodeState,
+    VerifierAction,
+    VerifierObservation,
+    VerifierState,
+)
+from reward_server.environments.verifier import VerifierEnvironment
+from reward_server.errors import EXCEPTION_HANDLERS
+from reward_server.settings import ServerSettings
+
+PREFIX = "/v1/environments"
+# A message carries one action: a cell or a response at max_field_bytes, which JSON's escapes
+# (\u0000 is six bytes for one) can grow several times over
+MESSAGE_BYTES_PER_FIELD_BYTE = 8
+
+
+def mount_environments(app: FastAPI, settings: ServerSettings) -> list[str]:
+    """Mount both environments under ``PREFIX``; the paths mounted."""
+    state = app.state  # the lifespan sets sessions and scorer before the first connection
+    mounted = []
+    for name, factory, action, observation, env_state in [
+        ("code", lambda: CodeInterpreterEnvironment(lambda: state.sessions),
+         CodeAction, CodeObservation, CodeState),
+        ("verifier", lambda: VerifierEnvironment(lambda: state.scorer),
+         VerifierAction, VerifierObservation, VerifierState),
+    ]:
+        path = f"{PREFIX}/{name}"
+        app.mount(path, _environment_app(name, factory, action, observation, env_state,
+                                         settings))
+        mounted.append(path)
+    return mounted
+
+
+def _environment_app(name: str, factory: Callable[[], Environment], action: type[Action],
+                     observation: type[Observation], state: type[State],
+                     settings: ServerSettings) -> EnvironmentGate:
+    # no /docs of its own: FastAPI's loads Swagger UI from a CDN (the server's is offline)
+    sub = FastAPI(title=f"OpenEnv environment: {name}", docs_url=None, redoc_url=None,
+                  exception_handlers=EXCEPTION_HANDLERS)
+    # the gate's caps are the tighter ones; OpenEnv's own count agrees with them
+    server = HTTPEnvServer(factory, action, observation,
+                           max_concurrent_envs=settings.openenv_max_open,
+                           env_name=name, state_cls=state)
+    server.register_routes(sub)
+    return EnvironmentGate(
+        sub, per_caller=settings.openenv_max_per_caller, max_open=settings.openenv_max_open,
+        idle_s=settings.openenv_idle_s,
+        max_message_bytes=settings.max_field_bytes * MESSAGE_BYTES_PER_FIELD_BYTE)

@@ -1,0 +1,97 @@
+"""The verifier environment: ``reset(verifier=..., item={...})`` sets an item (every field of
+the verifier's item but ``response``), ``step(VerifierAction(response=...))`` submits the
+answer, and the observation's ``reward`` is the verifier's score, its ``status`` the
+verifier's status. One answer per episode (``done``), as a reward is one per completion.
+
+Scoring goes through the server's ``Scorer`` as ``POST /v1/verify/<name>`` does: the same
+admission (sizes, the item's schema), the caller's quotas and fair share, the cache, the
+verifier's limits and the slow lane. An item that could not be scored for a reason outside
+the response (the sandbox unavailable) has a null ``reward``, never a made-up 0."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from reward_server.environments.base import LoopEnvironment
+from reward_server.environments.gate import current_caller
+from reward_server.environments.models import VerifierAction, VerifierObservation, VerifierState
+from reward_server.errors import ApiError, InvalidItems, PayloadTooLarge, format_validation_errors
+from reward_server.scoring import Scorer
+
+RESPONSE = "response"  # the item field the action fills
+
+
+class VerifierEnvironment(LoopEnvironment[VerifierAction, VerifierObservation, VerifierState]):
+    """One item at a time, scored by its verifier (see the module docstring)."""
+
+    def __init__(self, scorer: Callable[[], Scorer]) -> None:
+        super().__init__()
+        self._scorer = scorer  # the app's, found when the episode starts (its lifespan)
+        self._item: dict[str, Any] | None = None
+        self._state = VerifierState()
+
+    @property
+    def state(self) -> VerifierState:
+        return self._state
+
+    async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
+                          verifier: Any = None, item: Any = None, **kwargs: Any
+                          ) -> VerifierObservation:
+        """The item to score next, checked against its verifier's schema now (a 4xx naming
+        the field), with a stand-in response."""
+        if kwargs:
+            raise InvalidItems(f"reset.{next(iter(kwargs))}: unknown field; reset takes "
+                               "verifier and item")
+        if not isinstance(verifier, str):
+            raise InvalidItems("reset.verifier: the name of a verifier is required (GET "
+                               "/v1/verifiers lists them)")
+        model = self._scorer().get(verifier).item_model  # 404 naming the known ones
+        if item is None:
+            item = {}
+        if not isinstance(item, dict):
+            raise InvalidItems("reset.item: an object of the verifier's item fields but "
+                               f"{RESPONSE}")
+        if RESPONSE in item:
+            raise InvalidItems(f"reset.item.{RESPONSE}: the response is the step's action, "
+                               "not part of the item")
+        if RESPONSE not in model.model_fields:
+            raise InvalidItems(f"reset.verifier: {verifier}'s items have no {RESPONSE} field "
+                               "for an answer to fill")
+        try:
+            model.model_validate({**item, RESPONSE: ""})
+        except ValidationError as exc:
+            raise InvalidItems(format_validation_errors(exc.errors(), ("reset", "item"))
+                               ) from None
+        self._item = item
+        self._state = VerifierState(episode_id=episode_id or uuid.uuid4().hex,
+                                    verifier=verifier)
+        return VerifierObservation(verifier=verifier)
+
+    async def step_async(self, action: VerifierAction, timeout_s: float | None = None,
+                         **kwargs: Any) -> VerifierObservation:
+        name = self._state.verifier
+        if self._item is None or name is None:
+            raise InvalidItems("action: no item to score: reset(verifier=..., item=...) first. "
+                               "Over HTTP each /reset and /step is an environment of its own; "
+                               "an episode is one WebSocket connection (OpenEnv's EnvClient)")
+        if self._state.scored:
+            raise InvalidItems("action: this episode's answer is scored; reset() for the next")
+        raw = {**self._item, RESPONSE: action.response}
+        try:
+            [result] = await self._scorer().verify(name, [raw], current_caller(), "error")
+        except (InvalidItems, PayloadTooLarge) as exc:
+            raise _renamed(exc) from None
+        self._state.scored, self._state.step_count = True, self._state.step_count + 1
+        return VerifierObservation(verifier=name, status=result.status, reward=result.score,
+                                   result=result.model_dump(mode="json"), done=True)
+
+
+def _renamed(exc: ApiError) -> ApiError:
+    """The batch's field paths (``items[0].answer``) as this environment's fields."""
+    message = (exc.message.replace(f"items[0].{RESPONSE}", f"action.{RESPONSE}")
+               .replace("items[0].", "reset.item.").replace("items[0]", "reset.item"))
+    return type(exc)(message, exc.headers)

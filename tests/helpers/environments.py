@@ -1,0 +1,41 @@
+"""OpenEnv clients of a test server's environments (reward_server/environments), as a user
+holds them: OpenEnv's own ``EnvClient`` over its WebSocket transport, as a caller at an
+address the server's trusted proxy names (X-Forwarded-For from loopback)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from reward_server.environments.client import CodeInterpreterEnv, VerifierEnv
+from reward_server.testing import ServerProcess
+
+CODE, VERIFIER = "/v1/environments/code", "/v1/environments/verifier"
+
+
+def caller_headers(address: str | None, token: str | None = None) -> dict[str, str]:
+    """A caller named by the proxy (``address``; None: the loopback client itself)."""
+    headers = {} if address is None else {"X-Forwarded-For": address}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def code_env(srv: ServerProcess, address: str | None = None, **kwargs: Any) -> Any:
+    """A synchronous ``CodeInterpreterEnv`` (connects on ``with``)."""
+    return CodeInterpreterEnv(base_url=srv.url + CODE, headers=caller_headers(address),
+                              message_timeout_s=120, **kwargs).sync()
+
+
+def verifier_env(srv: ServerProcess, address: str | None = None, token: str | None = None,
+                 **kwargs: Any) -> Any:
+    return VerifierEnv(base_url=srv.url + VERIFIER, headers=caller_headers(address, token),
+                       message_timeout_s=120, **kwargs).sync()
+
+
+def sessions_of(srv: ServerProcess, address: str | None = None) -> list[dict[str, Any]]:
+    """The caller's open ``/v1/sessions`` (an episode's interpreter is one)."""
+    r = httpx.get(srv.url + "/v1/sessions", headers=caller_headers(address), timeout=60)
+    r.raise_for_status()
+    return r.json()
