@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,12 +22,12 @@ from reward_server.testing import sandbox_containers
 from tests.conftest import (
     SandboxRuntime,
     ServerProcess,
-    container_commands,
     run_server,
     wait_for_sandbox,
 )
 from tests.helpers import probes
 from tests.helpers.sandbox_pool import assert_clean
+from tests.helpers.sessions import eventually, session_containers
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -92,34 +92,6 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.http.delete(f"/v1/sessions/{self.id}")
         self.http.close()
-
-
-def session_containers(srv: ServerProcess) -> list[str]:
-    """The server's containers that run a session's interpreter (harness/kernel.py)."""
-    import docker
-
-    client = docker.DockerClient(base_url=srv.docker_host) if srv.docker_host else \
-        docker.from_env()
-    found = []
-    try:
-        for c in sandbox_containers(srv.proc.pid, srv.docker_host):
-            try:
-                commands = container_commands(client.containers.get(c["id"]), srv.runtime)
-            except (docker.errors.NotFound, RuntimeError):
-                continue  # removed, or being removed, meanwhile
-            if any("kernel.py" in command for command in commands):
-                found.append(c["id"])
-        return found
-    finally:
-        client.close()
-
-
-def eventually(check: Callable[[], bool], timeout_s: float = 90, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.25)
 
 
 def test_state_persists_across_cells(srv: ServerProcess) -> None:
