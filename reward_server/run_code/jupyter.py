@@ -22,7 +22,7 @@ from reward_server.run_code.jupyter_schemas import (
 )
 from reward_server.run_code.schemas import CommandRunResult, CommandRunStatus
 from reward_server.run_code.session_schemas import RunCellsResponse
-from reward_server.run_code.sessions import SANDBOX_ERROR, Sessions
+from reward_server.run_code.sessions import SANDBOX_ERROR, Sessions, answer_chars
 from sandbox.config import capped
 from sandbox.snippets import check_paths
 
@@ -39,8 +39,7 @@ async def run_jupyter(sessions: Sessions, caller: Caller, request: RunJupyterReq
     sandbox = sessions.enabled()
     sessions.check_sizes([(f"cells[{i}]", code) for i, code in enumerate(request.cells)])
     started = time.perf_counter()
-    total = capped(request.total_timeout, request.total_timeout,
-                   sandbox.settings.session_max_total_timeout_s)
+    total = min(request.total_timeout, sandbox.settings.session_max_total_timeout_s)
     answer_limit = sandbox.config.snippet_response_limit_bytes
     try:
         async with sessions.transient(caller, request.memory_limit_MB, request.files) as session:
@@ -50,9 +49,10 @@ async def run_jupyter(sessions: Sessions, caller: Caller, request: RunJupyterReq
             notes = [ran.message] if ran.message else []
             if status == 200 and request.fetch_files:
                 fetched = await sessions.fetch(session, list(request.fetch_files),
-                                               answer_limit - _output_chars(ran))
+                                               answer_limit - answer_chars(ran.cells))
                 files = fetched.files
-                notes += [f"fetch_files {name!r}: {why}" for name, why in fetched.missing.items()]
+                notes += [f"fetch_files {name!r}: {reason}"
+                          for name, reason in fetched.missing.items()]
     except SessionsUnavailable as exc:  # no container for it: nothing the cells did
         metrics.count_items(METRICS_NAME, SANDBOX_ERROR)
         return 503, RunJupyterResponse(status=SANDBOX_ERROR, message=exc.message)
@@ -81,9 +81,3 @@ def _driver(ran: RunCellsResponse, elapsed: float) -> CommandRunResult:
     return CommandRunResult(status=status, execution_time=round(elapsed, 6),
                             return_code=0 if status == "Finished" else None, stdout="",
                             stderr="")
-
-
-def _output_chars(ran: RunCellsResponse) -> int:
-    """About how many characters the cells put in the answer: what the files may not."""
-    return sum(len(c.stdout) + len(c.stderr) + len(str(c.display)) + len(str(c.error))
-               for c in ran.cells)

@@ -415,7 +415,7 @@ class Sessions:
                                 if cell.stopped == TIMEOUT and cell_limit < time_limit else "")
                         message = f"cells[{index}]: {message}{left}"
                     break
-                answer += _answer_chars(results[-1])
+                answer += answer_chars(results[-1:])
                 if answer > limit and index + 1 < len(sources):
                     message = (f"cells[{index + 1}:] not run: the answer holds {answer} "
                                f"characters of the cells' output, past its limit of {limit} "
@@ -473,10 +473,11 @@ class Sessions:
                                     f"no cell for {session.limits.idle_ttl_s:g} s, its idle TTL")
 
 
-def _answer_chars(cell: CellRunResult) -> int:
-    """About how many characters a cell adds to the answer (its JSON escapes aside)."""
-    return (len(cell.stdout) + len(cell.stderr) + sum(len(str(d)) for d in cell.display)
-            + sum(len(str(e)) for e in cell.error))
+def answer_chars(cells: list[CellRunResult]) -> int:
+    """About how many characters cells add to an answer (their JSON escapes aside): what
+    /run_jupyter's fetched files may not take of it."""
+    return sum(len(cell.stdout) + len(cell.stderr) + sum(len(str(d)) for d in cell.display)
+               + sum(len(str(e)) for e in cell.error) for cell in cells)
 
 
 def _retry_after(sessions: list[_Session]) -> int:
