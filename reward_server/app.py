@@ -19,7 +19,7 @@ from reward_server.collector import full_collections
 from reward_server.drain import watch_stop_signals
 from reward_server.errors import EXCEPTION_HANDLERS
 from reward_server.middleware import BearerAuth, BodyLimit, DropOnHangUp, ErrorGuard, RequestMetrics
-from reward_server.routes import meta, openrlhf, rewards, run_code, sessions
+from reward_server.routes import meta, openrlhf, rewards, run_code, run_jupyter, sessions
 from reward_server.routes.verify import verifier_router
 from reward_server.run_code.sessions import Sessions
 from reward_server.sandbox_service import SandboxService
@@ -81,6 +81,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(rewards.router)
     app.include_router(openrlhf.router)
     app.include_router(run_code.router)
+    app.include_router(run_jupyter.router)
     app.include_router(sessions.router)
     for name, cls in sorted(classes.items()):
         app.include_router(verifier_router(name, cls))
@@ -100,7 +101,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     if tokens:
         app.add_middleware(BearerAuth, tokens=tokens)
     known = {"/healthz", "/metrics", "/v1/verifiers", "/v1/rewards", "/get_reward", "/docs",
-             "/redoc", "/openapi.json", "/run_code", "/v1/sessions"}
+             "/redoc", "/openapi.json", "/run_code", "/run_jupyter", "/v1/sessions"}
     app.add_middleware(RequestMetrics, routes=known | {f"/v1/verify/{n}" for n in classes})
     app.add_middleware(ErrorGuard)  # a JSON 500 with a request id for anything that escapes
     return app

@@ -78,7 +78,7 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-SANDBOX_ROUTES = ("/run_code", "/v1/sessions")
+SANDBOX_ROUTES = ("/run_code", "/run_jupyter", "/v1/sessions")
 
 
 class BodyLimit:

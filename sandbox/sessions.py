@@ -36,6 +36,8 @@ START_BUDGET_S = 60.0  # the interpreter's start, and its files written (gVisor:
 # it is killed (harness/session.py): a Python loop answers in milliseconds; what does not
 # in a second will not (C code that never checks for signals, SIGINT ignored).
 INTERRUPT_GRACE_S = 1.0
+# The harness's reader has 5 s (harness/fetch.py); the rest is the channel under gVisor
+FETCH_BUDGET_S = 15.0
 OUTSIDE_SLACK_S = 10.0  # beyond the cell's limit and grace before we stop waiting from outside
 
 
@@ -69,6 +71,17 @@ class CellResult:
     @property
     def alive(self) -> bool:
         return self.ended != DIED
+
+
+@dataclass(frozen=True)
+class FetchedFiles:
+    """Files read back from a session's work dir: ``files`` (base64) the ones read whole,
+    ``missing`` why each other was not, ``cut`` those left out for the limit alone, with
+    their size in bytes."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+    cut: dict[str, int] = field(default_factory=dict)
 
 
 class SandboxSession:
@@ -132,6 +145,27 @@ class SandboxSession:
         return await asyncio.get_running_loop().run_in_executor(
             self._threads, _parse, reply, time_limit_s, self.limits)
 
+    async def fetch(self, names: list[str], limit_bytes: int) -> FetchedFiles:
+        """The work dir's files ``names``, their base64 within ``limit_bytes`` together,
+        read as the candidate with no link followed (``harness/fetch.py``); every name
+        missing, with the reason, when the container did not answer."""
+        if not names:
+            return FetchedFiles()
+        job = {"mode": "session_fetch", "fetch_files": list(names),
+               "limit_bytes": max(0, limit_bytes)}
+        try:
+            reply = await self._request(job, FETCH_BUDGET_S)
+        except (ChannelClosed, ChannelTimeout) as exc:
+            return FetchedFiles(missing=dict.fromkeys(names, f"not read: {exc}"))
+        asked = set(names)
+        files = {k: v for k, v in _mapping(reply, "files").items()
+                 if k in asked and isinstance(v, str)}
+        missing = {k: str(v) for k, v in _mapping(reply, "missing").items() if k in asked}
+        missing.update((k, "not read") for k in asked - files.keys() - missing.keys())
+        cut = {k: v for k, v in _mapping(reply, "cut_files").items()
+               if k in asked and isinstance(v, int)}
+        return FetchedFiles(files, missing, cut)
+
     async def _request(self, job: dict[str, Any], budget_s: float) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._threads, self._pooled.channel.request, job,
@@ -179,4 +213,9 @@ def _parse(reply: Any, time_limit_s: float, limits: SessionLimits) -> CellResult
                       stopped=stopped, note=note, out_of_memory=out_of_memory)
 
 
-__all__ = ["CellResult", "SandboxSession", "SessionLimits"]
+def _mapping(reply: Any, key: str) -> dict[Any, Any]:
+    value = reply.get(key) if isinstance(reply, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+__all__ = ["CellResult", "FetchedFiles", "SandboxSession", "SessionLimits"]

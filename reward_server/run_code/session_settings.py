@@ -36,6 +36,12 @@ class SessionSettings(BaseModel):
                                           "cell_timeout 0).")
     session_max_cell_timeout_s: float = Field(60.0, gt=0, le=600, description="The most a "
                                               "cell may ask for.")
+    # A /run_jupyter request holds a container of its own for all its cells: SandboxFusion's
+    # default total_timeout is 45 s, and two minutes leaves room above it without letting 64
+    # cells of a minute each hold a container for an hour.
+    session_max_total_timeout_s: float = Field(120.0, gt=0, le=3600, description="The most "
+                                               "a /run_jupyter request's cells may run in "
+                                               "all (its total_timeout is capped by it).")
     # What a model reads back after a tool call: a megabyte is far more than any context
     # window takes, and small enough that a flood costs nothing.
     session_output_limit_bytes: int = Field(1024 * 1024, ge=1024, le=16 * 1024 * 1024,

@@ -32,6 +32,7 @@ import math
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -63,7 +64,8 @@ from reward_server.sandbox_service import SandboxService
 from reward_server.scoring import Scorer
 from sandbox.config import capped
 from sandbox.errors import SandboxUnavailable
-from sandbox.sessions import INTERRUPT_GRACE_S, CellResult, SandboxSession
+from sandbox.harness.session import TIMEOUT
+from sandbox.sessions import INTERRUPT_GRACE_S, CellResult, FetchedFiles, SandboxSession
 from sandbox.sessions import SessionLimits as SandboxLimits
 from sandbox.snippets import check_paths
 
@@ -90,6 +92,9 @@ class _Session:
     state: SessionState = "open"
     why: str = ""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # one request's own (/run_jupyter): counted against the caps as any session, since it
+    # holds a container, but its id is never given out, listed, or remembered after it ends
+    transient: bool = False
 
     def idle_left(self) -> float | None:
         """Seconds until its idle TTL closes it; None while a cell runs or after it ended."""
@@ -151,22 +156,48 @@ class Sessions:
     # --- the API ------------------------------------------------------------------------------
 
     async def create(self, caller: Caller, request: CreateSessionRequest) -> SessionInfo:
-        sandbox = self._enabled()
-        settings = sandbox.settings
+        sandbox = self.enabled()
         if request.language.strip().lower() not in LANGUAGES:
             raise InvalidItems(f"language: {request.language[:100]!r} has no session kernel "
                                "here; known: python (python3)")
-        files = self._files(request)
-        config = sandbox.config
-        memory = request.memory_limit_MB
-        limits = SessionLimits(
+        files = self._files(request.files)
+        limits = self._limits(sandbox, request.memory_limit_MB, request.idle_ttl_s)
+        session = await self._open_session(sandbox, caller, limits, files)
+        return session.info()
+
+    @contextlib.asynccontextmanager
+    async def transient(self, caller: Caller, memory_limit_MB: int,
+                        files: dict[str, str | None]) -> AsyncIterator[_Session]:
+        """A fresh interpreter for one request (``/run_jupyter``), ended when it returns:
+        admitted, started and counted as any session (it holds a container of its own), but
+        never listed nor reachable by an id, and never reaped while the request holds it."""
+        sandbox = self.enabled()
+        checked = self._files(files)
+        limits = self._limits(sandbox, memory_limit_MB, None)
+        session = await self._open_session(sandbox, caller, limits, checked, transient=True)
+        session.running += 1
+        try:
+            yield session
+        finally:
+            session.running -= 1
+            await self._end(session, "closed", "its request ended")
+
+    def _limits(self, sandbox: SandboxService, memory_limit_MB: int,
+                idle_ttl_s: float | None) -> SessionLimits:
+        settings, config = sandbox.settings, sandbox.config
+        return SessionLimits(
             cell_timeout=min(settings.session_cell_timeout_s, self._max_cell_timeout(sandbox)),
             max_cell_timeout=self._max_cell_timeout(sandbox),
-            memory_limit_MB=capped(memory if memory > 0 else None, config.max_memory_mb,
-                                   config.max_memory_mb),
+            memory_limit_MB=capped(memory_limit_MB if memory_limit_MB > 0 else None,
+                                   config.max_memory_mb, config.max_memory_mb),
             output_limit_bytes=settings.session_output_limit_bytes,
-            idle_ttl_s=capped(request.idle_ttl_s, settings.session_idle_ttl_s,
+            idle_ttl_s=capped(idle_ttl_s, settings.session_idle_ttl_s,
                               settings.session_idle_ttl_s))
+
+    async def _open_session(self, sandbox: SandboxService, caller: Caller,
+                            limits: SessionLimits, files: dict[str, str],
+                            transient: bool = False) -> _Session:
+        settings = sandbox.settings
         self._admit(caller, settings)
         quota = caller.quota
         self._creating[quota] = self._creating.get(quota, 0) + 1
@@ -176,16 +207,17 @@ class Sessions:
             self._creating[quota] -= 1
             if not self._creating[quota]:
                 del self._creating[quota]
-        session = _Session(secrets.token_urlsafe(32), caller, interpreter, limits)
+        session = _Session(secrets.token_urlsafe(32), caller, interpreter, limits,
+                           transient=transient)
         self._open[session.id] = session
         metrics.SESSIONS_OPEN.inc()
-        return session.info()
+        return session
 
     def info(self, caller: Caller, session_id: str) -> SessionInfo:
         return self._get(caller, session_id).info()
 
     def of_caller(self, caller: Caller) -> list[SessionInfo]:
-        return [s.info() for s in self._open.values() if s.caller == caller]
+        return [s.info() for s in self._open.values() if s.caller == caller and not s.transient]
 
     async def close(self, caller: Caller, session_id: str) -> SessionInfo:
         session = self._get(caller, session_id)
@@ -196,13 +228,9 @@ class Sessions:
                   ) -> tuple[int, RunCellsResponse]:
         """The HTTP status and the cells' results (200 whatever the code did; 503 when the
         sandbox failed under it)."""
-        sandbox = self._enabled()
-        limit_bytes = self.scorer.settings.max_field_bytes
-        for index, code in enumerate(request.sources):
-            if len(code) * 4 > limit_bytes and (
-                    size := len(code.encode("utf-8", "replace"))) > limit_bytes:
-                where = "code" if request.code is not None else f"cells[{index}]"
-                raise PayloadTooLarge(too_large_message(where, size, limit_bytes))
+        sandbox = self.enabled()
+        self.check_sizes([("code", request.code)] if request.code is not None else
+                          [(f"cells[{i}]", code) for i, code in enumerate(request.sources)])
         session = self._get(caller, session_id)
         time_limit = capped(request.cell_timeout, sandbox.settings.session_cell_timeout_s,
                             self._max_cell_timeout(sandbox))
@@ -218,18 +246,20 @@ class Sessions:
 
     # --- the parts ----------------------------------------------------------------------------
 
-    def _enabled(self) -> SandboxService:
+    def enabled(self) -> SandboxService:
+        """The sandbox service; UnknownVerifier (a 4xx) when this server runs no sessions."""
         if self.sandbox is None:
-            raise UnknownVerifier("sessions run in the code verifier's sandbox, which this "
-                                  "server does not load (its plugins setting)")
+            raise UnknownVerifier("sessions and /run_jupyter run in the code verifier's "
+                                  "sandbox, which this server does not load (its plugins "
+                                  "setting)")
         if self.sandbox.settings.session_max_open == 0:
-            raise UnknownVerifier("sessions are turned off on this server "
-                                  "(sandbox_session_max_open is 0)")
+            raise UnknownVerifier("sessions (and /run_jupyter, which runs on one) are turned "
+                                  "off on this server (sandbox_session_max_open is 0)")
         return self.sandbox
 
-    def _files(self, request: CreateSessionRequest) -> dict[str, str]:
+    def _files(self, given: dict[str, str | None]) -> dict[str, str]:
         limit = self.scorer.settings.max_field_bytes
-        files = {name: data for name, data in request.files.items() if data is not None}
+        files = {name: data for name, data in given.items() if data is not None}
         for name, data in files.items():
             if len(data) > limit:
                 raise PayloadTooLarge(too_large_message(f"files[{name!r}]", len(data), limit))
@@ -277,7 +307,7 @@ class Sessions:
 
     def _get(self, caller: Caller, session_id: str) -> _Session:
         session = self._open.get(session_id)
-        if session is not None and session.caller == caller:
+        if session is not None and session.caller == caller and not session.transient:
             return session
         ended = self._ended.get(session_id)
         if ended is not None and ended[0] == caller:
@@ -288,10 +318,64 @@ class Sessions:
         raise SessionNotFound(f"no session {session_id[:64]!r} (unknown, or not this "
                               f"caller's){hint}")
 
+    async def run_transient(self, session: _Session, sources: list[str], cell_timeout: float,
+                            total_s: float) -> tuple[int, RunCellsResponse]:
+        """A transient session's cells, as Jupyter runs a notebook's: a cell that raises
+        does not stop the next (its exception is in its ``error``); a limit, the
+        interpreter's death, or ``total_s`` spent (the cells' own time, not their waits at
+        the gate) does. Each cell has ``cell_timeout`` (0: the server's) within what is left
+        of ``total_s``, capped as a session's cell is."""
+        sandbox = self.enabled()
+        time_limit = capped(cell_timeout or None, sandbox.settings.session_cell_timeout_s,
+                            self._max_cell_timeout(sandbox))
+        async with session.lock:
+            return await self._run_cells(sandbox, session, sources, time_limit, session.caller,
+                                         total_s=total_s)
+
+    async def fetch(self, session: _Session, names: list[str], limit_bytes: int
+                    ) -> FetchedFiles:
+        """Files of a transient session's work dir, read back through the fair gate as a
+        cell runs (the reader is a process in the container); each missing, with the
+        reason, when the session is gone or the gate's budget ran out first."""
+        sandbox = self.enabled()
+        if not names:
+            return FetchedFiles()
+        if session.state != "open":
+            return FetchedFiles(missing=dict.fromkeys(
+                names, f"not read: the interpreter's container is gone ({session.why})"))
+        try:
+            with self.scorer.request(session.caller, 1):
+                async with sandbox.unsplit_slot():
+                    return await session.sandbox.fetch(names, limit_bytes)
+        except (BudgetSpent, SandboxUnavailable) as exc:
+            return FetchedFiles(missing=dict.fromkeys(names, f"not read: {exc}"))
+
+    def check_sizes(self, fields: list[tuple[str, str]]) -> None:
+        """PayloadTooLarge naming the first of ``(field, code)`` past the server's field
+        limit: checked before any container is asked for."""
+        limit_bytes = self.scorer.settings.max_field_bytes
+        for where, code in fields:
+            if len(code) * 4 > limit_bytes and (
+                    size := len(code.encode("utf-8", "replace"))) > limit_bytes:
+                raise PayloadTooLarge(too_large_message(where, size, limit_bytes))
+
+    def _check_open(self, caller: Caller, session: _Session) -> None:
+        """Raise if the session ended while a cell waited (a transient one only at the
+        server's shutdown: 503, since its id was never the caller's to use)."""
+        if not session.transient:
+            self._get(caller, session.id)
+        elif session.state != "open":
+            raise SessionsUnavailable(f"the interpreter's container is gone ({session.why})")
+
     async def _run_cells(self, sandbox: SandboxService, session: _Session, sources: list[str],
-                         time_limit: float, caller: Caller) -> tuple[int, RunCellsResponse]:
+                         time_limit: float, caller: Caller, total_s: float | None = None
+                         ) -> tuple[int, RunCellsResponse]:
+        """``total_s`` None: a session's run, which stops at a cell's exception; else a
+        notebook's (``run_transient``)."""
         results: list[CellRunResult] = []
         message = ""
+        notebook = total_s is not None
+        spent = 0.0  # the cells' own seconds, against total_s
         # a request of many cells each at its output limits made an answer of hundreds of MB
         # (stdout and stderr escaped, the display's repr): past /run_code's answer limit, the
         # cells still to run do not
@@ -299,11 +383,19 @@ class Sessions:
         # one request to the gate: its budget bounds the time other callers shut it out
         with self.scorer.request(caller, len(sources)):
             for index, code in enumerate(sources):
+                cell_limit = time_limit
+                if total_s is not None:
+                    cell_limit = min(time_limit, round(total_s - spent, 3))
+                    if cell_limit <= 0:
+                        message = (f"cells[{index}:] not run: total_timeout of {total_s:g} s "
+                                   f"spent by the cells before them")
+                        break
                 try:
                     async with sandbox.unsplit_slot():  # a cell cannot end its turn early
-                        self._get(caller, session.id)  # it may have ended while this waited
+                        self._check_open(caller, session)  # it may have ended as this waited
                         started = time.perf_counter()
-                        cell = await session.sandbox.run(code, time_limit)
+                        cell = await session.sandbox.run(code, cell_limit)
+                        spent += time.perf_counter() - started
                 except BudgetSpent as exc:  # it never ran: the session stays as it was
                     return 503, RunCellsResponse(status=SANDBOX_ERROR, message=(
                         f"cells[{index}] {exc}"), cells=results, session=session.info())
@@ -312,13 +404,18 @@ class Sessions:
                     await self._end(session, "lost", str(exc))
                     return 503, RunCellsResponse(status=SANDBOX_ERROR, message=str(exc),
                                                  cells=results, session=session.info())
-                message = self._record(session, cell, started, results)
+                message = self._record(session, cell, started, results, keep_going=notebook)
                 if message:
                     if not cell.alive:
                         await self._end(session, "lost", message)
-                        message = f"the session is lost: {message}"
+                        lost = "interpreter" if notebook else "session"
+                        message = f"the {lost} is lost: {message}"
+                    if notebook:
+                        left = (f" (what was left of total_timeout {total_s:g} s)"
+                                if cell.stopped == TIMEOUT and cell_limit < time_limit else "")
+                        message = f"cells[{index}]: {message}{left}"
                     break
-                answer += _answer_chars(results[-1])
+                answer += answer_chars(results[-1:])
                 if answer > limit and index + 1 < len(sources):
                     message = (f"cells[{index + 1}:] not run: the answer holds {answer} "
                                f"characters of the cells' output, past its limit of {limit} "
@@ -330,8 +427,9 @@ class Sessions:
                                      cells=results, session=session.info())
 
     def _record(self, session: _Session, cell: CellResult, started: float,
-                results: list[CellRunResult]) -> str:
-        """The cell's result appended; what stops the run ('' for nothing)."""
+                results: list[CellRunResult], keep_going: bool = False) -> str:
+        """The cell's result appended; what stops the run ('' for nothing). ``keep_going``:
+        a cell's exception does not (a notebook's run goes on past it)."""
         session.cells += 1
         status = cell_status(cell)
         metrics.SESSION_CELLS.labels(status).inc()
@@ -341,7 +439,7 @@ class Sessions:
                                      display=cell.display, error=cell.error))
         if not cell.alive:
             return session.why if session.state != "open" else cell.note or "lost"
-        if cell.stopped or cell.error:
+        if cell.stopped or (cell.error and not keep_going):
             return cell.note or _raised(cell)
         return ""
 
@@ -350,7 +448,8 @@ class Sessions:
         if self._open.pop(session.id, None) is None:
             return
         session.state, session.why = state, why
-        self._ended[session.id] = (session.caller, state, why)
+        if not session.transient:
+            self._ended[session.id] = (session.caller, state, why)
         while len(self._ended) > TOMBSTONES:
             self._ended.popitem(last=False)
         metrics.SESSIONS_OPEN.dec()
@@ -374,10 +473,11 @@ class Sessions:
                                     f"no cell for {session.limits.idle_ttl_s:g} s, its idle TTL")
 
 
-def _answer_chars(cell: CellRunResult) -> int:
-    """About how many characters a cell adds to the answer (its JSON escapes aside)."""
-    return (len(cell.stdout) + len(cell.stderr) + sum(len(str(d)) for d in cell.display)
-            + sum(len(str(e)) for e in cell.error))
+def answer_chars(cells: list[CellRunResult]) -> int:
+    """About how many characters cells add to an answer (their JSON escapes aside): what
+    /run_jupyter's fetched files may not take of it."""
+    return sum(len(cell.stdout) + len(cell.stderr) + sum(len(str(d)) for d in cell.display)
+               + sum(len(str(e)) for e in cell.error) for cell in cells)
 
 
 def _retry_after(sessions: list[_Session]) -> int:

@@ -4,7 +4,9 @@ the candidate under the snippet's per-process limits) whose namespace outlives e
 ``session_start`` writes the caller's files into a work dir of the candidate's and starts the
 interpreter; ``session_cell`` sends it one cell and supervises it: stdout and stderr read as
 they come (each capped at the job's output limit), the wall clock enforced, the answer read
-from the interpreter's result pipe. A container that ran a session never serves another job
+from the interpreter's result pipe; ``session_fetch`` reads files of the work dir back
+(``/run_jupyter``'s ``fetch_files``) as ``fetch.py`` reads a snippet's, while every process of
+the session is stopped between cells. A container that ran a session never serves another job
 (the host takes it out of the pool for good and removes it after), so nothing here is swept.
 
 At a cell's time limit (or past its output limit) the interpreter is **interrupted** (SIGINT,
@@ -31,11 +33,12 @@ import tempfile
 import time
 
 from . import slate
+from .fetch import fetch_files
 from .processes import exit_notifier, kill_group, limit_child, oom_kills
 from .snippet import write_files
 from .statuses import HARNESS_ERROR, OK
 
-MODES = frozenset({"session_start", "session_cell"})
+MODES = frozenset({"session_start", "session_cell", "session_fetch"})
 KERNEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel.py")
 READY_TIMEOUT_S = 30.0  # the interpreter's start (seconds under gVisor on a loaded host)
 # How a cell ended: by itself (its value or exception in the answer), or stopped
@@ -47,8 +50,9 @@ START_OUTPUT_BYTES = 64 * 1024  # what the interpreter may print while it starts
 class _Kernel:
     """The session's interpreter and the harness's ends of its pipes."""
 
-    def __init__(self, process, cells, results):
+    def __init__(self, process, cells, results, workdir):
         self.process, self.cells, self.results = process, cells, results
+        self.workdir = workdir
         self.idle_exit_s = None
 
 
@@ -73,6 +77,8 @@ def handle(job):
     try:
         if job["mode"] == "session_start":
             return start(job)
+        if job["mode"] == "session_fetch":
+            return fetch(job)
         return run_cell(job)
     finally:
         _State.last_job = time.monotonic()
@@ -105,7 +111,7 @@ def start(job):
         return {"status": HARNESS_ERROR, "detail": f"the interpreter did not start: {exc}"}
     os.close(cells_r)
     os.close(results_w)
-    kernel = _Kernel(process, cells_w, results_r)
+    kernel = _Kernel(process, cells_w, results_r, workdir)
     kernel.idle_exit_s = job.get("idle_exit_s")
     os.set_blocking(results_r, False)
     ready = _supervise(kernel, None, READY_TIMEOUT_S, START_OUTPUT_BYTES, FRAME_SLACK_BYTES)
@@ -151,6 +157,19 @@ def run_cell(job):
             "display": _list(answer.get("display")), "error": _list(answer.get("error")),
             "stopped": got["stopped"], "memory": got["memory"], "unstoppable": unstoppable}
     return {"status": OK, "cell": cell, "alive": alive}
+
+
+def fetch(job):
+    """The files ``job["fetch_files"]`` names, within ``job["limit_bytes"]`` of base64: read
+    by a child that holds the candidate's uid, no link followed (``fetch.py``), while the
+    session's processes are stopped, so none of them swaps a file as it is read."""
+    names = [str(name) for name in job.get("fetch_files") or []]
+    kernel = _State.kernel
+    if kernel is None:
+        return {"status": OK, "files": {}, "cut_files": {},
+                "missing": dict.fromkeys(names, "not read: no session runs here")}
+    files, missing, cut = fetch_files(names, kernel.workdir, int(job["limit_bytes"]))
+    return {"status": OK, "files": files, "missing": missing, "cut_files": cut}
 
 
 def _freeze():

@@ -1,7 +1,7 @@
-"""``POST /run_code``'s refusals, through the real server: what is checked before any
-container is asked for (the language, the sizes, the paths), each a 4xx naming the field, and
-the server's token (bearer, or Basic with it as the password), which guards it as it
-guards the verifiers. No engine needed."""
+"""``POST /run_code``'s and ``POST /run_jupyter``'s refusals, through the real server: what
+is checked before any container is asked for (the language, the sizes, the paths, the cells),
+each a 4xx naming the field, and the server's token (bearer, or Basic with it as the
+password), which guards them as it guards the verifiers. No engine needed."""
 
 from __future__ import annotations
 
@@ -65,6 +65,50 @@ def test_bad_fields_are_named(srv: ServerProcess, extra: dict, detail: str) -> N
     assert r.json()["detail"].startswith(detail), r.json()
 
 
+LEFT_OUT = "(left out)"
+JUPYTER_REFUSED: list[tuple[dict, int, str]] = [
+    ({"cells": LEFT_OUT}, 422, "cells: Field required"),
+    ({"cells": []}, 422, "cells: List should have at least 1 item"),
+    ({"cells": ["1"] * 65}, 422, "cells: List should have at most 64 items"),
+    ({"cells": "print(1)"}, 422, "cells: Input should be a valid list"),
+    ({"cells": ["1", 2]}, 422, "cells[1]: Input should be a valid string"),
+    ({"cells": ["1", "x" * (LIMIT + 1)]}, 413,
+     f"cells[1]: {LIMIT + 1} bytes exceed the limit of {LIMIT} bytes"),
+    ({"cell_timeout": -1}, 422, "cell_timeout: Input should be greater than or equal to 0"),
+    ({"total_timeout": 0}, 422, "total_timeout: Input should be greater than 0"),
+    ({"kernel": "ruby"}, 422, "kernel: Input should be 'python3'"),
+    ({"memory_limit_MB": "lots"}, 422, "memory_limit_MB: Input should be a valid integer"),
+    ({"files": {"../x": ""}}, 422, "files['../x']: a relative path"),
+    ({"files": {"a.txt": "not base64!"}}, 422, "files['a.txt']: not base64"),
+    ({"files": {"a.txt": "A" * (LIMIT + 4)}}, 413, "files['a.txt']: "),
+    ({"fetch_files": ["ok.txt", "/etc/passwd"]}, 422, "fetch_files[1]: a relative path"),
+    ({"fetch_files": ["a.txt"] * 257}, 422, "fetch_files: 257 paths, more than 256"),
+]
+
+
+@pytest.mark.parametrize(("extra", "status", "detail"), JUPYTER_REFUSED)
+def test_run_jupyter_names_the_bad_field(srv: ServerProcess, extra: dict, status: int,
+                                         detail: str) -> None:
+    """SandboxFusion's run_jupyter request, each field wrong in turn: refused before any
+    container is asked for."""
+    body = {k: v for k, v in {"cells": ["print(1)"], **extra}.items() if v != LEFT_OUT}
+    r = httpx.post(srv.url + "/run_jupyter", json=body,
+                   headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    assert r.status_code == status, r.text
+    assert r.json()["detail"].startswith(detail), r.json()
+
+
+def test_the_bearer_token_guards_run_jupyter(srv: ServerProcess) -> None:
+    body = {"cells": ["print(1)"], "kernel": "ruby"}  # refused after auth, before the sandbox
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        r = httpx.post(srv.url + "/run_jupyter", json=body, headers=headers, timeout=30)
+        assert r.status_code == 401, r.text
+    basic = base64.b64encode(f"sandbox-fusion:{TOKEN}".encode()).decode()
+    r = httpx.post(srv.url + "/run_jupyter", json=body,
+                   headers={"Authorization": f"Basic {basic}"}, timeout=30)
+    assert r.status_code == 422, r.text
+
+
 def test_the_bearer_token_guards_it(srv: ServerProcess) -> None:
     body = {"code": "print(1)", "language": "php"}  # refused after auth, before the sandbox
     assert post(srv, body, token=None).status_code == 401
@@ -103,7 +147,7 @@ def test_language_names(name: str, ours: str | None) -> None:
 
 
 
-@pytest.mark.parametrize("path", ["/run_code", "/v1/sessions"])
+@pytest.mark.parametrize("path", ["/run_code", "/run_jupyter", "/v1/sessions"])
 def test_a_map_of_millions_of_files_is_refused_as_it_arrives(srv: ServerProcess, path: str
                                                              ) -> None:
     """4,000,000 empty files (55 MB, inside the body and batch limits) held every caller's

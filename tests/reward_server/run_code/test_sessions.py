@@ -22,12 +22,12 @@ from reward_server.testing import sandbox_containers
 from tests.conftest import (
     SandboxRuntime,
     ServerProcess,
-    container_commands,
     run_server,
     wait_for_sandbox,
 )
 from tests.helpers import probes
 from tests.helpers.sandbox_pool import assert_clean
+from tests.helpers.sessions import session_containers
 from tests.helpers.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
@@ -93,26 +93,6 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.http.delete(f"/v1/sessions/{self.id}")
         self.http.close()
-
-
-def session_containers(srv: ServerProcess) -> list[str]:
-    """The server's containers that run a session's interpreter (harness/kernel.py)."""
-    import docker
-
-    client = docker.DockerClient(base_url=srv.docker_host) if srv.docker_host else \
-        docker.from_env()
-    found = []
-    try:
-        for c in sandbox_containers(srv.proc.pid, srv.docker_host):
-            try:
-                commands = container_commands(client.containers.get(c["id"]), srv.runtime)
-            except (docker.errors.NotFound, RuntimeError):
-                continue  # removed, or being removed, meanwhile
-            if any("kernel.py" in command for command in commands):
-                found.append(c["id"])
-        return found
-    finally:
-        client.close()
 
 
 def test_state_persists_across_cells(srv: ServerProcess) -> None:

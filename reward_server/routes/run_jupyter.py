@@ -1,0 +1,29 @@
+"""``POST /run_jupyter``: SandboxFusion's notebook endpoint (docs/run_code.md), whose client
+package's ``run_jupyter`` posts here with only its endpoint changed.
+
+(No ``from __future__ import annotations`` here: FastAPI reads the parameter types from the
+endpoint's annotations.)"""
+
+import asyncio
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from reward_server.routes import caller_of
+from reward_server.run_code.jupyter import run_jupyter
+from reward_server.run_code.jupyter_schemas import RunJupyterRequest, RunJupyterResponse
+
+router = APIRouter()
+
+
+@router.post("/run_jupyter", response_model=RunJupyterResponse, tags=["sandbox"],
+             summary="Run cells in one fresh interpreter (SandboxFusion's run_jupyter)",
+             responses={429: {"description": "The caller's or the server's session cap (each "
+                                             "run holds a session's container); Retry-After"},
+                        503: {"model": RunJupyterResponse, "description": "SandboxError: the "
+                              "sandbox failed, or no container could be had"}})
+async def run_jupyter_route(body: RunJupyterRequest, request: Request) -> JSONResponse:
+    status, response = await run_jupyter(request.app.state.sessions, caller_of(request), body)
+    # rendered off the event loop: up to the answer limit of the cells' output and files
+    return await asyncio.to_thread(
+        lambda: JSONResponse(response.model_dump(mode="json"), status_code=status))
