@@ -63,6 +63,7 @@ __all__ = [
     "RewardRequestError",
     "RewardServerUnavailable",
     "Rewards",
+    "merge",
     "split_urls",
 ]
 
@@ -187,7 +188,8 @@ def _joined(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     return {**joined, "provenance": _provenance([first, second])}
 
 
-def _merge(parts: Sequence[dict[str, Any]]) -> Rewards:
+def merge(parts: Sequence[dict[str, Any]]) -> Rewards:
+    """The answers to a batch's chunks, in order, as one (the Ray handle's too)."""
     return Rewards(
         rewards=[r for part in parts for r in part["rewards"]],
         results=[r for part in parts for r in part["results"]],
@@ -391,7 +393,7 @@ class RewardClient:
 
     def rewards(self, items: Sequence[dict[str, Any]]) -> Rewards:
         """Score a mixed batch; each item names its ``verifier``."""
-        return _merge(self._scatter("/v1/rewards" + self._o.query, items))
+        return merge(self._scatter("/v1/rewards" + self._o.query, items))
 
     def verify(self, verifier: str, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for part in self._scatter(f"/v1/verify/{verifier}{self._o.query}", items)
@@ -465,7 +467,7 @@ class AsyncRewardClient:
         )))
 
     async def rewards(self, items: Sequence[dict[str, Any]]) -> Rewards:
-        return _merge(await self._scatter("/v1/rewards" + self._o.query, items))
+        return merge(await self._scatter("/v1/rewards" + self._o.query, items))
 
     async def verify(self, verifier: str, items: Sequence[dict[str, Any]]
                      ) -> list[dict[str, Any]]:
