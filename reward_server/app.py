@@ -19,6 +19,7 @@ from reward_server.collector import full_collections
 from reward_server.drain import watch_stop_signals
 from reward_server.errors import EXCEPTION_HANDLERS
 from reward_server.middleware import BearerAuth, BodyLimit, DropOnHangUp, ErrorGuard, RequestMetrics
+from reward_server.provenance import Provenances
 from reward_server.routes import meta, openrlhf, rewards, run_code, run_jupyter, sessions
 from reward_server.routes.verify import verifier_router
 from reward_server.run_code.sessions import Sessions
@@ -51,6 +52,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 await verifier.start()
                 started.append(verifier)
             scorer = app.state.scorer = Scorer(verifiers, settings)
+            app.state.provenance = Provenances(verifiers, sandbox)  # once: every response's
             await scorer.start()
             started.append(scorer)
             # a burst's heap is not walked by the cycle collector (collector.py)

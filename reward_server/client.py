@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -63,6 +63,7 @@ __all__ = [
     "RewardRequestError",
     "RewardServerUnavailable",
     "Rewards",
+    "merge",
     "split_urls",
 ]
 
@@ -98,6 +99,16 @@ class _Retryable(Exception):
 class Rewards:
     rewards: list[float | None]
     results: list[dict[str, Any]]
+    # What produced the results, a block per verifier (reward_server/provenance.py). When
+    # the servers that answered a batch's chunks disagree (a rolling upgrade), that
+    # verifier's results each carry their own block as ``result["provenance"]`` instead
+    provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def provenance_of(self, index: int) -> dict[str, Any] | None:
+        """What produced result ``index``: its own block, or its verifier's (None for an
+        item of no verifier the server knows)."""
+        result = self.results[index]
+        return result.get("provenance") or self.provenance.get(result.get("verifier", ""))
 
 
 def _is_retryable(exc: BaseException) -> bool:
@@ -148,15 +159,41 @@ def _body(payload: Any) -> dict[str, Any]:
             "headers": {"content-type": "application/json"}}
 
 
+def _blocks(part: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A part's provenance by verifier (``/v1/verify/<name>`` answers with one block)."""
+    given = part.get("provenance") or {}
+    return {given["verifier"]: given} if "fingerprint" in given else given
+
+
+def _provenance(parts: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The parts' provenance blocks as one: a verifier whose blocks differ between parts
+    (servers of two versions answered) has none there, its results each their own."""
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for part in parts:
+        for name, block in _blocks(part).items():
+            if block not in seen.setdefault(name, []):
+                seen[name].append(block)
+    split = {name for name, blocks in seen.items() if len(blocks) > 1}
+    for part in parts if split else ():
+        blocks = _blocks(part)
+        for result in part["results"]:
+            if result.get("verifier") in split and "provenance" not in result:
+                result["provenance"] = blocks.get(result["verifier"])
+    return {name: blocks[0] for name, blocks in seen.items() if name not in split}
+
+
 def _joined(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     """Two halves' answers as one chunk's."""
-    return {key: first[key] + second[key] for key in first if isinstance(first[key], list)}
+    joined = {key: first[key] + second[key] for key in first if isinstance(first[key], list)}
+    return {**joined, "provenance": _provenance([first, second])}
 
 
-def _merge(parts: Sequence[dict[str, Any]]) -> Rewards:
+def merge(parts: Sequence[dict[str, Any]]) -> Rewards:
+    """The answers to a batch's chunks, in order, as one (the Ray handle's too)."""
     return Rewards(
         rewards=[r for part in parts for r in part["rewards"]],
         results=[r for part in parts for r in part["results"]],
+        provenance=_provenance(parts),
     )
 
 
@@ -356,7 +393,7 @@ class RewardClient:
 
     def rewards(self, items: Sequence[dict[str, Any]]) -> Rewards:
         """Score a mixed batch; each item names its ``verifier``."""
-        return _merge(self._scatter("/v1/rewards" + self._o.query, items))
+        return merge(self._scatter("/v1/rewards" + self._o.query, items))
 
     def verify(self, verifier: str, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for part in self._scatter(f"/v1/verify/{verifier}{self._o.query}", items)
@@ -430,7 +467,7 @@ class AsyncRewardClient:
         )))
 
     async def rewards(self, items: Sequence[dict[str, Any]]) -> Rewards:
-        return _merge(await self._scatter("/v1/rewards" + self._o.query, items))
+        return merge(await self._scatter("/v1/rewards" + self._o.query, items))
 
     async def verify(self, verifier: str, items: Sequence[dict[str, Any]]
                      ) -> list[dict[str, Any]]:

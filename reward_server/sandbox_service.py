@@ -60,6 +60,11 @@ class SandboxService:
     def config(self) -> SandboxConfig:
         return self.sandbox.config
 
+    @property
+    def image_ids(self) -> list[str]:
+        """The ids of the image its containers run (none before an engine connected)."""
+        return self.sandbox.pool.image_ids
+
     async def start(self) -> None:
         """Never raises: without an engine or the image the pool is unavailable, saying why,
         and keeps trying."""

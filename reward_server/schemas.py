@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field, create_model
 
 from reward_server.admission import Refused
 from reward_server.pipeline import PipelineResult
+from reward_server.provenance import Provenance
 from reward_server.verifiers.base import ItemBase, ResultBase
 
 
@@ -27,6 +28,9 @@ class RewardsResponse(BaseModel):
     results: list[dict[str, Any]] = Field(
         description="Each verifier's full result, plus 'verifier'."
     )
+    provenance: dict[str, Provenance] = Field(
+        default_factory=dict, description="What produced the results: a block per verifier "
+        "named in them, by name (reward_server/provenance.py).")
 
 
 class VerifierInfo(BaseModel):
@@ -35,6 +39,7 @@ class VerifierInfo(BaseModel):
     endpoint: str
     item_schema: dict[str, Any]
     result_schema: dict[str, Any]
+    provenance: Provenance | None = None
 
 
 class VerifiersResponse(BaseModel):
@@ -58,5 +63,7 @@ def verify_models(
     # an item that fails its checks gets a Refused result in its place (admission.py)
     results = result_model | Refused | PipelineResult if checks else result_model | Refused
     response = create_model(f"{title}VerifyResponse",
-                            results=(list[results], ...))  # type: ignore[valid-type]
+                            results=(list[results], ...),  # type: ignore[valid-type]
+                            provenance=(Provenance | None, Field(
+                                None, description="What produced the results.")))
     return request, response

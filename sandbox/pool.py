@@ -141,6 +141,9 @@ class ContainerPool:
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.unavailable_reason: str | None = "the sandbox pool has not started"
+        # the engine's id of the image its containers run (None: not connected yet), which
+        # results name as what produced them (reward_server/provenance.py)
+        self.image_id: str | None = None
 
     # --- running blocking SDK calls -------------------------------------------------------
 
@@ -174,7 +177,7 @@ class ContainerPool:
             self.unavailable_reason = f"Docker engine not reachable ({exc}); {ENGINE_HINT}"
             return False
         try:
-            await self._call(self._client.images.get, self.config.image)
+            image = await self._call(self._client.images.get, self.config.image)
         except ImageNotFound:
             self.unavailable_reason = (f"sandbox image {self.config.image!r} not found; "
                                        f"{BUILD_HINT}")
@@ -182,6 +185,7 @@ class ContainerPool:
         except (DockerException, OSError) as exc:
             self.unavailable_reason = f"Docker engine error ({exc}); {ENGINE_HINT}"
             return False
+        self.image_id = image.id
         # first start, or back after an outage: whatever we had there is gone or stale
         await self._reap_orphans(include_own=first or not self._mine)
         self.unavailable_reason = None  # requests now wait for the containers being made
@@ -467,6 +471,8 @@ class ContainerPool:
         except (DockerException, OSError, ChannelClosed, ChannelTimeout, SandboxUnavailable):
             await self._remove(container)
             raise
+        # the image the tag names now: one rebuilt while the server runs is in new containers
+        self.image_id = container.attrs.get("Image") or self.image_id
         return PooledContainer(container, channel, self)
 
     async def _remove(self, container: Any) -> None:
@@ -518,6 +524,12 @@ class EnginePool:
         if len(self.pools) == 1:
             return reasons[0]
         return "; ".join(f"{p.docker_host}: {r}" for p, r in zip(self.pools, reasons, strict=True))
+
+    @property
+    def image_ids(self) -> list[str]:
+        """The image ids the engines' containers run, each once (several only when the
+        engines hold different builds under the same tag)."""
+        return sorted({p.image_id for p in self.pools if p.image_id is not None})
 
     async def acquire(self) -> PooledContainer:
         """An idle container not marked for replacement (``ContainerPool.fit_for_reuse``)."""

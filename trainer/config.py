@@ -294,6 +294,10 @@ class GRPOConfig(BaseModel):
     eval_samples: int = Field(64, ge=1)
     report_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=list)
     progress_bar: bool = True
+    # off by default as TRL's log_completions is: every item sent (a code item's tests too)
+    log_rollouts: bool = Field(False, description="Append every scored item, its result and "
+                               "what produced it (provenance) to <output_dir>/rollouts.jsonl "
+                               "(rollouts-rank<r>.jsonl on other ranks), for reward-rescore.")
 
     @field_validator("reward_url", mode="before")
     @classmethod

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from reward_server.client import RewardClient
+from reward_server.rollout_log import RolloutLog
 from trainer.config import RewardSpec
 
 # Verifiers told which completions the length limit cut (their items take ``truncated``): the
@@ -100,10 +101,12 @@ def combine_scores(columns: list[tuple[float, list[float | None]]], group_size: 
 
 
 class RewardScorer:
-    def __init__(self, specs: list[RewardSpec], client: RewardClient, max_workers: int = 4
-                 ) -> None:
+    def __init__(self, specs: list[RewardSpec], client: RewardClient, max_workers: int = 4,
+                 log: RolloutLog | None = None) -> None:
+        """``log``: where every scored item goes with its result (``log_rollouts``)."""
         self.specs = specs
         self.client = client
+        self.log = log
         self._threads = ThreadPoolExecutor(max_workers, thread_name_prefix="rewards")
 
     def items(self, texts: list[str], rows: list[dict[str, Any]],
@@ -134,7 +137,10 @@ class RewardScorer:
         """``group_size``: completions of one prompt, contiguous (G when training);
         ``truncated``: which ones the length limit cut (``Rollout.truncated``)."""
         n = len(texts)
-        result = self.client.rewards(self.items(texts, rows, truncated))
+        items = self.items(texts, rows, truncated)
+        result = self.client.rewards(items)
+        if self.log is not None:
+            self.log.write(items, result)
         columns = [(spec.weight, result.rewards[k * n : (k + 1) * n])
                    for k, spec in enumerate(self.specs)]
         batch = ScoredBatch(rewards=combine_scores(columns, group_size), correct=[True] * n)

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
 from reward_server.client import RewardClient, RewardClientError
+from reward_server.rollout_log import FILE, RolloutLog
 from reward_server.tool_client import CodeTool
 from trainer import checkpoint, distributed, lora
 from trainer.advantages import (
@@ -139,7 +140,11 @@ class GRPOTrainer:
         if scorer is None:
             if reward_client is None:
                 raise ValueError("GRPOTrainer needs a reward_client or a scorer")
-            scorer = RewardScorer(config.rewards, reward_client)
+            log = None
+            if config.log_rollouts:
+                name = FILE if self.rank == 0 else f"rollouts-rank{self.rank}.jsonl"
+                log = RolloutLog(Path(config.output_dir) / name)
+            scorer = RewardScorer(config.rewards, reward_client, log=log)
         self.scorer = scorer
         self.run_dir = Path(config.output_dir)
         self.step = 0

@@ -15,25 +15,34 @@ grader reads it. An item the server could not score (sandbox unavailable), or a 
 take (a missing field: a warning names it), comes back as None, which TRL turns into NaN
 and leaves out, so one bad row costs no other completion its reward; a server that stays
 down raises, stopping training instead of training on made-up rewards.
+
+Each completion's item (less its response: the completion is beside it), status and
+provenance go to TRL's completions table (``log_extra``; ``GRPOConfig(log_completions=True)``
+writes it to ``<output_dir>/completions/*.parquet``) as ``<name>/item``, ``<name>/status`` and
+``<name>/provenance``, JSON text, so that a stored run can be scored again by a newer server
+(``reward-rescore``); ``log_items=False`` leaves them out.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reward_server.adapters.items import build_item, completion_text, item_fields
 from reward_server.admission import INVALID_ITEM
-from reward_server.client import AsyncRewardClient
+from reward_server.client import AsyncRewardClient, Rewards
 
 
 class ServerReward:
     def __init__(self, url: str | Sequence[str], verifier: str = "math", *,
                  columns: Mapping[str, str] | None = None,
                  params: Mapping[str, Any] | None = None, name: str | None = None,
-                 token: str | None = None, **client_options: Any) -> None:
+                 token: str | None = None, log_items: bool = True,
+                 **client_options: Any) -> None:
         self.urls, self.verifier = url, verifier
+        self.log_items = log_items
         self.columns = dict(columns or {})
         self.params = dict(params or {})
         self.__name__ = name or f"{verifier}_reward"  # TRL logs rewards/<__name__>/mean
@@ -51,6 +60,7 @@ class ServerReward:
     async def __call__(self, prompts: list[Any], completions: list[Any],
                        completion_ids: list[Any] | None = None, *,
                        log_metric: Callable[[str, float], None] | None = None,
+                       log_extra: Callable[[str, list[Any]], None] | None = None,
                        **columns: Any) -> list[float | None]:
         client = await self._ready()
         assert self._fields is not None
@@ -84,12 +94,30 @@ class ServerReward:
         if log_metric is not None and rewards:
             unscorable = sum(r is None for r in rewards) / len(rewards)
             log_metric(f"{self.__name__}/unscorable_rate", unscorable)
+        if log_extra is not None and self.log_items:
+            self._log_items(log_extra, len(completions), items, out)
         return rewards
+
+    def _log_items(self, log_extra: Callable[[str, list[Any]], None], n: int,
+                   items: dict[int, dict[str, Any]], out: Rewards) -> None:
+        """One value per completion in each column, None for a row that made no item."""
+        columns: dict[str, list[Any]] = {key: [None] * n for key in (
+            "item", "status", "provenance")}
+        for k, i in enumerate(items):
+            columns["item"][i] = _json({f: v for f, v in items[i].items() if f != "response"})
+            columns["status"][i] = out.results[k].get("status")
+            columns["provenance"][i] = _json(out.provenance_of(k))
+        for key, values in columns.items():
+            log_extra(f"{self.__name__}/{key}", values)
 
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
 def _shaped_by_outages(environments: Any, n: int) -> list[bool]:

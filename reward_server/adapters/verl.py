@@ -16,15 +16,18 @@ so the server sees batches, not single items. The verifier comes from ``extra_in
 ground truth is the answer; for code it is what veRL's own code scorers (``prime_code``,
 ``sandbox_fusion``) read: the row's ``input_output`` (``{"inputs", "outputs", "fn_name"?}``,
 as a JSON string or a dict), or else a JSON list of {input, output}, or a dict of item fields
-such as test_code and entry_point. Returns veRL's dict: ``score`` plus ``acc`` and ``status``
-for its logs. An item the server could not score raises ``Unscorable``, and a row it cannot
-take raises ``InvalidItem`` naming the field (veRL would otherwise train on a made-up
-number); either raises for that call only, never for the calls batched with it.
+such as test_code and entry_point. Returns veRL's dict: ``score`` plus ``acc``, ``status``
+and ``provenance`` (what produced it, as JSON text: veRL keeps it in its generation dumps and
+averages only numbers) for its logs. An item the server could not score raises
+``Unscorable``, and a row it cannot take raises ``InvalidItem`` naming the field (veRL
+would otherwise train on a made-up number); either raises for that call only, never for
+the calls batched with it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import weakref
@@ -120,9 +123,10 @@ class Batcher:
         except Exception as exc:  # the server is down: every caller in the batch sees it
             self._fail(batch, exc)
             return
-        for (_, future), reward, result in zip(batch, out.rewards, out.results, strict=True):
+        for index, ((_, future), reward) in enumerate(zip(batch, out.rewards, strict=True)):
             if not future.done():
-                future.set_result({**result, "reward": reward})
+                future.set_result({**out.results[index], "reward": reward,
+                                   "provenance": out.provenance_of(index)})
 
 
     @staticmethod
@@ -159,8 +163,10 @@ def _as_verl(result: dict[str, Any]) -> dict[str, Any]:
     if result["reward"] is None:
         raise Unscorable(f"{result.get('status')}: {result.get('detail')}")
     reward = float(result["reward"])
+    # veRL keeps every key per sample (its generation dumps) and averages numbers only
     return {"score": reward, "acc": bool(result.get("correct", reward >= 1.0)),
-            "status": result.get("status", "")}
+            "status": result.get("status", ""),
+            "provenance": json.dumps(result.get("provenance"), sort_keys=True)}
 
 
 async def compute_score(data_source: str, solution_str: str, ground_truth: Any,
@@ -176,4 +182,5 @@ def compute_score_sync(data_source: str, solution_str: str, ground_truth: Any,
     if _sync_client is None:
         _sync_client = RewardClient(**_client_options())
     out = _sync_client.rewards([to_item(data_source, solution_str, ground_truth, extra_info)])
-    return _as_verl({**out.results[0], "reward": out.rewards[0]})
+    return _as_verl({**out.results[0], "reward": out.rewards[0],
+                     "provenance": out.provenance_of(0)})

@@ -29,7 +29,7 @@ from tenacity import (
 )
 
 from reward_server.adapters.verl import Batcher, _as_verl, to_item
-from reward_server.client import Rewards, RewardServerUnavailable
+from reward_server.client import Rewards, RewardServerUnavailable, merge
 from reward_server.ray_serve.options import APP_NAME
 
 # A replica that died or is being replaced, or every replica full: another try may land on a
@@ -59,8 +59,7 @@ class RewardHandle:
         """Score a mixed batch; each item names its ``verifier``."""
         parts = await self._scatter(lambda h, chunk: h.rewards.remote(
             chunk, on_invalid=on_invalid, caller=self.caller), items)
-        return Rewards(rewards=[r for p in parts for r in p["rewards"]],
-                       results=[r for p in parts for r in p["results"]])
+        return merge(parts)
 
     async def verify(self, verifier: str, items: Sequence[dict[str, Any]],
                      on_invalid: str = "null") -> list[dict[str, Any]]:

@@ -27,11 +27,13 @@ async def prometheus_metrics() -> Response:
 @router.get("/v1/verifiers", response_model=VerifiersResponse, tags=["meta"])
 async def list_verifiers(request: Request) -> VerifiersResponse:
     verifiers = request.app.state.scorer.verifiers
+    blocks = request.app.state.provenance.current()
     return VerifiersResponse(verifiers=[
         VerifierInfo(
             name=name, description=v.description, endpoint=f"/v1/verify/{name}",
             item_schema=v.item_model.model_json_schema(),
             result_schema=v.result_model.model_json_schema(),
+            provenance=blocks.get(name),
         )
         for name, v in sorted(verifiers.items())
     ])

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, model_validator
 from reward_server.adapters.items import label_fields
 from reward_server.admission import INVALID_ITEM
 from reward_server.errors import InvalidItems, SandboxUnavailableError
+from reward_server.provenance import Provenance
 from reward_server.routes import body_bytes, caller_of
 
 router = APIRouter()
@@ -53,7 +54,9 @@ class OpenRLHFRequest(BaseModel):
 class OpenRLHFResponse(BaseModel):
     rewards: list[float]
     scores: list[float]
-    extra_logs: dict[str, list[float]]
+    extra_logs: dict[str, list[float]]  # OpenRLHF makes a tensor of each: numbers only
+    # OpenRLHF reads the three keys above and leaves the rest
+    provenance: dict[str, Provenance] = Field(default_factory=dict)
 
 
 def response_of(query: str, prompt: str | None) -> str:
@@ -112,4 +115,5 @@ async def get_reward(request: Request, body: OpenRLHFRequest,
     return OpenRLHFResponse(rewards=values, scores=values,
                             extra_logs={"correct": correct,
                                         "unscorable": [float(u) for u in unscorable],
-                                        "invalid": [float(b) for b in invalid]})
+                                        "invalid": [float(b) for b in invalid]},
+                            provenance=request.app.state.provenance.of(n for n, _ in scored))

@@ -59,7 +59,8 @@ def verifier_router(name: str, cls: type[Verifier]) -> APIRouter:
         raw = await request.body()
         results = await request.app.state.scorer.verify(  # type: ignore[attr-defined]
             name, parse_body(raw).items, caller_of(request), on_invalid, len(raw))
-        payload = response_model(results=results)
+        payload = response_model(results=results,
+                                 provenance=request.app.state.provenance.current()[name])
         return Response(payload.model_dump_json(), media_type="application/json")
 
     router.add_api_route(

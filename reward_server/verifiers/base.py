@@ -54,6 +54,11 @@ class Verifier(ABC):
     # ``REWARD_SERVER_<PREFIX>_<FIELD>`` set them and ``--help`` lists them.
     settings_model: ClassVar[type[BaseModel] | None] = None
     settings_prefix: ClassVar[str | None] = None
+    # What every result names as having produced it (reward_server/provenance.py): the
+    # distributions its verdicts rest on, and those of its settings that only set how much
+    # runs at once or where (workers, engines), left out of its settings digest
+    libraries: ClassVar[tuple[str, ...]] = ()
+    capacity_settings: ClassVar[frozenset[str]] = frozenset()
     # The verifier's own statuses whose score is null (statuses.score_for): only what the
     # completion cannot have caused, such as a dataset's broken tests found before it ran
     null_statuses: ClassVar[frozenset[str]] = frozenset()

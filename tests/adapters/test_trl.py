@@ -35,6 +35,7 @@ def test_scores_a_batch_with_dataset_columns_passed_through(server: ServerProces
     renamed = ServerReward(server.url, verifier="math", columns={"solution": "answer"},
                            params={"extract": "last_number"})
     logged: dict[str, float] = {}
+    extra: dict[str, list] = {}
 
     async def run() -> tuple[list, list, list]:
         try:
@@ -43,7 +44,7 @@ def test_scores_a_batch_with_dataset_columns_passed_through(server: ServerProces
                      completions=["\\boxed{4}", [{"role": "assistant", "content": "\\boxed{5}"}],
                                   "no answer"],
                      answer=["4", "4", "4"], difficulty=["easy"] * 3,
-                     log_metric=logged.__setitem__),
+                     log_metric=logged.__setitem__, log_extra=extra.__setitem__),
                 code(prompts=["p"] * 2, completions=[ADD, "print(0)"],
                      tests=[CODE_TESTS, CODE_TESTS], language=["python", None]),
                 renamed(prompts=["p"], completions=["it is 12"], solution=["12"]),
@@ -57,6 +58,13 @@ def test_scores_a_batch_with_dataset_columns_passed_through(server: ServerProces
     assert c == [1.0, 0.0], why_code_scored(server, [ADD, "print(0)"], ["python", None])
     assert code.__name__ == "code_ok" and math.__name__ == "math_reward"
     assert logged == {"math_reward/unscorable_rate": 0.0}
+    # TRL's completions table gets what a later re-score needs: the item beside the
+    # completion, its status and what produced it
+    assert [json.loads(i) for i in extra["math_reward/item"]] == [
+        {"verifier": "math", "answer": "4", "question": "p"}] * 3
+    assert extra["math_reward/status"] == ["ok", "ok", "no_answer"]
+    blocks = [json.loads(p) for p in extra["math_reward/provenance"]]
+    assert {b["verifier"] for b in blocks} == {"math"} and len(blocks) == 3
 
 
 def test_a_rollout_a_tool_outage_shaped_gets_no_reward(server: ServerProcess) -> None:

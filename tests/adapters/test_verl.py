@@ -49,6 +49,8 @@ def test_compute_score_batches_concurrent_calls(verl_env: str) -> None:
     out = asyncio.run(run())
     assert [o["score"] for o in out] == [1.0, 1.0, 1.0, 0.0, 0.0]
     assert [o["acc"] for o in out] == [True, True, True, False, False]
+    assert [json.loads(o["provenance"])["verifier"] for o in out] == ["math"] * 2 + ["code"] * 2 \
+        + ["math"]
     assert _rewards_requests(verl_env) - before == 1  # five calls, one batched request
     sync = adapter.compute_score_sync("openai/gsm8k", "#### 3", "3")
     assert sync["score"] == 1.0
@@ -100,6 +102,8 @@ def test_verl_reward_manager_scores_a_dataproto(verl_env: str) -> None:
     out = manager.loop.run_until_complete(run())
     assert [o["reward_score"] for o in out] == [1.0, 0.0, 1.0, 1.0]
     assert [o["reward_extra_info"]["acc"] for o in out] == [True, False, True, True]
+    # what produced each reward travels to veRL's per-sample logs
+    assert json.loads(out[0]["reward_extra_info"]["provenance"])["verifier"] == "math"
     assert _rewards_requests(verl_env) - before == 1
 
 

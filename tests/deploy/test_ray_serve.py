@@ -250,7 +250,8 @@ def _score_on_the_cluster(items: list[dict[str, Any]]) -> dict[str, Any]:
             compute_score("codecontests", _echo("x")["response"],
                           {"inputs": ["7\n"], "outputs": ["7\n"]}))
         out = await RewardHandle(batch_size=4).rewards(items)
-        return {"verl": verl, "rewards": out.rewards, "node": ray.get_runtime_context().get_node_id()}
+        return {"verl": verl, "rewards": out.rewards, "provenance": out.provenance,
+                "node": ray.get_runtime_context().get_node_id()}
 
     return asyncio.run(run())
 
@@ -262,6 +263,7 @@ def test_handle_path_from_a_task_on_the_cluster(cluster: RayCluster, rewards_url
     assert cluster.nodes[out["node"]] == "worker"
     assert [v["score"] for v in out["verl"]] == [1.0, 0.0, 1.0]
     assert out["rewards"] == expected
+    assert set(out["provenance"]) == {"math", "code"}  # what produced them, through the handle
 
 
 def test_autoscaling_up_under_load_and_back_down(cluster: RayCluster):

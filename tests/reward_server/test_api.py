@@ -60,8 +60,9 @@ def test_rewards_mixed_batch(http: httpx.Client) -> None:
 
 
 def test_empty_batch(http: httpx.Client) -> None:
-    assert http.post("/v1/rewards", json={"items": []}).json() == {"rewards": [], "results": []}
-    assert http.post("/v1/verify/math", json={"items": []}).json() == {"results": []}
+    assert http.post("/v1/rewards", json={"items": []}).json() == {"rewards": [], "results": [],
+                                                                   "provenance": {}}
+    assert http.post("/v1/verify/math", json={"items": []}).json()["results"] == []
 
 
 def test_verifiers_list_schemas(http: httpx.Client) -> None:

@@ -88,6 +88,7 @@ class FormatVerifier(PooledVerifier):
                    "TRL's think_format_reward), open-r1's tag counts, a required final-answer "
                    "form (\\boxed{}, an Answer: line, or your regex).")
     settings_model = FormatSettings
+    capacity_settings = frozenset({"workers", "chunk_items"})
 
     async def start(self) -> None:
         config: FormatSettings = self.config  # type: ignore[assignment]

@@ -93,6 +93,7 @@ class IfEvalVerifier(PooledVerifier):
     description = ("IFEval's verifiable instructions (word counts, formats, keywords, case, "
                    "language): the fraction followed.")
     settings_model = IfEvalSettings
+    libraries = ("langdetect",)
 
     async def start(self) -> None:
         self._cache: ResultCache[Verdicts] = ResultCache(self.settings.cache_size)

@@ -191,6 +191,8 @@ class MathVerifier(PooledVerifier):
     result_model = MathResult
     description = "Final-answer equivalence for math problems (math-verify + SymPy)."
     settings_model = MathSettings  # read as settings.math_<field>, or config.<field>
+    libraries = ("math-verify", "latex2sympy2_extended", "antlr4-python3-runtime", "sympy")
+    capacity_settings = frozenset({"workers"})
 
     async def start(self) -> None:
         config: MathSettings = self.config  # type: ignore[assignment]

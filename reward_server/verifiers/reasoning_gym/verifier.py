@@ -173,6 +173,8 @@ class ReasoningGymVerifier(Verifier):
     description = "Any reasoning-gym task, scored by the library's own score_answer."
     settings_model = ReasoningGymSettings
     null_statuses = frozenset({"bad_entry"})  # the task's scorer fails on its own answer
+    libraries = ("reasoning-gym",)
+    capacity_settings = frozenset({"workers", "chunk_items"})
     config: ReasoningGymSettings
 
     _backend: Backend = Unbound("the reasoning_gym verifier has not started")

@@ -1,0 +1,122 @@
+"""Score stored rollouts again on a server, and say which verdicts changed.
+
+    reward-rescore runs/grpo --url http://reward:8000      # our trainer's rollouts.jsonl
+    reward-rescore trl-out/ --url http://reward:8000       # TRL's completions/*.parquet
+
+    from reward_server.rescore import rescore
+    summary = rescore("runs/grpo", "http://reward:8000")
+
+Each stored item (``sources``) goes to the server again through ``RewardClient`` (batches,
+retries, failover); each new result is appended to the output as a rollout record
+(``reward_server.rollout_log``) with the old one under ``previous``, so the output can itself
+be re-scored later. The output is the progress: a run that stops (a server down past the
+client's retries, Ctrl-C) resumes after its last whole line. The summary (``summary``) is made
+from the whole output at the end, resumed parts included.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from reward_server.client import RewardClient
+from reward_server.rescore.sources import SourceError, Stored, count, read
+from reward_server.rescore.summary import summarize
+
+__all__ = ["SourceError", "default_output", "rescore"]
+
+BATCH = 256  # records a request: the client splits larger ones and spreads them anyway
+
+
+def default_output(source: Path) -> Path:
+    """``<dir>/rescored.jsonl`` for a directory, ``<name>.rescored.jsonl`` beside a file."""
+    if source.is_dir():
+        return source / "rescored.jsonl"
+    return source.with_name(f"{source.stem}.rescored.jsonl")
+
+
+def _done(out: Path) -> list[str]:
+    """The origins already written to ``out``; a line cut short by a crash is dropped from
+    the file (it is scored again)."""
+    if not out.exists():
+        return []
+    origins, whole = [], 0
+    with open(out, "rb+") as f:
+        for number, line in enumerate(f, 1):
+            if not line.endswith(b"\n"):
+                f.truncate(whole)
+                break
+            whole += len(line)
+            if not line.strip():
+                continue
+            try:
+                origins.append(json.loads(line)["origin"])
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise SourceError(f"{out}:{number}: not a line rescore wrote") from None
+    return origins
+
+
+def _line(old: Stored, reward: float | None, result: dict[str, Any],
+          provenance: dict[str, Any] | None) -> dict[str, Any]:
+    return {"origin": old.origin, "step": old.step, "item": old.item, "reward": reward,
+            "result": result, "provenance": provenance,
+            "previous": {"reward": old.reward, "result": old.result,
+                         "provenance": old.provenance}}
+
+
+def _batches(records: Iterator[Stored], size: int) -> Iterator[list[Stored]]:
+    while batch := list(itertools.islice(records, size)):
+        yield batch
+
+
+def rescore(source: str | Path, client: str | list[str] | RewardClient,
+            out: str | Path | None = None, *, batch: int = BATCH, examples: int = 3,
+            progress: bool = True, **client_options: Any) -> dict[str, Any]:
+    """Score ``source``'s stored items again on ``client`` (a client, or server URLs with
+    ``client_options``), append the new results to ``out`` (``default_output``), and return
+    the summary of all of ``out``. Raises ``SourceError`` for input it cannot read, and the
+    client's errors for a server that does not answer (what was scored stays written)."""
+    source = Path(source)
+    out = Path(out) if out is not None else default_output(source)
+    own = not isinstance(client, RewardClient)
+    scorer = RewardClient(client, **client_options) if own else client
+    try:
+        done = _done(out)
+        records = read(source)
+        for index, old in enumerate(itertools.islice(records, len(done))):
+            if old.origin != done[index]:  # another input's output: never mix two
+                raise SourceError(f"{out}: line {index + 1} is {done[index]}'s, not "
+                                  f"{old.origin}'s: written for another input")
+        # the first record read before the bar shows: an input of the wrong kind is one line
+        first = list(itertools.islice(records, 1))
+        records = itertools.chain(first, records)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=count(source), initial=len(done), desc="rescore", unit="item",
+                       dynamic_ncols=True)
+        try:
+            with open(out, "a", encoding="utf-8") as f:
+                for chunk in _batches(records, batch):
+                    scored = scorer.rewards([old.item for old in chunk])
+                    f.write("".join(json.dumps(_line(old, scored.rewards[i], scored.results[i],
+                                                     scored.provenance_of(i)),
+                                               ensure_ascii=False) + "\n"
+                                    for i, old in enumerate(chunk)))
+                    f.flush()
+                    os.fsync(f.fileno())  # what is written is what a resume skips
+                    if bar is not None:
+                        bar.update(len(chunk))
+        finally:
+            if bar is not None:
+                bar.close()
+    finally:
+        if own:
+            scorer.close()
+    with open(out, encoding="utf-8") as f:
+        return summarize((json.loads(line) for line in f if line.strip()), examples)

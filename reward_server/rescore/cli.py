@@ -1,0 +1,77 @@
+"""``reward-rescore``: score stored rollouts again and say which verdicts changed.
+
+    reward-rescore ROLLOUTS --url http://reward:8000 [--out OUT] [--summary SUMMARY]
+
+ROLLOUTS is our trainer's run directory or rollouts.jsonl, a TRL output directory or one of
+its completions/*.parquet. Exit codes: 0 done, 2 input it cannot read (one line naming the
+file and line), 3 the server refused or did not answer (what was scored is kept: run the same
+command again to go on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from reward_server.client import RewardClientError, split_urls
+from reward_server.rescore import default_output, rescore
+from reward_server.rescore.sources import SourceError
+from reward_server.rescore.summary import table
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="reward-rescore", description=(
+        "Score stored rollouts again on a reward server; write the new results beside the "
+        "old (resumable) and a summary of what changed."))
+    p.add_argument("rollouts", type=Path, help="rollouts.jsonl, a trainer run dir, a TRL "
+                   "output dir or completions parquet file")
+    p.add_argument("--url", required=True, type=split_urls,
+                   help="reward server URL(s), comma-separated")
+    p.add_argument("--token", default=os.environ.get("REWARD_SERVER_TOKEN"),
+                   help="bearer token (default: $REWARD_SERVER_TOKEN)")
+    p.add_argument("--out", type=Path, help="new results, JSONL, appended to and resumed "
+                   "(default: rescored.jsonl in the run dir, or <name>.rescored.jsonl)")
+    p.add_argument("--summary", type=Path, help="summary JSON (default: OUT with "
+                   ".summary.json)")
+    p.add_argument("--batch-size", type=int, default=256, help="items per request")
+    p.add_argument("--examples", type=int, default=3,
+                   help="examples per verifier and direction in the summary")
+    p.add_argument("--retry-for-s", type=float, default=300.0, help="give a server that does "
+                   "not answer this long before stopping (progress is kept)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.batch_size < 1 or not args.url:
+        print("reward-rescore: --batch-size must be at least 1 and --url name a server",
+              file=sys.stderr)
+        raise SystemExit(2)
+    out = args.out or default_output(args.rollouts)
+    summary_path = args.summary or out.with_name(out.stem + ".summary.json")
+    try:
+        summary = rescore(args.rollouts, args.url, out, batch=args.batch_size,
+                          examples=args.examples, progress=not args.no_progress,
+                          token=args.token, max_attempts=None, retry_for_s=args.retry_for_s)
+    except SourceError as exc:
+        print(f"reward-rescore: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except RewardClientError as exc:
+        print(f"reward-rescore: {exc}; what was scored is in {out}: run again to go on",
+              file=sys.stderr)
+        raise SystemExit(3) from None
+    except KeyboardInterrupt:
+        print(f"reward-rescore: interrupted; what was scored is in {out}: run again to go on",
+              file=sys.stderr)
+        raise SystemExit(130) from None
+    summary_path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    print(table(summary))
+    print(f"new results: {out}\nsummary: {summary_path}")
+
+
+if __name__ == "__main__":
+    main()

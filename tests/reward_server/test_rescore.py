@@ -1,0 +1,159 @@
+"""``reward-rescore`` on rollouts stored by real runs: our trainer's rollouts.jsonl and TRL
+1.16's completions tables, each scored again on a server whose math verdicts differ (a looser
+tolerance: every last number within 50% of 7.4 becomes right)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from reward_server.client import RewardClient
+from reward_server.rescore import rescore
+from reward_server.rollout_log import FILE
+from tests.conftest import ServerProcess, free_port, run_server
+from trainer.config import GRPOConfig, RewardSpec
+from trainer.models import load_model, prepare_tokenizer
+from trainer.train import GRPOTrainer, seed_everything
+
+LOOSE = {"REWARD_SERVER_MATH_TOLERANCE": "0.5"}
+PARAMS = {"extract": "last_number", "truncated": False}  # the tiny model never stops
+
+
+def rows(n: int) -> list[dict[str, str]]:
+    """Prompts whose answer no integer matches exactly and most match within 50%."""
+    rng = random.Random(0)
+    return [{"prompt": "say 7: " + "".join(rng.choice("abcdefgh") for _ in range(3)),
+             "answer": "7.4"} for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def loose(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The upgraded server: math with a looser tolerance."""
+    with run_server(tmp_path_factory.mktemp("loose"), env=LOOSE) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def trainer_run(server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run directory of our trainer (one step and its evaluations) with log_rollouts."""
+    run = tmp_path_factory.mktemp("run")
+    config = GRPOConfig(model="tiny", dataset="unused", output_dir=str(run), max_steps=1,
+                        prompts_per_step=4, num_generations=8, max_completion_length=6,
+                        micro_batch_size=32, progress_bar=False, log_rollouts=True,
+                        eval_samples=8, rewards=[RewardSpec(verifier="math", params=PARAMS)])
+    seed_everything(config.seed)
+    model, tokenizer = load_model("tiny", torch.float32, config.seed)
+    with RewardClient(server.url) as client:
+        GRPOTrainer(model, tokenizer, rows(32), config, client, eval_rows=rows(8)).train()
+    return run
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_trainer_rollouts_scored_again(trainer_run: Path, server: ServerProcess,
+                                       loose: ServerProcess) -> None:
+    stored = _lines(trainer_run / FILE)
+    assert len(stored) == 4 * 8 + 2 * 8  # the step's rollouts and two evaluations'
+    assert {r["provenance"]["verifier"] for r in stored} == {"math"}
+    summary = rescore(trainer_run, loose.url, progress=False)
+    out = _lines(trainer_run / "rescored.jsonl")
+    assert [line["item"] for line in out] == [r["item"] for r in stored]
+    assert [line["previous"]["reward"] for line in out] == [r["reward"] for r in stored]
+    with RewardClient(loose.url) as client:  # what the upgraded server says of each item
+        assert [line["reward"] for line in out] == client.rewards(
+            [r["item"] for r in stored]).rewards
+    ups = sum(line["reward"] == 1.0 for line in out)
+    assert all(r["reward"] == 0.0 for r in stored) and ups > 0
+    assert summary["items"] == len(stored) and summary["changed"] == ups
+    assert summary["directions"] == {"up": ups, "down": 0, "to_null": 0, "from_null": 0}
+    assert summary["by_verifier"]["math"]["up"] == ups
+    math = summary["provenance"]["math"]
+    assert math["before"] == [stored[0]["provenance"]["fingerprint"]]
+    assert [c.split()[0] for c in math["changes"]] == ["settings"]  # only the tolerance
+    assert len(summary["examples"]["math"]["up"]) == 3
+
+
+def test_an_interrupted_rescore_resumes_after_its_last_whole_line(
+        trainer_run: Path, loose: ServerProcess, tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    full = rescore(trainer_run, loose.url, out, progress=False)
+    whole = out.read_bytes()
+    lines = whole.splitlines(keepends=True)
+    out.write_bytes(b"".join(lines[:10]) + lines[10][:25])  # killed mid-line
+    assert rescore(trainer_run, loose.url, out, progress=False) == full
+    assert out.read_bytes() == whole
+    # nothing left to do: no server is asked
+    dead = f"http://127.0.0.1:{free_port()}"
+    assert rescore(trainer_run, dead, out, progress=False, max_attempts=1) == full
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "reward_server.rescore", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_writes_results_and_summary_and_says_what_is_wrong_in_a_line(
+        trainer_run: Path, loose: ServerProcess, tmp_path: Path) -> None:
+    out = tmp_path / "new.jsonl"
+    done = _cli(str(trainer_run / FILE), "--url", loose.url, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "verdicts changed" in done.stdout and "math provenance: settings" in done.stdout
+    assert "item" in done.stderr  # the progress bar
+    summary = json.loads((tmp_path / "new.summary.json").read_text())
+    assert summary["items"] == len(_lines(out)) and summary["changed"] > 0
+
+    metrics_only = _cli(str(trainer_run / "metrics.jsonl"), "--url", loose.url,
+                        "--out", str(tmp_path / "m.jsonl"))
+    assert metrics_only.returncode == 2
+    assert metrics_only.stderr.strip().splitlines() == [
+        f"reward-rescore: metrics.jsonl:1: a metrics line (per-step means), not a scored "
+        f"item; the trainer's items are in {FILE} (log_rollouts: true)"]
+    down = _cli(str(trainer_run), "--url", f"http://127.0.0.1:{free_port()}", "--out",
+                str(tmp_path / "d.jsonl"), "--retry-for-s", "0.5", "--no-progress")
+    assert down.returncode == 3 and len(down.stderr.strip().splitlines()) == 1
+    assert "run again to go on" in down.stderr and "Traceback" not in down.stderr
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning",
+                            "ignore::FutureWarning")
+def test_trl_completion_logs_scored_again(server: ServerProcess, loose: ServerProcess,
+                                          tmp_path: Path) -> None:
+    from datasets import Dataset
+    from trl import GRPOConfig as TRLConfig
+    from trl import GRPOTrainer as TRLTrainer
+
+    from reward_server.adapters.trl import ServerReward
+
+    model, tokenizer = load_model("tiny", torch.float32, 0)
+    prepare_tokenizer(tokenizer)
+    reward = ServerReward(server.url, verifier="math", params=PARAMS)
+    args = TRLConfig(output_dir=str(tmp_path), per_device_train_batch_size=8,
+                     num_generations=4, max_completion_length=6, max_steps=2,
+                     logging_steps=1, report_to=[], save_strategy="no", use_cpu=True,
+                     bf16=False, seed=0, dataloader_num_workers=0, beta=0.0,
+                     log_completions=True)
+    TRLTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(
+        rows(16)), processing_class=tokenizer).train()
+    tables = sorted((tmp_path / "completions").glob("*.parquet"))
+    assert len(tables) == 2  # TRL's own files, one per logged step
+
+    summary = rescore(tmp_path, loose.url, progress=False)
+    out = _lines(tmp_path / "rescored.jsonl")
+    assert len(out) == 16 and summary["items"] == 16
+    assert out[0]["origin"] == f"{tables[0].name}:0:math_reward"
+    assert out[0]["step"] == 1 and out[-1]["step"] == 2
+    assert {line["item"]["answer"] for line in out} == {"7.4"}
+    assert all(line["previous"]["reward"] == 0.0 for line in out)
+    assert all(line["previous"]["result"]["status"] for line in out)
+    assert {line["previous"]["provenance"]["verifier"] for line in out} == {"math"}
+    ups = sum(line["reward"] == 1.0 for line in out)
+    assert ups > 0 and summary["directions"]["up"] == ups == summary["changed"]
