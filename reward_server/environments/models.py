@@ -64,11 +64,13 @@ class VerifierAction(Action):
 class VerifierObservation(Observation):
     """The verifier's verdict: ``reward`` is its score (null when the item could not be
     scored for a reason outside the response, e.g. the sandbox unavailable), ``status`` its
-    status word, ``result`` the verifier's whole result. One answer per episode: ``done``."""
+    status word, ``result`` the verifier's whole result, ``provenance`` what produced it (the
+    block ``/v1/verify`` answers with). One answer per episode: ``done``."""
 
     verifier: str = ""
     status: str = Field("ready", description="ready (reset's answer), else the result's.")
     result: dict[str, Any] = Field(default_factory=dict)
+    provenance: dict[str, Any] | None = None
 
 
 class VerifierState(State):

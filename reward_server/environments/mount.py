@@ -52,7 +52,8 @@ def mount_environments(app: FastAPI, settings: ServerSettings) -> list[str]:
     for name, factory, action, observation, env_state in [
         ("code", lambda: CodeInterpreterEnvironment(lambda: state.sessions),
          CodeAction, CodeObservation, CodeState),
-        ("verifier", lambda: VerifierEnvironment(lambda: state.scorer),
+        ("verifier", lambda: VerifierEnvironment(lambda: state.scorer,
+                                                  lambda: state.provenance),
          VerifierAction, VerifierObservation, VerifierState),
     ]:
         path = f"{PREFIX}/{name}"

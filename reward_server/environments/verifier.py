@@ -20,6 +20,7 @@ from reward_server.environments.base import LoopEnvironment
 from reward_server.environments.gate import current_caller
 from reward_server.environments.models import VerifierAction, VerifierObservation, VerifierState
 from reward_server.errors import ApiError, InvalidItems, PayloadTooLarge, format_validation_errors
+from reward_server.provenance import Provenances
 from reward_server.scoring import Scorer
 
 RESPONSE = "response"  # the item field the action fills
@@ -28,9 +29,11 @@ RESPONSE = "response"  # the item field the action fills
 class VerifierEnvironment(LoopEnvironment[VerifierAction, VerifierObservation, VerifierState]):
     """One item at a time, scored by its verifier (see the module docstring)."""
 
-    def __init__(self, scorer: Callable[[], Scorer]) -> None:
+    def __init__(self, scorer: Callable[[], Scorer],
+                 provenance: Callable[[], Provenances]) -> None:
         super().__init__()
-        self._scorer = scorer  # the app's, found when the episode starts (its lifespan)
+        # the app's, found when the episode starts (its lifespan makes them)
+        self._scorer, self._provenance = scorer, provenance
         self._item: dict[str, Any] | None = None
         self._state = VerifierState()
 
@@ -86,8 +89,10 @@ class VerifierEnvironment(LoopEnvironment[VerifierAction, VerifierObservation, V
         except (InvalidItems, PayloadTooLarge) as exc:
             raise _renamed(exc) from None
         self._state.scored, self._state.step_count = True, self._state.step_count + 1
+        provenance = self._provenance().current()[name].model_dump(mode="json")
         return VerifierObservation(verifier=name, status=result.status, reward=result.score,
-                                   result=result.model_dump(mode="json"), done=True)
+                                   result=result.model_dump(mode="json"),
+                                   provenance=provenance, done=True)
 
 
 def _renamed(exc: ApiError) -> ApiError:

@@ -89,6 +89,8 @@ def test_the_reward_is_the_verifiers_score(srv: ServerProcess, verifier: str,
                    json={"items": [{**item, "response": response}]},
                    headers=caller_headers(None, TOKEN))
     assert result.observation.result == r.json()["results"][0]  # what the API says, whole
+    assert result.observation.provenance == r.json()["provenance"]  # and what produced it
+    assert result.observation.provenance["verifier"] == verifier
 
 
 def test_one_answer_per_episode(srv: ServerProcess) -> None:
