@@ -10,8 +10,11 @@ Each stored item (``sources``) goes to the server again through ``RewardClient``
 retries, failover); each new result is appended to the output as a rollout record
 (``reward_server.rollout_log``) with the old one under ``previous``, so the output can itself
 be re-scored later. The output is the progress: a run that stops (a server down past the
-client's retries, Ctrl-C) resumes after its last whole line. The summary (``summary``) is made
-from the whole output at the end, resumed parts included.
+client's retries, Ctrl-C) resumes after its last whole line, when asked to (``resume``): an
+output already there is otherwise refused, since a rollouts folder may be someone else's, and
+lines planted in it would pass for this server's verdicts. The output is opened without
+following a symbolic link and must be a regular file. The summary (``summary``) is made from
+the whole output at the end, resumed parts included.
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from reward_server.client import RewardClient
-from reward_server.rescore.sources import SourceError, Stored, count, read
+from reward_server.rescore.sources import SourceError, Stored, count, files_of, read
 from reward_server.rescore.summary import summarize
 
 __all__ = ["SourceError", "default_output", "rescore"]
@@ -39,24 +43,45 @@ def default_output(source: Path) -> Path:
     return source.with_name(f"{source.stem}.rescored.jsonl")
 
 
-def _done(out: Path) -> list[str]:
-    """The origins already written to ``out``; a line cut short by a crash is dropped from
-    the file (it is scored again)."""
-    if not out.exists():
-        return []
+def _open_output(out: Path, resume: bool) -> int:
+    """``out`` opened for reading and appending: a regular file, never through a symbolic
+    link (which could point at any file of the user's); one already there only to resume."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    if not resume:
+        flags |= os.O_EXCL
+    try:
+        fd = os.open(out, flags, 0o644)
+    except FileExistsError:
+        raise SourceError(f"{out}: exists: --resume (resume=True) goes on from an output of "
+                          "yours; --out names another file") from None
+    except OSError as exc:  # ELOOP: a symbolic link
+        raise SourceError(f"{out}: cannot write the output there ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SourceError(f"{out}: not a regular file")
+    return fd
+
+
+def _done(f: Any, out: Path) -> list[str]:
+    """The origins already written to the output ``f``; a line cut short by a crash is
+    dropped from the file (it is scored again), after a whole line rescore wrote only: a
+    file of something else is refused, never cut."""
     origins, whole = [], 0
-    with open(out, "rb+") as f:
-        for number, line in enumerate(f, 1):
-            if not line.endswith(b"\n"):
-                f.truncate(whole)
-                break
-            whole += len(line)
-            if not line.strip():
-                continue
-            try:
-                origins.append(json.loads(line)["origin"])
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise SourceError(f"{out}:{number}: not a line rescore wrote") from None
+    for number, line in enumerate(f, 1):
+        if not line.endswith(b"\n") and origins:
+            f.truncate(whole)
+            break
+        whole += len(line)
+        if not line.strip():
+            continue
+        try:
+            origin = json.loads(line)["origin"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            origin = None
+        if not isinstance(origin, str):
+            raise SourceError(f"{out}:{number}: not a line rescore wrote") from None
+        origins.append(origin)
+    f.seek(0, os.SEEK_END)
     return origins
 
 
@@ -75,17 +100,23 @@ def _batches(records: Iterator[Stored], size: int) -> Iterator[list[Stored]]:
 
 def rescore(source: str | Path, client: str | list[str] | RewardClient,
             out: str | Path | None = None, *, batch: int = BATCH, examples: int = 3,
-            progress: bool = True, **client_options: Any) -> dict[str, Any]:
+            progress: bool = True, resume: bool = False, **client_options: Any
+            ) -> dict[str, Any]:
     """Score ``source``'s stored items again on ``client`` (a client, or server URLs with
-    ``client_options``), append the new results to ``out`` (``default_output``), and return
-    the summary of all of ``out``. Raises ``SourceError`` for input it cannot read, and the
-    client's errors for a server that does not answer (what was scored stays written)."""
+    ``client_options``), write the new results to ``out`` (``default_output``; one there
+    already only with ``resume``: go on after its last whole line), and return the summary
+    of all of ``out``. Raises ``SourceError`` for input it cannot read or an output it will
+    not write, and the client's errors for a server that does not answer (what was scored
+    stays written)."""
     source = Path(source)
     out = Path(out) if out is not None else default_output(source)
+    files_of(source)  # a missing input is named before an output is made for it
     own = not isinstance(client, RewardClient)
     scorer = RewardClient(client, **client_options) if own else client
+    created = not out.exists()
+    f = os.fdopen(_open_output(out, resume), "rb+")
     try:
-        done = _done(out)
+        done = _done(f, out)
         records = read(source)
         for index, old in enumerate(itertools.islice(records, len(done))):
             if old.origin != done[index]:  # another input's output: never mix two
@@ -101,22 +132,26 @@ def rescore(source: str | Path, client: str | list[str] | RewardClient,
             bar = tqdm(total=count(source), initial=len(done), desc="rescore", unit="item",
                        dynamic_ncols=True)
         try:
-            with open(out, "a", encoding="utf-8") as f:
-                for chunk in _batches(records, batch):
-                    scored = scorer.rewards([old.item for old in chunk])
-                    f.write("".join(json.dumps(_line(old, scored.rewards[i], scored.results[i],
-                                                     scored.provenance_of(i)),
-                                               ensure_ascii=False) + "\n"
-                                    for i, old in enumerate(chunk)))
-                    f.flush()
-                    os.fsync(f.fileno())  # what is written is what a resume skips
-                    if bar is not None:
-                        bar.update(len(chunk))
+            for chunk in _batches(records, batch):
+                scored = scorer.rewards([old.item for old in chunk])
+                f.write("".join(json.dumps(_line(old, scored.rewards[i], scored.results[i],
+                                                 scored.provenance_of(i)),
+                                           ensure_ascii=False) + "\n"
+                                for i, old in enumerate(chunk)).encode())
+                f.flush()
+                os.fsync(f.fileno())  # what is written is what a resume skips
+                if bar is not None:
+                    bar.update(len(chunk))
         finally:
             if bar is not None:
                 bar.close()
+        f.seek(0)
+        return summarize((json.loads(line) for line in f if line.strip()), examples)
+    except BaseException:
+        if created and os.fstat(f.fileno()).st_size == 0:
+            out.unlink()  # nothing scored: the next run needs no --resume
+        raise
     finally:
+        f.close()
         if own:
             scorer.close()
-    with open(out, encoding="utf-8") as f:
-        return summarize((json.loads(line) for line in f if line.strip()), examples)

@@ -1,11 +1,11 @@
 """``reward-rescore``: score stored rollouts again and say which verdicts changed.
 
-    reward-rescore ROLLOUTS --url http://reward:8000 [--out OUT] [--summary SUMMARY]
+    reward-rescore ROLLOUTS --url http://reward:8000 [--out OUT] [--summary SUMMARY] [--resume]
 
 ROLLOUTS is our trainer's run directory or rollouts.jsonl, a TRL output directory or one of
 its completions/*.parquet. Exit codes: 0 done, 2 input it cannot read (one line naming the
-file and line), 3 the server refused or did not answer (what was scored is kept: run the same
-command again to go on).
+file and line), 3 the server refused or did not answer (what was scored is kept: the same
+command with --resume goes on).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from reward_server.client import RewardClientError, split_urls
@@ -32,8 +33,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="reward server URL(s), comma-separated")
     p.add_argument("--token", default=os.environ.get("REWARD_SERVER_TOKEN"),
                    help="bearer token (default: $REWARD_SERVER_TOKEN)")
-    p.add_argument("--out", type=Path, help="new results, JSONL, appended to and resumed "
-                   "(default: rescored.jsonl in the run dir, or <name>.rescored.jsonl)")
+    p.add_argument("--out", type=Path, help="new results, JSONL (default: rescored.jsonl in "
+                   "the run dir, or <name>.rescored.jsonl); refused if it exists, unless "
+                   "--resume")
+    p.add_argument("--resume", action="store_true", help="go on from an output this command "
+                   "wrote before (its last whole line)")
     p.add_argument("--summary", type=Path, help="summary JSON (default: OUT with "
                    ".summary.json)")
     p.add_argument("--batch-size", type=int, default=256, help="items per request")
@@ -56,21 +60,35 @@ def main(argv: list[str] | None = None) -> None:
     try:
         summary = rescore(args.rollouts, args.url, out, batch=args.batch_size,
                           examples=args.examples, progress=not args.no_progress,
-                          token=args.token, max_attempts=None, retry_for_s=args.retry_for_s)
+                          token=args.token, max_attempts=None, retry_for_s=args.retry_for_s,
+                          resume=args.resume)
     except SourceError as exc:
         print(f"reward-rescore: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except RewardClientError as exc:
-        print(f"reward-rescore: {exc}; what was scored is in {out}: run again to go on",
-              file=sys.stderr)
+        print(f"reward-rescore: {exc}; what was scored is in {out}: run again with --resume "
+              "to go on", file=sys.stderr)
         raise SystemExit(3) from None
     except KeyboardInterrupt:
-        print(f"reward-rescore: interrupted; what was scored is in {out}: run again to go on",
-              file=sys.stderr)
+        print(f"reward-rescore: interrupted; what was scored is in {out}: run again with "
+              "--resume to go on", file=sys.stderr)
         raise SystemExit(130) from None
-    summary_path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    _replace(summary_path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     print(table(summary))
     print(f"new results: {out}\nsummary: {summary_path}")
+
+
+def _replace(path: Path, text: str) -> None:
+    """``path`` replaced whole by a new file: a symbolic link there is replaced, never
+    followed to the file it names."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
 
 
 if __name__ == "__main__":

@@ -110,34 +110,57 @@ def _record(record: Any, where: str) -> Stored:
         raise SourceError(f"{where}: item.verifier: a verifier name is required")
     result = record.get("result") if isinstance(record.get("result"), dict) else {}
     return Stored(where, item, _reward(record.get("reward")), result,
-                  record.get("provenance"), record.get("step"))
+                  _provenance(record.get("provenance"), where), _int(record.get("step")))
+
+
+def _provenance(value: Any, where: str) -> dict[str, Any] | None:
+    """A stored provenance block: an object (the summary compares its fields), or none."""
+    if value is not None and not isinstance(value, dict):
+        raise SourceError(f"{where}: provenance: an object (what the server answered), or "
+                          "null")
+    return value
+
+
+TABLE_BATCH = 1024  # rows decoded at a time: a table's encoded size says little of its rows'
 
 
 def _table(file: Path) -> Iterator[Stored]:
-    import pandas as pd
+    """The rows of a TRL completions table, read a batch of rows at a time: a small file
+    of repeated values can decode to gigabytes at once."""
+    import pyarrow.parquet as pq
 
-    frame = pd.read_parquet(file)
-    rewards = [c[: -len(ITEM)] for c in frame.columns if c.endswith(ITEM)]
+    table = pq.ParquetFile(file)
+    columns = table.schema_arrow.names
+    rewards = [c[: -len(ITEM)] for c in columns if c.endswith(ITEM)]
     if not rewards:
         raise SourceError(f"{file.name}: no '<reward>/item' column: TRL logs the items with "
                           "the rewards only when the reward function is reward_server's "
                           "ServerReward (reward_server.adapters.trl)")
     for column in (*rewards, "completion"):
-        if column not in frame.columns:
+        if column not in columns:
             raise SourceError(f"{file.name}: no {column!r} column")
-    for row, values in enumerate(frame.to_dict("records")):
-        for name in rewards:
-            if values[name + ITEM] is None:
-                continue  # a row that made no item (its columns did not fit one)
-            where = f"{file.name}:{row}:{name}"
-            item = {**_loads(values[name + ITEM], where),
-                    "response": completion_text(_plain(values["completion"]))}
-            status = values.get(name + STATUS)
-            result = {"verifier": item.get("verifier")} | ({"status": status} if status else {})
-            provenance = values.get(name + PROVENANCE)
-            yield Stored(where, item, _reward(values[name]), result,
-                         _loads(provenance, where) if provenance else None,
-                         _int(values.get("step")))
+    row = 0
+    for batch in table.iter_batches(batch_size=TABLE_BATCH):
+        for values in batch.to_pylist():
+            yield from _row(file, row, values, rewards)
+            row += 1
+
+
+def _row(file: Path, row: int, values: dict[str, Any], rewards: list[str]) -> Iterator[Stored]:
+    for name in rewards:
+        if values[name + ITEM] is None:
+            continue  # a row that made no item (its columns did not fit one)
+        where = f"{file.name}:{row}:{name}"
+        item = _loads(values[name + ITEM], where)
+        if not isinstance(item, dict):
+            raise SourceError(f"{where}: {name}{ITEM}: an object (the item as sent)")
+        item = {**item, "response": completion_text(_plain(values["completion"]))}
+        status = values.get(name + STATUS)
+        result = {"verifier": item.get("verifier")} | ({"status": status} if status else {})
+        provenance = values.get(name + PROVENANCE)
+        yield Stored(where, item, _reward(values[name]), result,
+                     _provenance(_loads(provenance, where), where) if provenance else None,
+                     _int(values.get("step")))
 
 
 def _plain(value: Any) -> Any:

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from reward_server.client import RewardClient
-from reward_server.rescore import rescore
+from reward_server.rescore import SourceError, rescore
 from reward_server.rollout_log import FILE
 from tests.conftest import ServerProcess, free_port, run_server
 from trainer.config import GRPOConfig, RewardSpec
@@ -89,11 +89,11 @@ def test_an_interrupted_rescore_resumes_after_its_last_whole_line(
     whole = out.read_bytes()
     lines = whole.splitlines(keepends=True)
     out.write_bytes(b"".join(lines[:10]) + lines[10][:25])  # killed mid-line
-    assert rescore(trainer_run, loose.url, out, progress=False) == full
+    assert rescore(trainer_run, loose.url, out, progress=False, resume=True) == full
     assert out.read_bytes() == whole
     # nothing left to do: no server is asked
     dead = f"http://127.0.0.1:{free_port()}"
-    assert rescore(trainer_run, dead, out, progress=False, max_attempts=1) == full
+    assert rescore(trainer_run, dead, out, progress=False, max_attempts=1, resume=True) == full
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -120,7 +120,7 @@ def test_cli_writes_results_and_summary_and_says_what_is_wrong_in_a_line(
     down = _cli(str(trainer_run), "--url", f"http://127.0.0.1:{free_port()}", "--out",
                 str(tmp_path / "d.jsonl"), "--retry-for-s", "0.5", "--no-progress")
     assert down.returncode == 3 and len(down.stderr.strip().splitlines()) == 1
-    assert "run again to go on" in down.stderr and "Traceback" not in down.stderr
+    assert "run again with --resume" in down.stderr and "Traceback" not in down.stderr
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning",
@@ -157,3 +157,68 @@ def test_trl_completion_logs_scored_again(server: ServerProcess, loose: ServerPr
     assert {line["previous"]["provenance"]["verifier"] for line in out} == {"math"}
     ups = sum(line["reward"] == 1.0 for line in out)
     assert ups > 0 and summary["directions"]["up"] == ups == summary["changed"]
+
+
+def test_an_output_already_there_is_not_taken_for_this_servers_verdicts(
+        trainer_run: Path, tmp_path: Path) -> None:
+    """A rollouts folder may be someone else's: lines planted as its rescored.jsonl, with the
+    right origins and made-up verdicts, are refused, not summarised as the server's."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / FILE).write_bytes((trainer_run / FILE).read_bytes())
+    planted = [{"origin": f"{FILE}:{n}", "item": {"verifier": "math"}, "reward": 1.0,
+                "result": {}, "provenance": {"fingerprint": "deadbeef"}}
+               for n in range(1, len(_lines(run / FILE)) + 1)]
+    (run / "rescored.jsonl").write_text("".join(json.dumps(p) + "\n" for p in planted))
+    dead = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(SourceError, match="exists: --resume"):
+        rescore(run, dead, progress=False, max_attempts=1)
+    done = _cli(str(run), "--url", dead, "--no-progress")
+    assert done.returncode == 2 and "exists: --resume" in done.stderr
+    assert not (run / "rescored.summary.json").exists()
+
+
+def test_no_file_is_written_or_cut_through_a_link_or_taken_for_an_output(
+        trainer_run: Path, loose: ServerProcess, tmp_path: Path) -> None:
+    victim = tmp_path / "token"
+    victim.write_bytes(b"secret-without-a-newline")
+    dead = f"http://127.0.0.1:{free_port()}"
+    link = tmp_path / "out.jsonl"
+    link.symlink_to(victim)
+    for resume in (False, True):
+        with pytest.raises(SourceError):
+            rescore(trainer_run, dead, link, progress=False, max_attempts=1, resume=resume)
+    dangling = tmp_path / "dangling.jsonl"
+    dangling.symlink_to(tmp_path / "made")
+    with pytest.raises(SourceError):
+        rescore(trainer_run, dead, dangling, progress=False, max_attempts=1)
+    assert not (tmp_path / "made").exists()
+    # resuming a file that is not rescore's: refused, not cut at its last newline
+    with pytest.raises(SourceError, match="not a line rescore wrote"):
+        rescore(trainer_run, dead, victim, progress=False, max_attempts=1, resume=True)
+    assert victim.read_bytes() == b"secret-without-a-newline"
+    summary = tmp_path / "s.json"
+    summary.symlink_to(victim)
+    done = _cli(str(trainer_run / FILE), "--url", loose.url, "--out",
+                str(tmp_path / "new.jsonl"), "--summary", str(summary), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert victim.read_bytes() == b"secret-without-a-newline"  # the link was replaced
+    assert not summary.is_symlink() and json.loads(summary.read_text())["items"] > 0
+
+
+def test_stored_fields_of_the_wrong_type_are_named(tmp_path: Path) -> None:
+    log = tmp_path / FILE
+    log.write_text(json.dumps({"item": {"verifier": "math", "response": "1", "answer": "1"},
+                               "reward": 1.0, "provenance": "v1"}) + "\n")
+    dead = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(SourceError, match=f"{FILE}:1: provenance"):
+        rescore(log, dead, tmp_path / "o.jsonl", progress=False, max_attempts=1)
+    assert not (tmp_path / "o.jsonl").exists()  # nothing scored: no output left to resume
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "completions.parquet"
+    pq.write_table(pa.table({"completion": ["1"], "math/item": [json.dumps("not an item")],
+                             "math": [1.0]}), table)
+    with pytest.raises(SourceError, match="completions.parquet:0:math: math/item"):
+        rescore(table, dead, tmp_path / "t.jsonl", progress=False, max_attempts=1)
