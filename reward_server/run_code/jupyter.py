@@ -22,7 +22,7 @@ from reward_server.run_code.jupyter_schemas import (
 )
 from reward_server.run_code.schemas import CommandRunResult, CommandRunStatus
 from reward_server.run_code.session_schemas import RunCellsResponse
-from reward_server.run_code.sessions import SANDBOX_ERROR, Sessions, answer_chars
+from reward_server.run_code.sessions import SANDBOX_ERROR, Sessions, answer_bytes
 from sandbox.config import capped
 from sandbox.snippets import check_paths
 
@@ -49,7 +49,7 @@ async def run_jupyter(sessions: Sessions, caller: Caller, request: RunJupyterReq
             notes = [ran.message] if ran.message else []
             if status == 200 and request.fetch_files:
                 fetched = await sessions.fetch(session, list(request.fetch_files),
-                                               answer_limit - answer_chars(ran.cells))
+                                               answer_limit - answer_bytes(ran.cells))
                 files = fetched.files
                 notes += [f"fetch_files {name!r}: {reason}"
                           for name, reason in fetched.missing.items()]

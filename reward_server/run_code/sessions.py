@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import secrets
@@ -65,6 +66,7 @@ from reward_server.scoring import Scorer
 from sandbox.config import capped
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness.session import TIMEOUT
+from sandbox.response_limit import json_size
 from sandbox.sessions import INTERRUPT_GRACE_S, CellResult, FetchedFiles, SandboxSession
 from sandbox.sessions import SessionLimits as SandboxLimits
 from sandbox.snippets import check_paths
@@ -415,10 +417,11 @@ class Sessions:
                                 if cell.stopped == TIMEOUT and cell_limit < time_limit else "")
                         message = f"cells[{index}]: {message}{left}"
                     break
-                answer += answer_chars(results[-1:])
+                # measured off the loop: a cell's output, escaped, may be megabytes
+                answer += await asyncio.to_thread(answer_bytes, results[-1:])
                 if answer > limit and index + 1 < len(sources):
                     message = (f"cells[{index + 1}:] not run: the answer holds {answer} "
-                               f"characters of the cells' output, past its limit of {limit} "
+                               f"bytes of the cells' output, past its limit of {limit} "
                                f"(sandbox_snippet_response_limit_bytes); the session is as "
                                f"cells[{index}] left it")
                     break
@@ -473,11 +476,13 @@ class Sessions:
                                     f"no cell for {session.limits.idle_ttl_s:g} s, its idle TTL")
 
 
-def answer_chars(cells: list[CellRunResult]) -> int:
-    """About how many characters cells add to an answer (their JSON escapes aside): what
-    /run_jupyter's fetched files may not take of it."""
-    return sum(len(cell.stdout) + len(cell.stderr) + sum(len(str(d)) for d in cell.display)
-               + sum(len(str(e)) for e in cell.error) for cell in cells)
+def answer_bytes(cells: list[CellRunResult]) -> int:
+    """The bytes cells' output adds to an answer as JSON, escapes included (a NUL is six:
+    counted as characters, a run's answer was 6.75 times its limit); what /run_jupyter's
+    fetched files may not take of it."""
+    return sum(json_size(cell.stdout) + json_size(cell.stderr)
+               + len(json.dumps([cell.display, cell.error], ensure_ascii=False).encode(
+                   "utf-8", "surrogatepass")) for cell in cells)
 
 
 def _retry_after(sessions: list[_Session]) -> int:

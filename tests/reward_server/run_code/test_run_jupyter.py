@@ -221,6 +221,20 @@ def test_hostile_runs_contained_beside_a_benign_one(srv: ServerProcess) -> None:
     assert_clean(srv)
 
 
+def test_escaped_output_counts_against_the_answers_limit(srv: ServerProcess) -> None:
+    """Cells that print NULs (six bytes each in the JSON answer): the cells past the answer's
+    limit in bytes are not run, though their characters would have stayed under it."""
+    cell = "import sys; sys.stdout.write('\\0' * 65000); sys.stderr.write('\\0' * 65000)"
+    r = post(srv, cells=[cell] * 30)
+    assert r.status_code == 200, r.text[:500]
+    answer = r.json()
+    limit = answer["limits"]["response_limit_bytes"]
+    assert 30 * 2 * 65000 < limit < 30 * 2 * 65000 * 6  # as characters all 30 fit
+    assert answer["status"] == "Failed" and "not run" in answer["message"], answer["message"]
+    assert len(answer["cells"]) < 30
+    assert len(r.content) < limit + 2 * 6 * OUTPUT_LIMIT  # at most one cell past it
+
+
 def test_no_network_outside_or_to_the_host(srv: ServerProcess) -> None:
     got = run(srv, cells=[probes.network_probe(srv.url.rsplit(":", 1)[1])])
     assert got["status"] == "Success", got
