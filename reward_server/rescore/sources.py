@@ -74,9 +74,7 @@ def count(path: Path) -> int:
     total = 0
     for file in files_of(path):
         if file.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            meta = pq.ParquetFile(file)
+            meta = _parquet().ParquetFile(file)
             columns = [n for n in meta.schema_arrow.names if n.endswith(ITEM)]
             total += meta.metadata.num_rows * len(columns)
         else:
@@ -127,9 +125,7 @@ TABLE_BATCH = 1024  # rows decoded at a time: a table's encoded size says little
 def _table(file: Path) -> Iterator[Stored]:
     """The rows of a TRL completions table, read a batch of rows at a time: a small file
     of repeated values can decode to gigabytes at once."""
-    import pyarrow.parquet as pq
-
-    table = pq.ParquetFile(file)
+    table = _parquet().ParquetFile(file)
     columns = table.schema_arrow.names
     rewards = [c[: -len(ITEM)] for c in columns if c.endswith(ITEM)]
     if not rewards:
@@ -161,6 +157,22 @@ def _row(file: Path, row: int, values: dict[str, Any], rewards: list[str]) -> It
         yield Stored(where, item, _reward(values[name]), result,
                      _provenance(_loads(provenance, where), where) if provenance else None,
                      _int(values.get("step")))
+
+
+def _parquet() -> Any:
+    """pyarrow's parquet reader (not a dependency of the server alone; 14.0.1 or later:
+    older ones run code a hostile parquet file carries, CVE-2023-47248)."""
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise SourceError("reading TRL's parquet tables needs pyarrow: pip install "
+                          "'pyarrow>=14.0.1'") from None
+    major, minor, patch = (int(x) for x in pyarrow.__version__.split(".")[:3])
+    if (major, minor, patch) < (14, 0, 1):
+        raise SourceError(f"pyarrow {pyarrow.__version__} runs code a hostile parquet file "
+                          "carries (CVE-2023-47248): pip install 'pyarrow>=14.0.1'")
+    return pyarrow.parquet
 
 
 def _plain(value: Any) -> Any:
