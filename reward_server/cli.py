@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from pydantic_settings import CliApp, SettingsError
 
 from reward_server.callers import load_tokens
+from reward_server.environments.gate import max_message_bytes
 from reward_server.settings import SETTINGS_FILE_ENV, ServerSettings, settings_class
 from reward_server.verifiers.registry import PluginError
 
@@ -56,7 +57,12 @@ def main(argv: list[str] | None = None) -> None:
                # a bounded drain (reward_server/drain.py): what runs at the deadline is cut
                "timeout_graceful_shutdown": settings.drain_s,
                "backlog": settings.listen_backlog,
-               "max_connections": settings.max_connections}
+               "max_connections": settings.max_connections,
+               # the environments' messages (gate.py): the library refuses one of twice
+               # their limit before buffering it (the gate names the limit below that), and
+               # no compression, so a message costs what it holds on the wire
+               "ws_max_size": 2 * max_message_bytes(settings),
+               "ws_per_message_deflate": False}
     if settings.workers > 1:
         path = os.environ[SETTINGS_FILE_ENV] = _settings_file(settings)
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="reward-prom-"))

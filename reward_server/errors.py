@@ -7,6 +7,7 @@ middleware that refuses a request before it is routed.
     ├── Unauthorized              401  missing or wrong token (bearer, or Basic's password)
     ├── UnknownVerifier           404  names the verifiers that exist (or the sandbox's absence)
     ├── SessionNotFound           404  no such session, or another caller's (the two look alike)
+    ├── NotServed                 404  a path a mounted app has that this server does not serve
     ├── SessionGone               410  the caller's own session, ended: closed, expired, lost
     ├── PayloadTooLarge           413  names the field or limit and the setting that raises it
     ├── InvalidItems              422  one line per bad field, with its path (items[3].answer)
@@ -69,6 +70,10 @@ class UnknownVerifier(ApiError):
 
 
 class SessionNotFound(ApiError):
+    status_code = 404
+
+
+class NotServed(ApiError):
     status_code = 404
 
 

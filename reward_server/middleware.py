@@ -78,7 +78,8 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-SANDBOX_ROUTES = ("/run_code", "/run_jupyter", "/v1/sessions")
+# (the code environment's /reset is a /v1/sessions body)
+SANDBOX_ROUTES = ("/run_code", "/run_jupyter", "/v1/sessions", "/v1/environments/code")
 
 
 class BodyLimit:

@@ -107,9 +107,10 @@ class ServerSettings(BaseSettings):
         "may hold in memory at once; past it: 429 with Retry-After. 0: no cap.")
 
     max_sandbox_json_values: int = Field(
-        256 * 1024, ge=1, description="JSON values and keys in a /run_code, /run_jupyter or "
-        "/v1/sessions body: a files map of millions of entries held the event loop for "
-        "11-15 s before it was refused. More is a 413 naming the limit.")
+        256 * 1024, ge=1, description="JSON values and keys in a /run_code, /run_jupyter, "
+        "/v1/sessions or code environment body or message: a files map of millions of "
+        "entries held the event loop for 11-15 s before it was refused. More is a 413 "
+        "(or a close, 1009) naming the limit.")
 
     cache_size: int = Field(
         100_000, ge=0, description="Entries in the per-process result cache; 0 turns it off."

@@ -117,10 +117,9 @@ def check_paths(files: Mapping[str, str], fetch: tuple[str, ...], source: str) -
     if len(files) > MAX_FILES:
         return f"files: {len(files)} files, more than {MAX_FILES}"
     for name, data in files.items():
-        try:
-            path_parts(name)
-        except ValueError:
-            return f"files[{name!r}]: a relative path inside the work dir, without '..'"
+        why = _path_problem(name)
+        if why is not None:
+            return f"files[{name!r}]: {why}"
         if name == source:
             return f"files[{name!r}]: the program's own file name in this language"
         try:
@@ -130,10 +129,21 @@ def check_paths(files: Mapping[str, str], fetch: tuple[str, ...], source: str) -
     if len(fetch) > MAX_FETCH_FILES:
         return f"fetch_files: {len(fetch)} paths, more than {MAX_FETCH_FILES}"
     for index, name in enumerate(fetch):
-        try:
-            path_parts(name)
-        except ValueError:
-            return f"fetch_files[{index}]: a relative path inside the work dir, without '..'"
+        why = _path_problem(name)
+        if why is not None:
+            return f"fetch_files[{index}]: {why}"
+    return None
+
+
+def _path_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a file in the work dir, or None."""
+    try:
+        name.encode("utf-8")  # a lone surrogate names no file: the container start failed
+        path_parts(name)
+    except UnicodeEncodeError:
+        return "not UTF-8 (a lone surrogate)"
+    except ValueError:
+        return "a relative path inside the work dir, without '..'"
     return None
 
 

@@ -71,6 +71,9 @@ class CodeInterpreterEnvironment(LoopEnvironment[CodeAction, CodeObservation, Co
         """A fresh interpreter; ``kwargs``: ``POST /v1/sessions``'s fields (``files``,
         ``memory_limit_MB``, ``idle_ttl_s``), checked as it checks them."""
         request = validated(CreateSessionRequest, kwargs, "reset")
+        if episode_id is not None and not isinstance(episode_id, str):
+            # checked before the interpreter starts, not by the state after it
+            raise InvalidItems("reset.episode_id: a string, or left out")
         caller = current_caller()
         await self._end()  # the last episode's interpreter goes
         info = await self._sessions().create(caller, request)

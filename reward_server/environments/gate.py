@@ -1,5 +1,6 @@
-"""The door in front of a mounted OpenEnv app: who is calling, how many environments each
-caller holds, and how long one may sit idle.
+"""The door in front of a mounted OpenEnv app: who is calling, which of OpenEnv's paths it
+may reach, how many environments each caller holds, how long one may sit idle, and what one
+message may hold.
 
 OpenEnv's server builds an environment per WebSocket connection by calling a factory with
 no arguments, and calls its ``reset``/``step`` with the message's fields only: nothing tells
@@ -7,29 +8,57 @@ the environment whose it is. The caller (``callers``: a token's name, or a clien
 quota) is put in a context variable here, in the connection's own task, where the
 environment's ``reset_async``/``step_async`` run and read it.
 
+Only the paths of an episode are served (``HTTP_PATHS``, ``WS_PATHS``): OpenEnv's ``/mcp``
+creates sessions of its own (``openenv/session/create``) that no connection holds, so no cap
+here counted them and nothing reaped them, and ``/ws?session_id=`` re-attaches such a session
+(or one a closed connection left) as whoever holds its id. An episode is its connection.
+
 OpenEnv's own cap (``max_concurrent_envs``) counts connections server-wide, and its idle
 reaper skips connected sockets, so one caller could hold every place with silent sockets.
 Here a caller holds at most ``per_caller`` connections (its quota, as the session caps count)
-and the server ``max_open``; past either the handshake is refused with a 429 naming the
-setting. A connection that sends nothing for ``idle_s`` is closed, which ends its
-environment (and its interpreter) as a client's close would. A message longer than
-``max_message_bytes`` closes the connection (1009) before it is parsed."""
+and the server ``max_open``, counted over both environments (one ``Places``); past either
+the handshake is refused with a 429 naming the setting. A connection that sends nothing for
+``idle_s`` is closed, which ends its environment (and its interpreter) as a client's close
+would.
+
+A message is JSON text; OpenEnv parses and validates it on the event loop. So before it is
+parsed it is held to what an HTTP body to the same route is (``json_shape``): past
+``max_message_bytes``, or more arrays and objects or values outside strings than the route's
+limits (a few MB of ``[]`` or ``0,`` cost seconds of the loop to parse), the connection is
+closed with 1009 and the limit named; a binary frame is closed with 1003."""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
 from collections import Counter
+from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reward_server.callers import Caller, caller_of_scope
-from reward_server.errors import TooManySessions, api_error_response
+from reward_server.errors import (
+    ApiError,
+    InvalidItems,
+    NotServed,
+    TooManySessions,
+    api_error_response,
+)
+from reward_server.json_shape import JsonShape
+from reward_server.settings import ServerSettings
 
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
     "reward_server.environments.caller", default=None)
-MESSAGE_TOO_BIG = 1009  # RFC 6455's close code
+MESSAGE_TOO_BIG = 1009  # RFC 6455's close codes
+UNSUPPORTED_DATA = 1003
 GOING_AWAY = 1001
+# an episode's paths: the rest of OpenEnv's app (/mcp, the task API, /docs) is not served
+HTTP_PATHS = frozenset({"/reset", "/step", "/state", "/schema", "/metadata", "/health"})
+WS_PATHS = frozenset({"/ws"})
+# A message carries one action: a cell or a response at max_field_bytes, which JSON's escapes
+# (\u0000 is six bytes for one) can grow six times over, and an envelope around it
+MESSAGE_BYTES_PER_FIELD_BYTE = 6
+MESSAGE_ENVELOPE_BYTES = 64 * 1024
 
 
 def current_caller() -> Caller:
@@ -40,18 +69,51 @@ def current_caller() -> Caller:
     return caller
 
 
+def max_message_bytes(settings: ServerSettings) -> int:
+    """The longest WebSocket message an environment takes (the gate's limit, and the
+    server's ``ws_max_size``, which the WebSocket library applies after decompression)."""
+    return settings.max_field_bytes * MESSAGE_BYTES_PER_FIELD_BYTE + MESSAGE_ENVELOPE_BYTES
+
+
+class Places:
+    """Connections held, by caller quota: one for every mounted environment, so the caps
+    are what the settings say, not that once per environment."""
+
+    def __init__(self) -> None:
+        self.open: Counter[str] = Counter()
+
+    def mine(self, quota: str) -> int:
+        return self.open[quota]
+
+    def everyone(self) -> int:
+        return sum(self.open.values())
+
+    def take(self, quota: str) -> None:
+        self.open[quota] += 1
+
+    def give(self, quota: str) -> None:
+        self.open[quota] -= 1
+        if not self.open[quota]:
+            del self.open[quota]
+
+
 class EnvironmentGate:
     """ASGI middleware around one mounted OpenEnv app (see the module docstring)."""
 
-    def __init__(self, app: ASGIApp, *, per_caller: int, max_open: int, idle_s: float,
-                 max_message_bytes: int, settings_prefix: str = "openenv") -> None:
+    def __init__(self, app: ASGIApp, *, places: Places, per_caller: int, max_open: int,
+                 idle_s: float, max_message_bytes: int, max_containers: int,
+                 max_values: int, values_setting: str, settings_prefix: str = "openenv"
+                 ) -> None:
         self.app = app
+        self.places = places
         self.per_caller = per_caller
         self.max_open = max_open
         self.idle_s = idle_s
         self.max_message_bytes = max_message_bytes
+        self.max_containers = max_containers
+        self.max_values = max_values
+        self.values_setting = values_setting  # the setting that raises max_values
         self.prefix = settings_prefix
-        self.open: Counter[str] = Counter()  # connections by quota
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -59,24 +121,38 @@ class EnvironmentGate:
         caller = caller_of_scope(scope)
         token = CALLER.set(caller)
         try:
-            if scope["type"] == "http":
-                return await self.app(scope, receive, send)
-            refusal = self._refusal(caller)
+            refusal = self._unserved(scope)
+            if refusal is None and scope["type"] == "websocket":
+                refusal = self._refusal(caller)
             if refusal is not None:
                 return await api_error_response(refusal)(scope, receive, send)
-            self.open[caller.quota] += 1
+            if scope["type"] == "http":
+                return await self.app(scope, receive, send)
+            self.places.take(caller.quota)
             try:
                 receive, send = self._bounded(receive, send)
                 await self.app(scope, receive, send)
             finally:
-                self.open[caller.quota] -= 1
-                if not self.open[caller.quota]:
-                    del self.open[caller.quota]
+                self.places.give(caller.quota)
         finally:
             CALLER.reset(token)
 
+    @staticmethod
+    def _unserved(scope: Scope) -> ApiError | None:
+        """A path outside an episode's, or an attach to a session by its id: refused."""
+        path = scope["path"][len(scope.get("root_path", "")):] or "/"
+        served = WS_PATHS if scope["type"] == "websocket" else HTTP_PATHS
+        if path not in served:
+            return NotServed(f"{path}: not served here; an environment serves "
+                             f"{', '.join(sorted(HTTP_PATHS | WS_PATHS))}")
+        if scope["type"] == "websocket" and "session_id" in parse_qs(
+                scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True):
+            return InvalidItems("session_id: an episode is its own connection; attaching to "
+                                "a session by its id is not served")
+        return None
+
     def _refusal(self, caller: Caller) -> TooManySessions | None:
-        mine, everyone = self.open[caller.quota], sum(self.open.values())
+        mine, everyone = self.places.mine(caller.quota), self.places.everyone()
         if mine >= self.per_caller:
             return TooManySessions(
                 f"this caller has {mine} environments connected, its limit "
@@ -89,8 +165,31 @@ class EnvironmentGate:
                 {"Retry-After": "1"})
         return None
 
+    def _too_much(self, message: Message) -> tuple[int, str] | None:
+        """Why a received message ends the connection (its close code and reason), or None:
+        checked before OpenEnv parses it (see the module docstring)."""
+        if message.get("bytes") is not None:
+            return UNSUPPORTED_DATA, "a binary message: messages are JSON text"
+        text = message.get("text") or ""
+        if len(text) > self.max_message_bytes:  # (each character is a byte or more)
+            return MESSAGE_TOO_BIG, (f"a message of over {self.max_message_bytes} bytes, "
+                                     "past the limit")
+        body = text.encode("utf-8", "replace")
+        if len(body) > self.max_message_bytes:
+            return MESSAGE_TOO_BIG, (f"a message of {len(body)} bytes, past the limit of "
+                                     f"{self.max_message_bytes}")
+        shape = JsonShape()
+        shape.feed(body)
+        if shape.containers > self.max_containers:
+            return MESSAGE_TOO_BIG, (f"message: more than {self.max_containers} JSON arrays "
+                                     "and objects (max_json_containers)")
+        if shape.values > self.max_values:
+            return MESSAGE_TOO_BIG, (f"message: more than {self.max_values} JSON values "
+                                     f"({self.values_setting})")
+        return None
+
     def _bounded(self, receive: Receive, send: Send) -> tuple[Receive, Send]:
-        """``receive`` with the idle limit and the message limit: either ends the
+        """``receive`` with the idle limit and the message limits: either ends the
         connection as the client's own disconnect would (OpenEnv then ends its
         environment), and ``send`` closes it with the code and reason that say why."""
         ended: list[tuple[int, str]] = []
@@ -102,14 +201,10 @@ class EnvironmentGate:
                 ended.append((GOING_AWAY, f"idle for {self.idle_s:g} s ({self.prefix}_idle_s)"))
                 return {"type": "websocket.disconnect", "code": GOING_AWAY}
             if message["type"] == "websocket.receive":
-                size = len(message.get("bytes") or b"")
-                text = message.get("text") or ""
-                if len(text) * 4 > self.max_message_bytes:
-                    size = len(text.encode("utf-8", "replace"))
-                if size > self.max_message_bytes:
-                    ended.append((MESSAGE_TOO_BIG, f"a message of {size} bytes, past the "
-                                  f"limit of {self.max_message_bytes}"))
-                    return {"type": "websocket.disconnect", "code": MESSAGE_TOO_BIG}
+                refused = self._too_much(message)
+                if refused is not None:
+                    ended.append(refused)
+                    return {"type": "websocket.disconnect", "code": refused[0]}
             return message
 
         async def closing(message: Message) -> None:

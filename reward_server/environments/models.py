@@ -12,6 +12,12 @@ from typing import Any, Literal
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
+
+# OpenEnv's Action.metadata takes any nested data, which nothing here reads: held while a
+# step runs, 11 MB of it pinned ~300 MB per connection. An action carries none.
+def no_metadata() -> Any:
+    return Field(default_factory=dict, max_length=0, description="Unused: must be empty.")
+
 # --- the code interpreter --------------------------------------------------------------------
 
 
@@ -23,6 +29,7 @@ class CodeAction(Action):
     cell_timeout: float = Field(0, ge=0, description="Seconds of wall clock; 0: the server's "
                                 "session_cell_timeout_s; capped by its "
                                 "session_max_cell_timeout_s.")
+    metadata: dict[str, Any] = no_metadata()
 
 
 class CodeObservation(Observation):
@@ -59,6 +66,7 @@ class VerifierAction(Action):
     """The answer to the item reset() set: scored by the item's verifier."""
 
     response: str = Field(description="The completion, as a verifier item's 'response'.")
+    metadata: dict[str, Any] = no_metadata()
 
 
 class VerifierObservation(Observation):

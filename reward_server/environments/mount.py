@@ -23,10 +23,10 @@ from collections.abc import Callable
 from fastapi import FastAPI
 from openenv.core.env_server.http_server import HTTPEnvServer
 from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import Action, Observation, State
+from openenv.core.env_server.types import Action, ConcurrencyConfig, Observation, State
 
 from reward_server.environments.code import CodeInterpreterEnvironment
-from reward_server.environments.gate import EnvironmentGate
+from reward_server.environments.gate import EnvironmentGate, Places, max_message_bytes
 from reward_server.environments.models import (
     CodeAction,
     CodeObservation,
@@ -40,14 +40,17 @@ from reward_server.errors import EXCEPTION_HANDLERS
 from reward_server.settings import ServerSettings
 
 PREFIX = "/v1/environments"
-# A message carries one action: a cell or a response at max_field_bytes, which JSON's escapes
-# (\u0000 is six bytes for one) can grow several times over
-MESSAGE_BYTES_PER_FIELD_BYTE = 8
+# OpenEnv's own count of sessions sits above the gate's: a closed connection's session is
+# destroyed a moment after the gate has freed its place, and a place the gate gives must
+# not then be refused by OpenEnv (CAPACITY_REACHED) for that moment
+OPENENV_SLACK = 2
+
 
 
 def mount_environments(app: FastAPI, settings: ServerSettings) -> list[str]:
     """Mount both environments under ``PREFIX``; the paths mounted."""
     state = app.state  # the lifespan sets sessions and scorer before the first connection
+    places = Places()  # one count for both: the caps are the server's, not each mount's
     mounted = []
     for name, factory, action, observation, env_state in [
         ("code", lambda: CodeInterpreterEnvironment(lambda: state.sessions),
@@ -58,23 +61,31 @@ def mount_environments(app: FastAPI, settings: ServerSettings) -> list[str]:
     ]:
         path = f"{PREFIX}/{name}"
         app.mount(path, _environment_app(name, factory, action, observation, env_state,
-                                         settings))
+                                         settings, places))
         mounted.append(path)
     return mounted
 
 
 def _environment_app(name: str, factory: Callable[[], Environment], action: type[Action],
                      observation: type[Observation], state: type[State],
-                     settings: ServerSettings) -> EnvironmentGate:
+                     settings: ServerSettings, places: Places) -> EnvironmentGate:
     # no /docs of its own: FastAPI's loads Swagger UI from a CDN (the server's is offline)
     sub = FastAPI(title=f"OpenEnv environment: {name}", docs_url=None, redoc_url=None,
                   exception_handlers=EXCEPTION_HANDLERS)
-    # the gate's caps are the tighter ones; OpenEnv's own count agrees with them
-    server = HTTPEnvServer(factory, action, observation,
-                           max_concurrent_envs=settings.openenv_max_open,
-                           env_name=name, state_cls=state)
+    # the gate's caps are the tighter ones; OpenEnv's are a backstop: its reaper ends a
+    # session no connection holds once idle (none should exist: the gate serves no path
+    # that makes one)
+    server = HTTPEnvServer(factory, action, observation, concurrency_config=ConcurrencyConfig(
+        max_concurrent_envs=settings.openenv_max_open * OPENENV_SLACK,
+        session_timeout=settings.openenv_idle_s), env_name=name, state_cls=state)
     server.register_routes(sub)
+    # the code environment's reset is a /v1/sessions body: the sandbox routes' tighter limit
+    values, values_setting = ((settings.max_sandbox_json_values, "max_sandbox_json_values")
+                              if name == "code" else
+                              (settings.max_json_values, "max_json_values"))
     return EnvironmentGate(
-        sub, per_caller=settings.openenv_max_per_caller, max_open=settings.openenv_max_open,
-        idle_s=settings.openenv_idle_s,
-        max_message_bytes=settings.max_field_bytes * MESSAGE_BYTES_PER_FIELD_BYTE)
+        sub, places=places, per_caller=settings.openenv_max_per_caller,
+        max_open=settings.openenv_max_open, idle_s=settings.openenv_idle_s,
+        max_message_bytes=max_message_bytes(settings),
+        max_containers=settings.max_json_containers, max_values=values,
+        values_setting=values_setting)

@@ -4,12 +4,15 @@ address the server's trusted proxy names (X-Forwarded-For from loopback)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from reward_server.environments.client import CodeInterpreterEnv, VerifierEnv
-from reward_server.testing import ServerProcess
+from reward_server.testing import ServerProcess, run_server
 
 CODE, VERIFIER = "/v1/environments/code", "/v1/environments/verifier"
 
@@ -39,3 +42,16 @@ def sessions_of(srv: ServerProcess, address: str | None = None) -> list[dict[str
     r = httpx.get(srv.url + "/v1/sessions", headers=caller_headers(address), timeout=60)
     r.raise_for_status()
     return r.json()
+
+
+@contextlib.contextmanager
+def server_with_callers(path: Path, settings: dict[str, str], tokens: dict[str, str]
+                        ) -> Iterator[ServerProcess]:
+    """A server whose token file names more callers (``tokens``: name -> token) besides
+    the one ``settings`` may give."""
+    file = path / "tokens"
+    file.write_text("".join(f"{name}:{token}\n" for name, token in tokens.items()))
+    file.chmod(0o600)
+    with run_server(path, env={**settings, "REWARD_SERVER_API_TOKENS_FILE": str(file)}
+                    ) as server:
+        yield server

@@ -102,10 +102,12 @@ def test_bad_input_is_refused_naming_the_field(srv: ServerProcess) -> None:
         for reset, field in [({"language": "cpp"}, "language"),
                              ({"files": {"../x": "AA=="}}, "files['../x']"),
                              ({"bogus": 1}, "reset.bogus"),
-                             ({"idle_ttl_s": -1}, "reset.idle_ttl_s")]:
+                             ({"idle_ttl_s": -1}, "reset.idle_ttl_s"),
+                             ({"episode_id": ["x"]}, "reset.episode_id")]:
             with pytest.raises(RuntimeError, match="Server error") as raised:
                 env.reset(**reset)
             assert field in str(raised.value), (reset, raised.value)
+        assert sessions_of(srv) == []  # no interpreter was started for a refused reset
         env.reset()
         with pytest.raises(RuntimeError, match="code: .*2097152") as raised:
             step(env, "#" * 3_000_000)

@@ -16,8 +16,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from reward_server.environments.models import VerifierAction
-from tests.conftest import ServerProcess, run_server
-from tests.helpers.environments import VERIFIER, caller_headers, verifier_env
+from tests.conftest import ServerProcess
+from tests.helpers.environments import VERIFIER, caller_headers, server_with_callers, verifier_env
 from tests.helpers.waiting import eventually
 
 TOKEN, SECOND, THIRD = "environments-test-token", "second-callers-token", "third-callers-token"
@@ -34,12 +34,7 @@ SETTINGS = {"REWARD_SERVER_API_TOKEN": TOKEN,  # and two more callers' (the fixt
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    path = tmp_path_factory.mktemp("verifier-env")
-    tokens = path / "tokens"
-    tokens.write_text(f"second:{SECOND}\nthird:{THIRD}\n")
-    tokens.chmod(0o600)
-    with run_server(path, env={**SETTINGS, "REWARD_SERVER_API_TOKENS_FILE": str(tokens)}
-                    ) as server:
+    with server_with_callers(tmp_path_factory.mktemp("verifier-env"), SETTINGS, {"second": SECOND, "third": THIRD}) as server:
         yield server
 
 
@@ -202,6 +197,8 @@ def test_an_idle_connection_is_closed_and_its_place_freed(srv: ServerProcess) ->
 
 def test_a_message_past_the_limit_closes_the_connection(srv: ServerProcess) -> None:
     with _raw(srv) as ws, pytest.raises(ConnectionClosed) as closed:
-        ws.send('{"type": "step", "data": {"response": "' + "x" * 8 * FIELD_BYTES + '"}}')
+        # one field's worst escaping (6 bytes a character) and the envelope's 64 KiB
+        ws.send('{"type": "step", "data": {"response": "'
+                + "x" * (6 * FIELD_BYTES + 64 * 1024) + '"}}')
         ws.recv(timeout=60)
     assert closed.value.rcvd.code == 1009 and "past the limit" in closed.value.rcvd.reason

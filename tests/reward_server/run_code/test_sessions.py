@@ -129,6 +129,11 @@ def test_files_and_bad_requests(srv: ServerProcess) -> None:
                             ({"files": {"../x": "AA=="}}, "files['../x']")]:
             r = c.post("/v1/sessions", json=body)
             assert r.status_code == 422 and field in r.json()["detail"], r.text
+        # a lone surrogate, as JSON escapes it (no encoder on this side would send it)
+        r = c.post("/v1/sessions", content=b'{"files": {"a\\ud800": "AA=="}}',
+                   headers={"Content-Type": "application/json"})
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"].startswith("files['a\\ud800']: not UTF-8"), r.text
         with Session(srv) as s:
             r = c.post(f"/v1/sessions/{s.id}/run", json={"code": "1", "cells": ["2"]})
             assert r.status_code == 422 and "exactly one of code" in r.text

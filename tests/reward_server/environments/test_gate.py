@@ -1,0 +1,176 @@
+"""What the door in front of the environments (reward_server/environments/gate.py) refuses,
+driven as a hostile caller would through the real server on loopback: OpenEnv's paths that
+make sessions no connection holds (``/mcp``, ``/ws?session_id=``), connections past the caps
+counted over both environments, an action's free-form metadata, and messages whose JSON
+costs the event loop more than an HTTP body to the same route may (by shape, not bytes),
+compressed or binary. No Docker: the code environment is reached only as far as its door."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from tests.conftest import ServerProcess
+from tests.helpers.environments import CODE, VERIFIER, caller_headers, server_with_callers
+from tests.helpers.waiting import eventually
+
+TOKEN, SECOND = "gate-test-token", "gate-second-token"
+PER_CALLER, OPEN = 2, 3
+VALUES, SANDBOX_VALUES, CONTAINERS = 1000, 300, 500
+SETTINGS = {"REWARD_SERVER_API_TOKEN": TOKEN,
+            "REWARD_SERVER_MAX_FIELD_BYTES": "4096",
+            "REWARD_SERVER_MAX_JSON_VALUES": str(VALUES),
+            "REWARD_SERVER_MAX_SANDBOX_JSON_VALUES": str(SANDBOX_VALUES),
+            "REWARD_SERVER_MAX_JSON_CONTAINERS": str(CONTAINERS),
+            "REWARD_SERVER_OPENENV_MAX_PER_CALLER": str(PER_CALLER),
+            "REWARD_SERVER_OPENENV_MAX_OPEN": str(OPEN),
+            "REWARD_SERVER_SANDBOX_DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with server_with_callers(tmp_path_factory.mktemp("gate"), SETTINGS, {"second": SECOND}) as server:
+        yield server
+
+
+def raw(srv: ServerProcess, mount: str = VERIFIER, query: str = "", token: str = TOKEN,
+        path: str = "/ws", retry: bool = True, **kwargs: Any) -> Any:
+    """A bare WebSocket to an environment (OpenEnv's client would hide the close), once a
+    place is free (a closed connection frees its place once the server has seen the close,
+    a moment after the client returns)."""
+    url = srv.url.replace("http://", "ws://") + mount + path + query
+    sockets: list[Any] = []
+
+    def attempt() -> bool:
+        try:
+            sockets.append(connect(url, additional_headers=caller_headers(None, token),
+                                   open_timeout=30, **kwargs))
+            return True
+        except InvalidStatus as exc:
+            if exc.response.status_code != 429 or not retry:
+                raise
+            return False
+
+    eventually(attempt, 30, "a place freed")
+    return sockets[-1]
+
+
+def closed_by(srv: ServerProcess, message: str | bytes, mount: str = VERIFIER) -> Any:
+    """The close frame the server answers ``message`` with."""
+    with raw(srv, mount) as ws, pytest.raises(ConnectionClosed) as closed:
+        ws.send(message)
+        ws.recv(timeout=60)
+    return closed.value.rcvd
+
+
+def an_episode_is_scored(srv: ServerProcess) -> bool:
+    with raw(srv) as ws:
+        for message in ({"type": "reset", "data": {"verifier": "math", "item": {"answer": "42"}}},
+                        {"type": "step", "data": {"response": "\\boxed{42}"}}):
+            ws.send(json.dumps(message))
+            answer = json.loads(ws.recv(timeout=60))
+        return bool(answer["data"]["reward"] == 1.0)
+
+
+def test_mcp_sessions_are_not_served_so_cannot_fill_the_server(srv: ServerProcess) -> None:
+    """OpenEnv's /mcp openenv/session/create made sessions no cap counted and nothing
+    reaped: past openenv_max_open of them every caller's episode was refused."""
+    with httpx.Client(base_url=srv.url, headers=caller_headers(None, SECOND), timeout=60
+                      ) as http:
+        for i in range(2 * OPEN + 1):
+            r = http.post(VERIFIER + "/mcp", json={"jsonrpc": "2.0", "id": i, "params": {},
+                                                   "method": "openenv/session/create"})
+            assert r.status_code == 404 and "/mcp: not served" in r.json()["detail"], r.text
+        for path in ("/health", "/schema", "/metadata"):
+            assert http.get(VERIFIER + path).status_code == 200, path
+    with pytest.raises(InvalidStatus) as refused:
+        raw(srv, path="/mcp")
+    assert refused.value.response.status_code == 404
+    assert an_episode_is_scored(srv)
+
+
+def test_attaching_to_a_session_by_its_id_is_refused(srv: ServerProcess) -> None:
+    """/ws?session_id= re-attached a session that outlived its connection, as whoever held
+    the id: an episode is its own connection."""
+    for query in ("?session_id=x", "?session_id="):
+        with pytest.raises(InvalidStatus) as refused:
+            raw(srv, query=query)
+        assert refused.value.response.status_code == 422
+        assert b"session_id" in refused.value.response.body
+
+
+def test_the_caps_count_both_environments_together(srv: ServerProcess) -> None:
+    """A caller's connections to the verifier count against its cap on the code
+    environment too, and the server's against its own: the caps are what they say."""
+    with contextlib.ExitStack() as held:
+        for _ in range(PER_CALLER):
+            held.enter_context(raw(srv))
+        with pytest.raises(InvalidStatus) as refused:
+            raw(srv, CODE, retry=False)
+        assert refused.value.response.status_code == 429
+        assert b"openenv_max_per_caller=2" in refused.value.response.body
+        held.enter_context(raw(srv, CODE, token=SECOND))  # the server's third place
+        with pytest.raises(InvalidStatus) as refused:
+            raw(srv, VERIFIER, token=SECOND, retry=False)
+        assert b"openenv_max_open=3" in refused.value.response.body
+
+
+def test_an_action_carries_no_metadata(srv: ServerProcess) -> None:
+    """OpenEnv's Action.metadata took any nested data, held in memory while a step ran."""
+    with raw(srv) as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"verifier": "math",
+                                                      "item": {"answer": "1"}}}))
+        assert json.loads(ws.recv(timeout=60))["type"] == "observation"
+        ws.send(json.dumps({"type": "step", "data": {"response": "1",
+                                                     "metadata": {"x": ["y"] * 10}}}))
+        answer = json.loads(ws.recv(timeout=60))
+        assert answer["type"] == "error", answer
+        assert ["metadata"] in [e["loc"] for e in answer["data"]["errors"]], answer
+    r = httpx.post(srv.url + VERIFIER + "/step", headers=caller_headers(None, TOKEN),
+                   json={"action": {"response": "1", "metadata": {"x": 1}}}, timeout=60)
+    assert r.status_code == 422 and "metadata" in r.text, r.text
+
+
+@pytest.mark.parametrize("mount, message, limit", [
+    # values: an action's own field is one value however long; a message of many is not
+    (VERIFIER, '{"type": "step", "data": {"response": "1", "x": [' + "0," * VALUES + "0]}}",
+     f"more than {VALUES} JSON values (max_json_values)"),
+    # the code environment's reset is a /v1/sessions body: the sandbox routes' limit
+    (CODE, json.dumps({"type": "reset", "data": {"files": {
+        f"f{i}": None for i in range(SANDBOX_VALUES)}}}),
+     f"more than {SANDBOX_VALUES} JSON values (max_sandbox_json_values)"),
+    (VERIFIER, '{"type": "step", "data": {"response": "1", "x": ' + "[" * (CONTAINERS + 1)
+     + "]" * (CONTAINERS + 1) + "}}", f"more than {CONTAINERS} JSON arrays and objects"),
+])
+def test_a_message_costlier_to_parse_than_its_limits_closes_the_connection(
+        srv: ServerProcess, mount: str, message: str, limit: str) -> None:
+    """Bytes do not bound what parsing costs (millions of tiny values in a few MB held the
+    loop for seconds): a message is held to an HTTP body's shape limits, before parsing."""
+    rcvd = closed_by(srv, message, mount)
+    assert rcvd.code == 1009 and limit in rcvd.reason, rcvd
+    assert an_episode_is_scored(srv)  # and the next connection is served
+
+
+def test_a_reset_over_http_holds_to_the_sandbox_routes_limit(srv: ServerProcess) -> None:
+    r = httpx.post(srv.url + CODE + "/reset", headers=caller_headers(None, TOKEN), timeout=60,
+                   json={"files": {f"f{i}": None for i in range(SANDBOX_VALUES)}})
+    assert r.status_code == 413 and "MAX_SANDBOX_JSON_VALUES" in r.text, r.text
+
+
+def test_messages_are_not_compressed(srv: ServerProcess) -> None:
+    """Compressed, an 11 MB message of tiny values was 11 KB on the wire."""
+    with raw(srv, compression="deflate") as ws:
+        assert "permessage-deflate" not in ws.response.headers.get(
+            "Sec-WebSocket-Extensions", "")
+
+
+def test_a_binary_message_is_refused_with_its_code(srv: ServerProcess) -> None:
+    rcvd = closed_by(srv, b'{"type": "state"}')
+    assert rcvd.code == 1003 and "binary" in rcvd.reason, rcvd
