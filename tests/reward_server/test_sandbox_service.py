@@ -41,7 +41,7 @@ async def test_without_the_section_each_says_there_is_no_sandbox() -> None:
     with pytest.raises(UnknownVerifier, match="/run_code runs in the code verifier's sandbox"):
         await run_code(scorer, None, RunCodeRequest(code="print(1)", language="python"), caller)
     async with Sessions(scorer, None) as sessions:
-        with pytest.raises(UnknownVerifier, match="sessions run in the code verifier's sandbox"):
+        with pytest.raises(UnknownVerifier, match="sessions and /run_jupyter run in the code verifier's sandbox"):
             await sessions.create(caller, CreateSessionRequest())
     settings: ServerSettings = settings_class()()
     verifier = ReasoningGymVerifier(settings)
