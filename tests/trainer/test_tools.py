@@ -173,6 +173,14 @@ def test_no_server_is_an_error_text_not_an_exception() -> None:
 # --- a loopback stub: the calls of a turn overlap ----------------------------------------
 
 
+class _WideBacklogServer(ThreadingHTTPServer):
+    """socketserver listens with a backlog of 5: of 16 connections opened at once the rest
+    wait on SYN retransmits (1, 2, 4 ... 32 s), which on a loaded machine outlast the
+    barrier's minute; a backlog wider than a turn's calls keeps the test about the client."""
+
+    request_queue_size = 128
+
+
 class _Stub:
     """``POST /run_code`` answering after ``delay_s``; counts the calls in flight."""
 
@@ -206,7 +214,7 @@ class _Stub:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.http = _WideBacklogServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
 
