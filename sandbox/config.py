@@ -10,6 +10,13 @@ from typing import Any, TypeVar
 
 N = TypeVar("N", int, float)
 
+# The least memory (MB) a caller may ask for a program or an interpreter. Below it Python
+# does not start, and an interpreter of a session's or /run_jupyter's that does not start is
+# the sandbox's 503 (blamed on the sandbox for the caller's own value). Measured with the
+# image's Python 3.11 under its address-space cap: it starts at 16 MB under runc and 24 MB
+# under gVisor (C and bash at 10 and 12); 64 leaves room for the modules a cell imports.
+MIN_MEMORY_MB = 64
+
 
 def setting(default: Any, doc: str, **bounds: float) -> Any:
     """A field an operator may set: ``doc`` is its help; ``bounds`` what a value must be

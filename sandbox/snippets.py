@@ -20,7 +20,6 @@ from typing import Any
 from sandbox.channel import ChannelClosed, ChannelMisframed, ChannelTimeout
 from sandbox.config import SandboxConfig, capped
 from sandbox.errors import SandboxUnavailable
-from sandbox.harness.fetch import path_parts
 from sandbox.harness.snippet import STREAMS
 from sandbox.harness.statuses import (
     HARNESS_ERROR,
@@ -40,8 +39,6 @@ EXITED = "exited"  # the command ended by itself (any exit code)
 # How a command ended: by itself, or stopped by one of the sandbox's limits
 ENDINGS = frozenset({EXITED, TIMEOUT, MEMORY_LIMIT, OUTPUT_LIMIT})
 DEFAULT_COMPILE_TIMEOUT_S = 10.0  # SandboxFusion's default
-MAX_FETCH_FILES = 256  # paths one call may ask back
-MAX_FILES = 1024  # files one call may send: each is a path to check and a file to write
 
 
 @dataclass(frozen=True)
@@ -110,41 +107,6 @@ class SnippetResult:
     missing: dict[str, str] = field(default_factory=dict)
     cut: dict[str, int] = field(default_factory=dict)
     note: str | None = None
-
-
-def check_paths(files: Mapping[str, str], fetch: tuple[str, ...], source: str) -> str | None:
-    """Why the snippet's file names or contents cannot be used (naming the field), or None."""
-    if len(files) > MAX_FILES:
-        return f"files: {len(files)} files, more than {MAX_FILES}"
-    for name, data in files.items():
-        why = _path_problem(name)
-        if why is not None:
-            return f"files[{name!r}]: {why}"
-        if name == source:
-            return f"files[{name!r}]: the program's own file name in this language"
-        try:
-            base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError):
-            return f"files[{name!r}]: not base64"
-    if len(fetch) > MAX_FETCH_FILES:
-        return f"fetch_files: {len(fetch)} paths, more than {MAX_FETCH_FILES}"
-    for index, name in enumerate(fetch):
-        why = _path_problem(name)
-        if why is not None:
-            return f"fetch_files[{index}]: {why}"
-    return None
-
-
-def _path_problem(name: str) -> str | None:
-    """Why ``name`` cannot name a file in the work dir, or None."""
-    try:
-        name.encode("utf-8")  # a lone surrogate names no file: the container start failed
-        path_parts(name)
-    except UnicodeEncodeError:
-        return "not UTF-8 (a lone surrogate)"
-    except ValueError:
-        return "a relative path inside the work dir, without '..'"
-    return None
 
 
 def job_of(snippet: Snippet, limits: Limits, config: SandboxConfig) -> dict[str, Any]:
@@ -290,5 +252,5 @@ def _ending(raw: Any) -> tuple[str, int | None, float] | None:
         return None
 
 
-__all__ = ["ENDINGS", "EXITED", "Command", "Limits", "Snippet", "SnippetResult", "check_paths",
+__all__ = ["ENDINGS", "EXITED", "Command", "Limits", "Snippet", "SnippetResult",
            "run_snippet"]

@@ -30,6 +30,7 @@ import stat
 import time
 
 from . import slate
+from .paths import path_parts
 from .processes import make_undumpable
 
 TIMEOUT_S = 5.0  # the reader reads a tmpfs; a stopped or killed one costs the call its files
@@ -41,15 +42,6 @@ LINK = "a symbolic link on its path (not followed)"
 
 class Refused(Exception):
     """A path that resolves to no regular file without following a link: why, in words."""
-
-
-def path_parts(rel):
-    """The components of ``rel``, a path inside the work dir; ValueError for an absolute
-    path, a ``..`` or an empty component."""
-    parts = rel.replace("\\", "/").split("/")
-    if os.path.isabs(rel) or any(p in ("", ".", "..") for p in parts):
-        raise ValueError(f"bad file path {rel!r}")
-    return parts
 
 
 def open_inside(workdir, rel):

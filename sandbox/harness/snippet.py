@@ -24,7 +24,8 @@ import time
 
 from . import slate
 from .artifacts import as_candidate
-from .fetch import fetch_files, path_parts
+from .fetch import fetch_files
+from .paths import make_parents, path_parts
 from .processes import compiling, kill_group, run_process
 from .statuses import OK, RUNTIME_ERROR
 from .zygote import run_forked
@@ -34,17 +35,15 @@ from .zygote import run_forked
 RESPONSE_LIMIT_BYTES = 16 * 1024 * 1024
 
 
-def inside(workdir, rel):
-    """The path of ``rel`` in ``workdir``; ValueError for an absolute path or a ``..``."""
-    return os.path.join(workdir, *path_parts(rel))
-
-
 def write_files(files, workdir):
-    """The caller's files (path -> base64), written as the candidate before anything runs."""
+    """The caller's files (path -> base64), written as the candidate before anything runs;
+    BadPath (a ValueError) or OSError for one that cannot be (the host refuses those first)."""
+    made = set()
     with as_candidate():
         for rel, data in files.items():
-            path = inside(workdir, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            parts = path_parts(rel)
+            make_parents(workdir, parts, made)
+            path = os.path.join(workdir, *parts)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "wb") as f:
                 f.write(base64.b64decode(data))

@@ -58,7 +58,7 @@ REFUSED = {
     "fifo": "not a regular file",
     "real": "not a regular file",
     "absent": "No such file or directory",
-    "../x": "bad file path '../x'",
+    "../x": "a relative path inside the work dir, without '..'",
 }
 
 

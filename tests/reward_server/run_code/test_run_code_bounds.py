@@ -3,8 +3,10 @@ and gVisor: ``fetch_files`` resolves each path inside the work dir without follo
 anywhere on it, as the program's own user (a link to ``/proc/self`` once handed the caller
 the harness's memory map), and one call's answer stays within the response limit, what was
 cut named, the server's memory bounded while it answers (8 MiB of escaped bytes on each
-stream and a 16 MiB file once made a 101 MB answer and grew it by 300 MB). Units of the same:
-tests/sandbox/test_fetch_files.py."""
+stream and a 16 MiB file once made a 101 MB answer and grew it by 300 MB). Names at the work
+dir's bounds are written and read back, names past them are the caller's 422 (they were a
+503 and a container spent), and a fresh interpreter runs at the memory floor. Units of the
+same: tests/sandbox/test_fetch_files.py, tests/sandbox/test_work_dir_paths.py."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from sandbox.config import SandboxConfig
+from sandbox.config import MIN_MEMORY_MB, SandboxConfig
+from sandbox.harness.paths import MAX_DEPTH, MAX_PATH_BYTES, NAME_MAX
 from tests.conftest import ServerProcess
 from tests.helpers.code import sandbox_server
+from tests.helpers.metrics import metric
 from tests.helpers.sandbox_pool import POOL, assert_clean
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
@@ -83,6 +87,60 @@ def test_fetch_files_follows_no_link_and_reads_as_the_program(srv: ServerProcess
     for data in HARNESS_DATA:
         assert data not in r.text, data
     assert_clean(srv)
+
+
+# Names at each bound of the work dir's rule (sandbox/harness/paths.py): the longest
+# component, the deepest path, the longest path (less room for the work dir's), beside each
+# other and in shared directories
+LONGEST = "/".join(["p" * NAME_MAX] * 14 + ["p" * (NAME_MAX - 1), "q"])
+AT_THE_BOUNDS = ["n" * NAME_MAX, "d/" * (MAX_DEPTH - 1) + "f", "d/" * (MAX_DEPTH - 2) + "g",
+                 LONGEST, "sub\\x.txt", "sub/y.txt"]
+READ_THEM = """
+import os
+for top, _, names in sorted(os.walk(".")):
+    for name in sorted(names):
+        path = os.path.join(top, name)[2:]
+        if path != "main.py":
+            print(len(path.encode()), open(path).read())
+"""
+
+
+def test_names_at_the_bounds_are_written_and_read_back(srv: ServerProcess) -> None:
+    files = {name: base64.b64encode(name[-8:].encode()).decode() for name in AT_THE_BOUNDS}
+    fetch = [name.replace("\\", "/") for name in AT_THE_BOUNDS]
+    got = post(srv, code=READ_THEM, files=files, fetch_files=fetch).json()
+    assert got["status"] == "Success", got["message"]
+    assert f"{MAX_PATH_BYTES} {LONGEST[-8:]}\n" in got["run_result"]["stdout"]
+    assert len(got["run_result"]["stdout"].splitlines()) == len(AT_THE_BOUNDS)
+    assert got["files"] == {name.replace("\\", "/"): data for name, data in files.items()}
+    assert_clean(srv)
+
+
+# Each broke the harness (a NUL, ENAMETOOLONG, RecursionError in os.makedirs, a file that
+# is a directory too): a 503 SandboxError counted against the sandbox, and a container spent
+BROKE_THE_HARNESS = [{"a\0b": ""}, {"a" * 5000: ""}, {"d/" * 3000 + "f": ""},
+                     {"a": "", "a/b": ""}]
+SANDBOX_ERRORS = r'reward_items_total\{status="SandboxError",verifier="run_code"\}'
+
+
+def test_names_the_harness_cannot_write_are_the_callers_422(srv: ServerProcess) -> None:
+    before = metric(srv.url, SANDBOX_ERRORS)
+    with httpx.Client(base_url=srv.url, timeout=120) as c:
+        for files in BROKE_THE_HARNESS:
+            r = c.post("/run_code", json={"language": "python", "code": "1", "files": files})
+            assert r.status_code == 422, r.text[:300]
+            assert r.json()["detail"].startswith("files["), r.json()
+    assert metric(srv.url, SANDBOX_ERRORS) == before
+    assert_clean(srv)
+
+
+def test_the_memory_floor_runs_a_fresh_interpreter(srv: ServerProcess) -> None:
+    """At the least memory a caller may ask for, Python starts under either runtime (with a
+    file sent, a fresh interpreter, not the warm fork server), imports and allocates."""
+    got = post(srv, code="import json, decimal, statistics\nprint(len([0] * 10**6))",
+               files={"x.txt": ""}, memory_limit_MB=MIN_MEMORY_MB).json()
+    assert got["status"] == "Success", got
+    assert got["limits"]["memory_limit_MB"] == MIN_MEMORY_MB
 
 
 FLOOD = r"""
