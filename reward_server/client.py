@@ -63,7 +63,9 @@ __all__ = [
     "RewardRequestError",
     "RewardServerUnavailable",
     "Rewards",
+    "Verified",
     "merge",
+    "merge_verified",
     "split_urls",
 ]
 
@@ -109,6 +111,23 @@ class Rewards:
         item of no verifier the server knows)."""
         result = self.results[index]
         return result.get("provenance") or self.provenance.get(result.get("verifier", ""))
+
+
+class Verified(list[dict[str, Any]]):
+    """``verify``'s results: the list of result dicts it always returned, and what produced
+    them, as ``Rewards`` has it for ``rewards``."""
+
+    def __init__(self, verifier: str, results: Sequence[dict[str, Any]] = (),
+                 provenance: dict[str, dict[str, Any]] | None = None) -> None:
+        super().__init__(results)
+        self.verifier = verifier
+        # The verifier's block by its name (as ``Rewards.provenance``); empty where the
+        # servers that answered the chunks disagree (each result then carries its own)
+        self.provenance = provenance or {}
+
+    def provenance_of(self, index: int) -> dict[str, Any] | None:
+        """What produced result ``index``: its own block, or the verifier's."""
+        return self[index].get("provenance") or self.provenance.get(self.verifier)
 
 
 def _is_retryable(exc: BaseException) -> bool:
@@ -165,6 +184,14 @@ def _blocks(part: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {given["verifier"]: given} if "fingerprint" in given else given
 
 
+def _verifier_of(result: dict[str, Any], blocks: dict[str, dict[str, Any]]) -> str | None:
+    """The verifier of a result: named in it (``/v1/rewards``), or its answer's only one
+    (``/v1/verify/<name>``, whose results do not name it)."""
+    if "verifier" in result:
+        return result["verifier"]
+    return next(iter(blocks)) if len(blocks) == 1 else None
+
+
 def _provenance(parts: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The parts' provenance blocks as one: a verifier whose blocks differ between parts
     (servers of two versions answered) has none there, its results each their own."""
@@ -177,8 +204,9 @@ def _provenance(parts: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for part in parts if split else ():
         blocks = _blocks(part)
         for result in part["results"]:
-            if result.get("verifier") in split and "provenance" not in result:
-                result["provenance"] = blocks.get(result["verifier"])
+            name = _verifier_of(result, blocks)
+            if name is not None and name in split and "provenance" not in result:
+                result["provenance"] = blocks.get(name)
     return {name: blocks[0] for name, blocks in seen.items() if name not in split}
 
 
@@ -195,6 +223,12 @@ def merge(parts: Sequence[dict[str, Any]]) -> Rewards:
         results=[r for part in parts for r in part["results"]],
         provenance=_provenance(parts),
     )
+
+
+def merge_verified(verifier: str, parts: Sequence[dict[str, Any]]) -> Verified:
+    """The answers to a ``verify`` batch's chunks, in order, as one (the Ray handle's too)."""
+    return Verified(verifier, [r for part in parts for r in part["results"]],
+                    _provenance(parts))
 
 
 def _offsets(chunks: list[list[Any]]) -> Iterator[tuple[int, list[Any]]]:
@@ -395,9 +429,10 @@ class RewardClient:
         """Score a mixed batch; each item names its ``verifier``."""
         return merge(self._scatter("/v1/rewards" + self._o.query, items))
 
-    def verify(self, verifier: str, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [r for part in self._scatter(f"/v1/verify/{verifier}{self._o.query}", items)
-                for r in part["results"]]
+    def verify(self, verifier: str, items: Sequence[dict[str, Any]]) -> Verified:
+        """Score a batch with one verifier: its results, a list, with ``provenance``."""
+        return merge_verified(verifier, self._scatter(
+            f"/v1/verify/{verifier}{self._o.query}", items))
 
     def verifiers(self) -> list[dict[str, Any]]:
         return self._request("GET", "/v1/verifiers")["verifiers"]
@@ -469,11 +504,9 @@ class AsyncRewardClient:
     async def rewards(self, items: Sequence[dict[str, Any]]) -> Rewards:
         return merge(await self._scatter("/v1/rewards" + self._o.query, items))
 
-    async def verify(self, verifier: str, items: Sequence[dict[str, Any]]
-                     ) -> list[dict[str, Any]]:
+    async def verify(self, verifier: str, items: Sequence[dict[str, Any]]) -> Verified:
         path = f"/v1/verify/{verifier}{self._o.query}"
-        return [r for part in await self._scatter(path, items)
-                for r in part["results"]]
+        return merge_verified(verifier, await self._scatter(path, items))
 
     async def verifiers(self) -> list[dict[str, Any]]:
         return (await self._request("GET", "/v1/verifiers"))["verifiers"]

@@ -6,37 +6,47 @@ sandbox, the image. Every response names these (``Provenance``, per verifier), s
 that upgrades the server can tell which stored rewards may change and score them again
 (``reward_server.rescore``; NeMo Gym's ``reverify`` and Prime's replay answer the same need).
 
+What runs programs for a caller (``/run_code``, ``/run_jupyter``, a session's cells) is named
+the same way, in one block of its own (``SandboxProvenance``): its code and the harness's, the
+sandbox settings that change what a program does, the runtime and the image.
+
 Everything but the sandbox image is fixed for the process's life and computed at start (the
-code digest reads the verifier's source files once); the image id is the engine's, read when
-the sandbox pool connects or makes a container (an image rebuilt under the same tag is a new
-id), so a block is rebuilt only when that id changes. A response costs a dict lookup.
+code digest reads the source of the verifier's modules and of every module they import, once:
+``source_digest``); the image id is the engine's, read when the sandbox pool connects or makes
+a container (an image rebuilt under the same tag is a new id), so a block is rebuilt only when
+that id changes. A response costs a dict lookup.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
-import importlib.util
 import json
 import platform
 import sys
 from collections.abc import Iterable, Mapping
 from functools import cache
 from importlib.metadata import PackageNotFoundError, packages_distributions, version
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, SecretStr
 
+from reward_server import source_digest
+from reward_server.sandbox_settings import CAPACITY
 from reward_server.verifiers.base import Verifier
+from sandbox.seccomp import security_opt
 
 if TYPE_CHECKING:
     from reward_server.sandbox_service import SandboxService
+    from reward_server.sandbox_settings import SandboxSection
 
 DIGEST_CHARS = 16  # 64 bits of sha256: names a version, is no secret to keep
 # Source outside a verifier's own package that it imports and that is part of its verdicts
 # (the core's text primitives, the sandbox's host side); third-party code is named by version
 CORE_PACKAGES = frozenset({"reward_server", "sandbox"})
+# What runs a /run_code snippet, a /run_jupyter notebook and a session's cells: the endpoints'
+# package and the harness, all of its files (it is copied whole into the image, and starts
+# some of them, the session kernel, as files rather than imports)
+SANDBOX_PACKAGES = ("reward_server.run_code", "sandbox.harness")
 
 
 class Provenance(BaseModel):
@@ -48,7 +58,7 @@ class Provenance(BaseModel):
     version: str = Field(description="Version of the distribution that ships the verifier "
                          "(verifiable-rewards for the built-ins; a plug-in's own package).")
     code: str = Field(description="sha256 (16 hex) of the verifier's source: its package's "
-                      "files and the server modules they import.")
+                      "files and the server modules they import, however many imports away.")
     settings: str = Field(description="sha256 (16 hex) of the settings that change verdicts: "
                           "its section minus capacity (workers, engines) and secrets, and its "
                           "check limits.")
@@ -61,71 +71,48 @@ class Provenance(BaseModel):
     fingerprint: str = Field(description="sha256 (16 hex) of all of the above.")
 
 
+class SandboxProvenance(BaseModel):
+    """What ran the programs of a ``/run_code``, ``/run_jupyter`` or session answer: the same
+    ``fingerprint``, the same code, limits, runtime and image (the answer's ``limits`` are
+    what one run was allowed under these). docs/rescore.md has each field."""
+
+    version: str = Field(description="Version of verifiable-rewards.")
+    code: str = Field(description="sha256 (16 hex) of the endpoints' and the harness's "
+                      "source, and of every server and sandbox module they import.")
+    settings: str = Field(description="sha256 (16 hex) of the sandbox settings that change "
+                          "what a program does or may do; not where or how many run.")
+    runtime: str = Field(description="runsc (gVisor), or runc (the engine's default).")
+    sandbox_image: str | None = Field(None, description="Docker's id of the sandbox image, "
+                                      "as in a verifier's block.")
+    fingerprint: str = Field(description="sha256 (16 hex) of all of the above.")
+
+
 def _digest(data: Any) -> str:
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
 
 
-def _origin(module_name: str) -> Path | None:
-    """The source file of ``module_name``, without importing it; None if it has none."""
-    module = sys.modules.get(module_name)
-    file = getattr(module, "__file__", None) if module is not None else None
-    if file is None:
-        try:
-            spec = importlib.util.find_spec(module_name)
-        except (ImportError, ValueError):
-            return None
-        file = spec.origin if spec is not None else None
-    return Path(file) if file and file.endswith(".py") else None
+def own_modules(module: str, roots: source_digest.Roots) -> list[str]:
+    """A verifier's own modules: its package's, when its module is a package or in one (the
+    built-ins are packages of several modules), else its one module."""
+    file = source_digest.module_file(module, roots)
+    package = module if file is None or file.name == "__init__.py" else module.rpartition(".")[0]
+    return source_digest.package_modules(package or module, roots)
 
 
-def _own_files(cls: type) -> list[Path]:
-    """The verifier's own source: its package's directory when its module is a package or in
-    one (the built-ins are packages of several modules), else its one module."""
-    module_name = cls.__module__
-    module = sys.modules[module_name]
-    if hasattr(module, "__path__"):  # the class is in a package's __init__
-        root = Path(module.__file__).parent  # type: ignore[arg-type]
-    elif "." in module_name:
-        root = Path(module.__file__).parent  # type: ignore[arg-type]
-    else:
-        return [Path(module.__file__)]  # type: ignore[arg-type]
-    return sorted(root.rglob("*.py"))
-
-
-def _imported(files: Iterable[Path], packages: frozenset[str]) -> set[Path]:
-    """The files of the modules of ``packages`` that ``files`` import (one level down: the
-    primitives a verifier uses, not the whole server behind them)."""
-    found: set[Path] = set()
-    for file in files:
-        for node in ast.walk(ast.parse(file.read_bytes())):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-            for name in names:
-                if name.partition(".")[0] in packages and (origin := _origin(name)):
-                    found.add(origin)
-    return found
+def closure_digest(modules: Iterable[str], roots: source_digest.Roots) -> str:
+    """sha256 (16 hex) of ``modules`` and every module under ``roots`` they import,
+    transitively (reward_server/source_digest.py)."""
+    return source_digest.source_digest(source_digest.closure(modules, roots))[:DIGEST_CHARS]
 
 
 @cache
 def code_digest(cls: type[Verifier]) -> str:
-    """sha256 of ``cls``'s source files and the server and sandbox modules they import, by
-    path relative to their package root and content."""
-    own = _own_files(cls)
+    """sha256 of ``cls``'s own modules and every server, sandbox and own module they import,
+    however many imports away."""
     top = cls.__module__.partition(".")[0]
-    files = set(own) | _imported(own, CORE_PACKAGES | {top})
-    # each file by its path below the directory its top-level package is in: the same
-    # source gives the same digest in any checkout or site-packages
-    roots = [p.parent.parent if p.name == "__init__.py" else p.parent
-             for p in map(_origin, CORE_PACKAGES | {top}) if p is not None]
-    h = hashlib.sha256()
-    for file in sorted(files):
-        base = next((r for r in roots if file.is_relative_to(r)), file.parent)
-        h.update(file.relative_to(base).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
-    return h.hexdigest()[:DIGEST_CHARS]
+    roots = source_digest.package_roots(CORE_PACKAGES | {top})
+    return closure_digest(own_modules(cls.__module__, roots), roots)
 
 
 @cache
@@ -170,6 +157,26 @@ def verdict_settings(verifier: Verifier) -> dict[str, Any]:
     return values
 
 
+def sandbox_settings(section: SandboxSection) -> dict[str, Any]:
+    """The sandbox settings that change what a ``/run_code``, ``/run_jupyter`` or session
+    program does: all but its ``CAPACITY`` settings, with the seccomp profile's text."""
+    values = {name: value for name, value in section.model_dump().items()
+              if name not in CAPACITY}
+    values["security_opt"] = security_opt(section.seccomp_profile, section.runtime or "")
+    return values
+
+
+def _sandbox_fixed(sandbox: SandboxService) -> dict[str, Any]:
+    """A sandbox block but its image: fixed for the process's life."""
+    roots = source_digest.package_roots(CORE_PACKAGES)
+    modules = [m for package in SANDBOX_PACKAGES
+               for m in source_digest.package_modules(package, roots)]
+    return {"version": distribution_version(type(sandbox)),
+            "code": closure_digest(modules, roots),
+            "settings": _digest(sandbox_settings(sandbox.settings)),
+            "runtime": sandbox.config.runtime or "runc"}
+
+
 def _sandbox_image(sandbox: SandboxService | None) -> str | None:
     if sandbox is None:
         return None
@@ -192,24 +199,35 @@ class Provenances:
                 "libraries": library_versions(cls.libraries)}
             if cls.use_sandbox is not Verifier.use_sandbox:  # it keeps the sandbox it is given
                 self._in_sandbox.add(name)
+        self._sandbox_fixed = _sandbox_fixed(sandbox) if sandbox is not None else None
         self._image: str | None = None
-        self._blocks = self._build()
+        self._build()
 
-    def _build(self) -> dict[str, Provenance]:
+    def _build(self) -> None:
         blocks = {}
         for name, fixed in self._fixed.items():
             block = {**fixed, "sandbox_image": self._image if name in self._in_sandbox
                      else None}
             blocks[name] = Provenance(**block, fingerprint=_digest(block))
-        return blocks
+        self._blocks = blocks
+        self._sandbox_block = None
+        if self._sandbox_fixed is not None:
+            block = {**self._sandbox_fixed, "sandbox_image": self._image}
+            self._sandbox_block = SandboxProvenance(**block, fingerprint=_digest(block))
 
     def current(self) -> dict[str, Provenance]:
         """Every verifier's block as of now (rebuilt when the sandbox's image changed)."""
         image = _sandbox_image(self._sandbox)
         if image != self._image:
             self._image = image
-            self._blocks = self._build()
+            self._build()
         return self._blocks
+
+    def sandbox(self) -> SandboxProvenance | None:
+        """The block of what ran ``/run_code``, ``/run_jupyter`` and session programs, as of
+        now; None on a server without a sandbox."""
+        self.current()
+        return self._sandbox_block
 
     def of(self, names: Iterable[str | None]) -> dict[str, Provenance]:
         """The blocks of the verifiers ``names`` (a response's), once each; an unknown or

@@ -23,6 +23,13 @@ from sandbox.seccomp import security_opt
 from sandbox.tls import check_cert_path
 
 SECTION = "sandbox"  # the settings' prefix: --sandbox-pool-size
+# Where containers run and how many, how long a run may wait for one, and how many sessions
+# may be open and for how long idle: they decide whether a program runs, never what it does
+# (the provenance of /run_code and the sessions leaves them out; the image is named by its id)
+CAPACITY = frozenset({
+    "image", "docker_host", "docker_hosts", "tls_cert_path", "reap_interval_s", "pool_size",
+    "max_uses", "acquire_timeout_s", "session_max_open", "session_max_per_caller",
+    "session_reserve", "session_idle_ttl_s"})
 
 
 def _split_commas(value: object) -> object:

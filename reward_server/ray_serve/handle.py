@@ -29,7 +29,13 @@ from tenacity import (
 )
 
 from reward_server.adapters.verl import Batcher, _as_verl, to_item
-from reward_server.client import Rewards, RewardServerUnavailable, merge
+from reward_server.client import (
+    Rewards,
+    RewardServerUnavailable,
+    Verified,
+    merge,
+    merge_verified,
+)
 from reward_server.ray_serve.options import APP_NAME
 
 # A replica that died or is being replaced, or every replica full: another try may land on a
@@ -62,10 +68,10 @@ class RewardHandle:
         return merge(parts)
 
     async def verify(self, verifier: str, items: Sequence[dict[str, Any]],
-                     on_invalid: str = "null") -> list[dict[str, Any]]:
+                     on_invalid: str = "null") -> Verified:
         parts = await self._scatter(lambda h, chunk: h.verify.remote(
             verifier, chunk, on_invalid=on_invalid, caller=self.caller), items)
-        return [r for p in parts for r in p["results"]]
+        return merge_verified(verifier, parts)
 
     async def _scatter(self, call: Callable[[Any, list[Any]], Awaitable[dict[str, Any]]],
                        items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ router = APIRouter()
                               "sandbox failed, or no container could be had"}})
 async def run_jupyter_route(body: RunJupyterRequest, request: Request) -> JSONResponse:
     status, response = await run_jupyter(request.app.state.sessions, caller_of(request), body)
+    response.provenance = request.app.state.provenance.sandbox()
     # rendered off the event loop: up to the answer limit of the cells' output and files
     return await asyncio.to_thread(
         lambda: JSONResponse(response.model_dump(mode="json"), status_code=status))

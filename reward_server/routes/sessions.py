@@ -53,6 +53,7 @@ async def get_session(session_id: str, request: Request) -> SessionInfo:
                                          "description": "SandboxError: the sandbox failed"}})
 async def run_cells(session_id: str, body: RunCellsRequest, request: Request) -> JSONResponse:
     status, response = await _sessions(request).run(caller_of(request), session_id, body)
+    response.provenance = request.app.state.provenance.sandbox()
     # rendered off the event loop: up to the answer limit of the cells' output
     return await asyncio.to_thread(
         lambda: JSONResponse(response.model_dump(mode="json"), status_code=status))

@@ -23,8 +23,9 @@ from reward_server.run_code.jupyter_schemas import (
 from reward_server.run_code.schemas import CommandRunResult, CommandRunStatus
 from reward_server.run_code.session_schemas import RunCellsResponse
 from reward_server.run_code.sessions import SANDBOX_ERROR, Sessions, answer_bytes
+from sandbox.caller_files import paths_problem
 from sandbox.config import capped
-from sandbox.snippets import check_paths
+from sandbox.harness.paths import shown
 
 METRICS_NAME = "run_jupyter"  # the verifier label of its runs in /metrics
 
@@ -33,7 +34,7 @@ async def run_jupyter(sessions: Sessions, caller: Caller, request: RunJupyterReq
                       ) -> tuple[int, RunJupyterResponse]:
     """The HTTP status and the answer: 200 with Success or Failed for whatever the cells did;
     503 with SandboxError when the sandbox failed under them or had no container for them."""
-    why = check_paths({}, tuple(request.fetch_files), "")
+    why = await paths_problem({}, tuple(request.fetch_files), "")
     if why is not None:
         raise InvalidItems(why)
     sandbox = sessions.enabled()
@@ -51,7 +52,7 @@ async def run_jupyter(sessions: Sessions, caller: Caller, request: RunJupyterReq
                 fetched = await sessions.fetch(session, list(request.fetch_files),
                                                answer_limit - answer_bytes(ran.cells))
                 files = fetched.files
-                notes += [f"fetch_files {name!r}: {reason}"
+                notes += [f"fetch_files {shown(name)}: {reason}"
                           for name, reason in fetched.missing.items()]
     except SessionsUnavailable as exc:  # no container for it: nothing the cells did
         metrics.count_items(METRICS_NAME, SANDBOX_ERROR)

@@ -9,8 +9,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reward_server.run_code.schemas import CommandRunResult, RunStatus
+from reward_server.provenance import SandboxProvenance
+from reward_server.run_code.schemas import CommandRunResult, MemoryLimitMB, RunStatus
 from reward_server.run_code.session_schemas import CellRunResult
+from sandbox.config import MIN_MEMORY_MB
 
 MAX_CELLS = 64  # as a session's run: each cell is a turn at the gate and a slice of the answer
 
@@ -29,9 +31,9 @@ class RunJupyterRequest(BaseModel):
     total_timeout: float = Field(45, gt=0, description="Seconds for all the cells together "
                                  "(their own run time, not waits for a turn); capped by the "
                                  "server's session_max_total_timeout_s.")
-    memory_limit_MB: int = Field(-1, description="The interpreter's memory (address space); "
-                                 "<= 0: the server's max_memory_mb, which also caps a larger "
-                                 "value.")
+    memory_limit_MB: MemoryLimitMB = Field(-1, description=(
+        "The interpreter's memory (address space); <= 0: the server's max_memory_mb, which "
+        f"also caps a larger value. At least {MIN_MEMORY_MB} (422 below it)."))
     kernel: Literal["python3"] = Field("python3", description="The only kernel, as in "
                                        "SandboxFusion.")
     files: dict[str, str | None] = Field(default_factory=dict, description="Work-dir path -> "
@@ -73,3 +75,6 @@ class RunJupyterResponse(BaseModel):
     executor_pod_name: str | None = None
     files: dict[str, str] = Field(default_factory=dict, description="Fetched files, base64.")
     limits: JupyterLimits | None = None
+    provenance: SandboxProvenance | None = Field(None, description="What ran it: code, "
+                                                 "limits, runtime and image (ours; "
+                                                 "docs/rescore.md).")

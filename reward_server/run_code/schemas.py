@@ -3,13 +3,30 @@
 ``sandbox_fusion`` reward) post here unchanged; ``limits`` is ours: what the run was allowed
 after the server's caps. (No ``from __future__ import annotations``: FastAPI reads these.)"""
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from reward_server.provenance import SandboxProvenance
+from sandbox.config import MIN_MEMORY_MB
 
 # SandboxFusion's two levels: what a command did, and what the call as a whole came to
 CommandRunStatus = Literal["Finished", "TimeLimitExceeded", "Error"]
 RunStatus = Literal["Success", "Failed", "SandboxError"]
+
+
+def _memory_floor(value: int) -> int:
+    """A memory limit the interpreter can start under (sandbox/config.py: MIN_MEMORY_MB);
+    <= 0 asks for the server's maximum. SandboxFusion takes any positive value, and a run
+    that cannot start under it fails; here that is the caller's 422, not a sandbox error."""
+    if 0 < value < MIN_MEMORY_MB:
+        raise ValueError(f"{value} MB is below the least a program or interpreter may ask for, "
+                         f"{MIN_MEMORY_MB} MB (<= 0: the server's maximum)")
+    return value
+
+
+# memory_limit_MB of /run_code, /run_jupyter and /v1/sessions
+MemoryLimitMB = Annotated[int, AfterValidator(_memory_floor)]
 
 
 class RunCodeRequest(BaseModel):
@@ -24,9 +41,9 @@ class RunCodeRequest(BaseModel):
                                    "the server (REWARD_SERVER_SANDBOX_* settings).")
     run_timeout: float = Field(10, gt=0, description="Seconds of wall clock for the run; "
                                "capped by the server's max_time_limit_s.")
-    memory_limit_MB: int = Field(-1, description="The program's memory; -1 (or any value "
-                                 "<= 0): the server's maximum, max_memory_mb, which also caps "
-                                 "a larger value.")
+    memory_limit_MB: MemoryLimitMB = Field(-1, description=(
+        "The program's memory; -1 (or any value <= 0): the server's maximum, max_memory_mb, "
+        f"which also caps a larger value. At least {MIN_MEMORY_MB} (422 below it)."))
     files: dict[str, str | None] = Field(default_factory=dict, description="Work-dir path -> "
                                          "base64 content, written before the run (null: "
                                          "skipped, as in SandboxFusion).")
@@ -72,3 +89,6 @@ class RunCodeResponse(BaseModel):
                                 "cut, with its size in bytes before: a stream "
                                 "(``run_result.stdout``) keeps its first bytes, a file "
                                 "(``files/<path>``) is left out. Empty: nothing was cut.")
+    provenance: SandboxProvenance | None = Field(None, description="What ran it: code, "
+                                                 "limits, runtime and image (ours; "
+                                                 "docs/rescore.md).")

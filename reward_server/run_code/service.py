@@ -25,8 +25,10 @@ from reward_server.run_code.statuses import command_status
 from reward_server.sandbox_service import SandboxService
 from reward_server.scoring import Scorer
 from reward_server.settings import ServerSettings
+from sandbox.caller_files import paths_problem
 from sandbox.config import SandboxConfig, capped
 from sandbox.errors import SandboxUnavailable
+from sandbox.harness.paths import shown
 from sandbox.harness.statuses import MEMORY_LIMIT, OUTPUT_LIMIT, TIMEOUT
 from sandbox.snippets import (
     DEFAULT_COMPILE_TIMEOUT_S,
@@ -34,7 +36,6 @@ from sandbox.snippets import (
     Command,
     Snippet,
     SnippetResult,
-    check_paths,
     run_snippet,
 )
 
@@ -42,11 +43,11 @@ METRICS_NAME = "run_code"  # the verifier label of its items in /metrics
 SANDBOX_ERROR = "SandboxError"
 
 
-def snippet_of(request: RunCodeRequest, settings: ServerSettings) -> Snippet:
+async def snippet_of(request: RunCodeRequest, settings: ServerSettings) -> Snippet:
     """The snippet a request asks for; PayloadTooLarge or InvalidItems naming the field."""
     limit = settings.max_field_bytes
     fields = [("code", request.code), ("stdin", request.stdin or "")]
-    fields += [(f"files[{name!r}]", data or "") for name, data in request.files.items()]
+    fields += [(f"files[{shown(name)}]", data or "") for name, data in request.files.items()]
     for path, value in fields:
         if len(value) * 4 > limit and (size := len(value.encode("utf-8", "replace"))) > limit:
             raise PayloadTooLarge(too_large_message(path, size, limit))
@@ -56,7 +57,7 @@ def snippet_of(request: RunCodeRequest, settings: ServerSettings) -> Snippet:
                            f"languages: {known_languages()}")
     files = {name: data for name, data in request.files.items() if data is not None}
     fetch = tuple(request.fetch_files)
-    why = check_paths(files, fetch, spec.source)
+    why = await paths_problem(files, fetch, spec.source)
     if why is not None:
         raise InvalidItems(why)
     return Snippet(spec, request.code, request.stdin or "", files, fetch,
@@ -70,7 +71,7 @@ async def run_code(scorer: Scorer, sandbox: SandboxService | None, request: RunC
     did; 503 with SandboxError when it could not run (no container, or its request's budget
     spent waiting for one: nothing the program did)."""
     started = time.perf_counter()
-    snippet = snippet_of(request, scorer.settings)
+    snippet = await snippet_of(request, scorer.settings)
     if sandbox is None:
         raise UnknownVerifier("/run_code runs in the code verifier's sandbox, which this "
                               "server does not load (its plugins setting)")
@@ -101,7 +102,7 @@ def response_of(result: SnippetResult) -> RunCodeResponse:
     notes += [f"{_field(name)}: cut to its first bytes at the response limit of "
               f"{result.limits.response_limit_bytes} bytes ({size} bytes)"
               for name, size in result.cut.items() if not name.startswith("files/")]
-    notes += [f"fetch_files {name!r}: {why}" for name, why in result.missing.items()]
+    notes += [f"fetch_files {shown(name)}: {why}" for name, why in result.missing.items()]
     commands = [c for c in (result.compile, result.run) if c is not None]
     # a stdout the answer cannot hold whole is no program's output to judge
     ok = (result.run is not None and all(c.ended == EXITED and c.code == 0 for c in commands)

@@ -7,7 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from reward_server.run_code.schemas import CommandRunStatus, RunStatus
+from reward_server.provenance import SandboxProvenance
+from reward_server.run_code.schemas import CommandRunStatus, MemoryLimitMB, RunStatus
+from sandbox.config import MIN_MEMORY_MB
 
 SessionState = Literal["open", "closed", "expired", "lost", "shutdown"]
 
@@ -17,9 +19,9 @@ class CreateSessionRequest(BaseModel):
 
     language: str = Field("python", description="python (python3): the only language with "
                           "a notebook kernel here; see docs/sessions.md.")
-    memory_limit_MB: int = Field(-1, description="The interpreter's memory (address space); "
-                                 "<= 0: the server's max_memory_mb, which also caps a larger "
-                                 "value.")
+    memory_limit_MB: MemoryLimitMB = Field(-1, description=(
+        "The interpreter's memory (address space); <= 0: the server's max_memory_mb, which "
+        f"also caps a larger value. At least {MIN_MEMORY_MB} (422 below it)."))
     idle_ttl_s: float | None = Field(None, gt=0, description="Close the session after this "
                                      "long without a cell; capped by (and unset: ) the "
                                      "server's session_idle_ttl_s.")
@@ -95,3 +97,6 @@ class RunCellsResponse(BaseModel):
     message: str = Field(description="Empty on Success; else what stopped the run.")
     cells: list[CellRunResult] = Field(description="The cells that ran, in order.")
     session: SessionInfo | None = None
+    provenance: SandboxProvenance | None = Field(None, description="What ran it: code, "
+                                                 "limits, runtime and image (ours; "
+                                                 "docs/rescore.md).")

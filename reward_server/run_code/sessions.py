@@ -63,13 +63,14 @@ from reward_server.run_code.session_settings import SessionSettings
 from reward_server.run_code.statuses import cell_status
 from reward_server.sandbox_service import SandboxService
 from reward_server.scoring import Scorer
+from sandbox.caller_files import paths_problem
 from sandbox.config import capped
 from sandbox.errors import SandboxUnavailable
+from sandbox.harness.paths import shown
 from sandbox.harness.session import TIMEOUT
 from sandbox.response_limit import json_size
 from sandbox.sessions import INTERRUPT_GRACE_S, CellResult, FetchedFiles, SandboxSession
 from sandbox.sessions import SessionLimits as SandboxLimits
-from sandbox.snippets import check_paths
 
 log = logging.getLogger("reward_server.sessions")
 
@@ -162,7 +163,7 @@ class Sessions:
         if request.language.strip().lower() not in LANGUAGES:
             raise InvalidItems(f"language: {request.language[:100]!r} has no session kernel "
                                "here; known: python (python3)")
-        files = self._files(request.files)
+        files = await self._files(request.files)
         limits = self._limits(sandbox, request.memory_limit_MB, request.idle_ttl_s)
         session = await self._open_session(sandbox, caller, limits, files)
         return session.info()
@@ -174,7 +175,7 @@ class Sessions:
         admitted, started and counted as any session (it holds a container of its own), but
         never listed nor reachable by an id, and never reaped while the request holds it."""
         sandbox = self.enabled()
-        checked = self._files(files)
+        checked = await self._files(files)
         limits = self._limits(sandbox, memory_limit_MB, None)
         session = await self._open_session(sandbox, caller, limits, checked, transient=True)
         session.running += 1
@@ -259,13 +260,13 @@ class Sessions:
                                   "off on this server (sandbox_session_max_open is 0)")
         return self.sandbox
 
-    def _files(self, given: dict[str, str | None]) -> dict[str, str]:
+    async def _files(self, given: dict[str, str | None]) -> dict[str, str]:
         limit = self.scorer.settings.max_field_bytes
         files = {name: data for name, data in given.items() if data is not None}
         for name, data in files.items():
             if len(data) > limit:
-                raise PayloadTooLarge(too_large_message(f"files[{name!r}]", len(data), limit))
-        why = check_paths(files, (), "")
+                raise PayloadTooLarge(too_large_message(f"files[{shown(name)}]", len(data), limit))
+        why = await paths_problem(files, (), "")
         if why is not None:
             raise InvalidItems(why)
         return files

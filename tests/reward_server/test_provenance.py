@@ -1,5 +1,7 @@
 """Every result names what produced it: the provenance blocks through the real server, and
-what each part of a block follows (code, verdict settings, libraries, the sandbox image)."""
+what each part of a block follows (code, verdict settings, libraries, the sandbox image), for
+the verifiers and for what runs programs (/run_code, /run_jupyter, sessions); the client
+keeps them for ``rewards`` and ``verify``."""
 
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from reward_server.client import RewardClient
-from reward_server.provenance import Provenances, code_digest
+from reward_server import source_digest
+from reward_server.client import AsyncRewardClient, RewardClient
+from reward_server.provenance import Provenances, closure_digest, code_digest
+from reward_server.sandbox_service import SandboxService
 from reward_server.settings import settings_class
 from reward_server.verifiers.registry import discover
-from tests.conftest import IMAGE, run_server, wait_for_sandbox
+from tests.conftest import IMAGE, ServerProcess, run_server, wait_for_sandbox
 
 MATH = {"verifier": "math", "response": "\\boxed{2}", "answer": "2"}
 FORMAT = {"verifier": "format", "response": "<think>a</think><answer>b</answer>",
@@ -97,6 +101,139 @@ def test_code_digest_follows_the_verifiers_source(tmp_path: Path,
     assert same == one  # the same source in another directory: a file's path is no part
 
 
+# A plug-in whose verdict rests on a helper two imports away from its own package: the
+# verifier imports ``plugz.lib.rules``, which imports ``.numbers`` (relatively) for RULE
+TREE = {
+    "plugz/__init__.py": "",
+    "plugz/v/__init__.py": "",
+    "plugz/v/verifier.py": PLUGIN.replace("SCORE", "rules.score()").replace(
+        "from reward_server", "from plugz.lib import rules\nfrom reward_server"),
+    "plugz/lib/__init__.py": "",
+    "plugz/lib/rules.py": textwrap.dedent("""
+        from typing import TYPE_CHECKING
+
+        from .numbers import RULE
+
+        if TYPE_CHECKING:
+            from plugz.lib import hints  # noqa: F401  (types only: never runs)
+
+        def score():
+            return RULE
+    """),
+    "plugz/lib/numbers.py": "RULE = 1.0\n",
+    "plugz/lib/hints.py": "Hint = int\n",
+}
+
+
+def _tree(where: Path, **changed: str) -> Path:
+    """The plug-in's package tree in ``where``, with ``changed`` files' text (by stem)."""
+    for name, text in TREE.items():
+        path = where / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(changed.get(path.stem, text))
+    return where
+
+
+def _tree_plugin(where: Path, monkeypatch: pytest.MonkeyPatch, **changed: str) -> type:
+    monkeypatch.syspath_prepend(str(_tree(where, **changed)))
+    for name in [m for m in sys.modules if m == "plugz" or m.startswith("plugz.")]:
+        monkeypatch.delitem(sys.modules, name)
+    return importlib.import_module("plugz.v.verifier").Plug
+
+
+def test_code_digest_follows_a_change_two_imports_away(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    one = code_digest(_tree_plugin(tmp_path / "a", monkeypatch))
+    zero = code_digest(_tree_plugin(tmp_path / "b", monkeypatch, numbers="RULE = 0.0\n"))
+    same = code_digest(_tree_plugin(tmp_path / "c", monkeypatch))
+    assert zero != one  # plugz.v.verifier -> plugz.lib.rules -> plugz.lib.numbers
+    assert same == one
+
+
+def test_the_closure_of_a_module_set(tmp_path: Path) -> None:
+    """The digest takes any module set: here the tree's verifier module, on its own."""
+    def digest(where: Path) -> str:
+        return closure_digest(["plugz.v.verifier"], {"plugz": where / "plugz"})
+
+    roots = {"plugz": _tree(tmp_path / "a") / "plugz"}
+    assert list(source_digest.closure(["plugz.v.verifier"], roots)) == [
+        "plugz", "plugz.lib", "plugz.lib.numbers", "plugz.lib.rules", "plugz.v",
+        "plugz.v.verifier"]  # each package it is in, never plugz.lib.hints, and sorted
+    base = digest(tmp_path / "a")
+    assert digest(_tree(tmp_path / "b", numbers="RULE = 0.5\n")) != base
+    assert digest(_tree(tmp_path / "c", hints="Hint = str\n")) == base  # types only
+    (tmp_path / "a" / "plugz" / "lib" / "numbers.py").write_text("RULE = 0.25\n")
+    assert digest(tmp_path / "a") != base  # a file changed in place is read again
+
+
+def _sandbox_block(**env: object) -> dict:
+    settings = settings_class()(**env)
+    verifiers = {name: cls(settings) for name, cls in discover().items()}
+    block = Provenances(verifiers, SandboxService.of(settings)).sandbox()
+    assert block is not None
+    return block.model_dump()
+
+
+def test_the_sandbox_block_follows_what_changes_a_programs_outcome() -> None:
+    base = _sandbox_block()
+    assert base["runtime"] == "runc" and base["version"] == version("verifiable-rewards")
+    assert _sandbox_block(sandbox_runtime="runsc")["runtime"] == "runsc"
+    for changed in ({"sandbox_max_memory_mb": 512}, {"sandbox_cpus": 2.0},
+                    {"sandbox_snippet_response_limit_bytes": 1 << 20},
+                    {"sandbox_session_output_limit_bytes": 4096},
+                    {"sandbox_session_max_total_timeout_s": 60.0},
+                    {"sandbox_seccomp_profile": "engine-default"}):
+        block = _sandbox_block(**changed)
+        assert block["settings"] != base["settings"], changed
+        assert block["fingerprint"] != base["fingerprint"], changed
+    assert _sandbox_block(sandbox_pool_size=9, sandbox_max_uses=5, sandbox_session_max_open=3,
+                          sandbox_session_max_per_caller=1, sandbox_acquire_timeout_s=5.0,
+                          sandbox_image="elsewhere:1") == base  # whether it runs, not how
+
+
+def test_a_rebuilt_image_is_in_every_block_from_then_on() -> None:
+    """The pool sets its engine's image id when it connects and when it makes a container
+    (sandbox/pool.py); here it is set as the pool would, without rebuilding the shared image."""
+    settings = settings_class()()
+    verifiers = {name: cls(settings) for name, cls in discover().items()}
+    sandbox = SandboxService.of(settings)
+    assert sandbox is not None
+    provenance = Provenances(verifiers, sandbox)
+    [engine] = sandbox.sandbox.pool.pools
+    assert provenance.sandbox().sandbox_image is None  # type: ignore[union-attr]
+    seen = []
+    for image_id in ("sha256:" + "a" * 64, "sha256:" + "b" * 64):
+        engine.image_id = image_id
+        block = provenance.sandbox()
+        assert block is not None and block.sandbox_image == image_id
+        assert provenance.current()["code"].sandbox_image == image_id
+        assert provenance.current()["math"].sandbox_image is None
+        seen.append(block.fingerprint)
+    assert seen[0] != seen[1]
+    assert provenance.sandbox() is provenance.sandbox()  # no rebuild while the id stays
+
+
+def test_verify_keeps_what_produced_its_results(server: ServerProcess,
+                                                 http: httpx.Client) -> None:
+    listed = {v["name"]: v["provenance"] for v in http.get("/v1/verifiers").json()["verifiers"]}
+    items = [{"response": "\\boxed{2}", "answer": "2"}, {"response": "1", "answer": "3"}]
+    with RewardClient(server.url, batch_size=1) as client:
+        out = client.verify("math", items)
+    assert [r["score"] for r in out] == [1.0, 0.0]  # still the list of results it was
+    assert out == [dict(r) for r in out] and all("provenance" not in r for r in out)
+    assert out.provenance == {"math": listed["math"]}
+    assert out.provenance_of(0) == out.provenance_of(1) == listed["math"]
+
+
+async def test_the_async_clients_verify_keeps_it_too(server: ServerProcess,
+                                                     http: httpx.Client) -> None:
+    listed = {v["name"]: v["provenance"] for v in http.get("/v1/verifiers").json()["verifiers"]}
+    async with AsyncRewardClient(server.url) as client:
+        out = await client.verify("format", [{k: v for k, v in FORMAT.items()
+                                              if k != "verifier"}])
+    assert out[0]["status"] == "ok" and out.provenance_of(0) == listed["format"]
+
+
 def test_a_client_split_over_two_versions_pins_each_result(tmp_path: Path) -> None:
     """A rolling upgrade: the batch's chunks are answered by servers whose math differs;
     each math result then carries its own server's block, the agreeing ones stay shared."""
@@ -107,21 +244,47 @@ def test_a_client_split_over_two_versions_pins_each_result(tmp_path: Path) -> No
         fmt = next(v["provenance"] for v in blocks[0] if v["name"] == "format")
         with RewardClient([a.url, b.url], batch_size=2) as client:
             out = client.rewards([MATH, FORMAT, MATH, FORMAT])
+            verified = client.verify("math", [{k: v for k, v in MATH.items() if k != "verifier"}
+                                              for _ in range(4)])
     assert out.provenance == {"format": fmt}
     pinned = [r["provenance"] for r in out.results if r["verifier"] == "math"]
     assert sorted(p["fingerprint"] for p in pinned) == sorted(m["fingerprint"] for m in math)
     assert all("provenance" not in r for r in out.results if r["verifier"] == "format")
+    # verify's results name no verifier: each still carries its own server's block
+    assert verified.provenance == {}
+    pinned = [verified.provenance_of(i)["fingerprint"] for i in range(4)]  # type: ignore[index]
+    assert sorted(pinned) == sorted(m["fingerprint"] for m in math for _ in range(2))
 
 
-def test_code_results_name_the_sandbox_images_id(docker_ready: None, tmp_path: Path) -> None:
+def test_code_results_and_runs_name_the_sandbox_images_id(docker_ready: None,
+                                                          tmp_path: Path) -> None:
+    """Code items, and the programs of /run_code, /run_jupyter and a session, name the
+    image's id; the three runs' answers carry one block, which SandboxFusion's own client
+    models read past (its pydantic models ignore a key they do not know)."""
     import docker
+    import sandbox_fusion
 
     image_id = docker.from_env().images.get(IMAGE).id
-    with run_server(tmp_path) as srv:
+    with run_server(tmp_path) as srv, httpx.Client(base_url=srv.url, timeout=120) as c:
         wait_for_sandbox(srv.url)
-        body = httpx.post(f"{srv.url}/v1/rewards", timeout=120, json={"items": [
+        body = c.post("/v1/rewards", json={"items": [
             {"verifier": "code", "response": "```python\nprint(input())\n```",
              "tests": [{"input": "3\n", "output": "3\n"}]}]}).json()
+        ran = c.post("/run_code", json={"code": "print(6 * 7)", "language": "python"}).json()
+        cells = c.post("/run_jupyter", json={"cells": ["6 * 7"]}).json()
+        session = c.post("/v1/sessions", json={}).json()["session_id"]
+        turn = c.post(f"/v1/sessions/{session}/run", json={"code": "6 * 7"}).json()
+        c.delete(f"/v1/sessions/{session}")
     assert body["rewards"] == [1.0]
     assert body["provenance"]["code"]["sandbox_image"] == image_id
+    block = ran["provenance"]
+    assert block["sandbox_image"] == image_id and block["runtime"] == "runc"
+    assert set(block) == {"version", "code", "settings", "runtime", "sandbox_image",
+                          "fingerprint"}
+    assert cells["provenance"] == turn["provenance"] == block
+    assert ran["status"] == cells["status"] == turn["status"] == "Success"
+    parsed = sandbox_fusion.RunCodeResponse(**ran)
+    assert parsed.run_result.stdout == "42\n"  # type: ignore[union-attr]
+    assert sandbox_fusion.RunJupyterResponse(**cells).cells[0].display == [
+        {"text/plain": "42"}]
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 from reward_server import metrics
 from reward_server.run_code.session_settings import SessionSettings
 from reward_server.sandbox_service import TURN_S, SandboxService
-from reward_server.sandbox_settings import SECTION, SandboxSection, SandboxSettings
+from reward_server.sandbox_settings import CAPACITY, SECTION, SandboxSection, SandboxSettings
 from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
 from reward_server.verifiers.base import Verifier
 from reward_server.verifiers.code.extract import extract_code
@@ -46,10 +46,9 @@ class CodeVerifier(Verifier):
     settings_model = SandboxSettings
     settings_prefix = SECTION
     null_statuses = UNSCORABLE  # a dataset's broken tests, found before the candidate ran
-    # the sessions', and where containers run and how many: the image is named by its id
-    capacity_settings = frozenset(SessionSettings.model_fields) | {
-        "image", "docker_host", "docker_hosts", "tls_cert_path", "reap_interval_s",
-        "pool_size", "max_uses", "snippet_response_limit_bytes", "acquire_timeout_s"}
+    # where containers run and how many, and the sessions' and /run_code's own limits
+    capacity_settings = CAPACITY | frozenset(SessionSettings.model_fields) | {
+        "snippet_response_limit_bytes"}
     config: SandboxSection
 
     _service: SandboxService | None = None

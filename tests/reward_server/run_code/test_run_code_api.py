@@ -12,6 +12,8 @@ import httpx
 import pytest
 
 from reward_server.run_code.languages import known_languages, run_code_language
+from sandbox.config import MIN_MEMORY_MB
+from sandbox.harness.paths import MAX_PATH_BYTES
 from tests.conftest import ServerProcess, run_server
 
 LIMIT = 4096  # the server's max_field_bytes here
@@ -48,6 +50,30 @@ def test_oversized_code_or_stdin_names_the_field(srv: ServerProcess, field: str)
                                          f"{LIMIT} bytes")
 
 
+# Names that passed the old check and broke the harness: a 503 SandboxError (blamed on the
+# sandbox, counted in its metrics) and a container spent, for the caller's own input
+NAMES_REFUSED: list[tuple[dict, int, str]] = [
+    ({"files": {"a\0b": ""}}, 422, "files['a\\x00b']: a control character ('\\x00')"),
+    ({"files": {"a" * 5000: ""}}, 422, f"files['{'a' * 100}…']: more than {MAX_PATH_BYTES} bytes"),
+    ({"files": {"n" * 256: ""}}, 422, "files['" + "n" * 100 + "…']: a component of 256 bytes, "
+     "more than NAME_MAX (255)"),
+    ({"files": {"d/" * 3000 + "f": ""}}, 422,  # RecursionError in os.makedirs
+     f"files['{'d/' * 50}…']: more than {MAX_PATH_BYTES} bytes"),
+    ({"files": {"d/" * 64 + "f": ""}}, 422, f"files['{'d/' * 50}…']: 65 levels deep, more than 64"),
+    ({"files": {"a": "", "a/b": ""}}, 422, "files['a/b']: its directory 'a' is files['a'], a file"),
+    ({"files": {"a/b": "", "a\\b": ""}}, 422, "files['a\\\\b']: the same file as files['a/b']"),
+    ({"fetch_files": ["ok.txt", "x" * 200_000]}, 422,
+     f"fetch_files[1]: more than {MAX_PATH_BYTES} bytes"),
+    ({"fetch_files": ["x" * 200_000] * 200}, 422,
+     f"fetch_files[0]: more than {MAX_PATH_BYTES} bytes"),
+    ({"fetch_files": ["a\0"]}, 422, "fetch_files[0]: a control character"),
+]
+# below it the interpreter does not start: /run_jupyter's was a 503 SandboxError
+MEMORY_REFUSED = [({"memory_limit_MB": mb}, f"memory_limit_MB: Value error, {mb} MB is below "
+                   f"the least a program or interpreter may ask for, {MIN_MEMORY_MB} MB")
+                  for mb in (1, 8, MIN_MEMORY_MB - 1)]
+
+
 @pytest.mark.parametrize(("extra", "detail"), [
     ({"files": {"../x": base64.b64encode(b"1").decode()}}, "files['../x']: a relative path"),
     ({"files": {"/etc/x": ""}}, "files['/etc/x']: a relative path"),
@@ -58,11 +84,16 @@ def test_oversized_code_or_stdin_names_the_field(srv: ServerProcess, field: str)
     ({"files": {f"f{k}": "" for k in range(1025)}}, "files: 1025 files, more than 1024"),
     ({"run_timeout": 0}, "run_timeout: Input should be greater than 0"),
     ({"memory_limit_MB": "lots"}, "memory_limit_MB: Input should be a valid integer"),
+    *[(extra, detail) for extra, _, detail in NAMES_REFUSED],
+    ({"files": {"main.py/x": ""}},
+     "files['main.py/x']: its directory 'main.py' is the program's own file, a file"),
+    *MEMORY_REFUSED,
 ])
 def test_bad_fields_are_named(srv: ServerProcess, extra: dict, detail: str) -> None:
     r = post(srv, {"code": "print(1)", "language": "python", **extra})
-    assert r.status_code == 422, r.text
+    assert r.status_code == 422, r.text[:1000]
     assert r.json()["detail"].startswith(detail), r.json()
+    assert len(r.content) < 1000  # a name of megabytes is shown cut, not echoed
 
 
 LEFT_OUT = "(left out)"
@@ -83,6 +114,8 @@ JUPYTER_REFUSED: list[tuple[dict, int, str]] = [
     ({"files": {"a.txt": "A" * (LIMIT + 4)}}, 413, "files['a.txt']: "),
     ({"fetch_files": ["ok.txt", "/etc/passwd"]}, 422, "fetch_files[1]: a relative path"),
     ({"fetch_files": ["a.txt"] * 257}, 422, "fetch_files: 257 paths, more than 256"),
+    *NAMES_REFUSED,
+    *[(extra, 422, detail) for extra, detail in MEMORY_REFUSED],
 ]
 
 
@@ -94,7 +127,19 @@ def test_run_jupyter_names_the_bad_field(srv: ServerProcess, extra: dict, status
     body = {k: v for k, v in {"cells": ["print(1)"], **extra}.items() if v != LEFT_OUT}
     r = httpx.post(srv.url + "/run_jupyter", json=body,
                    headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
-    assert r.status_code == status, r.text
+    assert r.status_code == status, r.text[:1000]
+    assert r.json()["detail"].startswith(detail), r.json()
+
+
+@pytest.mark.parametrize(("extra", "detail"), [
+    *[(extra, detail) for extra, _, detail in NAMES_REFUSED if "files" in extra],
+    *MEMORY_REFUSED,
+])
+def test_a_session_names_the_bad_field(srv: ServerProcess, extra: dict, detail: str) -> None:
+    """A session's files and memory meet the same checks, before any container."""
+    r = httpx.post(srv.url + "/v1/sessions", json=extra,
+                   headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    assert r.status_code == 422, r.text[:1000]
     assert r.json()["detail"].startswith(detail), r.json()
 
 

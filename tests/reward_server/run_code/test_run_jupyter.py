@@ -20,9 +20,11 @@ import pytest
 import sandbox_fusion
 from sandbox_fusion import RunCodeRequest, RunJupyterRequest, RunStatus
 
+from sandbox.config import MIN_MEMORY_MB
 from tests.conftest import ServerProcess
 from tests.helpers import probes
 from tests.helpers.code import sandbox_server
+from tests.helpers.metrics import metric
 from tests.helpers.sandbox_pool import POOL, assert_clean
 from tests.helpers.sessions import session_containers
 from tests.helpers.waiting import eventually
@@ -151,6 +153,33 @@ def test_limits_are_capped_and_reported(srv: ServerProcess) -> None:
     assert got["limits"]["total_timeout"] == 120.0  # session_max_total_timeout_s
     assert got["limits"]["memory_limit_MB"] == 768  # max_memory_mb
     assert got["limits"]["output_limit_bytes"] == OUTPUT_LIMIT
+
+
+def test_the_memory_floor_starts_the_interpreter(srv: ServerProcess) -> None:
+    """The least memory a caller may ask for starts the interpreter under either runtime
+    (below it, it did not: a 503 SandboxError blamed on the sandbox, now the caller's 422)."""
+    got = run(srv, cells=["import json, decimal, statistics", "len([0] * 10**6)"],
+              memory_limit_MB=MIN_MEMORY_MB)
+    assert got["status"] == "Success", got
+    assert got["cells"][1]["display"] == [{"text/plain": "1000000"}]
+    assert got["limits"]["memory_limit_MB"] == MIN_MEMORY_MB
+
+
+SANDBOX_ERRORS = r'reward_items_total\{status="SandboxError",verifier="run_jupyter"\}'
+
+
+def test_the_callers_own_mistakes_are_never_sandbox_errors(srv: ServerProcess) -> None:
+    """A memory below the floor, and files the harness could not write (a NUL, a name past
+    PATH_MAX, 3000 levels, a file that is a directory too): each was a 503 SandboxError, a
+    container spent and the sandbox's error count raised; each is a 422 naming the field."""
+    before = metric(srv.url, SANDBOX_ERRORS)
+    bodies = [{"memory_limit_MB": 8}, {"files": {"a\0b": ""}}, {"files": {"a" * 5000: ""}},
+              {"files": {"d/" * 3000 + "f": ""}}, {"files": {"a": "", "a/b": ""}}]
+    for body in bodies:
+        r = post(srv, cells=["1"], **body)
+        assert r.status_code == 422, r.text[:300]
+        assert r.json()["detail"].startswith(next(iter(body))), r.json()
+    assert metric(srv.url, SANDBOX_ERRORS) == before
 
 
 def test_the_session_caps_hold_it(srv: ServerProcess) -> None:
