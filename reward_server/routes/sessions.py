@@ -1,14 +1,17 @@
 """``/v1/sessions``: stateful interpreter sessions for multi-step tool use (docs/sessions.md).
-Create one, run cells in it (variables kept between calls), close it.
+Create one, run cells in it (variables kept between calls), close it. Bodies are read and
+validated off the event loop (``json_body``): a create's files are megabytes.
 
 (No ``from __future__ import annotations`` here: FastAPI reads the parameter types from the
 endpoints' annotations.)"""
 
 import asyncio
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
+from reward_server.json_body import body_schema, json_body
 from reward_server.routes import caller_of
 from reward_server.run_code.session_schemas import (
     CreateSessionRequest,
@@ -31,8 +34,11 @@ def _sessions(request: Request) -> Sessions:
              summary="Start a Python interpreter whose state outlives each cell",
              responses={429: {"description": "The caller's or the server's session cap; "
                                          "Retry-After says when one may free"},
-                        503: {"description": "No sandbox container could be had"}})
-async def create_session(body: CreateSessionRequest, request: Request) -> SessionInfo:
+                        503: {"description": "No sandbox container could be had"}},
+             openapi_extra=body_schema("/v1/sessions", CreateSessionRequest))
+async def create_session(
+        body: Annotated[CreateSessionRequest, Depends(json_body(CreateSessionRequest))],
+        request: Request) -> SessionInfo:
     return await _sessions(request).create(caller_of(request), body)
 
 
@@ -50,8 +56,11 @@ async def get_session(session_id: str, request: Request) -> SessionInfo:
 @router.post("/{session_id}/run", response_model=RunCellsResponse,
              summary="Run one cell (code) or several (cells) in the session",
              responses={**_ERRORS, 503: {"model": RunCellsResponse,
-                                         "description": "SandboxError: the sandbox failed"}})
-async def run_cells(session_id: str, body: RunCellsRequest, request: Request) -> JSONResponse:
+                                         "description": "SandboxError: the sandbox failed"}},
+             openapi_extra=body_schema("/v1/sessions/{session_id}/run", RunCellsRequest))
+async def run_cells(session_id: str,
+                    body: Annotated[RunCellsRequest, Depends(json_body(RunCellsRequest))],
+                    request: Request) -> JSONResponse:
     status, response = await _sessions(request).run(caller_of(request), session_id, body)
     response.provenance = request.app.state.provenance.sandbox()
     # rendered off the event loop: up to the answer limit of the cells' output

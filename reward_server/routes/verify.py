@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from reward_server.admission import OnInvalidQuery
 from reward_server.errors import InvalidItems, format_validation_errors
+from reward_server.json_body import body_schema, read_body
 from reward_server.routes import caller_of
 from reward_server.schemas import verify_models
 from reward_server.verifiers.base import Verifier
@@ -22,17 +23,6 @@ from reward_server.verifiers.base import Verifier
 
 class RawBatch(BaseModel):
     items: list[Any]
-
-
-def body_schema(path: str, model: type[BaseModel]) -> dict[str, Any]:
-    """``model``'s JSON schema for the operation's request body, its definitions kept inside
-    it (the refs point into the body itself, so no component has to be registered)."""
-    pointer = path.replace("~", "~0").replace("/", "~1")
-    template = (f"#/paths/{pointer}/post/requestBody/content/application~1json/schema/$defs/"
-                "{model}")
-    schema = model.model_json_schema(ref_template=template)
-    return {"requestBody": {"required": True,
-                            "content": {"application/json": {"schema": schema}}}}
 
 
 def parse_body(raw: bytes) -> RawBatch:
@@ -56,7 +46,7 @@ def verifier_router(name: str, cls: type[Verifier]) -> APIRouter:
     router = APIRouter()
 
     async def endpoint(request: Request, on_invalid: OnInvalidQuery = "null") -> Response:
-        raw = await request.body()
+        raw = await read_body(request)
         results = await request.app.state.scorer.verify(  # type: ignore[attr-defined]
             name, parse_body(raw).items, caller_of(request), on_invalid, len(raw))
         payload = response_model(results=results,
