@@ -60,7 +60,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             log.info("verifiers ready: %s", ", ".join(sorted(verifiers)))
             undo_signals = watch_stop_signals()
             try:
-                async with Sessions(scorer, sandbox) as app.state.sessions:  # closed first
+                async with Sessions(scorer, sandbox,
+                                    app.state.provenance) as app.state.sessions:  # closed first
                     yield
             finally:
                 undo_signals()

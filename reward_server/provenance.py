@@ -10,11 +10,15 @@ What runs programs for a caller (``/run_code``, ``/run_jupyter``, a session's ce
 the same way, in one block of its own (``SandboxProvenance``): its code and the harness's, the
 sandbox settings that change what a program does, the runtime and the image.
 
-Everything but the sandbox image is fixed for the process's life and computed at start (the
-code digest reads the source of the verifier's modules and of every module they import, once:
-``source_digest``); the image id is the engine's, read when the sandbox pool connects or makes
-a container (an image rebuilt under the same tag is a new id), so a block is rebuilt only when
-that id changes. A response costs a dict lookup.
+Everything but the sandbox image and runtime is fixed for the process's life and computed at
+start (the code digest reads the source of the verifier's modules and of every module they
+import, once: ``source_digest``); the image id is the engine's, read when the sandbox pool
+connects or makes a container (an image rebuilt under the same tag is a new id), and so is
+the runtime where the setting leaves it to the engine (its default, which may be gVisor's),
+so a block is rebuilt only when one of them changes. A response costs a dict lookup.
+
+A session's container outlives a rebuilt image or a changed default: its answers name the
+block of the container it has (``sandbox_of``), fixed when the container was made.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ CORE_PACKAGES = frozenset({"reward_server", "sandbox"})
 # package and the harness, all of its files (it is copied whole into the image, and starts
 # some of them, the session kernel, as files rather than imports)
 SANDBOX_PACKAGES = ("reward_server.run_code", "sandbox.harness")
+MAX_CONTAINER_BLOCKS = 64  # sandbox blocks kept by (image, runtime): a few in a process's life
 
 
 class Provenance(BaseModel):
@@ -81,7 +86,11 @@ class SandboxProvenance(BaseModel):
                       "source, and of every server and sandbox module they import.")
     settings: str = Field(description="sha256 (16 hex) of the sandbox settings that change "
                           "what a program does or may do; not where or how many run.")
-    runtime: str = Field(description="runsc (gVisor), or runc (the engine's default).")
+    runtime: str | None = Field(None, description="The OCI runtime the containers run "
+                                "under: the runtime setting, or where it is unset the "
+                                "engine's default (its DefaultRuntime: runc, runsc for "
+                                "gVisor, or another); several comma-separated when engines "
+                                "differ; null before the sandbox first connected.")
     sandbox_image: str | None = Field(None, description="Docker's id of the sandbox image, "
                                       "as in a verifier's block.")
     fingerprint: str = Field(description="sha256 (16 hex) of all of the above.")
@@ -173,14 +182,14 @@ def _sandbox_fixed(sandbox: SandboxService) -> dict[str, Any]:
                for m in source_digest.package_modules(package, roots)]
     return {"version": distribution_version(type(sandbox)),
             "code": closure_digest(modules, roots),
-            "settings": _digest(sandbox_settings(sandbox.settings)),
-            "runtime": sandbox.config.runtime or "runc"}
+            "settings": _digest(sandbox_settings(sandbox.settings))}
 
 
-def _sandbox_image(sandbox: SandboxService | None) -> str | None:
+def _engines(sandbox: SandboxService | None) -> tuple[str | None, str | None]:
+    """The sandbox's image ids and runtimes as a block names them (None: not known yet)."""
     if sandbox is None:
-        return None
-    return ",".join(sandbox.image_ids) or None
+        return None, None
+    return ",".join(sandbox.image_ids) or None, ",".join(sandbox.runtimes) or None
 
 
 class Provenances:
@@ -200,28 +209,40 @@ class Provenances:
             if cls.use_sandbox is not Verifier.use_sandbox:  # it keeps the sandbox it is given
                 self._in_sandbox.add(name)
         self._sandbox_fixed = _sandbox_fixed(sandbox) if sandbox is not None else None
-        self._image: str | None = None
+        self._engines: tuple[str | None, str | None] = (None, None)  # image, runtime
+        self._of_container: dict[tuple[str | None, str | None], SandboxProvenance] = {}
         self._build()
 
     def _build(self) -> None:
+        image, _ = self._engines
         blocks = {}
         for name, fixed in self._fixed.items():
-            block = {**fixed, "sandbox_image": self._image if name in self._in_sandbox
-                     else None}
+            block = {**fixed, "sandbox_image": image if name in self._in_sandbox else None}
             blocks[name] = Provenance(**block, fingerprint=_digest(block))
         self._blocks = blocks
-        self._sandbox_block = None
-        if self._sandbox_fixed is not None:
-            block = {**self._sandbox_fixed, "sandbox_image": self._image}
-            self._sandbox_block = SandboxProvenance(**block, fingerprint=_digest(block))
+        self._sandbox_block = self.sandbox_of(*self._engines)
 
     def current(self) -> dict[str, Provenance]:
-        """Every verifier's block as of now (rebuilt when the sandbox's image changed)."""
-        image = _sandbox_image(self._sandbox)
-        if image != self._image:
-            self._image = image
+        """Every verifier's block as of now (rebuilt when the sandbox's image or runtime
+        changed)."""
+        engines = _engines(self._sandbox)
+        if engines != self._engines:
+            self._engines = engines
             self._build()
         return self._blocks
+
+    def sandbox_of(self, image: str | None, runtime: str | None) -> SandboxProvenance | None:
+        """The sandbox block of a container of ``image`` under ``runtime`` (a session's);
+        None on a server without a sandbox."""
+        if self._sandbox_fixed is None:
+            return None
+        key = (image, runtime)
+        if key not in self._of_container:
+            if len(self._of_container) >= MAX_CONTAINER_BLOCKS:  # images rebuilt all day
+                self._of_container.clear()
+            block = {**self._sandbox_fixed, "runtime": runtime, "sandbox_image": image}
+            self._of_container[key] = SandboxProvenance(**block, fingerprint=_digest(block))
+        return self._of_container[key]
 
     def sandbox(self) -> SandboxProvenance | None:
         """The block of what ran ``/run_code``, ``/run_jupyter`` and session programs, as of

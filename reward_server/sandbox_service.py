@@ -65,6 +65,12 @@ class SandboxService:
         """The ids of the image its containers run (none before an engine connected)."""
         return self.sandbox.pool.image_ids
 
+    @property
+    def runtimes(self) -> list[str]:
+        """The OCI runtimes its containers run under: the runtime setting, or unset the
+        engine's default (none known before an engine connected)."""
+        return self.sandbox.pool.runtimes
+
     async def start(self) -> None:
         """Never raises: without an engine or the image the pool is unavailable, saying why,
         and keeps trying."""

@@ -53,7 +53,8 @@ class SandboxConfig:
     work_tmpfs_mb: int = 128
     # Isolation layers beyond namespaces/cgroups/caps (README: "Isolation, layer by layer")
     runtime: str | None = setting(None, "OCI runtime registered with the engine, e.g. runsc "
-                                  "(gVisor); unset: the engine's default (runc).")
+                                  "(gVisor); unset: the engine's default runtime (runc on a "
+                                  "stock engine), which results name as docker info reports it.")
     # Under gVisor the container's pids limit counts gVisor's own host threads, not the
     # program's processes: its kernel's and gofer's threads (~40), and on the ptrace platform
     # a stub process per address space with a thread for each kernel thread that ran it

@@ -109,6 +109,10 @@ class PooledContainer:
     uses: int = 0
     retire: bool = False  # replace instead of reusing (gVisor: its pids headroom is gone)
     checking: bool = False  # a headroom check is in flight
+    # what the engine made it of and runs it under, which its results name (a session's
+    # container outlives a rebuilt image or a changed default runtime)
+    image_id: str | None = None
+    runtime: str | None = None
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -144,6 +148,9 @@ class ContainerPool:
         # the engine's id of the image its containers run (None: not connected yet), which
         # results name as what produced them (reward_server/provenance.py)
         self.image_id: str | None = None
+        # the OCI runtime they run under: the setting, or unset the engine's default, which
+        # may be gVisor's or any other (None: not connected yet)
+        self.runtime: str | None = config.runtime or None
 
     # --- running blocking SDK calls -------------------------------------------------------
 
@@ -172,6 +179,9 @@ class ContainerPool:
             if self._client is None:
                 self._client = await self._call(self._new_client)
             await self._call(self._client.ping)
+            if not self.config.runtime:  # what the engine runs a container under unasked
+                info = await self._call(self._client.info)
+                self.runtime = info.get("DefaultRuntime") or self.runtime
         except (DockerException, OSError) as exc:
             self._client = None
             self.unavailable_reason = f"Docker engine not reachable ({exc}); {ENGINE_HINT}"
@@ -471,9 +481,12 @@ class ContainerPool:
         except (DockerException, OSError, ChannelClosed, ChannelTimeout, SandboxUnavailable):
             await self._remove(container)
             raise
-        # the image the tag names now: one rebuilt while the server runs is in new containers
+        # the image the tag names now: one rebuilt while the server runs is in new containers;
+        # and the runtime the engine gave it (its default may have changed since we connected)
         self.image_id = container.attrs.get("Image") or self.image_id
-        return PooledContainer(container, channel, self)
+        self.runtime = (container.attrs.get("HostConfig") or {}).get("Runtime") or self.runtime
+        return PooledContainer(container, channel, self, image_id=self.image_id,
+                               runtime=self.runtime)
 
     async def _remove(self, container: Any) -> None:
         try:
@@ -530,6 +543,12 @@ class EnginePool:
         """The image ids the engines' containers run, each once (several only when the
         engines hold different builds under the same tag)."""
         return sorted({p.image_id for p in self.pools if p.image_id is not None})
+
+    @property
+    def runtimes(self) -> list[str]:
+        """The OCI runtimes the engines' containers run under, each once (several only when
+        the runtime is unset and the engines' defaults differ)."""
+        return sorted({p.runtime for p in self.pools if p.runtime is not None})
 
     async def acquire(self) -> PooledContainer:
         """An idle container not marked for replacement (``ContainerPool.fit_for_reuse``)."""

@@ -97,6 +97,16 @@ class SandboxSession:
     def container_id(self) -> str:
         return self._pooled.id
 
+    @property
+    def image_id(self) -> str | None:
+        """The image its container was made of (the engine's id)."""
+        return self._pooled.image_id
+
+    @property
+    def runtime(self) -> str | None:
+        """The OCI runtime its container runs under."""
+        return self._pooled.runtime
+
     @classmethod
     async def open(cls, pool: EnginePool, limits: SessionLimits, threads: ThreadPoolExecutor,
                    files: Mapping[str, str], idle_exit_s: float) -> SandboxSession:

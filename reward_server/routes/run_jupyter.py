@@ -31,7 +31,8 @@ async def run_jupyter_route(
         body: Annotated[RunJupyterRequest, Depends(json_body(RunJupyterRequest))],
         request: Request) -> JSONResponse:
     status, response = await run_jupyter(request.app.state.sessions, caller_of(request), body)
-    response.provenance = request.app.state.provenance.sandbox()
+    if response.provenance is None:  # no container ran it: what would have
+        response.provenance = request.app.state.provenance.sandbox()
     # rendered off the event loop: up to the answer limit of the cells' output and files
     return await asyncio.to_thread(
         lambda: JSONResponse(response.model_dump(mode="json"), status_code=status))

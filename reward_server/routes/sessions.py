@@ -62,7 +62,6 @@ async def run_cells(session_id: str,
                     body: Annotated[RunCellsRequest, Depends(json_body(RunCellsRequest))],
                     request: Request) -> JSONResponse:
     status, response = await _sessions(request).run(caller_of(request), session_id, body)
-    response.provenance = request.app.state.provenance.sandbox()
     # rendered off the event loop: up to the answer limit of the cells' output
     return await asyncio.to_thread(
         lambda: JSONResponse(response.model_dump(mode="json"), status_code=status))

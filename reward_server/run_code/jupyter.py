@@ -61,7 +61,7 @@ async def run_jupyter(sessions: Sessions, caller: Caller, request: RunJupyterReq
     elapsed = time.perf_counter() - started
     response = RunJupyterResponse(
         status=ran.status, message="; ".join(notes), driver=_driver(ran, elapsed),
-        cells=ran.cells, files=files,
+        cells=ran.cells, files=files, provenance=ran.provenance,
         limits=JupyterLimits(
             cell_timeout=min(capped(request.cell_timeout or None, limits.cell_timeout,
                                     limits.max_cell_timeout), total),

@@ -51,6 +51,9 @@ class SessionInfo(BaseModel):
                                        "the TTL closes it; null while a cell runs or after "
                                        "it ended.")
     limits: SessionLimits
+    provenance: SandboxProvenance | None = Field(None, description=(
+        "What runs its cells: the code, settings, runtime and image of its container, fixed "
+        "when the container was made (ours; docs/rescore.md)."))
 
 
 class RunCellsRequest(BaseModel):
@@ -97,6 +100,5 @@ class RunCellsResponse(BaseModel):
     message: str = Field(description="Empty on Success; else what stopped the run.")
     cells: list[CellRunResult] = Field(description="The cells that ran, in order.")
     session: SessionInfo | None = None
-    provenance: SandboxProvenance | None = Field(None, description="What ran it: code, "
-                                                 "limits, runtime and image (ours; "
-                                                 "docs/rescore.md).")
+    provenance: SandboxProvenance | None = Field(None, description="What ran it: the "
+                                                 "session's block (its ``provenance``).")

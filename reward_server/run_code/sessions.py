@@ -50,6 +50,7 @@ from reward_server.errors import (
     UnknownVerifier,
 )
 from reward_server.fair_queue import BudgetSpent
+from reward_server.provenance import Provenances, SandboxProvenance
 from reward_server.run_code.session_schemas import (
     CellRunResult,
     CreateSessionRequest,
@@ -95,6 +96,7 @@ class _Session:
     state: SessionState = "open"
     why: str = ""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    provenance: SandboxProvenance | None = None  # its container's: what runs its cells
     # one request's own (/run_jupyter): counted against the caps as any session, since it
     # holds a container, but its id is never given out, listed, or remembered after it ends
     transient: bool = False
@@ -110,16 +112,18 @@ class _Session:
         left = None if left is None else round(left, 3)
         return SessionInfo(session_id=self.id, language="python", python=self.sandbox.python,
                            state=self.state, cells=self.cells, created_at=self.created_at,
-                           expires_in_s=left, limits=self.limits)
+                           expires_in_s=left, limits=self.limits, provenance=self.provenance)
 
 
 class Sessions:
     """Every open session of this server process; an async context manager (the app's
     lifespan): the reaper runs inside it, and every session is closed when it exits."""
 
-    def __init__(self, scorer: Scorer, sandbox: SandboxService | None) -> None:
+    def __init__(self, scorer: Scorer, sandbox: SandboxService | None,
+                 provenance: Provenances | None = None) -> None:
         self.scorer = scorer
         self.sandbox = sandbox  # None: a server without one, where every call says so
+        self.provenance = provenance  # each session's block, from its container's
         self._open: dict[str, _Session] = {}
         self._ended: OrderedDict[str, tuple[Caller, SessionState, str]] = OrderedDict()
         self._creating: dict[str, int] = {}  # by quota
@@ -212,6 +216,9 @@ class Sessions:
                 del self._creating[quota]
         session = _Session(secrets.token_urlsafe(32), caller, interpreter, limits,
                            transient=transient)
+        if self.provenance is not None:
+            session.provenance = self.provenance.sandbox_of(interpreter.image_id,
+                                                            interpreter.runtime)
         self._open[session.id] = session
         metrics.SESSIONS_OPEN.inc()
         return session
@@ -401,12 +408,14 @@ class Sessions:
                         spent += time.perf_counter() - started
                 except BudgetSpent as exc:  # it never ran: the session stays as it was
                     return 503, RunCellsResponse(status=SANDBOX_ERROR, message=(
-                        f"cells[{index}] {exc}"), cells=results, session=session.info())
+                        f"cells[{index}] {exc}"), cells=results, session=session.info(),
+                        provenance=session.provenance)
                 except SandboxUnavailable as exc:
                     metrics.SESSION_CELLS.labels(SANDBOX_ERROR).inc()
                     await self._end(session, "lost", str(exc))
                     return 503, RunCellsResponse(status=SANDBOX_ERROR, message=str(exc),
-                                                 cells=results, session=session.info())
+                                                 cells=results, session=session.info(),
+                                                 provenance=session.provenance)
                 message = self._record(session, cell, started, results, keep_going=notebook)
                 if message:
                     if not cell.alive:
@@ -428,7 +437,8 @@ class Sessions:
                     break
         ok = not message
         return 200, RunCellsResponse(status="Success" if ok else "Failed", message=message,
-                                     cells=results, session=session.info())
+                                     cells=results, session=session.info(),
+                                     provenance=session.provenance)
 
     def _record(self, session: _Session, cell: CellResult, started: float,
                 results: list[CellRunResult], keep_going: bool = False) -> str:

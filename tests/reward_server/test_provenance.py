@@ -6,6 +6,8 @@ keeps them for ``rewards`` and ``verify``."""
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
 import textwrap
 from importlib.metadata import version
@@ -176,7 +178,8 @@ def _sandbox_block(**env: object) -> dict:
 
 def test_the_sandbox_block_follows_what_changes_a_programs_outcome() -> None:
     base = _sandbox_block()
-    assert base["runtime"] == "runc" and base["version"] == version("verifiable-rewards")
+    # unset, the runtime is the engine's default: unknown until the engine is asked
+    assert base["runtime"] is None and base["version"] == version("verifiable-rewards")
     assert _sandbox_block(sandbox_runtime="runsc")["runtime"] == "runsc"
     for changed in ({"sandbox_max_memory_mb": 512}, {"sandbox_cpus": 2.0},
                     {"sandbox_snippet_response_limit_bytes": 1 << 20},
@@ -258,33 +261,110 @@ def test_a_client_split_over_two_versions_pins_each_result(tmp_path: Path) -> No
 
 def test_code_results_and_runs_name_the_sandbox_images_id(docker_ready: None,
                                                           tmp_path: Path) -> None:
-    """Code items, and the programs of /run_code, /run_jupyter and a session, name the
-    image's id; the three runs' answers carry one block, which SandboxFusion's own client
-    models read past (its pydantic models ignore a key they do not know)."""
+    """Code items (in /v1/rewards and in the list of verifiers), and the programs of
+    /run_code, /run_jupyter and a session, name the image's id; the runs' answers carry one
+    block, which SandboxFusion's own client models read past (its pydantic models ignore a
+    key they do not know). A session's every answer (create, get, list, run, close) names
+    what runs its cells."""
     import docker
     import sandbox_fusion
 
-    image_id = docker.from_env().images.get(IMAGE).id
+    engine = docker.from_env()
+    image_id = engine.images.get(IMAGE).id
+    default_runtime = engine.info()["DefaultRuntime"]
     with run_server(tmp_path) as srv, httpx.Client(base_url=srv.url, timeout=120) as c:
         wait_for_sandbox(srv.url)
         body = c.post("/v1/rewards", json={"items": [
             {"verifier": "code", "response": "```python\nprint(input())\n```",
              "tests": [{"input": "3\n", "output": "3\n"}]}]}).json()
+        listed = {v["name"]: v["provenance"] for v in c.get("/v1/verifiers").json()["verifiers"]}
         ran = c.post("/run_code", json={"code": "print(6 * 7)", "language": "python"}).json()
         cells = c.post("/run_jupyter", json={"cells": ["6 * 7"]}).json()
-        session = c.post("/v1/sessions", json={}).json()["session_id"]
+        created = c.post("/v1/sessions", json={}).json()
+        session = created["session_id"]
+        got = c.get(f"/v1/sessions/{session}").json()
+        [mine] = c.get("/v1/sessions").json()
         turn = c.post(f"/v1/sessions/{session}/run", json={"code": "6 * 7"}).json()
-        c.delete(f"/v1/sessions/{session}")
+        closed = c.delete(f"/v1/sessions/{session}").json()
     assert body["rewards"] == [1.0]
     assert body["provenance"]["code"]["sandbox_image"] == image_id
+    assert listed["code"] == body["provenance"]["code"]  # the list names the image too
     block = ran["provenance"]
-    assert block["sandbox_image"] == image_id and block["runtime"] == "runc"
+    assert block["sandbox_image"] == image_id and block["runtime"] == default_runtime
     assert set(block) == {"version", "code", "settings", "runtime", "sandbox_image",
                           "fingerprint"}
     assert cells["provenance"] == turn["provenance"] == block
+    for answer in (created, got, mine, turn["session"], closed):
+        assert answer["provenance"] == block, answer
     assert ran["status"] == cells["status"] == turn["status"] == "Success"
     parsed = sandbox_fusion.RunCodeResponse(**ran)
     assert parsed.run_result.stdout == "42\n"  # type: ignore[union-attr]
     assert sandbox_fusion.RunJupyterResponse(**cells).cells[0].display == [
         {"text/plain": "42"}]
 
+
+
+def test_a_runtime_left_to_the_engine_is_the_one_its_containers_run_under(
+        extra_engine, tmp_path: Path) -> None:
+    """With the runtime setting unset the engine's default runtime runs the containers, and
+    an operator may have made it gVisor's: the blocks of /run_code and of a session name it
+    (they said runc whatever ran), as the engine reports the container's."""
+    if extra_engine.runsc is None:
+        message = "gVisor's runsc is not installed; run: bash sandbox/ensure_runsc.sh"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    env = {"REWARD_SERVER_SANDBOX_DOCKER_HOST": extra_engine.host}
+    with extra_engine.default_runtime("runsc"), run_server(tmp_path, env=env) as srv, \
+            httpx.Client(base_url=srv.url, timeout=120) as c:
+        wait_for_sandbox(srv.url)
+        ran = c.post("/run_code", json={"code": "print(6 * 7)", "language": "python"}).json()
+        session = c.post("/v1/sessions", json={}).json()
+        running = extra_engine.sandbox_containers(running=True)
+        inspected = extra_engine.docker("inspect", "--format", "{{.HostConfig.Runtime}}",
+                                        *running).stdout.split()
+        c.delete(f"/v1/sessions/{session['session_id']}")
+    assert ran["status"] == "Success" and ran["run_result"]["stdout"] == "42\n", ran
+    assert set(inspected) == {"runsc"}, inspected  # what the engine runs them under
+    assert ran["provenance"]["runtime"] == "runsc"
+    assert session["provenance"]["runtime"] == "runsc"
+
+
+def test_a_session_names_its_own_containers_image_after_a_rebuild(docker_ready: None,
+                                                                   tmp_path: Path) -> None:
+    """An image rebuilt under the server's tag is in new containers, not in a session's,
+    which keeps the one it was made of: the session's answers name that one (its cells' run
+    named whatever the pool made last), while /run_code's name the new one."""
+    tag = f"vr-provenance-test-{os.getpid()}"
+    rebuilt = subprocess.run(["docker", "build", "-q", "-t", f"{tag}:rebuilt", "-"],
+                             input=f"FROM {IMAGE}\nLABEL verifiable-rewards.test=rebuilt\n",
+                             capture_output=True, text=True, timeout=600)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    subprocess.run(["docker", "tag", IMAGE, f"{tag}:run"], check=True)
+    old_id, new_id = (subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", name],
+                                     capture_output=True, text=True, check=True).stdout.strip()
+                      for name in (f"{tag}:run", f"{tag}:rebuilt"))
+    try:
+        env = {"REWARD_SERVER_SANDBOX_IMAGE": f"{tag}:run"}
+        with run_server(tmp_path, env=env) as srv, \
+                httpx.Client(base_url=srv.url, timeout=120) as c:
+            wait_for_sandbox(srv.url)
+            session = c.post("/v1/sessions", json={}).json()
+            assert session["provenance"]["sandbox_image"] == old_id
+            subprocess.run(["docker", "tag", f"{tag}:rebuilt", f"{tag}:run"], check=True)
+            for _ in range(20):  # each session takes a container; its replacement is new
+                current = c.post("/run_code", json={"code": "1", "language": "python"}
+                                 ).json()["provenance"]
+                if current["sandbox_image"] == new_id:
+                    break
+                other = c.post("/v1/sessions", json={}).json()["session_id"]
+                c.delete(f"/v1/sessions/{other}")
+            assert current["sandbox_image"] == new_id, current
+            turn = c.post(f"/v1/sessions/{session['session_id']}/run",
+                          json={"code": "6 * 7"}).json()
+            got = c.get(f"/v1/sessions/{session['session_id']}").json()
+    finally:
+        subprocess.run(["docker", "rmi", f"{tag}:run", f"{tag}:rebuilt"], capture_output=True)
+    assert turn["status"] == "Success", turn
+    assert turn["provenance"] == got["provenance"] == session["provenance"]
+    assert turn["provenance"]["fingerprint"] != current["fingerprint"]
