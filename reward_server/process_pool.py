@@ -27,6 +27,12 @@ So at most ``QUEUED_PER_WORKER`` tasks per worker are handed to pebble at a time
 bounds how long a task can legitimately take; a task past that watchdog, or a pool pebble
 calls broken, gets the pool rebuilt, and the tasks that were in it are run again.
 
+A task that costs its worker (killed at its hard timeout, or ending its worker itself) is
+charged, at the gate, for the replacement's start as well as its own run: a replacement pays
+seconds of imports and warm-up, and a caller whose items keep killing workers would otherwise
+have every other caller pay for them. The start is what the pool's workers measured of their
+own (``worker_start_s``: from the process's creation to the end of its warm-up).
+
 Pebble's own queue is first come, first served, so which task is handed over next is decided
 in front of it: the pool is meant to sit behind a gate of ``workers`` slots (the verifier's
 ``slow_lane.SlowLane``, whose ``FairGate`` shares the workers between the requests in flight),
@@ -77,7 +83,9 @@ class TaskResult(NamedTuple):
     outcome: Outcome
     value: Any
     detail: str | None
-    cost_s: float | None = None  # seconds the task ran in its worker, when it returned there
+    # seconds the task ran in its worker, when it returned there; for a task that cost its
+    # worker, its runs' time and each replacement's start
+    cost_s: float | None = None
     cpu_bound: bool = False  # a soft timeout with its limit used in CPU time
 
 
@@ -139,12 +147,12 @@ def soft_limit_left() -> float | None:
 
 
 def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
-           ) -> tuple[float, float, bool, Any]:
+           ) -> tuple[float, float, bool, Any, float]:
     """Runs in the worker: the seconds the task took there (the gate charges a request for
     that, not for waiting on a worker being replaced), the CPU seconds it used (a timeout
     with little CPU time is the machine's load, not the task's), whether it hit the soft
-    limit, and its value. Once the alarm fired the task is a timeout, whatever a handler in
-    it made of the exception."""
+    limit, its value, and what this worker's own start took (``worker_start_s``). Once the
+    alarm fired the task is a timeout, whatever a handler in it made of the exception."""
     alarm = _Alarm()
     previous = signal.signal(signal.SIGALRM, alarm)
     started = time.perf_counter()
@@ -168,10 +176,28 @@ def _timed(fn: Callable[..., Any], soft_s: float, *args: Any
         _running[0] = None
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    return time.perf_counter() - started, _cpu_seconds() - cpu_started, alarm.fired, value
+    return (time.perf_counter() - started, _cpu_seconds() - cpu_started, alarm.fired, value,
+            _started_in_s[0])
 
 
 _charged = [0.0]  # CPU seconds used for this worker's tasks in processes not its own
+_started_in_s = [0.0]  # seconds from this worker's creation to the end of its warm-up
+
+
+def _process_age_s() -> float:
+    """Seconds since this process was created (``/proc/self/stat``'s start time, in clock
+    ticks since boot); 0.0 where there is no such file."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rpartition(")")[2].split()[19])  # field 22: starttime
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def worker_start_seconds() -> float:
+    """In a worker: what its start took, from its creation to the end of its warm-up."""
+    return _started_in_s[0]
 
 
 def charge_cpu(seconds: float) -> None:
@@ -216,6 +242,7 @@ def _init_worker(memory_mb: int, warm_up: Callable[[], None] | None, name: str,
     _name_process(name)
     if warm_up is not None:
         warm_up()
+    _started_in_s[0] = _process_age_s()
 
 
 def _address_space() -> int:
@@ -249,6 +276,9 @@ class TimeoutPool:
     ) -> None:
         self.retries_on_crash = retries_on_crash
         self.slots = workers * QUEUED_PER_WORKER  # tasks to hand it at a time
+        # what starting a worker takes, as the last one to answer measured its own (0.0
+        # until one has): what a task that costs its worker is charged for its replacement
+        self.worker_start_s = 0.0
         # the watchdog in ``_await`` assumes no more are in pebble: a caller without a gate
         # of ``slots`` (tests, scripts) waits here, first come, first served
         self._handed = asyncio.Semaphore(self.slots)
@@ -290,21 +320,28 @@ class TimeoutPool:
     async def _run_retrying(self, fn: Callable[..., Any], args: tuple[Any, ...],
                             timeout: float) -> TaskResult:
         deaths = outside = 0
+        lost_s = 0.0  # this task's runs that cost their worker, and each replacement's start
         while True:
+            started = time.perf_counter()
             result = await self._run_once(fn, args, timeout)
+            run_s = time.perf_counter() - started
+            if result.outcome == "died" or (result.outcome == "timeout"
+                                            and result.cost_s is None):  # killed at its limit
+                lost_s += run_s + self.worker_start_s
+                run_s = 0.0  # counted
             if result.outcome == "died":  # the worker ended itself under this task
                 if deaths >= self.retries_on_crash:
-                    return result._replace(outcome="crashed", detail=(
+                    return result._replace(outcome="crashed", cost_s=lost_s, detail=(
                         f"{result.detail}, {deaths + 1} times running this task"))
                 deaths += 1
             elif result.outcome in ("killed", "lost"):  # not the task's doing
                 if outside >= MAX_OUTSIDE_LOSSES:
-                    return result._replace(outcome="unavailable", detail=(
+                    return _charged_for(result._replace(outcome="unavailable", detail=(
                         f"not scored: {result.detail}, {outside + 1} times running "
-                        "this task"))
+                        "this task")), lost_s, run_s)
                 outside += 1
             else:
-                return result
+                return _charged_for(result, lost_s, run_s)
 
     async def _run_once(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float
                         ) -> TaskResult:
@@ -312,7 +349,7 @@ class TimeoutPool:
         result = await self._await(pool, future, timeout)
         if result.outcome != "ok":
             return result
-        cost_s, cpu_s, soft_timeout, value = result.value
+        cost_s, cpu_s, soft_timeout, value, self.worker_start_s = result.value
         if soft_timeout:
             return TaskResult("timeout", None, f"exceeded {timeout:g} s; stopped in its worker",
                               cost_s, cpu_s >= CPU_BOUND * timeout * SOFT_LIMIT)
@@ -360,12 +397,27 @@ class TimeoutPool:
         """Start the workers now, in the background, instead of at the first task: pebble
         starts them lazily, so a fresh server's first items waited for every worker's import
         and warm-up, and its memory tripled under the first request (three workers of ~100 MB
-        appearing at once, which read as a leak)."""
-        self._pool.schedule(os.getpid)
+        appearing at once, which read as a leak). The first to answer says what its start
+        took (``worker_start_s``)."""
+        self._pool.schedule(worker_start_seconds).add_done_callback(self._started)
+
+    def _started(self, future: Future[float]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.worker_start_s = future.result()
 
     def close(self) -> None:
         _stop(self._pool)
         shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _charged_for(result: TaskResult, lost_s: float, run_s: float) -> TaskResult:
+    """``result`` with its task's runs that cost their worker added to its cost (``lost_s``),
+    and where it measured none, its own run's time (``run_s``), which the gate would have
+    charged as the time its slot was held."""
+    if not lost_s:
+        return result
+    own = result.cost_s if result.cost_s is not None else run_s
+    return result._replace(cost_s=lost_s + own)
 
 
 def _stop(pool: ProcessPool) -> None:

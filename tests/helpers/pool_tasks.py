@@ -27,3 +27,12 @@ def raise_exit() -> None:
 
 def raise_unloadable() -> None:
     raise _NeedsTwoArguments("bad token", 3)
+
+
+SLOW_START_S = 1.5  # a worker's warm-up in the tests of what a replacement costs
+
+
+def slow_start() -> None:
+    """A warm-up that takes SLOW_START_S, as imports and warm-up take seconds in a verifier's
+    workers."""
+    time.sleep(SLOW_START_S)

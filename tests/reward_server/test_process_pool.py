@@ -18,7 +18,7 @@ import pytest
 
 from reward_server.cache import ResultCache, TimeoutMemory
 from reward_server.process_pool import MAX_OUTSIDE_LOSSES, TimeoutPool
-from tests.helpers.pool_tasks import pid_after, spin
+from tests.helpers.pool_tasks import SLOW_START_S, pid_after, slow_start, spin
 
 pytestmark = pytest.mark.slow  # worker processes, killed and replaced: seconds a test
 
@@ -138,6 +138,26 @@ async def test_a_task_that_ends_its_own_worker_twice_is_crashed(pool: TimeoutPoo
     assert result.outcome == "crashed", result
     assert "2 times" in (result.detail or "")
     assert (await pool.run(pid_after, 0.0, timeout=10.0)).outcome == "ok"
+
+
+async def test_a_task_that_costs_its_worker_pays_for_its_replacements_start() -> None:
+    """A replacement worker pays its start (imports and warm-up; here a warm-up of
+    SLOW_START_S): a task that costs its worker reports it in its cost, which the verifier
+    charges its caller at the fair gate, as well as its runs; it was charged its run only,
+    and every caller paid for the replacement. A task that keeps its worker costs its run."""
+    pool = TimeoutPool(workers=1, memory_mb=512, warm_up=slow_start)
+    try:
+        ok = await pool.run(pid_after, 0.0, timeout=30.0)
+        assert ok.outcome == "ok" and ok.cost_s is not None and ok.cost_s < SLOW_START_S, ok
+        killed = await pool.run(deaf_spin, timeout=1.0)
+        assert killed.outcome == "timeout" and "worker killed" in (killed.detail or "")
+        assert killed.cost_s is not None and killed.cost_s >= 1.0 + SLOW_START_S, killed
+        crashed = await pool.run(abort, timeout=30.0)
+        assert crashed.outcome == "crashed", crashed  # ended its worker twice: two starts
+        assert crashed.cost_s is not None and crashed.cost_s >= 2 * SLOW_START_S, crashed
+        assert pool.worker_start_s >= SLOW_START_S  # as the workers measured their own
+    finally:
+        pool.close()
 
 
 async def _kill_runs(pool: TimeoutPool, kills: int) -> tuple[object, int]:
