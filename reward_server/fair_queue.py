@@ -57,8 +57,8 @@ import asyncio
 import itertools
 import time
 import weakref
-from collections.abc import AsyncIterator, Hashable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -147,11 +147,18 @@ class FairGate:
             await run_the_slow_part()
     """
 
-    def __init__(self, slots: int, name: str) -> None:
+    def __init__(self, slots: int, name: str,
+                 upkeep: Callable[[], AbstractAsyncContextManager[object]] | None = None
+                 ) -> None:
+        """``upkeep``: entered inside each held slot, around its body: what the holder's
+        work leaves to be done on the resource (the sandbox's: a container its program
+        spoiled, replaced) is done there, after the body and before the slot is free, so
+        its time is the holder's, charged to its share as the rest of its turn."""
         if slots < 1:
             raise ValueError(f"a gate needs at least one slot, got {slots}")
         self.slots = slots
         self.name = name
+        self._upkeep = upkeep
         self._callers: dict[Hashable, Caller] = {}
         self._order = Order()  # of the callers
         # a caller that went idle: its level, busy seconds and request floor, for a while,
@@ -211,9 +218,18 @@ class FairGate:
         caller, request, grant = await self._acquire(budgeted)
         held = Held()
         try:
-            yield held
+            if self._upkeep is None:
+                yield held
+            else:
+                async with self._upkeep():
+                    yield held
         finally:
             self._release(caller, request, grant, held.cost_s)
+
+    def holding(self, caller: Hashable) -> int:
+        """How many slots ``caller`` (its quota's share) holds now."""
+        share = self._callers.get(quota_key(caller))
+        return 0 if share is None else share.running
 
     def _join(self, scope: RequestScope | None, waiter: Waiter, now: float
               ) -> tuple[Caller, Request]:

@@ -106,6 +106,11 @@ SESSIONS_OPEN = Gauge(
     "reward_sessions_open", "Sessions open (each holding a sandbox container)",
     multiprocess_mode="livesum",
 )
+SESSIONS_REMOVING = Gauge(
+    "reward_sessions_removing", "Sessions ended whose containers are still being removed (in "
+    "their callers' turns at the sandbox's gate); they count against the session caps until "
+    "removed", multiprocess_mode="livesum",
+)
 SESSIONS_CLOSED = Counter(
     "reward_sessions_closed_total", "Sessions ended, by why: closed, expired, lost, shutdown",
     ["reason"],

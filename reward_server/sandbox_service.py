@@ -39,12 +39,14 @@ class SandboxService:
         self.settings = settings  # the section, the sessions' settings with it
         self.request_budget_s = request_budget_s
         config = settings.config()
-        # One warm container per engine more than items run at once: a container that a
-        # timed-out program spoiled takes seconds to replace, and the next item (often
-        # another request's) takes the spare meanwhile. Whose turn it is: the gate.
+        # One warm container per engine more than items run at once: a container worn out
+        # (max_uses, gVisor's headroom) is replaced in the background, and the next item
+        # takes the spare meanwhile. Whose turn it is: the gate. A container a program
+        # spoiled is replaced in its caller's slot instead (the gate's upkeep, pool.py), so
+        # the seconds it takes are that caller's share, not its neighbours'.
         self.sandbox = Sandbox(replace(config, pool_size=config.pool_size + SPARE_CONTAINERS))
         slots = config.pool_size * len(self.sandbox.pool.pools)
-        self.gate = FairGate(slots, GATE)
+        self.gate = FairGate(slots, GATE, upkeep=self.sandbox.pool.upkeep)
         self._unsplit = FairGate(max(1, slots - 1), f"{GATE}-unsplit")
 
     @classmethod
@@ -80,12 +82,14 @@ class SandboxService:
         await self.sandbox.stop()
 
     @asynccontextmanager
-    async def unsplit_slot(self) -> AsyncIterator[Held]:
+    async def unsplit_slot(self, budgeted: bool = True) -> AsyncIterator[Held]:
         """One of the gate's slots for work that cannot end its turn early (a /run_code
-        snippet, a session cell: up to a minute each), which holds at most all of the
-        gate's slots but one at once: items, which take turns, always find one, whoever holds
-        the rest with minute-long cells. With one slot there is none to keep."""
-        async with self._unsplit.slot(), self.gate.slot() as held:
+        snippet, a session cell: up to a minute each; a session's container started or
+        removed), which holds at most all of the gate's slots but one at once: items, which
+        take turns, always find one, whoever holds the rest with minute-long cells. With one
+        slot there is none to keep. ``budgeted`` False: work that must be done whatever the
+        wait (a container's removal), never cut by the request's budget."""
+        async with self._unsplit.slot(budgeted), self.gate.slot(budgeted) as held:
             yield held
 
     @property

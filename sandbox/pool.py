@@ -1,10 +1,15 @@
 """Container lifecycle: a warm pool of started sandbox containers.
 
 An execution borrows a container, talks to its harness over the attach stream, and gives it
-back. A container is replaced after ``max_uses`` executions or at any sign of trouble (a
-limit hit, a process left behind, a broken channel), by a background task that keeps the
-pool full. Under gVisor a container is also replaced when gVisor's own host threads have
-used up its pids headroom (``_check_headroom``, after each execution; config.py says why). Every
+back. A container is replaced at any sign of trouble its program made (a limit hit, a process
+left behind, a broken channel): inside a turn (``EnginePool.upkeep``, which the sandbox's fair
+gate enters in each of its slots) the replacement is made at the turn's end, after its
+verdict, in the slot of the caller whose program spoiled it, so the seconds a removal and a
+start take are that caller's, never a neighbour's; outside one, and for wear (``max_uses``
+executions; under gVisor, gVisor's own host threads using up its pids headroom,
+``_check_headroom``, after each execution; config.py says why), a background task keeps the
+pool full. A session's container is none of the pool's: ``create_own`` starts one for it
+(in its caller's turn) and ``destroy`` removes it; the warm pool is never drained. Every
 container carries two labels: one that marks it ours, and the owner (host, pid and process
 start time) so that the next server on this host can remove what a crashed predecessor left
 behind. On shutdown the pool removes its own.
@@ -34,8 +39,10 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -119,6 +126,19 @@ class PooledContainer:
         self.id = self.container.id[:12]
 
 
+@dataclass(eq=False)
+class _Owed:
+    """The containers one turn's programs spoiled (``EnginePool.upkeep``): each keeps its
+    place in its pool (counted live, so no background task replaces it) until the turn's end
+    replaces it."""
+
+    spoiled: list[PooledContainer] = field(default_factory=list)
+    open: bool = True  # False once the turn ended: a later spoil is the background's
+
+
+_OWED: ContextVar[_Owed | None] = ContextVar("sandbox_owed", default=None)
+
+
 class ContainerPool:
     """The warm containers on one engine (``docker_host``; None: DOCKER_HOST or the local
     socket), put into ``idle`` (shared when several engines serve one server)."""
@@ -139,7 +159,8 @@ class ContainerPool:
         self._client: docker.DockerClient | None = None
         self._idle: asyncio.Queue[PooledContainer] = idle if idle is not None else asyncio.Queue()
         self._mine: set[PooledContainer] = set()  # live containers of this engine, idle or busy
-        self._live = 0  # idle + busy + being created
+        self._live = 0  # idle + busy + being created or replaced in a turn
+        self._own: set[PooledContainer] = set()  # sessions' containers (``create_own``)
         self._wake = asyncio.Event()
         self._maintainer: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -247,7 +268,11 @@ class ContainerPool:
 
     # --- borrowing ----------------------------------------------------------------------------
 
-    def release(self, pooled: PooledContainer, healthy: bool) -> None:
+    def release(self, pooled: PooledContainer, healthy: bool, by_holder: bool = True) -> None:
+        """Back to the pool, or replaced. ``healthy`` False: the execution spoiled it; with
+        ``by_holder`` (its program's doing) it is replaced in the holder's turn where there
+        is one (``EnginePool.upkeep``); False for what an earlier execution left (a stale
+        frame on its channel, a gVisor container worn by its predecessors)."""
         pooled.uses += 1
         if (healthy and not pooled.retire and pooled.uses < self.config.max_uses
                 and not self._closing and pooled in self._mine):
@@ -256,7 +281,7 @@ class ContainerPool:
                 pooled.checking = True
                 self._spawn(self._check_headroom(pooled))
             return
-        self._discard(pooled)
+        self._discard(pooled, charged=not healthy and by_holder)
 
     async def _check_headroom(self, pooled: PooledContainer) -> None:
         """Under gVisor, after an execution: mark ``pooled`` for replacement when it has fewer
@@ -284,7 +309,7 @@ class ContainerPool:
         if not pooled.retire:
             return True
         if pooled in self._mine:
-            self._discard(pooled)
+            self._discard(pooled, charged=False)  # wear: not the acquirer's to pay
         return False
 
     async def free_pids(self, pooled: PooledContainer) -> int | None:
@@ -308,34 +333,75 @@ class ContainerPool:
             log.warning("could not read the pids of sandbox container %s: %s", pooled.id, exc)
             return None
 
-    def detach(self, pooled: PooledContainer) -> None:
-        """Take a borrowed container out of the pool for good (a session's own): a replacement
-        is made now, and ``destroy`` removes this one after. It keeps its owner label, so
-        ``close`` and a later server's reaper remove it too if its user never does."""
-        if pooled in self._mine:
-            self._mine.discard(pooled)
-            self._live -= 1
-            self._wake.set()
+    async def create_own(self) -> PooledContainer:
+        """A started container of its user's own (a session's), never in the pool: the
+        time it takes is its user's (who calls this in its turn), and no warm container is
+        taken from anyone. It has the owner label, so ``close`` and a later server's
+        reaper remove it too if its user never does (``destroy``)."""
+        if self._client is None or self._closing:
+            raise SandboxUnavailable(self.unavailable_reason or "the sandbox pool is closing")
+        try:
+            pooled = await self._create()
+        except (DockerException, OSError, ChannelClosed, ChannelTimeout) as exc:
+            raise SandboxUnavailable(f"cannot start a sandbox container ({exc}); "
+                                     f"{ENGINE_HINT}") from None
+        self._own.add(pooled)
+        return pooled
 
     async def destroy(self, pooled: PooledContainer) -> None:
-        """Remove a detached container (its channel closed first)."""
+        """Remove a container of ``create_own``'s (its channel closed first)."""
+        self._own.discard(pooled)
         pooled.channel.close()
         await self._remove(pooled.container)
 
-    def _discard(self, pooled: PooledContainer) -> None:
+    @property
+    def own(self) -> int:
+        """Containers of ``create_own``'s not yet destroyed."""
+        return len(self._own)
+
+    def _discard(self, pooled: PooledContainer, charged: bool) -> None:
+        """Out of the pool, removed and replaced: in the current turn where ``charged`` and
+        there is one (``EnginePool.upkeep``), else in the background."""
         if pooled not in self._mine:
             return  # already dropped with its engine
         self._mine.discard(pooled)
         pooled.channel.close()
+        owed = _OWED.get()
+        if charged and owed is not None and owed.open and not self._closing:
+            owed.spoiled.append(pooled)  # its place kept: counted live until replaced
+            return
         self._live -= 1
         self._wake.set()
         self._spawn(self._remove(pooled.container))
 
-    def _spawn(self, work: Any) -> None:
+    async def replace(self, spoiled: PooledContainer) -> None:
+        """Remove ``spoiled`` (a place ``_discard`` kept) and start its replacement into the
+        pool; when none can be started, the place is given up and the maintainer makes
+        it (with its backoff, saying why the pool is unavailable)."""
+        fresh: PooledContainer | None = None
+        try:
+            await self._remove(spoiled.container)
+            if self._client is not None and not self._closing:
+                fresh = await self._create()
+        except Exception as exc:  # noqa: BLE001 - whatever failed, the maintainer retries
+            log.warning("sandbox: no replacement for container %s: %s", spoiled.id, exc)
+        if fresh is not None and (self._client is None or self._closing):
+            fresh.channel.close()  # the engine was dropped (or we stop) meanwhile
+            self._spawn(self._remove(fresh.container))
+            fresh = None
+        if fresh is None:
+            self._live -= 1
+            self._wake.set()
+            return
+        self._mine.add(fresh)
+        self._idle.put_nowait(fresh)
+
+    def _spawn(self, work: Any) -> asyncio.Task[Any]:
         """Run ``work`` (a coroutine) in the background; ``close`` waits for it."""
         task = asyncio.create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def request(self, pooled: PooledContainer, message: dict[str, Any],
                       timeout_s: float) -> dict[str, Any]:
@@ -550,8 +616,50 @@ class EnginePool:
         the runtime is unset and the engines' defaults differ)."""
         return sorted({p.runtime for p in self.pools if p.runtime is not None})
 
+    @asynccontextmanager
+    async def upkeep(self) -> AsyncIterator[None]:
+        """Around one turn on the pool (the sandbox's fair gate enters it in each slot): a
+        container the turn's program spoiled (``release`` not healthy, ``by_holder``) is
+        removed and replaced here, after the turn's body, so after its verdict and never on
+        its program's clock, and before the turn ends, so in the slot, and on the share, of
+        the caller whose program it was. A turn cancelled meanwhile (its client hung up)
+        leaves the replacement to finish in the background."""
+        owed = _Owed()
+        token = _OWED.set(owed)
+        try:
+            yield
+        finally:
+            _OWED.reset(token)
+            owed.open = False
+            if owed.spoiled:
+                await self._replace_owed(owed.spoiled)
+
+    async def _replace_owed(self, spoiled: list[PooledContainer]) -> None:
+        async def replace_all() -> None:
+            await asyncio.gather(*(p.pool.replace(p) for p in spoiled))
+
+        # a task of the pool's (``close`` waits for it), shielded: cancelling the turn must
+        # not leave a place kept that no replacement fills
+        await asyncio.shield(spoiled[0].pool._spawn(replace_all()))
+
+    async def create_own(self) -> PooledContainer:
+        """A container for a session of its own (``ContainerPool.create_own``), on the engine
+        that runs the fewest of them among those that answer."""
+        ready = [p for p in self.pools if p._client is not None and p.unavailable_reason is None]
+        if not ready:
+            raise SandboxUnavailable(self.unavailable_reason or "no Docker engine answers")
+        return await min(ready, key=lambda p: p.own).create_own()
+
     async def acquire(self) -> PooledContainer:
-        """An idle container not marked for replacement (``ContainerPool.fit_for_reuse``)."""
+        """An idle container not marked for replacement (``ContainerPool.fit_for_reuse``).
+        A turn that spoiled one and runs again (a rerun in a fresh container) first replaces
+        what it spoiled: a turn owes one container at most, so the pool always has one for
+        every turn (one per slot, and a spare), and turns that each spoiled one cannot all
+        wait for a container that only their own ends would make."""
+        owed = _OWED.get()
+        if owed is not None and owed.spoiled:
+            spoiled, owed.spoiled = owed.spoiled, []
+            await self._replace_owed(spoiled)
         deadline = time.monotonic() + self.config.acquire_timeout_s
         while True:
             pooled = await self._take(deadline)
@@ -573,8 +681,8 @@ class EnginePool:
                 f"no sandbox container within {self.config.acquire_timeout_s:g} s: {reason}"
             ) from None
 
-    def release(self, pooled: PooledContainer, healthy: bool) -> None:
-        pooled.pool.release(pooled, healthy)
+    def release(self, pooled: PooledContainer, healthy: bool, by_holder: bool = True) -> None:
+        pooled.pool.release(pooled, healthy, by_holder)
 
     async def request(self, pooled: PooledContainer, message: dict[str, Any],
                       timeout_s: float) -> dict[str, Any]:

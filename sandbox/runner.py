@@ -282,8 +282,9 @@ class Sandbox:
             except ChannelMisframed as exc:
                 # the stream is no longer framed: what it holds next is nobody's verdict
                 log.warning("sandbox container %s: misframed channel: %s", pooled.id, exc)
-                self.pool.release(pooled, healthy=False)
-                if not exc.sent and stale_reruns > 0:
+                stale = not exc.sent and stale_reruns > 0
+                self.pool.release(pooled, healthy=False, by_holder=not stale)
+                if stale:
                     stale_reruns -= 1  # left by an earlier execution: not this item's doing
                     continue
                 if misframed_reruns > 0:  # its own run, once: in a fresh container
@@ -300,7 +301,7 @@ class Sandbox:
                     # the item runs again; only a second death is the program's doing
                     log.warning("gVisor container %s died after %d uses: %s; running the "
                                 "item again", pooled.id, pooled.uses, exc)
-                    self.pool.release(pooled, healthy=False)
+                    self.pool.release(pooled, healthy=False, by_holder=False)
                     reruns -= 1
                     continue
                 return self._died(pooled, exc, count), None
@@ -401,7 +402,8 @@ class Sandbox:
         healthy = (not reply.get("dirty") and result.status != HARNESS_ERROR
                    and not reply.get("candidate_failed")
                    and not any(t.status in REPLACES_CONTAINER for t in result.tests))
-        self.pool.release(pooled, healthy)
+        # a harness that failed before any program ran: no program of the holder's did it
+        self.pool.release(pooled, healthy, by_holder=result.status != HARNESS_ERROR)
         if result.status == HARNESS_ERROR:
             log.warning("sandbox harness failed in %s: %s", pooled.id, result.detail)
             return None

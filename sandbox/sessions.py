@@ -2,9 +2,11 @@
 cell, in a sandbox container of its own. The host half of the harness's session jobs
 (``sandbox/harness/session.py``).
 
-The container is a warm one of the pool, taken out of it for good (``ContainerPool.detach``:
-the pool makes a replacement at once, so sessions never starve the code verifier) with every
+The container is started for the session (``EnginePool.create_own``), never taken from the
+warm pool (so sessions never drain it, nor make it start replacements for them), with every
 hardening a pooled container has (seccomp, capabilities, no network, limits, the runtime).
+Its start and its removal are the caller's work: the server runs ``open`` and ``close`` in
+that caller's turn at the sandbox's fair gate.
 A session's state is the caller's own and lives in that container only; when the session
 ends, for whatever reason, the container is removed, never given back: no later execution
 can meet what a session left behind.
@@ -92,6 +94,8 @@ class SandboxSession:
         self._pooled, self.limits, self._threads = pooled, limits, threads
         self.python: str | None = None
         self.closed = False
+        self.busy = False  # a job of its is in flight on the channel
+        self.hung_up = False  # its channel closed (``hang_up``), its container not yet removed
 
     @property
     def container_id(self) -> str:
@@ -110,10 +114,10 @@ class SandboxSession:
     @classmethod
     async def open(cls, pool: EnginePool, limits: SessionLimits, threads: ThreadPoolExecutor,
                    files: Mapping[str, str], idle_exit_s: float) -> SandboxSession:
-        """A started interpreter; SandboxUnavailable when no container could give one. The
-        container ends itself after ``idle_exit_s`` without a job (its server is gone)."""
-        pooled = await pool.acquire()
-        pooled.pool.detach(pooled)
+        """A started interpreter in a container started for it; SandboxUnavailable when
+        none could be. The container ends itself after ``idle_exit_s`` without a job (its
+        server is gone)."""
+        pooled = await pool.create_own()
         session = cls(pooled, limits, threads)
         job = {"mode": "session_start", "files": dict(files), "memory_mb": limits.memory_mb,
                "display_limit_bytes": limits.output_limit_bytes, "idle_exit_s": idle_exit_s}
@@ -144,7 +148,10 @@ class SandboxSession:
             return CellResult(DIED, "", "", budget, stopped=TIMEOUT,
                               note=f"the sandbox did not answer within {budget:.1f} s")
         except ChannelClosed:
-            if not self.closed and not await self._pooled.pool.engine_alive():
+            if self.hung_up or self.closed:
+                return CellResult(DIED, "", "", 0.0, note="the session was closed during the "
+                                  "cell")
+            if not await self._pooled.pool.engine_alive():
                 await self.close()
                 raise SandboxUnavailable("the session's Docker engine went away") from None
             return CellResult(DIED, "", "", 0.0, note="the session's container died during "
@@ -178,8 +185,18 @@ class SandboxSession:
 
     async def _request(self, job: dict[str, Any], budget_s: float) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, self._pooled.channel.request, job,
-                                          budget_s)
+        self.busy = True
+        try:
+            return await loop.run_in_executor(self._threads, self._pooled.channel.request, job,
+                                              budget_s)
+        finally:
+            self.busy = False
+
+    def hang_up(self) -> None:
+        """Close its channel: a cell blocked on it wakes at once (the session ended under
+        it); ``close`` removes the container after."""
+        self.hung_up = True
+        self._pooled.channel.close()
 
     async def close(self) -> None:
         """Remove the container (idempotent); a cell blocked on its channel wakes closed."""

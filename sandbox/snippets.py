@@ -139,17 +139,20 @@ async def run_snippet(sandbox: Sandbox, snippet: Snippet) -> SnippetResult:
         try:
             reply = await pool.request(pooled, job, budget)
         except ChannelMisframed as exc:
-            pool.release(pooled, healthy=False)
-            if not exc.sent and stale > 0:  # left there by an earlier execution
+            left = not exc.sent and stale > 0  # left there by an earlier execution
+            pool.release(pooled, healthy=False, by_holder=not left)
+            if left:
                 stale -= 1
                 continue
             return _broken(limits, "the program wrote on the sandbox's own channel")
         except ChannelClosed as exc:
             if await pool.container_lost(pooled):
                 continue  # its engine went away: another engine, if one is left
-            pool.release(pooled, healthy=False)
-            if pooled.pool.gvisor and pooled.uses > 1 and died_reruns > 0:
-                died_reruns -= 1  # gVisor: what ran before may have killed it (runner.py)
+            # gVisor: what ran before may have killed it (runner.py)
+            worn = pooled.pool.gvisor and pooled.uses > 0 and died_reruns > 0
+            pool.release(pooled, healthy=False, by_holder=not worn)
+            if worn:
+                died_reruns -= 1
                 continue
             log.warning("sandbox container %s died under a snippet: %s", pooled.id, exc)
             return _broken(limits, "the sandbox container died during the run (its memory "
@@ -168,7 +171,8 @@ async def run_snippet(sandbox: Sandbox, snippet: Snippet) -> SnippetResult:
             pool.release(pooled, healthy=isinstance(reply, dict) and not reply.get("dirty"))
             raise
         if result is None:
-            pool.release(pooled, healthy=False)
+            ran = isinstance(reply, dict) and bool(reply.get("candidate_failed"))
+            pool.release(pooled, healthy=False, by_holder=ran)
             detail = reply.get("detail") if isinstance(reply, dict) else None
             if isinstance(reply, dict) and reply.get("candidate_failed") and harness_reruns:
                 harness_reruns -= 1  # once more in a fresh container before it is the code's

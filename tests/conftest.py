@@ -167,7 +167,8 @@ def container_commands(container, runtime: str) -> list[str]:
     try:
         if runtime == "runc":
             top = bounded(container.top, EXEC_TIMEOUT_S)
-            return [" ".join(p[7:]) for p in top["Processes"]]
+            # None: none left (a container being removed)
+            return [" ".join(p[7:]) for p in top.get("Processes") or []]
         out = bounded(lambda: container.exec_run(["python3", "-c", _LIST_PROCESSES]),
                       EXEC_TIMEOUT_S)
     except (TimeoutError, docker.errors.APIError) as exc:  # hung; or being replaced, gone

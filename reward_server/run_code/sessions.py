@@ -12,16 +12,20 @@ else; another caller's id answers the 404 of an unknown one, word for word.
 
 Bounds: ``session_max_per_caller`` per quota (a token's name, or a client host),
 ``session_max_open`` in all, of which ``session_reserve`` places are kept for callers that
-hold none (each counted with the sessions being created, so a burst cannot overshoot); over
-them a 429 with Retry-After. An idle TTL closed by a reaper task, a cell time limit and output
-cap enforced in the container (``harness/session.py``).
+hold none (each counted with the sessions being created, and with those closed whose
+containers are still being removed, so neither a burst nor a loop of open and close can
+overshoot); over them a 429 with Retry-After. An idle TTL closed by a reaper task, a cell
+time limit and output cap enforced in the container (``harness/session.py``).
 
-Taking a container, and each cell, goes through the sandbox service's fair gate, as a
-snippet and a code item do: a cell holds one of the gate's slots while it runs (the CPUs the
-gate shares are the host's, whichever container a cell runs in), so a caller running cells
-gets its share of the slots, not more, and another caller's item takes the next free one. A
-cell cannot end its turn early as an item does, so cells and snippets together hold all of the
-gate's slots but one (``SandboxService.unsplit_slot``): items always find one."""
+Starting a session's container, each cell, and removing the container go through the
+sandbox service's fair gate in the caller's turn, as a snippet and a code item do: each holds
+one of the gate's slots while it runs (the CPUs the gate shares are the host's, the engine's
+work of starting and removing containers included, whichever container it is), so a caller
+that opens and closes sessions, or runs cells, gets its share of the slots, not more, and
+another caller's item takes the next free one. A session's container is started for it,
+never taken from the warm pool (``sandbox.sessions``). None of this can end its turn early as
+an item does, so it holds at most all of the gate's slots but one (``unsplit_slot``):
+items always find one."""
 
 from __future__ import annotations
 
@@ -43,13 +47,14 @@ from reward_server.callers import Caller
 from reward_server.errors import (
     InvalidItems,
     PayloadTooLarge,
+    ServerStopping,
     SessionGone,
     SessionNotFound,
     SessionsUnavailable,
     TooManySessions,
     UnknownVerifier,
 )
-from reward_server.fair_queue import BudgetSpent
+from reward_server.fair_queue import BudgetSpent, request_scope
 from reward_server.provenance import Provenances, SandboxProvenance
 from reward_server.run_code.session_schemas import (
     CellRunResult,
@@ -127,6 +132,8 @@ class Sessions:
         self._open: dict[str, _Session] = {}
         self._ended: OrderedDict[str, tuple[Caller, SessionState, str]] = OrderedDict()
         self._creating: dict[str, int] = {}  # by quota
+        self._removing: dict[str, int] = {}  # by quota: ended, their containers not yet gone
+        self._removals: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
         self._threads: ThreadPoolExecutor | None = None
         self.settings: SessionSettings | None = None
@@ -146,6 +153,7 @@ class Sessions:
             await asyncio.gather(self._reaper, return_exceptions=True)
         await asyncio.gather(*(self._end(s, "shutdown", "the server stopped")
                                for s in list(self._open.values())), return_exceptions=True)
+        await asyncio.gather(*self._removals, return_exceptions=True)  # the reaper's
         if self._threads is not None:
             self._threads.shutdown(wait=False, cancel_futures=True)
 
@@ -282,13 +290,15 @@ class Sessions:
         """429 past the caller's quota, the server's cap, or into the places kept for
         callers that hold no session."""
         ours = [s for s in self._open.values() if s.caller.quota == caller.quota]
-        mine = len(ours) + self._creating.get(caller.quota, 0)
+        removing = self._removing.get(caller.quota, 0)
+        mine = len(ours) + self._creating.get(caller.quota, 0) + removing
         if mine >= settings.session_max_per_caller:
             raise TooManySessions(
-                f"this caller has {mine} sessions open, its limit "
+                f"this caller has {mine} sessions open{_being_removed(removing)}, its limit "
                 f"(sandbox_session_max_per_caller={settings.session_max_per_caller}); close "
                 "one (DELETE /v1/sessions/{id}) or let it expire", _retry_after(ours))
-        everyone = len(self._open) + sum(self._creating.values())
+        removing = sum(self._removing.values())
+        everyone = len(self._open) + sum(self._creating.values()) + removing
         limit = settings.session_max_open
         why = f"sandbox_session_max_open={limit}"
         reserve = min(settings.session_reserve,
@@ -299,7 +309,8 @@ class Sessions:
                    f"sandbox_session_reserve={settings.session_reserve}")
         if everyone >= limit:
             raise TooManySessions(
-                f"the server has {everyone} sessions open, its limit for this caller ({why}); "
+                f"the server has {everyone} sessions open{_being_removed(removing)}, its limit "
+                f"for this caller ({why}); "
                 "try again when one closes", _retry_after(list(self._open.values())))
 
     async def _start(self, sandbox: SandboxService, caller: Caller, limits: SessionLimits,
@@ -308,7 +319,7 @@ class Sessions:
         sandbox_limits = SandboxLimits(limits.memory_limit_MB, limits.output_limit_bytes)
         try:
             with self.scorer.request(caller, 1):
-                async with sandbox.gate.slot():
+                async with sandbox.unsplit_slot():  # its container is started in it
                     return await SandboxSession.open(
                         sandbox.sandbox.pool, sandbox_limits, self._threads, files,
                         idle_exit_s=limits.idle_ttl_s + IDLE_EXIT_SLACK_S)
@@ -458,9 +469,18 @@ class Sessions:
         return ""
 
     async def _end(self, session: _Session, state: SessionState, why: str) -> None:
-        """Forget it (its id answers 410 from now on) and remove its container."""
+        """Forget it (its id answers 410 from now on) and remove its container; returns
+        once it is removed (the removal goes on if this is cancelled)."""
+        removal = self._forget(session, state, why)
+        if removal is not None:
+            await asyncio.shield(removal)
+
+    def _forget(self, session: _Session, state: SessionState, why: str
+                ) -> asyncio.Task[None] | None:
+        """Forget it and start its container's removal (None: ended before). Until the
+        removal is done the container counts against the caps, as its caller's."""
         if self._open.pop(session.id, None) is None:
-            return
+            return None
         session.state, session.why = state, why
         if not session.transient:
             self._ended[session.id] = (session.caller, state, why)
@@ -468,8 +488,35 @@ class Sessions:
             self._ended.popitem(last=False)
         metrics.SESSIONS_OPEN.dec()
         metrics.SESSIONS_CLOSED.labels(state).inc()
-        with contextlib.suppress(Exception):  # a removal failure is the reaper's to retry
-            await session.sandbox.close()
+        if session.sandbox.busy:  # a cell runs (a DELETE, the shutdown): it ends now
+            session.sandbox.hang_up()
+        quota = session.caller.quota
+        self._removing[quota] = self._removing.get(quota, 0) + 1
+        metrics.SESSIONS_REMOVING.inc()
+        removal = asyncio.create_task(self._remove(session), name="session-removal")
+        self._removals.add(removal)
+        removal.add_done_callback(self._removals.discard)
+        return removal
+
+    async def _remove(self, session: _Session) -> None:
+        """The container removed in its caller's turn at the gate, as one more item of that
+        caller's: the engine's seconds are its share, not a neighbour's. Never cut by a
+        budget; once the server stops taking turns (its drain), removed at once."""
+        assert self.sandbox is not None
+        try:
+            with contextlib.suppress(Exception):  # a failure: the pool's close removes it
+                try:
+                    with request_scope(None, session.caller, 1):
+                        async with self.sandbox.unsplit_slot(budgeted=False):
+                            await session.sandbox.close()
+                except ServerStopping:
+                    await session.sandbox.close()
+        finally:
+            metrics.SESSIONS_REMOVING.dec()
+            quota = session.caller.quota
+            self._removing[quota] -= 1
+            if not self._removing[quota]:
+                del self._removing[quota]
 
     async def _reap(self) -> None:
         """Close sessions idle past their TTL, checking a few times per TTL."""
@@ -483,8 +530,10 @@ class Sessions:
                 if not session.running and idle > session.limits.idle_ttl_s:
                     log.info("session %s of %s expired after %.0f s idle", session.id[:8],
                              session.caller, idle)
-                    await self._end(session, "expired",
-                                    f"no cell for {session.limits.idle_ttl_s:g} s, its idle TTL")
+                    # removed in its caller's turn: never waited for here, where another
+                    # caller's expired session would wait behind it
+                    self._forget(session, "expired",
+                                 f"no cell for {session.limits.idle_ttl_s:g} s, its idle TTL")
 
 
 def answer_bytes(cells: list[CellRunResult]) -> int:
@@ -494,6 +543,10 @@ def answer_bytes(cells: list[CellRunResult]) -> int:
     return sum(json_size(cell.stdout) + json_size(cell.stderr)
                + len(json.dumps([cell.display, cell.error], ensure_ascii=False).encode(
                    "utf-8", "surrogatepass")) for cell in cells)
+
+
+def _being_removed(count: int) -> str:
+    return f", {count} of them closed, their containers being removed" if count else ""
 
 
 def _retry_after(sessions: list[_Session]) -> int:

@@ -13,6 +13,7 @@ import httpx
 
 from reward_server.environments.client import CodeInterpreterEnv, VerifierEnv
 from reward_server.testing import ServerProcess, run_server
+from tests.helpers.metrics import metric
 
 CODE, VERIFIER = "/v1/environments/code", "/v1/environments/verifier"
 
@@ -42,6 +43,14 @@ def sessions_of(srv: ServerProcess, address: str | None = None) -> list[dict[str
     r = httpx.get(srv.url + "/v1/sessions", headers=caller_headers(address), timeout=60)
     r.raise_for_status()
     return r.json()
+
+
+def all_removed(srv: ServerProcess, *addresses: str | None) -> bool:
+    """These callers' sessions closed (None: the loopback client), and every ended
+    session's container removed: a closed session counts against its caller's caps until
+    its container is, in its caller's turn at the sandbox's gate (docs/sessions.md)."""
+    return (all(sessions_of(srv, address) == [] for address in addresses)
+            and metric(srv.url, "reward_sessions_removing") == 0)
 
 
 @contextlib.contextmanager

@@ -118,7 +118,7 @@ class _Pool:
     async def container_lost(self, pooled: SimpleNamespace) -> bool:
         return False  # the engine is up: the container itself died
 
-    def release(self, pooled: SimpleNamespace, healthy: bool) -> None:
+    def release(self, pooled: SimpleNamespace, healthy: bool, by_holder: bool = True) -> None:
         self.released.append((pooled.id, healthy))
 
 

@@ -28,7 +28,7 @@ class _Pool:
     async def request(self, pooled: object, job: dict, timeout_s: float) -> dict[str, Any]:
         return {"status": "ok", "files": {}}
 
-    def release(self, pooled: object, healthy: bool) -> None:
+    def release(self, pooled: object, healthy: bool, by_holder: bool = True) -> None:
         self.released.append(healthy)
 
 

@@ -18,7 +18,13 @@ import pytest
 from reward_server.environments.models import CodeAction
 from tests.conftest import SandboxRuntime, ServerProcess, run_server, wait_for_sandbox
 from tests.helpers import probes
-from tests.helpers.environments import CODE, caller_headers, code_env, sessions_of
+from tests.helpers.environments import (
+    CODE,
+    all_removed,
+    caller_headers,
+    code_env,
+    sessions_of,
+)
 from tests.helpers.sandbox_pool import assert_clean
 from tests.helpers.waiting import eventually
 
@@ -73,7 +79,7 @@ def test_an_episode_keeps_state_and_ends_with_its_connection(srv: ServerProcess)
         env.reset()  # a new episode: a fresh interpreter, the old one closed
         assert step(env, "x").error[0]["ename"] == "NameError"
         assert len(sessions_of(srv)) == 1
-    eventually(lambda: sessions_of(srv) == [], 60, "the episode's session closed with it")
+    eventually(lambda: all_removed(srv, None), 60, "the episode's session closed with it")
 
 
 def test_an_interpreter_that_dies_ends_the_episode(srv: ServerProcess) -> None:
@@ -92,7 +98,7 @@ def test_the_session_idle_ttl_reaps_an_episode(srv: ServerProcess) -> None:
     with code_env(srv) as env:
         env.reset(idle_ttl_s=1)
         assert value(env, "1") == "1"
-        eventually(lambda: sessions_of(srv) == [], 60, "the session's TTL ended it")
+        eventually(lambda: all_removed(srv, None), 60, "the session's TTL ended it")
         with pytest.raises(RuntimeError, match=r"has ended \(expired\)"):
             step(env, "1")
 
@@ -120,7 +126,7 @@ def test_bad_input_is_refused_naming_the_field(srv: ServerProcess) -> None:
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["bogus"], r.text
         r = http.post("/step", json={"action": {"code": "1"}})
         assert r.status_code == 410 and "reset() opens one" in r.json()["detail"], r.text
-    eventually(lambda: sessions_of(srv) == [], 60, "every episode's session closed")
+    eventually(lambda: all_removed(srv, None), 60, "every episode's session closed")
 
 
 def test_caps_are_the_sessions_and_the_connections(srv: ServerProcess) -> None:
@@ -145,11 +151,14 @@ def test_caps_are_the_sessions_and_the_connections(srv: ServerProcess) -> None:
             assert len(sessions_of(srv, OTHER)) == PER_CALLER and len(sessions_of(srv)) == 1
         held[0].close()
         eventually(lambda: len(sessions_of(srv, OTHER)) == PER_CALLER - 1, 60, "one closed")
+        # a closed session's container counts against the cap until it is removed (in its
+        # caller's turn at the gate)
+        eventually(lambda: all_removed(srv), 60, "the closed episodes' containers removed")
         held[PER_CALLER].reset()  # its place is free again
     finally:
         for env in held:
             env.close()
-    eventually(lambda: sessions_of(srv, OTHER) == [], 60, "every episode's session closed")
+    eventually(lambda: all_removed(srv, OTHER), 60, "every episode's session closed")
 
 
 HOSTILE: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -199,7 +208,7 @@ def test_hostile_steps_are_contained_beside_another_episode(srv: ServerProcess) 
         assert isinstance(after, RuntimeError) and "no interpreter" in str(after)
     else:
         assert after.display == [{"text/plain": "2"}]
-    eventually(lambda: all(sessions_of(srv, c) == [] for c, _, _ in HOSTILE.values()), 60,
+    eventually(lambda: all_removed(srv, *(c for c, _, _ in HOSTILE.values())), 60,
                "every hostile episode's session closed")
     assert_clean(srv)
 
@@ -228,6 +237,5 @@ def test_isolation_probes_hold_in_a_step(srv: ServerProcess) -> None:
         assert all(c in step(env, probes.THEIR_PROCESSES).stdout for c in probes.CHILD_COMMANDS)
         theirs = step(other, probes.THEIR_PROCESSES).stdout
         assert theirs.split(" ", 1)[1] == "[]\n", theirs
-    eventually(lambda: sessions_of(srv) == [] and sessions_of(srv, OTHER) == [], 60,
-               "both episodes' sessions closed")
+    eventually(lambda: all_removed(srv, None, OTHER), 60, "both episodes' sessions closed")
     assert_clean(srv)
