@@ -50,8 +50,8 @@ _GUARD_S = 120  # a soft time limit, as in a worker: no test waits on a stuck ch
 
 def run(response: str = "x", cpu_limit_s: int = 1) -> tuple[str, str]:
     """The item through ``check_worker.run`` as a worker runs it, under a soft limit."""
-    _, _, fired, value = process_pool._timed(check_worker.run, _GUARD_S,
-                                             HostileItem(response=response), cpu_limit_s)
+    _, _, fired, value, _ = process_pool._timed(check_worker.run, _GUARD_S,
+                                                HostileItem(response=response), cpu_limit_s)
     assert not fired, f"the check was still running after {_GUARD_S} s"
     return value
 
