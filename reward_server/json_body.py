@@ -45,14 +45,20 @@ def validated(model: type[M], raw: bytes) -> M:
     try:
         data = from_json(raw)
     except ValueError:  # or JSON it is stricter about than json.loads (a lone surrogate)
-        data = _loads(raw)
+        data = loads(raw)
+    return as_model(model, data)
+
+
+def as_model(model: type[M], data: Any) -> M:
+    """Parsed JSON as ``model`` (as FastAPI validates it); ``InvalidItems`` (422) naming each
+    bad field."""
     try:
         return model.model_validate(data, from_attributes=True)  # as FastAPI calls it
     except ValidationError as exc:
         raise InvalidItems(format_validation_errors(exc.errors(include_input=False))) from None
 
 
-def _loads(raw: bytes) -> Any:
+def loads(raw: bytes) -> Any:
     """``raw`` as FastAPI parsed it (``json.loads``), its errors as a 422."""
     try:
         return json.loads(raw)

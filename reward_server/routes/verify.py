@@ -7,15 +7,13 @@ that fails the verifier's schema, and each item is admitted on its own instead
 (No ``from __future__ import annotations`` here: FastAPI reads the parameter types from the
 endpoint's annotations.)"""
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from reward_server.admission import OnInvalidQuery
-from reward_server.errors import InvalidItems, format_validation_errors
-from reward_server.json_body import body_schema, read_body
+from reward_server.json_body import as_model, body_schema, loads, read_body
 from reward_server.routes import caller_of
 from reward_server.schemas import verify_models
 from reward_server.verifiers.base import Verifier
@@ -27,16 +25,7 @@ class RawBatch(BaseModel):
 
 def parse_body(raw: bytes) -> RawBatch:
     """The body as FastAPI reads one (``json.loads``, then the model), its errors as a 422."""
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InvalidItems(f"body: malformed JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidItems("body: nests too deeply to parse") from None
-    try:
-        return RawBatch.model_validate(data)
-    except ValidationError as exc:
-        raise InvalidItems(format_validation_errors(exc.errors())) from None
+    return as_model(RawBatch, loads(raw))
 
 
 def verifier_router(name: str, cls: type[Verifier]) -> APIRouter:
