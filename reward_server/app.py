@@ -97,7 +97,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
                        max_containers=settings.max_json_containers,
                        max_values=settings.max_json_values,
-                       sandbox_max_values=settings.max_sandbox_json_values)
+                       sandbox_max_values=settings.max_sandbox_json_values,
+                       environment_limits=(settings.openenv_max_json_depth,
+                                           settings.openenv_max_json_number_chars))
     # who starts on the loop: inside the token check (the caller is known), before the body
     app.add_middleware(Turnstile)
     tokens = load_tokens(settings)

@@ -13,11 +13,23 @@ times whatever the chunks. Strings are skipped by ``bytes.find`` (memchr: a 58 M
 base64 files in 0.03 s) where a chunk holds few quotes and backslashes, a step each; a chunk
 dense with them by regular expressions (C speed, but a character at a time: the same body
 took 0.4 s of the event loop that way).
+
+Where a caller gives them, two more limits are watched, for what bytes and counts do not
+bound either: how deep arrays and objects nest (``max_depth``: past Python's recursion limit
+the parser raises ``RecursionError``, whose text is Python's, not a field's) and how long a
+number literal is (``max_number_chars``: an integer's parse grows with the square of its
+digits, 117 us for 4299 of them, and past 4300 Python refuses it with a message of its own).
+Both are read off the text outside strings at C speed (``bytes.translate``, ``find``); only a
+chunk whose arrays and objects could take the depth past the limit is followed bracket by
+bracket (``accumulate``: ~30 ns a bracket, a third of what parsing them costs), so that cost
+is bounded by the arrays and objects a body may hold.
 """
 
 from __future__ import annotations
 
 import re
+from array import array
+from itertools import accumulate
 
 # a string's text up to its closing quote: anything but a quote or a backslash, or a
 # backslash and the character it escapes (JSON's grammar, as json.loads reads it)
@@ -29,17 +41,36 @@ _WHOLE = re.compile(rb'(?:[^"]*"' + _BODY + rb'")*[^"]*', re.S)
 # a chunk with more than one quote or backslash in this many bytes is scanned by the regular
 # expressions: a step of ``_skim`` costs what they take for about as many bytes
 SPARSE = 256
+# outside strings, an opening bracket is a step in (1), a closing one a step out (-1 as a
+# signed byte); everything else is deleted
+_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+# a number literal is a run of these (JSON's digits, sign, point and exponent): each
+# becomes "0", anything else " ", so a run past the limit is a find of that many "0"s
+_NUMBER = bytes(0x30 if chr(c) in "-+.0123456789eE" else 0x20 for c in range(256))
 
 
 class JsonShape:
     """Counts ``containers`` (arrays and objects) and ``values`` (containers, commas and
-    colons: a value or key each) outside strings over the chunks ``feed`` is given."""
+    colons: a value or key each) outside strings over the chunks ``feed`` is given; with
+    ``max_depth``, ``too_deep`` says whether arrays and objects opened less those closed went
+    past it at some point (JSON's nesting depth; text that closes more than it opened is no
+    JSON, and the parser stops there);
+    with ``max_number_chars``, ``number_too_long`` whether a number literal (a run of
+    ``-+.0-9eE`` outside strings) was longer."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_depth: int | None = None, max_number_chars: int | None = None
+                 ) -> None:
         self.containers = 0
         self.values = 0
+        self.max_depth = max_depth
+        self.max_number_chars = max_number_chars
+        self.too_deep = False
+        self.number_too_long = False
         self._in_string = False
         self._escaped = False  # inside a string, the last chunk ended on a backslash
+        self._depth = 0  # arrays and objects opened less those closed
+        self._number = 0  # the length of the number literal the text so far ends in
 
     def feed(self, chunk: bytes) -> None:
         if (chunk.count(b'"') + chunk.count(b"\\")) * SPARSE <= len(chunk):
@@ -76,6 +107,35 @@ class JsonShape:
         self.containers += containers
         self.values += (containers + outside.count(b",", start, end)
                         + outside.count(b":", start, end))
+        if self.max_depth is None and self.max_number_chars is None:
+            return
+        if start or end < len(outside):  # a piece of a chunk: only the watched limits copy it
+            outside = outside[start:end]
+        if self.max_depth is not None and not self.too_deep:
+            self._nest(outside, containers)
+        if self.max_number_chars is not None and not self.number_too_long:
+            self._numbers(outside.translate(_NUMBER), self.max_number_chars)
+
+    def _nest(self, outside: bytes, opens: int) -> None:
+        """The depth after ``outside``, and whether it went past ``max_depth`` on the way."""
+        assert self.max_depth is not None
+        if self._depth + opens > self.max_depth:  # it may: followed step by step, at C speed
+            steps = array("b", outside.translate(_STEPS, _NOT_BRACKETS))
+            self.too_deep = max(accumulate(steps, initial=self._depth)) > self.max_depth
+        self._depth += opens - outside.count(b"]") - outside.count(b"}")
+
+    def _numbers(self, digits: bytes, limit: int) -> None:
+        """Whether ``digits`` (``outside`` as ``_NUMBER`` maps it) holds, or continues the
+        number the text before ended in into, a number of more than ``limit`` characters."""
+        lead = digits.find(b" ")
+        if lead < 0:  # a number all through, cut at both ends
+            self._number += len(digits)
+        else:
+            self.number_too_long = (self._number + lead > limit
+                                    or digits.find(b"0" * (limit + 1), lead) >= 0)
+            self._number = len(digits) - 1 - digits.rfind(b" ")
+        if self._number > limit:
+            self.number_too_long = True
 
     def _skim(self, chunk: bytes) -> None:
         """``feed`` by ``bytes.find``: a step per quote or backslash, memchr between."""

@@ -80,6 +80,7 @@ class BearerAuth:
 
 # (the code environment's /reset is a /v1/sessions body)
 SANDBOX_ROUTES = ("/run_code", "/run_jupyter", "/v1/sessions", "/v1/environments/code")
+ENVIRONMENT_ROUTES = ("/v1/environments/",)
 
 
 class BodyLimit:
@@ -87,11 +88,13 @@ class BodyLimit:
     anyway); a body past the limit, declared or streamed, is answered 413 at once. So is one
     of more JSON containers or values than its limits, counted outside strings as it
     arrives (``json_shape``): bytes do not bound what parsing costs (a million ``[]`` in 3 MB
-    held the event loop for seconds), their count does."""
+    held the event loop for seconds), their count does. An environment's body (OpenEnv's
+    ``/reset`` and ``/step``) is held besides to the depth and number length its WebSocket
+    messages are (``environment_limits``), refused with a 413 naming the setting."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, max_containers: int | None = None,
-                 max_values: int | None = None, sandbox_max_values: int | None = None
-                 ) -> None:
+                 max_values: int | None = None, sandbox_max_values: int | None = None,
+                 environment_limits: tuple[int, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.max_containers = max_containers
@@ -99,12 +102,21 @@ class BodyLimit:
         # the sandbox routes' bodies are a program and a few files, not batches: their
         # parse and path checks cost what their values number, so far fewer are let in
         self.sandbox_max_values = sandbox_max_values
+        # (max_depth, max_number_chars) of an environment's body: an action needs neither,
+        # where a batch's items may (a code test's value 500 deep is refused per item)
+        self.environment_limits = environment_limits
 
     def _message(self) -> str:
         return (f"request body exceeds the limit of {self.max_bytes} bytes "
                 "(REWARD_SERVER_MAX_BODY_BYTES); split the batch")
 
-    def _too_many(self, containers: int, values: int, sandbox: bool) -> str | None:
+    def _shape(self, path: str) -> JsonShape:
+        if self.environment_limits is not None and path.startswith(ENVIRONMENT_ROUTES):
+            return JsonShape(*self.environment_limits)
+        return JsonShape()
+
+    def _too_many(self, shape: JsonShape, sandbox: bool) -> str | None:
+        containers, values = shape.containers, shape.values
         if self.max_containers is not None and containers > self.max_containers:
             return (f"request body: more than {self.max_containers} JSON arrays and objects "
                     "outside strings (REWARD_SERVER_MAX_JSON_CONTAINERS); split the batch")
@@ -114,6 +126,12 @@ class BodyLimit:
         if self.max_values is not None and values > self.max_values:
             return (f"request body: more than {self.max_values} JSON values and keys "
                     "(REWARD_SERVER_MAX_JSON_VALUES); split the batch")
+        if shape.too_deep:
+            return (f"request body: arrays and objects nested more than {shape.max_depth} "
+                    "deep (REWARD_SERVER_OPENENV_MAX_JSON_DEPTH)")
+        if shape.number_too_long:
+            return (f"request body: a number of more than {shape.max_number_chars} "
+                    "characters (REWARD_SERVER_OPENENV_MAX_JSON_NUMBER_CHARS)")
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -129,7 +147,7 @@ class BodyLimit:
             # (bytes count as they arrive: a declared length alone reserved the server's
             # budget for 60 s with no byte sent)
             chunks: list[bytes] = []
-            shape = JsonShape()
+            shape = self._shape(scope["path"])
             sandbox = scope["path"].startswith(SANDBOX_ROUTES)
             while True:
                 message = await receive()
@@ -145,7 +163,7 @@ class BodyLimit:
                         return await _refuse(exc, scope, receive, send)
                 held += len(chunk)
                 shape.feed(chunk)
-                refused = self._too_many(shape.containers, shape.values, sandbox)
+                refused = self._too_many(shape, sandbox)
                 if refused:
                     return await _refuse(PayloadTooLarge(refused), scope, receive, send)
                 chunks.append(chunk)

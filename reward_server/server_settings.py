@@ -118,7 +118,7 @@ class ServerSettings(BaseSettings):
 
     # OpenEnv environments (docs/environments.md): a connection is an episode. What it holds
     # besides (an interpreter's container, scoring) is capped by the session caps and the
-    # quotas; these cap the connections themselves, each a thread in OpenEnv's server. A
+    # quotas; these cap the connections themselves, each a socket and an environment. A
     # trainer opens one per rollout in flight: 64 covers a generation batch.
     openenv_max_per_caller: int = Field(
         64, ge=1, description="OpenEnv environments one caller may hold connected at once "
@@ -129,6 +129,18 @@ class ServerSettings(BaseSettings):
     openenv_idle_s: float = Field(
         300.0, gt=0, le=86400, description="An OpenEnv connection that sends nothing for "
         "this long is closed (code 1001) and its environment ended, its interpreter too.")
+    # What an environment's message or body holds besides its values' count: no action
+    # nests deep or carries a long number, and past Python's own limits (its recursion limit;
+    # 4300 digits, whose parse grows with their square) the parser's error is Python's text.
+    # 100 deep holds a reset's item with a code test's value 64 deep (the code verifier's
+    # limit); every reasoning-gym task's entry writes numbers of 23 characters at most.
+    openenv_max_json_depth: int = Field(
+        100, ge=1, le=500, description="How deep arrays and objects may nest in an OpenEnv "
+        "message or /reset, /step body: deeper is a close (1009), or a 413, naming it.")
+    openenv_max_json_number_chars: int = Field(
+        100, ge=1, le=1000, description="Characters in one number of an OpenEnv message or "
+        "/reset, /step body: longer is a close (1009), or a 413, naming it. Raise it for "
+        "items that carry longer numbers (a code test's big integer).")
 
     # Fair scheduling: one slow batch never stalls everyone else's rewards. The budget counts
     # only time a request's caller is shut out by other callers (fair_queue): what its own

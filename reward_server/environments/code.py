@@ -9,10 +9,14 @@ time, memory and output limits, the idle TTL's reaper, and ownership (an episode
 is its caller's, by the caller the gate found). So the isolation and limits of a cell are
 those of ``/v1/sessions`` and ``/run_code``, tested with the same probes.
 
-OpenEnv calls ``reset_async``/``step_async`` in the connection's task on the server's event
-loop (the sync ``reset``/``step`` are never used: OpenEnv prefers the async ones when they are
-overridden), and ``close`` from a thread of its own or, over HTTP, on the loop itself: so
-``close`` hands the session's end to the loop the episode ran on."""
+A step's observation carries the sandbox's provenance block (``provenance``: what ran the
+cell, as ``/v1/sessions`` runs and ``/run_code`` answers name it), as the verifier
+environment's carries the verifier's.
+
+``reset_async``/``step_async`` run in the connection's task on the server's event loop (the
+sync ``reset``/``step`` are never used), and the connection's end awaits ``close_async``
+there (``episode``). OpenEnv's HTTP endpoints call ``close`` on the loop, and OpenEnv's own
+code may from a thread: so ``close`` hands the session's end to the loop the episode ran on."""
 
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ from reward_server.errors import (
     SessionsUnavailable,
     format_validation_errors,
 )
+from reward_server.provenance import Provenances
 from reward_server.run_code.session_schemas import CreateSessionRequest, RunCellsRequest
 from reward_server.run_code.sessions import Sessions
 
@@ -54,9 +59,11 @@ def validated(model: type[CreateSessionRequest], fields: dict[str, Any], where: 
 class CodeInterpreterEnvironment(LoopEnvironment[CodeAction, CodeObservation, CodeState]):
     """One episode's interpreter (see the module docstring)."""
 
-    def __init__(self, sessions: Callable[[], Sessions]) -> None:
+    def __init__(self, sessions: Callable[[], Sessions],
+                 provenance: Callable[[], Provenances]) -> None:
         super().__init__()
-        self._sessions = sessions  # the app's, found when the episode starts (its lifespan)
+        # the app's, found when the episode starts (its lifespan makes them)
+        self._sessions, self._provenance = sessions, provenance
         self._caller: Caller | None = None
         self._session: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -66,7 +73,7 @@ class CodeInterpreterEnvironment(LoopEnvironment[CodeAction, CodeObservation, Co
     def state(self) -> CodeState:
         return self._state
 
-    async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
+    async def reset_async(self, /, seed: int | None = None, episode_id: str | None = None,
                           **kwargs: Any) -> CodeObservation:
         """A fresh interpreter; ``kwargs``: ``POST /v1/sessions``'s fields (``files``,
         ``memory_limit_MB``, ``idle_ttl_s``), checked as it checks them."""
@@ -107,7 +114,11 @@ class CodeInterpreterEnvironment(LoopEnvironment[CodeAction, CodeObservation, Co
             cell = {"cell_status": result.status, "stdout": result.stdout,
                     "stderr": result.stderr, "display": result.display, "error": result.error,
                     "execution_time": result.execution_time}
-        return CodeObservation(status=answer.status, message=answer.message, done=ended, **cell)
+        # the session's own container's block (fixed when it was made: an image rebuilt
+        # since is not what runs its cells); the process's where the run has none
+        block = answer.provenance or self._provenance().sandbox()
+        return CodeObservation(status=answer.status, message=answer.message, done=ended,
+                               provenance=block and block.model_dump(mode="json"), **cell)
 
     def close(self) -> None:
         """The episode's session ends on its loop; safe from any thread (see the module
@@ -116,6 +127,9 @@ class CodeInterpreterEnvironment(LoopEnvironment[CodeAction, CodeObservation, Co
             return
         with contextlib.suppress(RuntimeError):  # the loop is gone: the server stopped
             asyncio.run_coroutine_threadsafe(self._end(), self._loop)
+
+    async def close_async(self) -> None:
+        await self._end()
 
     async def _end(self) -> None:
         session, self._session = self._session, None

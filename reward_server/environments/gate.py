@@ -2,30 +2,34 @@
 may reach, how many environments each caller holds, how long one may sit idle, and what one
 message may hold.
 
-OpenEnv's server builds an environment per WebSocket connection by calling a factory with
-no arguments, and calls its ``reset``/``step`` with the message's fields only: nothing tells
-the environment whose it is. The caller (``callers``: a token's name, or a client's address
-quota) is put in a context variable here, in the connection's own task, where the
-environment's ``reset_async``/``step_async`` run and read it.
+An environment is built per WebSocket connection (``episode``) or HTTP call (OpenEnv's
+endpoints) by a factory with no arguments, and its ``reset``/``step`` get the message's
+fields only: nothing tells the environment whose it is. The caller (``callers``: a token's
+name, or a client's address quota) is put in a context variable here, in the connection's
+own task, where the environment's ``reset_async``/``step_async`` run and read it.
 
 Only the paths of an episode are served (``HTTP_PATHS``, ``WS_PATHS``): OpenEnv's ``/mcp``
 creates sessions of its own (``openenv/session/create``) that no connection holds, so no cap
-here counted them and nothing reaped them, and ``/ws?session_id=`` re-attaches such a session
-(or one a closed connection left) as whoever holds its id. An episode is its connection.
+here counted them and nothing reaped them, and OpenEnv's ``/ws?session_id=`` re-attached such
+a session (or one a closed connection left) as whoever held its id. An episode is its
+connection (``/ws`` is the server's own: ``episode``).
 
-OpenEnv's own cap (``max_concurrent_envs``) counts connections server-wide, and its idle
-reaper skips connected sockets, so one caller could hold every place with silent sockets.
-Here a caller holds at most ``per_caller`` connections (its quota, as the session caps count)
-and the server ``max_open``, counted over both environments (one ``Places``); past either
-the handshake is refused with a 429 naming the setting. A connection that sends nothing for
-``idle_s`` is closed, which ends its environment (and its interpreter) as a client's close
-would.
+OpenEnv's own endpoint counted connections server-wide (``max_concurrent_envs``), and its
+idle reaper skipped connected sockets, so one caller could hold every place with silent
+sockets. Here a caller holds at most ``per_caller`` connections (its quota, as the session
+caps count) and the server ``max_open``, counted over both environments (one ``Places``);
+past either the handshake is refused with a 429 naming the setting. A connection that sends
+nothing for ``idle_s`` is closed, which ends its environment (and its interpreter) as a
+client's close would.
 
-A message is JSON text; OpenEnv parses and validates it on the event loop. So before it is
-parsed it is held to what an HTTP body to the same route is (``json_shape``): past
-``max_message_bytes``, or more arrays and objects or values outside strings than the route's
-limits (a few MB of ``[]`` or ``0,`` cost seconds of the loop to parse), the connection is
-closed with 1009 and the limit named; a binary frame is closed with 1003."""
+A message is JSON text, parsed and validated on the event loop. So before it is parsed it is
+held to what an HTTP body to the same route is (``json_shape``, as ``BodyLimit`` holds them):
+past ``max_message_bytes``, more arrays and objects or values outside strings than the route's
+limits (a few MB of ``[]`` or ``0,`` cost seconds of the loop to parse), nesting deeper than
+``max_depth`` or a number longer than ``max_number_chars`` (Python's parser fails on those with
+its own error text, and a number's parse grows with the square of its digits), the connection
+is closed with 1009 and the limit named; a binary frame is closed with 1003. A long message
+is read a slice at a time, and refused at the first slice past a limit."""
 
 from __future__ import annotations
 
@@ -59,6 +63,7 @@ WS_PATHS = frozenset({"/ws"})
 # (\u0000 is six bytes for one) can grow six times over, and an envelope around it
 MESSAGE_BYTES_PER_FIELD_BYTE = 6
 MESSAGE_ENVELOPE_BYTES = 64 * 1024
+SLICE_BYTES = 64 * 1024  # what the shape check reads between two looks at the limits
 
 
 def current_caller() -> Caller:
@@ -102,8 +107,8 @@ class EnvironmentGate:
 
     def __init__(self, app: ASGIApp, *, places: Places, per_caller: int, max_open: int,
                  idle_s: float, max_message_bytes: int, max_containers: int,
-                 max_values: int, values_setting: str, settings_prefix: str = "openenv"
-                 ) -> None:
+                 max_values: int, values_setting: str, max_depth: int,
+                 max_number_chars: int, settings_prefix: str = "openenv") -> None:
         self.app = app
         self.places = places
         self.per_caller = per_caller
@@ -113,6 +118,8 @@ class EnvironmentGate:
         self.max_containers = max_containers
         self.max_values = max_values
         self.values_setting = values_setting  # the setting that raises max_values
+        self.max_depth = max_depth
+        self.max_number_chars = max_number_chars
         self.prefix = settings_prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -178,14 +185,26 @@ class EnvironmentGate:
         if len(body) > self.max_message_bytes:
             return MESSAGE_TOO_BIG, (f"a message of {len(body)} bytes, past the limit of "
                                      f"{self.max_message_bytes}")
-        shape = JsonShape()
-        shape.feed(body)
+        shape = JsonShape(self.max_depth, self.max_number_chars)
+        for at in range(0, len(body), SLICE_BYTES):
+            shape.feed(body[at:at + SLICE_BYTES])
+            refused = self._past_limits(shape)
+            if refused is not None:
+                return MESSAGE_TOO_BIG, refused
+        return None
+
+    def _past_limits(self, shape: JsonShape) -> str | None:
         if shape.containers > self.max_containers:
-            return MESSAGE_TOO_BIG, (f"message: more than {self.max_containers} JSON arrays "
-                                     "and objects (max_json_containers)")
+            return (f"message: more than {self.max_containers} JSON arrays and objects "
+                    "(max_json_containers)")
         if shape.values > self.max_values:
-            return MESSAGE_TOO_BIG, (f"message: more than {self.max_values} JSON values "
-                                     f"({self.values_setting})")
+            return f"message: more than {self.max_values} JSON values ({self.values_setting})"
+        if shape.too_deep:
+            return (f"message: arrays and objects nested more than {self.max_depth} deep "
+                    f"({self.prefix}_max_json_depth)")
+        if shape.number_too_long:
+            return (f"message: a number of more than {self.max_number_chars} characters "
+                    f"({self.prefix}_max_json_number_chars)")
         return None
 
     def _bounded(self, receive: Receive, send: Send) -> tuple[Receive, Send]:

@@ -34,7 +34,8 @@ class CodeAction(Action):
 
 class CodeObservation(Observation):
     """What a cell did, with the fields of a ``/v1/sessions`` cell result; ``done`` once
-    the interpreter is gone (it died, or a cell that would not stop was killed)."""
+    the interpreter is gone (it died, or a cell that would not stop was killed);
+    ``provenance``: what ran it (the block ``/v1/sessions`` runs answer with)."""
 
     status: Literal["Success", "Failed", "Ready"] = Field(
         "Ready", description="Success: the cell finished without an exception; Failed: an "
@@ -49,6 +50,9 @@ class CodeObservation(Observation):
                                         "[{'ename', 'evalue', 'traceback'}].")
     execution_time: float | None = None
     python: str | None = Field(None, description="The interpreter's version.")
+    provenance: dict[str, Any] | None = Field(None, description="A step's: the sandbox's "
+                                              "code, settings, runtime and image "
+                                              "(SandboxProvenance, docs/rescore.md).")
 
 
 class CodeState(State):

@@ -3,9 +3,11 @@
     /v1/environments/code       the code interpreter (``code.CodeInterpreterEnvironment``)
     /v1/environments/verifier   any registered verifier (``verifier.VerifierEnvironment``)
 
-Each is OpenEnv's own server (``HTTPEnvServer``: ``/ws``, ``/reset``, ``/step``, ``/state``,
-``/schema``, ``/health``, ...) registered on a sub-app, so an OpenEnv client connects
-unchanged with ``base_url="http://host:8000/v1/environments/code"``.
+Each is OpenEnv's own server (``HTTPEnvServer``: ``/reset``, ``/step``, ``/state``,
+``/schema``, ``/health``, ...) registered on a sub-app, with its ``/ws`` replaced by the
+server's (``episode``: the same wire format, an episode's messages only, frames rendered off
+the loop), so an OpenEnv client connects unchanged with
+``base_url="http://host:8000/v1/environments/code"``.
 
 Why mounted, not an OpenEnv app of its own that calls the server over HTTP: one command
 (``reward-server``) serves it, and the environments are the server's sessions and scorer
@@ -20,11 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fastapi import FastAPI
+from fastapi import FastAPI, WebSocket
 from openenv.core.env_server.http_server import HTTPEnvServer
-from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import Action, ConcurrencyConfig, Observation, State
+from openenv.core.env_server.types import Action, Observation, State
 
+from reward_server.environments import episode
+from reward_server.environments.base import LoopEnvironment
 from reward_server.environments.code import CodeInterpreterEnvironment
 from reward_server.environments.gate import EnvironmentGate, Places, max_message_bytes
 from reward_server.environments.models import (
@@ -40,11 +43,6 @@ from reward_server.errors import EXCEPTION_HANDLERS
 from reward_server.settings import ServerSettings
 
 PREFIX = "/v1/environments"
-# OpenEnv's own count of sessions sits above the gate's: a closed connection's session is
-# destroyed a moment after the gate has freed its place, and a place the gate gives must
-# not then be refused by OpenEnv (CAPACITY_REACHED) for that moment
-OPENENV_SLACK = 2
-
 
 
 def mount_environments(app: FastAPI, settings: ServerSettings) -> list[str]:
@@ -53,7 +51,8 @@ def mount_environments(app: FastAPI, settings: ServerSettings) -> list[str]:
     places = Places()  # one count for both: the caps are the server's, not each mount's
     mounted = []
     for name, factory, action, observation, env_state in [
-        ("code", lambda: CodeInterpreterEnvironment(lambda: state.sessions),
+        ("code", lambda: CodeInterpreterEnvironment(lambda: state.sessions,
+                                                    lambda: state.provenance),
          CodeAction, CodeObservation, CodeState),
         ("verifier", lambda: VerifierEnvironment(lambda: state.scorer,
                                                   lambda: state.provenance),
@@ -66,19 +65,23 @@ def mount_environments(app: FastAPI, settings: ServerSettings) -> list[str]:
     return mounted
 
 
-def _environment_app(name: str, factory: Callable[[], Environment], action: type[Action],
+def _environment_app(name: str, factory: Callable[[], LoopEnvironment], action: type[Action],
                      observation: type[Observation], state: type[State],
                      settings: ServerSettings, places: Places) -> EnvironmentGate:
     # no /docs of its own: FastAPI's loads Swagger UI from a CDN (the server's is offline)
     sub = FastAPI(title=f"OpenEnv environment: {name}", docs_url=None, redoc_url=None,
                   exception_handlers=EXCEPTION_HANDLERS)
-    # the gate's caps are the tighter ones; OpenEnv's are a backstop: its reaper ends a
-    # session no connection holds once idle (none should exist: the gate serves no path
-    # that makes one)
-    server = HTTPEnvServer(factory, action, observation, concurrency_config=ConcurrencyConfig(
-        max_concurrent_envs=settings.openenv_max_open * OPENENV_SLACK,
-        session_timeout=settings.openenv_idle_s), env_name=name, state_cls=state)
-    server.register_routes(sub)
+    # OpenEnv's sessions (its /ws's and /mcp's, capped and reaped by it) are never made: the
+    # gate caps connections and ends idle ones, and an episode ends with its connection
+    HTTPEnvServer(factory, action, observation, env_name=name, state_cls=state
+                  ).register_routes(sub)
+    sub.router.routes = [route for route in sub.router.routes
+                         if getattr(route, "path", None) != "/ws"]
+
+    async def serve_episode(websocket: WebSocket) -> None:
+        await episode.serve(websocket, factory, action)
+
+    sub.add_api_websocket_route("/ws", serve_episode)
     # the code environment's reset is a /v1/sessions body: the sandbox routes' tighter limit
     values, values_setting = ((settings.max_sandbox_json_values, "max_sandbox_json_values")
                               if name == "code" else
@@ -88,4 +91,5 @@ def _environment_app(name: str, factory: Callable[[], Environment], action: type
         max_open=settings.openenv_max_open, idle_s=settings.openenv_idle_s,
         max_message_bytes=max_message_bytes(settings),
         max_containers=settings.max_json_containers, max_values=values,
-        values_setting=values_setting)
+        values_setting=values_setting, max_depth=settings.openenv_max_json_depth,
+        max_number_chars=settings.openenv_max_json_number_chars)

@@ -41,7 +41,7 @@ class VerifierEnvironment(LoopEnvironment[VerifierAction, VerifierObservation, V
     def state(self) -> VerifierState:
         return self._state
 
-    async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
+    async def reset_async(self, /, seed: int | None = None, episode_id: str | None = None,
                           verifier: Any = None, item: Any = None, **kwargs: Any
                           ) -> VerifierObservation:
         """The item to score next, checked against its verifier's schema now (a 4xx naming

@@ -1,10 +1,10 @@
 """The code-interpreter environment (``/v1/environments/code``) driven by OpenEnv's own client
 over its WebSocket transport, against the real server on loopback and the real Docker engine,
 under runc and gVisor: an episode is a session (state kept between steps, a fresh
-interpreter at reset, closed with the connection), its caps are the sessions', bad input is
-a 4xx naming the field, a cell that loops, forks, floods or eats memory is contained beside
-another caller's episode, and the isolation probes (tests/helpers/probes.py) hold in a step
-as they do in a ``/v1/sessions`` cell."""
+interpreter at reset, closed with the connection, each step naming the sandbox that ran it),
+its caps are the sessions', bad input is a 4xx naming the field, a cell that loops, forks,
+floods or eats memory is contained beside another caller's episode, and the isolation probes
+(tests/helpers/probes.py) hold in a step as they do in a ``/v1/sessions`` cell."""
 
 from __future__ import annotations
 
@@ -80,6 +80,20 @@ def test_an_episode_keeps_state_and_ends_with_its_connection(srv: ServerProcess)
         assert step(env, "x").error[0]["ename"] == "NameError"
         assert len(sessions_of(srv)) == 1
     eventually(lambda: all_removed(srv, None), 60, "the episode's session closed with it")
+
+
+def test_a_step_names_the_sandbox_that_ran_it(srv: ServerProcess) -> None:
+    """A step's observation carries the sandbox's provenance block, the one /run_code and
+    /v1/sessions runs answer with (as the verifier environment's carries the verifier's)."""
+    r = httpx.post(srv.url + "/run_code", json={"code": "print(1)", "language": "python"},
+                   timeout=120)
+    assert r.status_code == 200, r.text
+    expected = r.json()["provenance"]
+    assert expected["fingerprint"] and expected["sandbox_image"], expected
+    with code_env(srv) as env:
+        assert env.reset().observation.provenance is None  # nothing ran yet
+        assert step(env, "1 + 1").provenance == expected
+        assert step(env, "1 / 0").provenance == expected  # a cell that raised too
 
 
 def test_an_interpreter_that_dies_ends_the_episode(srv: ServerProcess) -> None:

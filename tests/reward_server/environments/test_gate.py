@@ -1,9 +1,11 @@
-"""What the door in front of the environments (reward_server/environments/gate.py) refuses,
-driven as a hostile caller would through the real server on loopback: OpenEnv's paths that
-make sessions no connection holds (``/mcp``, ``/ws?session_id=``), connections past the caps
-counted over both environments, an action's free-form metadata, and messages whose JSON
-costs the event loop more than an HTTP body to the same route may (by shape, not bytes),
-compressed or binary. No Docker: the code environment is reached only as far as its door."""
+"""What the door in front of the environments (reward_server/environments/gate.py) and the
+server's episode endpoint (episode.py) refuse, driven as a hostile caller would through the
+real server on loopback: OpenEnv's paths that make sessions no connection holds (``/mcp``,
+``/ws?session_id=``), message types beyond an episode's (``mcp``), connections past the caps
+counted over both environments, an action's free-form metadata, messages whose JSON costs
+the event loop more than an HTTP body to the same route may (by shape, not bytes) or that
+Python's parser would refuse in its own words (too deep, a number too long), compressed or
+binary. No Docker: the code environment is reached only as far as its door."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from tests.conftest import ServerProcess
+from tests.helpers.cpu import loop_cpu_s
 from tests.helpers.environments import CODE, VERIFIER, caller_headers, server_with_callers
 from tests.helpers.waiting import eventually
 
@@ -40,7 +43,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield server
 
 
-def raw(srv: ServerProcess, mount: str = VERIFIER, query: str = "", token: str = TOKEN,
+def raw(srv: ServerProcess, mount: str = VERIFIER, query: str = "", token: str | None = TOKEN,
         path: str = "/ws", retry: bool = True, **kwargs: Any) -> Any:
     """A bare WebSocket to an environment (OpenEnv's client would hide the close), once a
     place is free (a closed connection frees its place once the server has seen the close,
@@ -62,12 +65,22 @@ def raw(srv: ServerProcess, mount: str = VERIFIER, query: str = "", token: str =
     return sockets[-1]
 
 
-def closed_by(srv: ServerProcess, message: str | bytes, mount: str = VERIFIER) -> Any:
+def closed_by(srv: ServerProcess, message: str | bytes, mount: str = VERIFIER, **kwargs: Any
+              ) -> Any:
     """The close frame the server answers ``message`` with."""
-    with raw(srv, mount) as ws, pytest.raises(ConnectionClosed) as closed:
+    with raw(srv, mount, **kwargs) as ws, pytest.raises(ConnectionClosed) as closed:
         ws.send(message)
         ws.recv(timeout=60)
     return closed.value.rcvd
+
+
+def answers(ws: Any, *messages: Any) -> list[dict[str, Any]]:
+    """The frames one connection answers ``messages`` with (a str goes as it is)."""
+    got = []
+    for message in messages:
+        ws.send(message if isinstance(message, str) else json.dumps(message))
+        got.append(json.loads(ws.recv(timeout=60)))
+    return got
 
 
 def an_episode_is_scored(srv: ServerProcess) -> bool:
@@ -94,6 +107,44 @@ def test_mcp_sessions_are_not_served_so_cannot_fill_the_server(srv: ServerProces
         raw(srv, path="/mcp")
     assert refused.value.response.status_code == 404
     assert an_episode_is_scored(srv)
+
+
+def test_only_an_episodes_message_types_are_served(srv: ServerProcess) -> None:
+    """OpenEnv's endpoint answered ``mcp`` (JSON-RPC to tools, sessions of its own) and
+    whatever else it knew; an episode's are what EnvClient sends. Any other is an error frame
+    naming ``type``, and the episode goes on."""
+    reset = {"type": "reset", "data": {"verifier": "math", "item": {"answer": "42"}}}
+    with raw(srv) as ws:
+        got = answers(ws, {"type": "mcp", "data": {"jsonrpc": "2.0", "id": 1,
+                                                   "method": "tools/list"}},
+                      reset,
+                      {"type": "mcp", "data": {"jsonrpc": "2.0", "id": 2, "params": {},
+                                               "method": "openenv/session/create"}},
+                      {"type": "bogus"}, {"type": {"a": 1}}, {"data": {}}, "[1]", "1",
+                      {"type": "step", "data": {"response": "\\boxed{42}"}},
+                      {"type": "state"})
+    for frame, named in zip(got, ["type: 'mcp' is not served", None,
+                                  "type: 'mcp' is not served", "type: 'bogus' is not served",
+                                  "type: an object is not served",
+                                  "type: missing or null is not served",
+                                  "a message is an object", "a message is an object"],
+                            strict=False):
+        if named is not None:
+            assert frame["type"] == "error" and named in frame["data"]["message"], frame
+    assert "reset, step, state, close" in got[0]["data"]["message"]
+    assert got[-2]["type"] == "observation" and got[-2]["data"]["reward"] == 1.0, got[-2]
+    assert got[-1]["type"] == "state" and got[-1]["data"]["scored"] is True, got[-1]
+
+
+def test_an_error_names_the_field_never_pythons_own_text(srv: ServerProcess) -> None:
+    """A reset field named ``self`` reached the environment's reset as its own argument:
+    OpenEnv answered Python's TypeError ("got multiple values for argument 'self'")."""
+    with raw(srv) as ws:
+        [frame] = answers(ws, {"type": "reset", "data": {"verifier": "math", "self": 1}})
+    assert frame["data"]["message"].startswith("reset.self: unknown field"), frame
+    r = httpx.post(srv.url + VERIFIER + "/reset", headers=caller_headers(None, TOKEN),
+                   json={"verifier": "math", "self": 1}, timeout=60)
+    assert r.status_code == 422 and r.json()["detail"].startswith("reset.self"), r.text
 
 
 def test_attaching_to_a_session_by_its_id_is_refused(srv: ServerProcess) -> None:
@@ -148,6 +199,12 @@ def test_an_action_carries_no_metadata(srv: ServerProcess) -> None:
      f"more than {SANDBOX_VALUES} JSON values (max_sandbox_json_values)"),
     (VERIFIER, '{"type": "step", "data": {"response": "1", "x": ' + "[" * (CONTAINERS + 1)
      + "]" * (CONTAINERS + 1) + "}}", f"more than {CONTAINERS} JSON arrays and objects"),
+    # one past each limit (the defaults: no action needs more), a bracket or digit away from
+    # what the next test shows is served
+    (CODE, '{"type": "step", "data": {"code": "1", "x": ' + "[" * 99 + "]" * 99 + "}}",
+     "nested more than 100 deep (openenv_max_json_depth)"),
+    (CODE, '{"type": "reset", "data": {"idle_ttl_s": -' + "1" * 100 + "}}",
+     "a number of more than 100 characters (openenv_max_json_number_chars)"),
 ])
 def test_a_message_costlier_to_parse_than_its_limits_closes_the_connection(
         srv: ServerProcess, mount: str, message: str, limit: str) -> None:
@@ -156,6 +213,71 @@ def test_a_message_costlier_to_parse_than_its_limits_closes_the_connection(
     rcvd = closed_by(srv, message, mount)
     assert rcvd.code == 1009 and limit in rcvd.reason, rcvd
     assert an_episode_is_scored(srv)  # and the next connection is served
+
+
+def test_a_message_at_the_depth_and_number_limits_is_served(srv: ServerProcess) -> None:
+    with raw(srv, CODE) as ws:
+        got = answers(ws, '{"type": "step", "data": {"code": "1", "x": ' + "[" * 98
+                      + "]" * 98 + "}}",
+                      '{"type": "reset", "data": {"idle_ttl_s": -' + "1" * 99 + "}}")
+    # answered, not closed: the field that is wrong is named
+    assert ["x"] in [e["loc"] for e in got[0]["data"]["errors"]], got[0]
+    assert "reset.idle_ttl_s" in got[1]["data"]["message"], got[1]
+
+
+@pytest.mark.parametrize("path, body, limit", [
+    ("/reset", '{"verifier": "math", "item": {"answer": ' + "[" * 99 + "]" * 99 + "}}",
+     "nested more than 100 deep (REWARD_SERVER_OPENENV_MAX_JSON_DEPTH)"),
+    ("/reset", '{"verifier": "math", "seed": ' + "1" * 101 + "}",
+     "a number of more than 100 characters (REWARD_SERVER_OPENENV_MAX_JSON_NUMBER_CHARS)"),
+])
+def test_a_body_too_deep_or_with_a_number_too_long_is_refused_naming_the_limit(
+        srv: ServerProcess, path: str, body: str, limit: str) -> None:
+    """Over HTTP the parser's refusal was a 400 naming nothing, after the loop had parsed
+    4299 digits; now a 413 naming the setting, before the body is parsed."""
+    r = httpx.post(srv.url + VERIFIER + path, content=body, timeout=60,
+                   headers={**caller_headers(None, TOKEN), "content-type": "application/json"})
+    assert r.status_code == 413 and limit in r.json()["detail"], r.text
+
+
+# past Python's recursion limit, and its 4300 digits: OpenEnv answered Python's own text
+# ("maximum recursion depth exceeded ...", "Exceeds the limit (4300 digits) ..."), HTTP a 400
+# naming nothing (on the default server: the test server's container limit comes first)
+PYTHONS = {"deep": ("[" * 5000 + "]" * 5000, "nested more than 100 deep",
+                    "openenv_max_json_depth"),
+           "digits": ("9" * 5000, "a number of more than 100 characters",
+                      "openenv_max_json_number_chars")}
+
+
+@pytest.mark.parametrize("case", list(PYTHONS))
+def test_what_pythons_parser_refuses_is_refused_naming_the_limit(
+        server: ServerProcess, case: str) -> None:
+    value, limit, setting = PYTHONS[case]
+    message = '{"type": "step", "data": {"response": "1", "x": ' + value + "}}"
+    rcvd = closed_by(server, message, token=None)
+    assert rcvd.code == 1009 and f"{limit} ({setting})" in rcvd.reason, rcvd
+    for path, body in [("/reset", '{"verifier": "math", "item": {"answer": ' + value + "}}"),
+                       ("/step", '{"action": {"response": "1"}, "x": ' + value + "}")]:
+        r = httpx.post(server.url + VERIFIER + path, content=body, timeout=60,
+                       headers={"content-type": "application/json"})
+        assert r.status_code == 413, r.text
+        assert f"{limit} (REWARD_SERVER_{setting.upper()})" in r.json()["detail"], r.text
+
+
+def test_long_numbers_are_refused_before_the_loop_parses_them(server: ServerProcess) -> None:
+    """A message of 2800 numbers of 4299 digits (12 MB, under the default message limit)
+    held the loop 0.33-0.49 s while OpenEnv parsed them (an integer's parse grows with the
+    square of its digits), to answer a field error. Refused at its first number, before it
+    is parsed; measured as the CPU time of the server's main thread, the least of three."""
+    message = ('{"type": "reset", "data": {"verifier": "math", "item": {"answer": "1", "x": ['
+               + ",".join(["9" * 4299] * 2800) + "]}}}")
+    spent = []
+    for _ in range(3):
+        before = loop_cpu_s(server)
+        rcvd = closed_by(server, message, token=None, max_size=None)
+        spent.append(loop_cpu_s(server) - before)
+        assert rcvd.code == 1009 and "openenv_max_json_number_chars" in rcvd.reason, rcvd
+    assert min(spent) < 0.1, spent
 
 
 def test_a_reset_over_http_holds_to_the_sandbox_routes_limit(srv: ServerProcess) -> None:
