@@ -73,6 +73,11 @@ class Provenance(BaseModel):
                                       "sha256:...) for a verifier that runs in the sandbox; "
                                       "several ids comma-separated when engines differ; null "
                                       "before the sandbox first connected.")
+    sandbox_runtime: str | None = Field(None, description="The OCI runtime its containers run "
+                                        "under (runc, runsc for gVisor, ...) for a verifier "
+                                        "that runs in the sandbox: a program's time and the "
+                                        "calls it may make differ by runtime, so its verdicts "
+                                        "may; null as sandbox_image is.")
     fingerprint: str = Field(description="sha256 (16 hex) of all of the above.")
 
 
@@ -168,10 +173,13 @@ def verdict_settings(verifier: Verifier) -> dict[str, Any]:
 
 def sandbox_settings(section: SandboxSection) -> dict[str, Any]:
     """The sandbox settings that change what a ``/run_code``, ``/run_jupyter`` or session
-    program does: all but its ``CAPACITY`` settings, with the seccomp profile's text."""
+    program does: all but its ``CAPACITY`` settings, with the seccomp profile's text under
+    runc and under gVisor (which applies is the block's ``runtime``, known only once the
+    engine says what its default is)."""
     values = {name: value for name, value in section.model_dump().items()
               if name not in CAPACITY}
-    values["security_opt"] = security_opt(section.seccomp_profile, section.runtime or "")
+    values["security_opt"] = {"runc": security_opt(section.seccomp_profile, False),
+                              "gvisor": security_opt(section.seccomp_profile, True)}
     return values
 
 
@@ -214,10 +222,12 @@ class Provenances:
         self._build()
 
     def _build(self) -> None:
-        image, _ = self._engines
+        image, runtime = self._engines
         blocks = {}
         for name, fixed in self._fixed.items():
-            block = {**fixed, "sandbox_image": image if name in self._in_sandbox else None}
+            sandboxed = name in self._in_sandbox
+            block = {**fixed, "sandbox_image": image if sandboxed else None,
+                     "sandbox_runtime": runtime if sandboxed else None}
             blocks[name] = Provenance(**block, fingerprint=_digest(block))
         self._blocks = blocks
         self._sandbox_block = self.sandbox_of(*self._engines)

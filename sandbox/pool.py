@@ -59,7 +59,7 @@ from docker.types import Ulimit
 from sandbox.channel import Channel, ChannelClosed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
-from sandbox.seccomp import GVISOR_RUNTIME, security_opt
+from sandbox.seccomp import is_gvisor, security_opt
 from sandbox.tls import engine_client
 
 log = logging.getLogger("sandbox.pool")
@@ -148,7 +148,9 @@ class ContainerPool:
         self.config = config
         self.docker_host = docker_host
         self.owner = owner_id()
-        self.gvisor = (config.runtime or "") == GVISOR_RUNTIME
+        # whether ``runtime`` is gVisor's, which decides the seccomp profile, the pids limit
+        # and the wear checks its containers get (settled with the runtime on connecting)
+        self.gvisor = is_gvisor(config.runtime or "")
         self._one_shot_stats = True  # the engine takes stats' one-shot (API 1.41, Docker 20.10)
         self._threads = ThreadPoolExecutor(max_workers=config.pool_size + 4,
                                            thread_name_prefix="sandbox")
@@ -200,9 +202,11 @@ class ContainerPool:
             if self._client is None:
                 self._client = await self._call(self._new_client)
             await self._call(self._client.ping)
-            if not self.config.runtime:  # what the engine runs a container under unasked
-                info = await self._call(self._client.info)
-                self.runtime = info.get("DefaultRuntime") or self.runtime
+            # what the engine runs a container under unasked, and what each name it knows
+            # runs: gVisor may be its default, or registered under a name of the operator's
+            info = await self._call(self._client.info)
+            self.runtime = self.config.runtime or info.get("DefaultRuntime") or self.runtime
+            self.gvisor = is_gvisor(self.runtime or "", info.get("Runtimes"))
         except (DockerException, OSError) as exc:
             self._client = None
             self.unavailable_reason = f"Docker engine not reachable ({exc}); {ENGINE_HINT}"
@@ -510,8 +514,10 @@ class ContainerPool:
             read_only=True,
             cap_drop=["ALL"],
             cap_add=HARNESS_CAPS,
-            security_opt=list(security_opt(c.seccomp_profile, c.runtime or "")),
-            runtime=c.runtime or None,
+            # the runtime settled on connecting, named: a default the engine changes later
+            # cannot put a container under a runtime its profile and limits were not made for
+            security_opt=list(security_opt(c.seccomp_profile, self.gvisor)),
+            runtime=self.runtime,
             pids_limit=c.gvisor_pids_limit if self.gvisor else c.pids_limit,
             mem_limit=f"{c.memory_mb}m",
             memswap_limit=f"{c.memory_mb}m",
@@ -547,10 +553,8 @@ class ContainerPool:
         except (DockerException, OSError, ChannelClosed, ChannelTimeout, SandboxUnavailable):
             await self._remove(container)
             raise
-        # the image the tag names now: one rebuilt while the server runs is in new containers;
-        # and the runtime the engine gave it (its default may have changed since we connected)
+        # the image the tag names now: one rebuilt while the server runs is in new containers
         self.image_id = container.attrs.get("Image") or self.image_id
-        self.runtime = (container.attrs.get("HostConfig") or {}).get("Runtime") or self.runtime
         return PooledContainer(container, channel, self, image_id=self.image_id,
                                runtime=self.runtime)
 

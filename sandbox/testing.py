@@ -30,6 +30,8 @@ RUNSC = "runsc"
 # gVisor (sandbox/seccomp-gvisor.json: denies POSIX message queues, whose names gVisor keeps
 # between executions).
 RUNSC_ARGS = ["--network=none", "--oci-seccomp"]
+# runsc registered once more under a name of an operator's own, not gVisor's docs' "runsc"
+RUNSC_ALIAS = "vr-gvisor"
 
 # A program that sums two integers read from stdin, one per language: adding a language to
 # sandbox/languages.py needs a row here (the language tests and bench/bench_code.py run them).
@@ -94,7 +96,8 @@ class ExtraEngine:
 
     def _write_config(self, default_runtime: str | None = None) -> Path:
         config = self.root / "daemon.json"  # its own: never /etc/docker/daemon.json
-        runtimes = {RUNSC: {"path": self.runsc, "runtimeArgs": RUNSC_ARGS}} if self.runsc else {}
+        runtimes = ({name: {"path": self.runsc, "runtimeArgs": RUNSC_ARGS}
+                     for name in (RUNSC, RUNSC_ALIAS)} if self.runsc else {})
         extra = {"default-runtime": default_runtime} if default_runtime else {}
         config.write_text(json.dumps({"runtimes": runtimes, **extra}))
         return config

@@ -50,7 +50,7 @@ def provenance_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -
     if not new:
         return ["none now"]
     changes = []
-    for key in ("version", "code", "settings", "sandbox_image"):
+    for key in ("version", "code", "settings", "sandbox_image", "sandbox_runtime"):
         if old.get(key) != new.get(key):
             changes.append(f"{key} {old.get(key)} → {new.get(key)}")
     before, after = old.get("libraries") or {}, new.get("libraries") or {}

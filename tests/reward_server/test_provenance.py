@@ -288,6 +288,7 @@ def test_code_results_and_runs_name_the_sandbox_images_id(docker_ready: None,
         closed = c.delete(f"/v1/sessions/{session}").json()
     assert body["rewards"] == [1.0]
     assert body["provenance"]["code"]["sandbox_image"] == image_id
+    assert body["provenance"]["code"]["sandbox_runtime"] == default_runtime
     assert listed["code"] == body["provenance"]["code"]  # the list names the image too
     block = ran["provenance"]
     assert block["sandbox_image"] == image_id and block["runtime"] == default_runtime

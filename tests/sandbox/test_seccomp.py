@@ -115,9 +115,9 @@ def test_security_opt_choices(tmp_path) -> None:
     ours = security_opt("")
     assert ours[0] == "no-new-privileges" and ours[1].startswith("seccomp={")
     assert json.loads(ours[1].removeprefix("seccomp=")) == json.loads(PROFILE.read_text())
-    gvisor = json.loads(security_opt("", "runsc")[1].removeprefix("seccomp="))
+    gvisor = json.loads(security_opt("", gvisor=True)[1].removeprefix("seccomp="))
     assert gvisor == json.loads(PROFILE_GVISOR.read_text())
-    assert security_opt("", "runc") == ours
+    assert security_opt("", gvisor=False) == ours
     assert security_opt(ENGINE_DEFAULT) == ("no-new-privileges",)
     (tmp_path / "bad.json").write_text("[1]")
     for path in (tmp_path / "missing.json", tmp_path / "bad.json"):
