@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from reward_server import __version__, worker_isolation
+from reward_server.browser_guard import BrowserGuard
 from reward_server.callers import load_tokens
 from reward_server.collector import full_collections
 from reward_server.drain import watch_stop_signals
@@ -105,6 +106,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     tokens = load_tokens(settings)
     if tokens:
         app.add_middleware(BearerAuth, tokens=tokens)
+    # a browser's requests for a site not allowed: refused before a token or a body is read
+    app.add_middleware(BrowserGuard, bound=settings.host, allowed_hosts=settings.allowed_hosts,
+                       allowed_origins=settings.allowed_origins)
     known = {"/healthz", "/metrics", "/v1/verifiers", "/v1/rewards", "/get_reward", "/docs",
              "/redoc", "/openapi.json", "/run_code", "/run_jupyter", "/v1/sessions"}
     app.add_middleware(RequestMetrics, routes=known | {f"/v1/verify/{n}" for n in classes})

@@ -65,6 +65,10 @@ class Unauthorized(ApiError):
         return [("WWW-Authenticate", challenge) for challenge in self.CHALLENGES]
 
 
+class Forbidden(ApiError):
+    status_code = 403
+
+
 class UnknownVerifier(ApiError):
     status_code = 404
 

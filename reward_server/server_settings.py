@@ -64,6 +64,19 @@ class ServerSettings(BaseSettings):
         "show (never the token). Keep it owner-only (chmod 600). With api_token as well, "
         "both are accepted.")
 
+    # Browsers on the server's machine (reward_server/browser_guard.py): a web page can make
+    # its name resolve to 127.0.0.1 (DNS rebinding), or open a WebSocket to any origin, and
+    # speak for the loopback caller; trainers and their libraries send neither header so.
+    allowed_hosts: str = Field(
+        "", description="Host header names a request may carry (comma-separated; '*': any). "
+        "An IP address or a one-label name (localhost, a compose service) is always served. "
+        "'': bound to loopback, only those and *.localhost, so a page whose name rebinds to "
+        "127.0.0.1 is refused (403); bound to another interface, any.")
+    allowed_origins: str = Field(
+        "", description="Origins a browser's request may come from (comma-separated "
+        "'scheme://host[:port]'; '*': any): a request with an Origin header from anywhere "
+        "else than the server's own address gets 403, a WebSocket's handshake too.")
+
     # Request limits: each answered with 413 naming the limit, never a 500 or an OOM.
     max_items_per_request: int = Field(8192, ge=1, description="Items in one request.")
     max_field_bytes: int = Field(
