@@ -99,6 +99,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                        max_containers=settings.max_json_containers,
                        max_values=settings.max_json_values,
                        sandbox_max_values=settings.max_sandbox_json_values,
+                       json_limits=(settings.max_json_depth,
+                                    settings.max_json_number_chars),
                        environment_limits=(settings.openenv_max_json_depth,
                                            settings.openenv_max_json_number_chars))
     # who starts on the loop: inside the token check (the caller is known), before the body

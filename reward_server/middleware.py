@@ -90,10 +90,13 @@ class BodyLimit:
     arrives (``json_shape``): bytes do not bound what parsing costs (a million ``[]`` in 3 MB
     held the event loop for seconds), their count does. An environment's body (OpenEnv's
     ``/reset`` and ``/step``) is held besides to the depth and number length its WebSocket
-    messages are (``environment_limits``), refused with a 413 naming the setting."""
+    messages are (``environment_limits``), and every other body to the server's own
+    (``json_limits``): deeper than Python's parser goes, or a number longer than it reads,
+    is a 413 naming the setting, not the parser's text."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, max_containers: int | None = None,
                  max_values: int | None = None, sandbox_max_values: int | None = None,
+                 json_limits: tuple[int, int] | None = None,
                  environment_limits: tuple[int, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
@@ -105,17 +108,21 @@ class BodyLimit:
         # (max_depth, max_number_chars) of an environment's body: an action needs neither,
         # where a batch's items may (a code test's value 500 deep is refused per item)
         self.environment_limits = environment_limits
+        # (max_depth, max_number_chars) of any other body
+        self.json_limits = json_limits
 
     def _message(self) -> str:
         return (f"request body exceeds the limit of {self.max_bytes} bytes "
                 "(REWARD_SERVER_MAX_BODY_BYTES); split the batch")
 
-    def _shape(self, path: str) -> JsonShape:
+    def _shape(self, path: str) -> tuple[JsonShape, str]:
+        """The body's counter, and the prefix of the settings its depth and number limits
+        are."""
         if self.environment_limits is not None and path.startswith(ENVIRONMENT_ROUTES):
-            return JsonShape(*self.environment_limits)
-        return JsonShape()
+            return JsonShape(*self.environment_limits), "REWARD_SERVER_OPENENV_"
+        return JsonShape(*(self.json_limits or (None, None))), "REWARD_SERVER_"
 
-    def _too_many(self, shape: JsonShape, sandbox: bool) -> str | None:
+    def _too_many(self, shape: JsonShape, sandbox: bool, prefix: str) -> str | None:
         containers, values = shape.containers, shape.values
         if self.max_containers is not None and containers > self.max_containers:
             return (f"request body: more than {self.max_containers} JSON arrays and objects "
@@ -128,10 +135,10 @@ class BodyLimit:
                     "(REWARD_SERVER_MAX_JSON_VALUES); split the batch")
         if shape.too_deep:
             return (f"request body: arrays and objects nested more than {shape.max_depth} "
-                    "deep (REWARD_SERVER_OPENENV_MAX_JSON_DEPTH)")
+                    f"deep ({prefix}MAX_JSON_DEPTH)")
         if shape.number_too_long:
             return (f"request body: a number of more than {shape.max_number_chars} "
-                    "characters (REWARD_SERVER_OPENENV_MAX_JSON_NUMBER_CHARS)")
+                    f"characters ({prefix}MAX_JSON_NUMBER_CHARS)")
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -147,7 +154,7 @@ class BodyLimit:
             # (bytes count as they arrive: a declared length alone reserved the server's
             # budget for 60 s with no byte sent)
             chunks: list[bytes] = []
-            shape = self._shape(scope["path"])
+            shape, prefix = self._shape(scope["path"])
             sandbox = scope["path"].startswith(SANDBOX_ROUTES)
             while True:
                 message = await receive()
@@ -163,7 +170,7 @@ class BodyLimit:
                         return await _refuse(exc, scope, receive, send)
                 held += len(chunk)
                 shape.feed(chunk)
-                refused = self._too_many(shape, sandbox)
+                refused = self._too_many(shape, sandbox, prefix)
                 if refused:
                     return await _refuse(PayloadTooLarge(refused), scope, receive, send)
                 chunks.append(chunk)

@@ -95,6 +95,17 @@ class ServerSettings(BaseSettings):
         1024 * 1024, ge=1, description="Arrays, objects, values and keys in a request body "
         "(a string is one, whatever it holds): more is a 413 naming the limit; split the "
         "batch (the client library halves it).")
+    # What bytes and counts do not bound: past Python's recursion limit (1000) the parser
+    # fails with Python's own text, and past 4300 digits Python refuses an integer with its
+    # own; an integer's parse grows with the square of its digits (~4 us at 1000, 38 us at
+    # 4299). 512 deep holds a batch's item with a code test's value 500 deep (refused per
+    # item, at the code verifier's 64); a factorial of 450 fits in 1000 characters.
+    max_json_depth: int = Field(
+        512, ge=1, le=900, description="How deep arrays and objects may nest in a request "
+        "body (the OpenEnv environments' have their own): deeper is a 413 naming the limit.")
+    max_json_number_chars: int = Field(
+        1000, ge=1, le=4300, description="Characters in one number of a request body (the "
+        "OpenEnv environments' have their own): longer is a 413 naming the limit.")
 
     # What one caller, and the server, may have in flight at once (reward_server/quotas.py):
     # past a cap a request is answered 429 at once, Retry-After from the queue's drain rate.

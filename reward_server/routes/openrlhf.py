@@ -18,18 +18,24 @@ query whose label is not a valid item (a missing field, a test in a shape the ve
 not take) makes the call a 422 naming the query, which OpenRLHF does not retry: a reward
 list has no null, and a bad label scored 0 would train on a made-up reward. Set
 ``?on_invalid=zero`` to score such queries 0 instead, counted in ``extra_logs["invalid"]``.
+
+The body is read and validated off the event loop (``json_body``): a batch of decoded
+prompts and responses is megabytes; the answer is rendered off it (``json_response``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import asyncio
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field, model_validator
 
 from reward_server.adapters.items import label_fields
 from reward_server.admission import INVALID_ITEM
 from reward_server.errors import InvalidItems, SandboxUnavailableError
+from reward_server.json_body import body_schema, json_body
+from reward_server.json_render import json_response
 from reward_server.provenance import Provenance
 from reward_server.routes import body_bytes, caller_of
 
@@ -72,16 +78,9 @@ def item_of(query: str, prompt: str | None, label: Any, verifier: str) -> dict[s
     return item
 
 
-@router.post("/get_reward", response_model=OpenRLHFResponse, tags=["adapters"])
-async def get_reward(request: Request, body: OpenRLHFRequest,
-                     verifier: str = Query("math", description="Verifier for every query."),
-                     on_unscorable: Literal["error", "zero"] = Query(
-                         "error", description="An unscorable item: 503 (OpenRLHF retries) "
-                         "or a reward of 0."),
-                     on_invalid: Literal["error", "zero"] = Query(
-                         "error", description="A query whose label is not a valid item: "
-                         "422 naming it, or a reward of 0.")) -> OpenRLHFResponse:
-    request.app.state.scorer.get(verifier)  # a 404 naming the verifiers there are
+def items_of(body: OpenRLHFRequest, verifier: str, on_invalid: str) -> list[dict[str, Any]]:
+    """An item per query; a label no item takes is a 422 naming it, or (``on_invalid=zero``)
+    an item refused as invalid."""
     n = len(body.query)
     prompts = body.prompts or [None] * n
     labels = body.labels or [None] * n
@@ -93,6 +92,23 @@ async def get_reward(request: Request, body: OpenRLHFRequest,
             if on_invalid == "error":
                 raise InvalidItems(f"labels[{i}]: {exc}") from None
             items.append({"verifier": verifier, "label_error": str(exc)})  # refused below
+    return items
+
+
+@router.post("/get_reward", response_model=OpenRLHFResponse, tags=["adapters"],
+             openapi_extra=body_schema("/get_reward", OpenRLHFRequest))
+async def get_reward(request: Request,
+                     body: Annotated[OpenRLHFRequest, Depends(json_body(OpenRLHFRequest))],
+                     verifier: str = Query("math", description="Verifier for every query."),
+                     on_unscorable: Literal["error", "zero"] = Query(
+                         "error", description="An unscorable item: 503 (OpenRLHF retries) "
+                         "or a reward of 0."),
+                     on_invalid: Literal["error", "zero"] = Query(
+                         "error", description="A query whose label is not a valid item: "
+                         "422 naming it, or a reward of 0.")) -> Response:
+    request.app.state.scorer.get(verifier)  # a 404 naming the verifiers there are
+    n = len(body.query)
+    items = await asyncio.to_thread(items_of, body, verifier, on_invalid)  # labels' JSON
     # each item admitted on its own even for a 422: a response over the size limit is that
     # query's 0 (response_too_long), not a 413 that costs every query of the call
     scored = await request.app.state.scorer.score_mixed(items, caller_of(request), "null",
@@ -112,8 +128,9 @@ async def get_reward(request: Request, body: OpenRLHFRequest,
     values = [0.0 if s is None else float(s) for s in rewards]
     correct = [float(getattr(r, "correct", s is not None and s >= 1.0))
                for (_, r), s in zip(scored, rewards, strict=True)]
-    return OpenRLHFResponse(rewards=values, scores=values,
-                            extra_logs={"correct": correct,
-                                        "unscorable": [float(u) for u in unscorable],
-                                        "invalid": [float(b) for b in invalid]},
-                            provenance=request.app.state.provenance.of(n for n, _ in scored))
+    provenance = request.app.state.provenance.of(n for n, _ in scored)
+    return await json_response(lambda: OpenRLHFResponse(
+        rewards=values, scores=values,
+        extra_logs={"correct": correct, "unscorable": [float(u) for u in unscorable],
+                    "invalid": [float(b) for b in invalid]},
+        provenance=provenance))

@@ -6,13 +6,13 @@ The body is read and validated off the event loop (``json_body``): megabytes of 
 (No ``from __future__ import annotations`` here: FastAPI reads the parameter types from the
 endpoint's annotations.)"""
 
-import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from reward_server.json_body import body_schema, json_body
+from reward_server.json_render import json_response
 from reward_server.routes import caller_of
 from reward_server.run_code.schemas import RunCodeRequest, RunCodeResponse
 from reward_server.run_code.service import run_code
@@ -26,10 +26,9 @@ router = APIRouter()
                               "container could run it"}},
              openapi_extra=body_schema("/run_code", RunCodeRequest))
 async def run_code_route(body: Annotated[RunCodeRequest, Depends(json_body(RunCodeRequest))],
-                         request: Request) -> JSONResponse:
+                         request: Request) -> Response:
     state = request.app.state
     status, response = await run_code(state.scorer, state.sandbox, body, caller_of(request))
     response.provenance = state.provenance.sandbox()
-    # rendered off the event loop: up to the response limit of a program's output
-    return await asyncio.to_thread(
-        lambda: JSONResponse(response.model_dump(mode="json"), status_code=status))
+    # rendered off the event loop, a piece at a time: up to the response limit of a program's output
+    return await json_response(lambda: response, status)

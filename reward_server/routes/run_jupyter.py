@@ -6,13 +6,13 @@ The body is read and validated off the event loop (``json_body``): megabytes of 
 (No ``from __future__ import annotations`` here: FastAPI reads the parameter types from the
 endpoint's annotations.)"""
 
-import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from reward_server.json_body import body_schema, json_body
+from reward_server.json_render import json_response
 from reward_server.routes import caller_of
 from reward_server.run_code.jupyter import run_jupyter
 from reward_server.run_code.jupyter_schemas import RunJupyterRequest, RunJupyterResponse
@@ -29,10 +29,10 @@ router = APIRouter()
              openapi_extra=body_schema("/run_jupyter", RunJupyterRequest))
 async def run_jupyter_route(
         body: Annotated[RunJupyterRequest, Depends(json_body(RunJupyterRequest))],
-        request: Request) -> JSONResponse:
+        request: Request) -> Response:
     status, response = await run_jupyter(request.app.state.sessions, caller_of(request), body)
     if response.provenance is None:  # no container ran it: what would have
         response.provenance = request.app.state.provenance.sandbox()
-    # rendered off the event loop: up to the answer limit of the cells' output and files
-    return await asyncio.to_thread(
-        lambda: JSONResponse(response.model_dump(mode="json"), status_code=status))
+    # rendered off the event loop, a piece at a time: up to the answer limit of the cells'
+    # output and files
+    return await json_response(lambda: response, status)

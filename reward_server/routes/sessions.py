@@ -5,13 +5,13 @@ validated off the event loop (``json_body``): a create's files are megabytes.
 (No ``from __future__ import annotations`` here: FastAPI reads the parameter types from the
 endpoints' annotations.)"""
 
-import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from reward_server.json_body import body_schema, json_body
+from reward_server.json_render import json_response
 from reward_server.routes import caller_of
 from reward_server.run_code.session_schemas import (
     CreateSessionRequest,
@@ -60,11 +60,10 @@ async def get_session(session_id: str, request: Request) -> SessionInfo:
              openapi_extra=body_schema("/v1/sessions/{session_id}/run", RunCellsRequest))
 async def run_cells(session_id: str,
                     body: Annotated[RunCellsRequest, Depends(json_body(RunCellsRequest))],
-                    request: Request) -> JSONResponse:
+                    request: Request) -> Response:
     status, response = await _sessions(request).run(caller_of(request), session_id, body)
-    # rendered off the event loop: up to the answer limit of the cells' output
-    return await asyncio.to_thread(
-        lambda: JSONResponse(response.model_dump(mode="json"), status_code=status))
+    # rendered off the event loop, a piece at a time: up to the answer limit of the cells' output
+    return await json_response(lambda: response, status)
 
 
 @router.delete("/{session_id}", response_model=SessionInfo, responses=_ERRORS,

@@ -3,6 +3,8 @@ server process itself has spent (its worker processes not counted)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import psutil
 
 from reward_server.testing import ServerProcess
@@ -20,3 +22,17 @@ def loop_cpu_s(srv: ServerProcess) -> float:
     a request's handling cost every other caller, its work on threads not counted."""
     (main,) = [t for t in psutil.Process(srv.proc.pid).threads() if t.id == srv.proc.pid]
     return main.user_time + main.system_time
+
+
+def loop_extra_s(srv: ServerProcess, measured: Callable[[], object],
+                 control: Callable[[], object], rounds: int) -> tuple[float, dict[str, list]]:
+    """What ``measured`` costs the server's event loop beyond ``control`` (the least of each
+    over ``rounds``, interleaved: whatever else the loop does only adds to a round, and falls
+    on both), and each round's cost. Each call checks its own answer."""
+    spent: dict[str, list[float]] = {"measured": [], "control": []}
+    for _ in range(rounds):
+        for name, call in (("measured", measured), ("control", control)):
+            before = loop_cpu_s(srv)
+            call()
+            spent[name].append(loop_cpu_s(srv) - before)
+    return min(spent["measured"]) - min(spent["control"]), spent

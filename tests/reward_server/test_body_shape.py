@@ -6,9 +6,11 @@ admission runs off the loop."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import httpx
+import pytest
 
 from reward_server import scoring
 from tests.conftest import ServerProcess
@@ -100,3 +102,56 @@ def test_a_large_bodys_admission_runs_on_a_thread() -> None:
 
     off, on = asyncio.run(where())
     assert off != threading.get_ident() and on == threading.get_ident()
+
+
+# Every JSON route, and a body with "%s" where a value goes that no model reads; a sandbox
+# route's body is a 422 when parsed (a field of the wrong type), so no container runs
+_ROUTES = [
+    ("/v1/rewards", '{"items": [], "junk": %s}'),
+    ("/get_reward", '{"query": [], "junk": %s}'),
+    ("/v1/verify/math", '{"items": [], "junk": %s}'),
+    ("/run_code", '{"code": 1, "language": "python", "junk": %s}'),
+    ("/run_jupyter", '{"cells": [1], "junk": %s}'),
+    ("/v1/sessions", '{"junk": %s}'),
+]
+
+
+def _post(server: ServerProcess, path: str, body: str) -> httpx.Response:
+    return httpx.post(server.url + path, content=body.encode(), timeout=120,
+                      headers={"content-type": "application/json"})
+
+
+@pytest.mark.parametrize(("path", "body"), _ROUTES)
+def test_a_body_nested_too_deeply_is_refused_naming_the_limit(server: ServerProcess,
+                                                              path: str, body: str) -> None:
+    """Past Python's recursion limit the parser fails with its own text (FastAPI's answer
+    was a bare 400, "There was an error parsing the body"): 512 deep, the body's own object
+    included, is parsed; deeper is refused as it arrives."""
+    assert _post(server, path, body % ("[" * 511 + "]" * 511)).status_code != 413
+    for depth in (512, 2000, 100_000):
+        r = _post(server, path, body % ("[" * depth + "]" * depth))
+        assert r.status_code == 413, (depth, r.text[:300])
+        assert r.json()["detail"] == ("request body: arrays and objects nested more than 512 "
+                                      "deep (REWARD_SERVER_MAX_JSON_DEPTH)")
+
+
+@pytest.mark.parametrize(("path", "body"), _ROUTES)
+def test_a_number_too_long_is_refused_naming_the_limit(server: ServerProcess, path: str,
+                                                       body: str) -> None:
+    """An integer's parse grows with the square of its digits, and past 4300 of them Python
+    refuses it with its own text: 1000 characters are parsed, more are refused."""
+    assert _post(server, path, body % ("-" + "9" * 999)).status_code != 413
+    for number in ("9" * 1001, "9" * 5000, "1." + "5" * 999, "1e" + "0" * 999):
+        r = _post(server, path, body % number)
+        assert r.status_code == 413, (len(number), r.text[:300])
+        assert r.json()["detail"] == ("request body: a number of more than 1000 characters "
+                                      "(REWARD_SERVER_MAX_JSON_NUMBER_CHARS)")
+
+
+def test_digits_and_brackets_in_a_string_are_text(server: ServerProcess) -> None:
+    """A response of 5000 digits and 2000 brackets is one string: scored, not refused."""
+    response = "[" * 2000 + "9" * 5000 + "]" * 2000 + " \\boxed{1}"
+    r = _post(server, "/v1/rewards", json.dumps(
+        {"items": [{"verifier": "math", "response": response, "answer": "1"}]}))
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["results"][0]["score"] == 1.0, r.text[:300]

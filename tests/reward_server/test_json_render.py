@@ -64,3 +64,29 @@ def test_nan_is_null_and_anything_but_json_is_a_type_error() -> None:
     for bad in ({1: "a"}, {"a": object()}, [b"bytes"]):
         with pytest.raises(TypeError):
             render(bad)
+
+
+def test_an_http_answer_is_rendered_a_piece_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``json_response`` (the routes' answers): a program's long output is encoded a piece
+    at a time on a thread, where ``JSONResponse`` held the lock through one ``json.dumps``
+    of all of it, and the bytes are what pydantic writes, the status kept."""
+    import asyncio
+
+    from reward_server.json_render import json_response
+
+    calls: list[int] = []
+    for name in ("encode_basestring", "encode_basestring_ascii"):
+        encoder = getattr(json_render, name)
+        monkeypatch.setattr(json_render, name,
+                            lambda text, encoder=encoder: calls.append(len(text)) or encoder(text))
+
+    class Answer(BaseModel):
+        status: str
+        stdout: str
+        execution_time: float | None
+
+    answer = Answer(status="Success", stdout=("x" * 999 + "é\n") * 10_000, execution_time=0.5)
+    response = asyncio.run(json_response(lambda: answer, 503))
+    assert response.status_code == 503 and response.media_type == "application/json"
+    assert response.body == answer.model_dump_json().encode()
+    assert max(calls) <= PIECE_CHARS and sum(calls) >= len(answer.stdout), max(calls)

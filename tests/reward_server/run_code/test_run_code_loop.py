@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import ServerProcess, run_server
-from tests.helpers.cpu import loop_cpu_s
+from tests.helpers.cpu import loop_extra_s
 
 FILES = 29
 # each file at the field limit's size (2 MiB), the body under its own (64 MiB)
@@ -35,10 +35,10 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield server
 
 
-def _loop_cost(srv: ServerProcess, path: str, body: dict) -> tuple[float, httpx.Response]:
-    before = loop_cpu_s(srv)
+def _post(srv: ServerProcess, path: str, body: dict, status: int, detail: str | None) -> None:
     r = httpx.post(srv.url + path, json=body, timeout=120)
-    return loop_cpu_s(srv) - before, r
+    assert r.status_code == status, r.text[:300]
+    assert detail is None or r.json()["detail"] == detail, r.text[:300]
 
 
 @pytest.mark.parametrize(("path", "base"), ROUTES)
@@ -46,20 +46,13 @@ def test_files_base64_is_checked_off_the_loop(srv: ServerProcess, path: str, bas
                                               ) -> None:
     files = {**{f"f{k}": DATA for k in range(FILES)}, **BAD}
     control = {**base, "files": BAD, "junk": [DATA] * FILES}  # the same bytes, unread
-    spent: dict[str, list[float]] = {"files": [], "control": []}
-    for _ in range(ROUNDS):  # interleaved: whatever else the loop does falls on both
-        cost, r = _loop_cost(srv, path, {**base, "files": files})
-        assert r.status_code == 422, r.text[:300]
-        assert r.json()["detail"] == "files['bad']: not base64"
-        spent["files"].append(cost)
-        cost, _ = _loop_cost(srv, path, control)
-        spent["control"].append(cost)
+    detail = "files['bad']: not base64"
+    extra, spent = loop_extra_s(srv, lambda: _post(srv, path, {**base, "files": files}, 422,
+                                                   detail),
+                                lambda: _post(srv, path, control, 422, None), ROUNDS)
     # on the loop, the check cost about 150 ms a request here (5 ms a file); off it, nothing
-    # beyond the control's parse of the same bytes. The least of each: the loop's other work
-    # (a pool refilling after the previous test) only adds to a round
-    extra = min(spent["files"]) - min(spent["control"])
+    # beyond the control's parse of the same bytes
     assert extra < 0.05, spent
-
 
 @pytest.mark.parametrize(("path", "body", "detail"), [
     ("/run_code", {"language": "python"}, "code: Field required"),
@@ -73,18 +66,11 @@ def test_the_body_is_parsed_off_the_loop(srv: ServerProcess, path: str, body: di
     same body sent where no route reads it: the body limit receives and counts it on the loop
     as it does every body, and nothing parses it."""
     body = {**body, "files": {f"f{k}": DATA for k in range(FILES)}}
-    spent: dict[str, list[float]] = {"route": [], "control": []}
-    for _ in range(ROUNDS):
-        cost, r = _loop_cost(srv, path, body)
-        assert r.status_code == 422 and r.json()["detail"] == detail, r.text[:300]
-        spent["route"].append(cost)
-        cost, r = _loop_cost(srv, "/no-route-reads-this", body)
-        assert r.status_code == 404, r.text[:300]
-        spent["control"].append(cost)
+    extra, spent = loop_extra_s(srv, lambda: _post(srv, path, body, 422, detail),
+                                lambda: _post(srv, "/no-route-reads-this", body, 404,
+                                              "Not Found"), ROUNDS)
     # parsed on the loop (json.loads, and a copy of the body) it cost 0.2-0.25 s here
-    extra = min(spent["route"]) - min(spent["control"])
     assert extra < 0.05, spent
-
 
 @pytest.mark.parametrize("path", [p for p, _ in ROUTES])
 @pytest.mark.parametrize(("raw", "detail"), [
