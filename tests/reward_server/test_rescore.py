@@ -299,3 +299,21 @@ def test_files_that_never_end_are_refused_and_lines_read_only_to_the_limit(
         rescore(sparse, dead, tmp_path / "o.jsonl", progress=True, max_attempts=1,
                 max_line_bytes=1000)
 
+
+def test_a_resumed_output_with_fingerprints_of_other_types_is_summarised(
+        tmp_path: Path) -> None:
+    """An output an older version wrote from such lines (a fingerprint 1, then "f1") is
+    summarised on --resume, the odd one as malformed: it used to fail in sorting, after all
+    the scoring and on every resume after."""
+    log = tmp_path / FILE
+    log.write_text(GOOD + "\n" + GOOD + "\n")
+    out = tmp_path / "out.jsonl"
+    written = [{"origin": f"{FILE}:{n}", "step": None, "item": json.loads(GOOD)["item"],
+                "reward": 1.0, "result": {"status": "ok"}, "provenance": {"fingerprint": "f2"},
+                "previous": {"reward": 1.0, "result": {}, "provenance": {"fingerprint": old}}}
+               for n, old in [(1, 1), (2, "f1")]]
+    out.write_text("".join(json.dumps(w) + "\n" for w in written))
+    dead = f"http://127.0.0.1:{free_port()}"
+    summary = rescore(log, dead, out, progress=False, max_attempts=1, resume=True)
+    assert summary["provenance"]["math"]["before"] == ["f1", "malformed"]
+    assert summary["items"] == 2
