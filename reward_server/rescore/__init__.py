@@ -14,7 +14,9 @@ client's retries, Ctrl-C) resumes after its last whole line, when asked to (``re
 output already there is otherwise refused, since a rollouts folder may be someone else's, and
 lines planted in it would pass for this server's verdicts. The output is opened without
 following a symbolic link and must be a regular file. The summary (``summary``) is made from
-the whole output at the end, resumed parts included.
+the whole output at the end, resumed parts included. The output's lines are read as the
+input's are (``sources.lines``, ``sources.parse``) under twice the input's line limit: each
+holds an input line's fields and the server's new result and provenance beside them.
 """
 
 from __future__ import annotations
@@ -28,7 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from reward_server.client import RewardClient
-from reward_server.rescore.sources import SourceError, Stored, count, files_of, read
+from reward_server.rescore.sources import (
+    MAX_LINE_BYTES,
+    SourceError,
+    Stored,
+    count,
+    files_of,
+    lines,
+    parse,
+    read,
+)
 from reward_server.rescore.summary import summarize
 
 __all__ = ["SourceError", "default_output", "rescore"]
@@ -62,12 +73,12 @@ def _open_output(out: Path, resume: bool) -> int:
     return fd
 
 
-def _done(f: Any, out: Path) -> list[str]:
+def _done(f: Any, out: Path, max_line_bytes: int) -> list[str]:
     """The origins already written to the output ``f``; a line cut short by a crash is
     dropped from the file (it is scored again), after a whole line rescore wrote only: a
     file of something else is refused, never cut."""
     origins, whole = [], 0
-    for number, line in enumerate(f, 1):
+    for number, line in lines(f, str(out), max_line_bytes):
         if not line.endswith(b"\n") and origins:
             f.truncate(whole)
             break
@@ -75,14 +86,25 @@ def _done(f: Any, out: Path) -> list[str]:
         if not line.strip():
             continue
         try:
-            origin = json.loads(line)["origin"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+            origin = parse(line, f"{out}:{number}")["origin"]
+        except (SourceError, KeyError, TypeError):
             origin = None
         if not isinstance(origin, str):
             raise SourceError(f"{out}:{number}: not a line rescore wrote") from None
         origins.append(origin)
     f.seek(0, os.SEEK_END)
     return origins
+
+
+def _written(f: Any, out: Path, max_line_bytes: int) -> Iterator[dict[str, Any]]:
+    """The output's records, from its start (``_done`` checked those it did not write)."""
+    f.seek(0)
+    for number, line in lines(f, str(out), max_line_bytes):
+        if line.strip():
+            record = parse(line, f"{out}:{number}")
+            if not isinstance(record, dict):
+                raise SourceError(f"{out}:{number}: not a line rescore wrote")
+            yield record
 
 
 def _line(old: Stored, reward: float | None, result: dict[str, Any],
@@ -100,14 +122,14 @@ def _batches(records: Iterator[Stored], size: int) -> Iterator[list[Stored]]:
 
 def rescore(source: str | Path, client: str | list[str] | RewardClient,
             out: str | Path | None = None, *, batch: int = BATCH, examples: int = 3,
-            progress: bool = True, resume: bool = False, **client_options: Any
-            ) -> dict[str, Any]:
+            progress: bool = True, resume: bool = False,
+            max_line_bytes: int = MAX_LINE_BYTES, **client_options: Any) -> dict[str, Any]:
     """Score ``source``'s stored items again on ``client`` (a client, or server URLs with
     ``client_options``), write the new results to ``out`` (``default_output``; one there
     already only with ``resume``: go on after its last whole line), and return the summary
-    of all of ``out``. Raises ``SourceError`` for input it cannot read or an output it will
-    not write, and the client's errors for a server that does not answer (what was scored
-    stays written)."""
+    of all of ``out``. Raises ``SourceError`` for input it cannot read (a line longer than
+    ``max_line_bytes`` among it) or an output it will not write, and the client's errors for
+    a server that does not answer (what was scored stays written)."""
     source = Path(source)
     out = Path(out) if out is not None else default_output(source)
     files_of(source)  # a missing input is named before an output is made for it
@@ -116,8 +138,8 @@ def rescore(source: str | Path, client: str | list[str] | RewardClient,
     created = not out.exists()
     f = os.fdopen(_open_output(out, resume), "rb+")
     try:
-        done = _done(f, out)
-        records = read(source)
+        done = _done(f, out, 2 * max_line_bytes)
+        records = read(source, max_line_bytes)
         for index, old in enumerate(itertools.islice(records, len(done))):
             if old.origin != done[index]:  # another input's output: never mix two
                 raise SourceError(f"{out}: line {index + 1} is {done[index]}'s, not "
@@ -129,8 +151,8 @@ def rescore(source: str | Path, client: str | list[str] | RewardClient,
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=count(source), initial=len(done), desc="rescore", unit="item",
-                       dynamic_ncols=True)
+            bar = tqdm(total=count(source, max_line_bytes), initial=len(done), desc="rescore",
+                       unit="item", dynamic_ncols=True)
         try:
             for chunk in _batches(records, batch):
                 scored = scorer.rewards([old.item for old in chunk])
@@ -145,8 +167,7 @@ def rescore(source: str | Path, client: str | list[str] | RewardClient,
         finally:
             if bar is not None:
                 bar.close()
-        f.seek(0)
-        return summarize((json.loads(line) for line in f if line.strip()), examples)
+        return summarize(_written(f, out, 2 * max_line_bytes), examples)
     except BaseException:
         if created and os.fstat(f.fileno()).st_size == 0:
             out.unlink()  # nothing scored: the next run needs no --resume

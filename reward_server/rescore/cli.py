@@ -4,8 +4,9 @@
 
 ROLLOUTS is our trainer's run directory or rollouts.jsonl, a TRL output directory or one of
 its completions/*.parquet. Exit codes: 0 done, 2 input it cannot read (one line naming the
-file and line), 3 the server refused or did not answer (what was scored is kept: the same
-command with --resume goes on).
+file and line: not a regular file, a line longer than --max-line-bytes, not UTF-8, not JSON,
+nested or numbered past Python's parser, a field of the wrong type), 3 the server refused
+or did not answer (what was scored is kept: the same command with --resume goes on).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from reward_server.client import RewardClientError, split_urls
 from reward_server.rescore import default_output, rescore
-from reward_server.rescore.sources import SourceError
+from reward_server.rescore.sources import MAX_LINE_BYTES, SourceError
 from reward_server.rescore.summary import table
 
 
@@ -45,15 +46,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="examples per verifier and direction in the summary")
     p.add_argument("--retry-for-s", type=float, default=300.0, help="give a server that does "
                    "not answer this long before stopping (progress is kept)")
+    p.add_argument("--max-line-bytes", type=int, default=MAX_LINE_BYTES, help="the longest "
+                   "line read (an item, its result and provenance); a longer one stops the run "
+                   "naming it (default: 64 MiB, the server's default body limit)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    if args.batch_size < 1 or not args.url:
-        print("reward-rescore: --batch-size must be at least 1 and --url name a server",
-              file=sys.stderr)
+    if args.batch_size < 1 or args.max_line_bytes < 1 or not args.url:
+        print("reward-rescore: --batch-size and --max-line-bytes must be at least 1 and --url "
+              "name a server", file=sys.stderr)
         raise SystemExit(2)
     out = args.out or default_output(args.rollouts)
     summary_path = args.summary or out.with_name(out.stem + ".summary.json")
@@ -61,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         summary = rescore(args.rollouts, args.url, out, batch=args.batch_size,
                           examples=args.examples, progress=not args.no_progress,
                           token=args.token, max_attempts=None, retry_for_s=args.retry_for_s,
-                          resume=args.resume)
+                          resume=args.resume, max_line_bytes=args.max_line_bytes)
     except SourceError as exc:
         print(f"reward-rescore: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

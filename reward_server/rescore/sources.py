@@ -11,22 +11,42 @@ What is read, as it is on disk:
 
 The order is fixed (files by name, then lines or rows), so a record's place names it and an
 interrupted re-score resumes where it stopped.
+
+A stored file may come from anyone, so what reading it costs is bounded before it is parsed:
+only regular files are read (a FIFO waits for a writer, a device such as ``/dev/zero`` never
+ends), a line at most ``max_line_bytes`` long is read, and its nesting and numbers are held
+under what Python's parser takes (``json_shape``). A line that breaks any of these, or a
+field of the wrong type, stops the read with a ``SourceError`` naming its file and line, as
+every other unreadable line does: a summary over part of a run would pass for the run's.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from reward_server.adapters.items import completion_text
+from reward_server.json_shape import JsonShape
 from reward_server.rollout_log import FILE
 
 METRICS = "metrics.jsonl"  # our trainer's per-step means: no completion in it
 ITEM, STATUS, PROVENANCE = "/item", "/status", "/provenance"  # ServerReward's columns
+# A line holds one item with its result and provenance, and an item came to the server in a
+# request no larger than its default body limit (64 MiB): a stored line past it is no record
+# of ours, and without a limit one endless line (a sparse file) is read into memory whole.
+MAX_LINE_BYTES = 64 * 1024 * 1024
+# Python's parser stops near 1,000 deep (RecursionError), and what is read is written again
+# (the request, the output) from further down the stack; the code verifier takes a test's
+# value 64 deep, so no scorable item comes near this.
+MAX_DEPTH = 500
+# Past 4300 digits Python refuses an integer (its int_max_str_digits), in its own words.
+MAX_NUMBER_CHARS = 4300
 
 
 class SourceError(ValueError):
@@ -46,30 +66,94 @@ class Stored:
 
 
 def files_of(path: Path) -> list[Path]:
-    """The files ``path`` stands for, in reading order."""
+    """The files ``path`` stands for, in reading order; each a regular file."""
     if not path.exists():
         raise SourceError(f"{path}: no such file or directory")
-    if path.is_file():
-        return [path]
+    if not path.is_dir():
+        return [_regular(path)]
     logs = sorted([*path.glob(FILE), *path.glob("rollouts-rank*.jsonl")])
     tables = sorted(path.glob("completions/*.parquet")) or sorted(path.glob("*.parquet"))
     if logs or tables:
-        return logs or tables
+        return [_regular(file) for file in logs or tables]
     if (path / METRICS).exists():
         raise SourceError(f"{path}: {METRICS} holds per-step means, no completions; run the "
                           f"trainer with log_rollouts: true to keep {FILE}")
     raise SourceError(f"{path}: no {FILE} and no TRL completions/*.parquet in it")
 
 
-def read(path: Path) -> Iterator[Stored]:
+NOT_REGULAR = "not a regular file (a FIFO waits for a writer, a device may never end)"
+
+
+def _regular(file: Path) -> Path:
+    """``file``, if what it names (through a link) is a regular file."""
+    try:
+        mode = os.stat(file).st_mode
+    except OSError as exc:
+        raise SourceError(f"{file}: cannot read it ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise SourceError(f"{file}: {NOT_REGULAR}")
+    return file
+
+
+def open_regular(file: Path) -> BinaryIO:
+    """``file`` opened to read, refused unless it is a regular file: opened without waiting
+    (a FIFO's open waits for a writer) and checked on the descriptor itself, so a file
+    swapped after ``files_of`` looked is refused too."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SourceError(f"{file}: cannot read it ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SourceError(f"{file}: {NOT_REGULAR}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def lines(f: BinaryIO, name: str, max_bytes: int) -> Iterator[tuple[int, bytes]]:
+    """``(number, line)`` for each line of ``f`` (the last one without its newline where the
+    file ends so), none read past ``max_bytes`` (the newline not counted): a longer one is
+    a ``SourceError`` naming it."""
+    number = 0
+    while line := f.readline(max_bytes + 1):
+        number += 1
+        if len(line) > max_bytes and not line.endswith(b"\n"):
+            raise SourceError(f"{name}:{number}: a line longer than {max_bytes} bytes "
+                              "(max_line_bytes, --max-line-bytes)")
+        yield number, line
+
+
+def parse(line: bytes, where: str) -> Any:
+    """One line's JSON value; a ``SourceError`` naming ``where`` for text that is not UTF-8,
+    not JSON, or nested or numbered past what Python's parser takes."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"{where}: not UTF-8 (byte {line[exc.start]:#04x} at offset "
+                          f"{exc.start})") from None
+    shape = JsonShape(max_depth=MAX_DEPTH, max_number_chars=MAX_NUMBER_CHARS)
+    shape.feed(line)
+    if shape.too_deep:
+        raise SourceError(f"{where}: arrays and objects nested more than {MAX_DEPTH} deep")
+    if shape.number_too_long:
+        raise SourceError(f"{where}: a number of more than {MAX_NUMBER_CHARS} characters")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SourceError(f"{where}: not JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # what the shape should have caught first
+        raise SourceError(f"{where}: not JSON Python reads ({type(exc).__name__})") from None
+
+
+def read(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Stored]:
     for file in files_of(path):
         if file.suffix == ".parquet":
             yield from _table(file)
         else:
-            yield from _log(file)
+            yield from _log(file, max_line_bytes)
 
 
-def count(path: Path) -> int:
+def count(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> int:
     """How many records ``read`` yields, cheaply (lines; a table's rows by its metadata)."""
     total = 0
     for file in files_of(path):
@@ -78,22 +162,19 @@ def count(path: Path) -> int:
             columns = [n for n in meta.schema_arrow.names if n.endswith(ITEM)]
             total += meta.metadata.num_rows * len(columns)
         else:
-            with open(file, "rb") as f:
-                total += sum(1 for line in f if line.strip())
+            with open_regular(file) as f:
+                total += sum(1 for _, line in lines(f, file.name, max_line_bytes)
+                             if line.strip())
     return total
 
 
-def _log(file: Path) -> Iterator[Stored]:
-    with open(file, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+def _log(file: Path, max_line_bytes: int) -> Iterator[Stored]:
+    with open_regular(file) as f:
+        for number, line in lines(f, file.name, max_line_bytes):
             if not line.strip():
                 continue
             where = f"{file.name}:{number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SourceError(f"{where}: not JSON ({exc.msg})") from None
-            yield _record(record, where)
+            yield _record(parse(line, where), where)
 
 
 def _record(record: Any, where: str) -> Stored:
@@ -107,14 +188,23 @@ def _record(record: Any, where: str) -> Stored:
     if not isinstance(item.get("verifier"), str):
         raise SourceError(f"{where}: item.verifier: a verifier name is required")
     result = record.get("result") if isinstance(record.get("result"), dict) else {}
-    return Stored(where, item, _reward(record.get("reward")), result,
-                  _provenance(record.get("provenance"), where), _int(record.get("step")))
+    return Stored(where, item, _reward(record.get("reward"), where), result,
+                  _provenance(record.get("provenance"), where),
+                  _int(record.get("step"), where))
 
 
 def _provenance(value: Any, where: str) -> dict[str, Any] | None:
-    """A stored provenance block: an object (the summary compares its fields), or none."""
-    if value is not None and not isinstance(value, dict):
+    """A stored provenance block: an object (the summary compares its fields), or none; its
+    fingerprint a string (the summary sorts them) and its libraries an object, if there."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
         raise SourceError(f"{where}: provenance: an object (what the server answered), or "
+                          "null")
+    if not isinstance(value.get("fingerprint"), str | None):
+        raise SourceError(f"{where}: provenance.fingerprint: a string (a digest), or null")
+    if not isinstance(value.get("libraries"), dict | None):
+        raise SourceError(f"{where}: provenance.libraries: an object (name: version), or "
                           "null")
     return value
 
@@ -154,9 +244,9 @@ def _row(file: Path, row: int, values: dict[str, Any], rewards: list[str]) -> It
         status = values.get(name + STATUS)
         result = {"verifier": item.get("verifier")} | ({"status": status} if status else {})
         provenance = values.get(name + PROVENANCE)
-        yield Stored(where, item, _reward(values[name]), result,
+        yield Stored(where, item, _reward(values[name], where), result,
                      _provenance(_loads(provenance, where), where) if provenance else None,
-                     _int(values.get("step")))
+                     _int(values.get("step"), where))
 
 
 def _parquet() -> Any:
@@ -187,22 +277,35 @@ def _plain(value: Any) -> Any:
 
 
 def _loads(text: Any, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except (TypeError, json.JSONDecodeError):
-        raise SourceError(f"{where}: not JSON: {str(text)[:80]!r}") from None
+    if not isinstance(text, str | bytes):
+        raise SourceError(f"{where}: not JSON: {str(text)[:80]!r}")
+    return parse(text.encode() if isinstance(text, str) else text, where)
 
 
-def _reward(value: Any) -> float | None:
+def _reward(value: Any, where: str) -> float | None:
+    """A stored reward: a finite number, or none (null: unscorable or never logged; TRL logs
+    an unscorable reward as NaN)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SourceError(f"{where}: reward: a number, or null")
     try:
         value = float(value)
-    except (TypeError, ValueError):  # null: unscorable (or never logged)
+    except OverflowError:  # an integer of hundreds of digits
+        value = math.inf
+    if math.isnan(value):
         return None
-    return None if math.isnan(value) else value  # TRL logs an unscorable reward as NaN
+    if math.isinf(value):
+        raise SourceError(f"{where}: reward: a finite number, or null")
+    return value
 
 
-def _int(value: Any) -> int | None:
-    try:
+def _int(value: Any, where: str) -> int | None:
+    """A stored step: an integer (3.0 too), or none."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
         return int(value)
-    except (TypeError, ValueError):
-        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SourceError(f"{where}: step: an integer, or null")
+    return value

@@ -1,5 +1,11 @@
 """What a re-score changed: verdicts by verifier, direction and status, what produced the old
-and the new ones, and examples; as JSON and as a table to read."""
+and the new ones, and examples; as JSON and as a table to read.
+
+The lines summarised are JSON from a file (a resumed output's first part was written by an
+earlier run, perhaps an older version's), so each field is taken for what it is: a field of
+another type than rescore writes counts as absent (a fingerprint as ``malformed``), never as
+a reason to stop after all the scoring is done.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,24 @@ from typing import Any
 EPSILON = 1e-9  # rewards are fractions of tests or of rules: equal when this close
 DIRECTIONS = ("up", "down", "to_null", "from_null")
 SHOWN_CHARS = 200  # of a response or a field, in an example
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def fingerprint(block: Any) -> str | None:
+    """A provenance block's fingerprint; None where there is none, ``"malformed"`` for a
+    block that is not an object or a fingerprint that is not a string."""
+    if block is None or isinstance(block, dict) and block.get("fingerprint") is None:
+        return None
+    if not isinstance(block, dict) or not isinstance(block["fingerprint"], str):
+        return "malformed"
+    return block["fingerprint"]
 
 
 def direction(old: float | None, new: float | None) -> str | None:
@@ -32,13 +56,13 @@ def _cut(value: Any) -> Any:
 
 
 def _example(line: dict[str, Any]) -> dict[str, Any]:
-    item, old = line["item"], line.get("previous") or {}
-    result = line.get("result") or {}
-    return {"origin": line.get("origin"), "response": _cut(item.get("response", "")),
+    item, old = _object(line.get("item")), _object(line.get("previous"))
+    result = _object(line.get("result"))
+    return {"origin": _cut(line.get("origin")), "response": _cut(item.get("response", "")),
             "fields": {k: _cut(v) for k, v in item.items() if k not in ("response", "verifier")},
-            "old": {"reward": old.get("reward"),
-                    "status": (old.get("result") or {}).get("status")},
-            "new": {"reward": line.get("reward"), "status": result.get("status"),
+            "old": {"reward": _number(old.get("reward")),
+                    "status": _object(old.get("result")).get("status")},
+            "new": {"reward": _number(line.get("reward")), "status": result.get("status"),
                     "detail": _cut(result.get("detail") or "")}}
 
 
@@ -49,11 +73,13 @@ def provenance_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -
         return ["not logged"]
     if not new:
         return ["none now"]
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return ["malformed"]
     changes = []
     for key in ("version", "code", "settings", "sandbox_image", "sandbox_runtime"):
         if old.get(key) != new.get(key):
             changes.append(f"{key} {old.get(key)} → {new.get(key)}")
-    before, after = old.get("libraries") or {}, new.get("libraries") or {}
+    before, after = _object(old.get("libraries")), _object(new.get("libraries"))
     for name in sorted(set(before) | set(after)):
         if before.get(name) != after.get(name):
             changes.append(f"{name} {before.get(name, 'absent')} → {after.get(name, 'absent')}")
@@ -70,17 +96,17 @@ def summarize(lines: Iterable[dict[str, Any]], examples: int = 3) -> dict[str, A
     before: dict[str, dict[str, dict[str, Any] | None]] = defaultdict(dict)
     after: dict[str, dict[str, Any] | None] = {}
     for line in lines:
-        name = str(line["item"].get("verifier"))
-        old = line.get("previous") or {}
-        moved = direction(old.get("reward"), line.get("reward"))
+        name = str(_object(line.get("item")).get("verifier"))
+        old = _object(line.get("previous"))
+        moved = direction(_number(old.get("reward")), _number(line.get("reward")))
         counts = verifiers[name]
         counts["items"] += 1
         total["items"] += 1
         old_block, new_block = old.get("provenance"), line.get("provenance")
-        before[name][(old_block or {}).get("fingerprint", "not logged")] = old_block
+        before[name][fingerprint(old_block) or "not logged"] = old_block
         after[name] = new_block or after.get(name)
-        old_status = (old.get("result") or {}).get("status")
-        new_status = (line.get("result") or {}).get("status")
+        old_status = _object(old.get("result")).get("status")
+        new_status = _object(line.get("result")).get("status")
         if old_status is not None and old_status != new_status:
             counts["status_changed"] += 1
         if moved is None:
@@ -101,7 +127,7 @@ def summarize(lines: Iterable[dict[str, Any]], examples: int = 3) -> dict[str, A
                         for name, c in sorted(verifiers.items())},
         "status_transitions": {name: dict(c.most_common()) for name, c in sorted(statuses.items())},
         "provenance": {name: {
-            "before": sorted(before[name]), "after": (after.get(name) or {}).get("fingerprint"),
+            "before": sorted(before[name]), "after": fingerprint(after.get(name)),
             "changes": sorted({c for old in before[name].values()
                                for c in provenance_changes(old, after.get(name))})}
             for name in sorted(verifiers)},

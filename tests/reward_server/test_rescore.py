@@ -222,3 +222,98 @@ def test_stored_fields_of_the_wrong_type_are_named(tmp_path: Path) -> None:
                              "math": [1.0]}), table)
     with pytest.raises(SourceError, match="completions.parquet:0:math: math/item"):
         rescore(table, dead, tmp_path / "t.jsonl", progress=False, max_attempts=1)
+
+
+GOOD = json.dumps({"item": {"verifier": "math", "answer": "2", "response": "\\boxed{2}"},
+                   "reward": 1.0, "provenance": {"fingerprint": "f1"}})
+SCORED = '{"item": {"verifier": "math", "answer": "2", "response": "x"}'
+
+
+@pytest.mark.parametrize(("line", "options", "reason"), [
+    (b"[" * 100_000 + b"]" * 100_000, (), "arrays and objects nested more than 500 deep"),
+    (b'{"item": {"verifier": "math", "answer": "\xff"}}', (), "not UTF-8 (byte 0xff at "
+     "offset 41)"),
+    (f'{SCORED}, "reward": {"9" * 5000}}}'.encode(), (),
+     "a number of more than 4300 characters"),
+    (f'{SCORED}, "reward": {"9" * 400}}}'.encode(), (), "reward: a finite number, or null"),
+    (f'{SCORED}, "reward": "1.0"}}'.encode(), (), "reward: a number, or null"),
+    (f'{SCORED}, "step": 1e400}}'.encode(), (), "step: an integer, or null"),
+    (f'{SCORED}, "provenance": {{"fingerprint": 1}}}}'.encode(), (),
+     "provenance.fingerprint: a string (a digest), or null"),
+    (f'{SCORED}, "provenance": {{"fingerprint": {{"a": 1}}}}}}'.encode(), (),
+     "provenance.fingerprint: a string (a digest), or null"),
+    (f'{SCORED}, "provenance": {{"libraries": ["sympy"]}}}}'.encode(), (),
+     "provenance.libraries: an object (name: version), or null"),
+    (f'{SCORED}, "pad": "{"x" * 2000}"}}'.encode(), ("--max-line-bytes", "1000"),
+     "a line longer than 1000 bytes (max_line_bytes, --max-line-bytes)"),
+], ids=["deep", "not-utf8", "5000-digits", "reward-400-digits", "reward-string", "step-inf",
+        "fingerprint-int", "fingerprint-dict", "libraries-list", "line-too-long"])
+def test_a_hostile_line_is_one_line_naming_it_and_exit_2(
+        tmp_path: Path, line: bytes, options: tuple[str, ...], reason: str) -> None:
+    """After a good line (read, batched, not yet sent), a line Python's parser, a float or
+    the summary would fail on: one line naming file and line, exit 2, nothing sent or kept."""
+    log = tmp_path / FILE
+    log.write_bytes(GOOD.encode() + b"\n" + line + b"\n")
+    done = _cli(str(log), "--url", f"http://127.0.0.1:{free_port()}", "--retry-for-s", "0.5",
+                "--no-progress", *options)
+    assert (done.returncode, done.stderr.splitlines()) == (
+        2, [f"reward-rescore: {FILE}:2: {reason}"])
+    assert not (tmp_path / "rollouts.rescored.jsonl").exists()
+
+
+def _bounded(*args: str) -> subprocess.CompletedProcess[str]:
+    """``_cli`` in 1 GiB of address space: a read without a bound ends in MemoryError."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    return subprocess.run([sys.executable, "-m", "reward_server.rescore", *args],
+                          capture_output=True, text=True, timeout=120, preexec_fn=limit)
+
+
+def test_files_that_never_end_are_refused_and_lines_read_only_to_the_limit(
+        tmp_path: Path) -> None:
+    import os
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    for name, make in [("zero", lambda p: p.symlink_to("/dev/zero")), ("fifo", os.mkfifo)]:
+        run = tmp_path / name
+        run.mkdir()
+        make(run / FILE)
+        done = _bounded(str(run), "--url", dead, "--retry-for-s", "0.5", "--no-progress")
+        assert (done.returncode, done.stderr.splitlines()) == (2, [
+            f"reward-rescore: {run / FILE}: not a regular file (a FIFO waits for a writer, "
+            "a device may never end)"])
+    # a regular file of one 4 GiB line (sparse): read to the default 64 MiB, no further
+    sparse = tmp_path / "sparse.jsonl"
+    sparse.write_bytes(GOOD.encode() + b"\n")
+    with open(sparse, "ab") as f:
+        f.truncate(4 << 30)
+    done = _bounded(str(sparse), "--url", dead, "--retry-for-s", "0.5", "--no-progress")
+    assert (done.returncode, done.stderr.splitlines()) == (2, [
+        "reward-rescore: sparse.jsonl:2: a line longer than 67108864 bytes "
+        "(max_line_bytes, --max-line-bytes)"])
+    # the progress bar's count reads no further either
+    with pytest.raises(SourceError, match="sparse.jsonl:2: a line longer than 1000 bytes"):
+        rescore(sparse, dead, tmp_path / "o.jsonl", progress=True, max_attempts=1,
+                max_line_bytes=1000)
+
+
+def test_a_resumed_output_with_fingerprints_of_other_types_is_summarised(
+        tmp_path: Path) -> None:
+    """An output an older version wrote from such lines (a fingerprint 1, then "f1") is
+    summarised on --resume, the odd one as malformed: it used to fail in sorting, after all
+    the scoring and on every resume after."""
+    log = tmp_path / FILE
+    log.write_text(GOOD + "\n" + GOOD + "\n")
+    out = tmp_path / "out.jsonl"
+    written = [{"origin": f"{FILE}:{n}", "step": None, "item": json.loads(GOOD)["item"],
+                "reward": 1.0, "result": {"status": "ok"}, "provenance": {"fingerprint": "f2"},
+                "previous": {"reward": 1.0, "result": {}, "provenance": {"fingerprint": old}}}
+               for n, old in [(1, 1), (2, "f1")]]
+    out.write_text("".join(json.dumps(w) + "\n" for w in written))
+    dead = f"http://127.0.0.1:{free_port()}"
+    summary = rescore(log, dead, out, progress=False, max_attempts=1, resume=True)
+    assert summary["provenance"]["math"]["before"] == ["f1", "malformed"]
+    assert summary["items"] == 2

@@ -50,3 +50,20 @@ def test_summary_counts_by_verifier_direction_and_status() -> None:
     assert summary["status_transitions"]["math"] == {"ok → ok": 1, "ok → timeout": 1}
     assert summary["provenance"]["math"] == {"before": ["f1"], "after": "f1", "changes": []}
     assert [e["new"]["status"] for e in summary["examples"]["math"]["down"]] == ["timeout"]
+
+
+def test_fields_of_other_types_are_absent_and_a_fingerprint_malformed() -> None:
+    """What a file holds is summarised for what it is: a fingerprint that is a number, an
+    object or null beside strings sorts as "malformed" / "not logged", not a TypeError."""
+    lines = [_line(0.0, 1.0, "ok", "ok") for _ in range(6)]
+    for line, block in zip(lines, [{"fingerprint": 1}, {"fingerprint": {"a": 1}}, "v1",
+                                   {"fingerprint": None}, None, BLOCK], strict=True):
+        line["previous"]["provenance"] = block
+    lines += [{"origin": ["x"], "item": ["not", "an", "item"], "reward": "1",
+               "result": "ok", "provenance": 3, "previous": "old"}]
+    summary = summarize(lines)
+    assert summary["provenance"]["math"]["before"] == ["f1", "malformed", "not logged"]
+    assert "malformed" in summary["provenance"]["math"]["changes"]
+    assert summary["items"] == 7 and summary["changed"] == 6
+    assert summary["by_verifier"]["None"]["items"] == 1
+    assert summary["provenance"]["None"]["after"] == "malformed"
