@@ -58,10 +58,11 @@ def main(argv: list[str] | None = None) -> None:
                "timeout_graceful_shutdown": settings.drain_s,
                "backlog": settings.listen_backlog,
                "max_connections": settings.max_connections,
-               # the environments' messages (gate.py): the library refuses one of twice
-               # their limit before buffering it (the gate names the limit below that), and
-               # no compression, so a message costs what it holds on the wire
-               "ws_max_size": 2 * max_message_bytes(settings),
+               # the environments' messages (gate.py): the library refuses one past their
+               # limit from its frame's header, before buffering it (what it reads ahead of
+               # the app is what a connection holds of its caller's bytes), and no
+               # compression, so a message costs what it holds on the wire
+               "ws_max_size": max_message_bytes(settings),
                "ws_per_message_deflate": False}
     if settings.workers > 1:
         path = os.environ[SETTINGS_FILE_ENV] = _settings_file(settings)

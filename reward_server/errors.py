@@ -144,6 +144,17 @@ class SandboxUnavailableError(ApiError):
     status_code = 503
 
 
+MAX_KEY_CHARS = 64  # a field is named, not echoed: a caller's key of megabytes is no answer
+
+
+def location_part(part: Any) -> Any:
+    """A part of an error's location as an answer names it: a key cut to its first
+    ``MAX_KEY_CHARS`` characters."""
+    if isinstance(part, str) and len(part) > MAX_KEY_CHARS:
+        return f"{part[:MAX_KEY_CHARS]}… ({len(part)} characters)"
+    return part
+
+
 def format_location(loc: Iterable[Any]) -> str:
     """``("body", "items", 3, "answer")`` → ``items[3].answer``."""
     out = ""
@@ -153,6 +164,7 @@ def format_location(loc: Iterable[Any]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
+            part = location_part(part)
             out += f".{part}" if out else str(part)
     return out or "body"
 

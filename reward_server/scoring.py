@@ -76,7 +76,7 @@ class Scorer:
         check_item_count(len(raw_items), self.settings)
         verifier = self.get(name)
         with self.request(caller, len(raw_items)):  # before its items cost anything
-            admitted = await _off_the_loop_if(
+            admitted = await off_the_loop_if(
                 may_hold_oversized(body_bytes, self.settings), admit_all,
                 verifier.item_model, raw_items, self.settings, name, on_invalid, body_bytes)
             items = [a for a in admitted if not isinstance(a, Refused)]
@@ -97,7 +97,7 @@ class Scorer:
             return [(index, result) for (index, _), result in zip(batch, results, strict=True)]
 
         with self.request(caller, len(raw_items)):  # one request, before its items cost
-            out, groups = await _off_the_loop_if(walk, self._admit_batch, raw_items,
+            out, groups = await off_the_loop_if(walk, self._admit_batch, raw_items,
                                                  on_invalid, walk)
             started = time.perf_counter()
             shares = await asyncio.gather(*(run(n, b) for n, b in groups.items()))
@@ -141,10 +141,11 @@ class Scorer:
                            walk)
 
 
-async def _off_the_loop_if(large: bool, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``; on a thread for a body that may hold a field over the size limit
-    (over 2 MiB by default), whose walk and validation cost what its values number: the
-    event loop answers other callers meanwhile (the thread yields the GIL every 5 ms)."""
+async def off_the_loop_if(large: bool, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``; on a thread when ``large``: for a body that may hold a field over the
+    size limit (over 2 MiB by default), or a message, whose walk and validation cost what
+    its values number, the event loop answers other callers meanwhile (the thread yields
+    the GIL every 5 ms)."""
     if not large:
         return fn(*args)
     return await asyncio.to_thread(fn, *args)

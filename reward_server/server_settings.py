@@ -125,10 +125,12 @@ class ServerSettings(BaseSettings):
         512 * 1024 * 1024, ge=0, description="Bytes of request bodies one caller's requests "
         "may hold in memory at once (from the first byte to the answer); past it: 429 with "
         "Retry-After. Without it a caller could hold max_requests_per_caller bodies of "
-        "max_body_bytes each. 0: no cap.")
+        "max_body_bytes each. An OpenEnv connection holds its largest message (6 x "
+        "max_field_bytes + 64 KiB) while open, and the message in hand. 0: no cap.")
     max_body_bytes_in_flight: int = Field(
         2 * 1024 * 1024 * 1024, ge=0, description="Bytes of request bodies the whole server "
-        "may hold in memory at once; past it: 429 with Retry-After. 0: no cap.")
+        "may hold in memory at once (OpenEnv connections counted as for "
+        "max_body_bytes_per_caller); past it: 429 with Retry-After. 0: no cap.")
 
     max_sandbox_json_values: int = Field(
         256 * 1024, ge=1, description="JSON values and keys in a /run_code, /run_jupyter, "

@@ -53,7 +53,8 @@ def validated(model: type[CreateSessionRequest], fields: dict[str, Any], where: 
     try:
         return model.model_validate(fields)
     except ValidationError as exc:
-        raise InvalidItems(format_validation_errors(exc.errors(), (where,))) from None
+        raise InvalidItems(format_validation_errors(exc.errors(include_input=False),
+                                                   (where,))) from None
 
 
 class CodeInterpreterEnvironment(LoopEnvironment[CodeAction, CodeObservation, CodeState]):
@@ -76,8 +77,9 @@ class CodeInterpreterEnvironment(LoopEnvironment[CodeAction, CodeObservation, Co
     async def reset_async(self, /, seed: int | None = None, episode_id: str | None = None,
                           **kwargs: Any) -> CodeObservation:
         """A fresh interpreter; ``kwargs``: ``POST /v1/sessions``'s fields (``files``,
-        ``memory_limit_MB``, ``idle_ttl_s``), checked as it checks them."""
-        request = validated(CreateSessionRequest, kwargs, "reset")
+        ``memory_limit_MB``, ``idle_ttl_s``), checked as it checks them, on a worker thread
+        (files of megabytes)."""
+        request = await asyncio.to_thread(validated, CreateSessionRequest, kwargs, "reset")
         if episode_id is not None and not isinstance(episode_id, str):
             # checked before the interpreter starts, not by the state after it
             raise InvalidItems("reset.episode_id: a string, or left out")

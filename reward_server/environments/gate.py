@@ -22,14 +22,22 @@ past either the handshake is refused with a 429 naming the setting. A connection
 nothing for ``idle_s`` is closed, which ends its environment (and its interpreter) as a
 client's close would.
 
-A message is JSON text, parsed and validated on the event loop. So before it is parsed it is
-held to what an HTTP body to the same route is (``json_shape``, as ``BodyLimit`` holds them):
-past ``max_message_bytes``, more arrays and objects or values outside strings than the route's
-limits (a few MB of ``[]`` or ``0,`` cost seconds of the loop to parse), nesting deeper than
-``max_depth`` or a number longer than ``max_number_chars`` (Python's parser fails on those with
-its own error text, and a number's parse grows with the square of its digits), the connection
-is closed with 1009 and the limit named; a binary frame is closed with 1003. A long message
-is read a slice at a time, and refused at the first slice past a limit."""
+A message is JSON text, parsed in one C call that holds the interpreter lock on whichever
+thread (``messages``). So before it is parsed it is held to what an HTTP body to the same
+route is (``json_shape``, as ``BodyLimit`` holds them): past ``max_message_bytes``, more
+arrays and objects or values outside strings than the route's limits (a few MB of ``[]`` or
+``0,`` cost seconds of the loop to parse), nesting deeper than ``max_depth`` or a number
+longer than ``max_number_chars`` (Python's parser fails on those with its own error text, and
+a number's parse grows with the square of its digits), the connection is closed with 1009 and
+the limit named; a binary frame is closed with 1003. A long message is read a slice at a
+time, and refused at the first slice past a limit.
+
+What a connection pins in memory is held to its caller's bytes (``HeldBytes``): the largest
+message it may be sent while it is open (the WebSocket library reads the next message ahead of
+the app, or holds the part it has of one: the server's ``ws_max_size`` is this limit, checked
+from a frame's header), and the message in hand until the app asks for the next, counted
+with the caller's request bodies (``quotas``). Past the caller's or the server's cap the
+handshake is refused (429 naming it), or a message in hand closes the connection (1013)."""
 
 from __future__ import annotations
 
@@ -45,10 +53,12 @@ from reward_server.errors import (
     ApiError,
     InvalidItems,
     NotServed,
+    TooBusy,
     TooManySessions,
     api_error_response,
 )
 from reward_server.json_shape import JsonShape
+from reward_server.quotas import Quotas, quotas_of_scope
 from reward_server.settings import ServerSettings
 
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
@@ -56,6 +66,8 @@ CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
 MESSAGE_TOO_BIG = 1009  # RFC 6455's close codes
 UNSUPPORTED_DATA = 1003
 GOING_AWAY = 1001
+TRY_AGAIN_LATER = 1013
+BODY_SETTINGS = ("max_body_bytes_per_caller", "max_body_bytes_in_flight")  # (quotas')
 # an episode's paths: the rest of OpenEnv's app (/mcp, the task API, /docs) is not served
 HTTP_PATHS = frozenset({"/reset", "/step", "/state", "/schema", "/metadata", "/health"})
 WS_PATHS = frozenset({"/ws"})
@@ -102,6 +114,45 @@ class Places:
             del self.open[quota]
 
 
+class HeldBytes:
+    """What one connection's messages hold of its caller's and the server's bytes of bodies
+    (``quotas``: ``max_body_bytes_per_caller``, ``max_body_bytes_in_flight``): the largest
+    message it may be sent, for as long as it is open (the one the WebSocket library reads
+    ahead, or is reading, before the app asks), and the message in hand."""
+
+    def __init__(self, quotas: Quotas | None, caller: Caller) -> None:
+        self.quotas, self.caller = quotas, caller  # no quotas: a bare app without its lifespan
+        self.reserved = self.in_hand = 0
+
+    def reserve(self, size: int) -> None:
+        """``size`` for the connection's life, or ``TooBusy``."""
+        if self.quotas is not None:
+            self.quotas.take_body(self.caller, size)
+            self.reserved = size
+
+    def hand(self, size: int) -> tuple[int, str] | None:
+        """The message in hand is now ``size`` characters (each a byte or more); its close
+        code and reason when that is past a cap."""
+        if self.quotas is None:
+            return None
+        self.quotas.give_body(self.caller, self.in_hand)
+        self.in_hand = 0
+        if not size:
+            return None
+        try:
+            self.quotas.take_body(self.caller, size)
+        except TooBusy as exc:
+            setting = next(name for name in BODY_SETTINGS if name in exc.message)
+            return TRY_AGAIN_LATER, f"a message of {size} bytes, past {setting}"
+        self.in_hand = size
+        return None
+
+    def release(self) -> None:
+        if self.quotas is not None:
+            self.quotas.give_body(self.caller, self.reserved + self.in_hand)
+            self.reserved = self.in_hand = 0
+
+
 class EnvironmentGate:
     """ASGI middleware around one mounted OpenEnv app (see the module docstring)."""
 
@@ -135,12 +186,22 @@ class EnvironmentGate:
                 return await api_error_response(refusal)(scope, receive, send)
             if scope["type"] == "http":
                 return await self.app(scope, receive, send)
+            # the app's caps, read before the mount's app puts itself in the scope
+            held = HeldBytes(quotas_of_scope(scope), caller)
+            try:
+                held.reserve(self.max_message_bytes)
+            except TooBusy as exc:
+                return await api_error_response(TooBusy(
+                    f"a connection holds {self.max_message_bytes} bytes (the largest message "
+                    f"it may be sent) of its caller's bodies, and {exc.message}",
+                    int((exc.headers or {}).get("Retry-After", "1"))))(scope, receive, send)
             self.places.take(caller.quota)
             try:
-                receive, send = self._bounded(receive, send)
+                receive, send = self._bounded(receive, send, held)
                 await self.app(scope, receive, send)
             finally:
                 self.places.give(caller.quota)
+                held.release()
         finally:
             CALLER.reset(token)
 
@@ -207,13 +268,15 @@ class EnvironmentGate:
                     f"({self.prefix}_max_json_number_chars)")
         return None
 
-    def _bounded(self, receive: Receive, send: Send) -> tuple[Receive, Send]:
-        """``receive`` with the idle limit and the message limits: either ends the
-        connection as the client's own disconnect would (OpenEnv then ends its
-        environment), and ``send`` closes it with the code and reason that say why."""
+    def _bounded(self, receive: Receive, send: Send, held: HeldBytes) -> tuple[Receive, Send]:
+        """``receive`` with the idle limit, the message limits and the caller's bytes (the
+        message in hand counted until the app asks for the next): each ends the connection
+        as the client's own disconnect would (the episode then ends), and ``send`` closes
+        it with the code and reason that say why."""
         ended: list[tuple[int, str]] = []
 
         async def bounded() -> Message:
+            held.hand(0)  # the message before is answered: the app asks for the next
             try:
                 message = await asyncio.wait_for(receive(), self.idle_s)
             except TimeoutError:
@@ -221,6 +284,8 @@ class EnvironmentGate:
                 return {"type": "websocket.disconnect", "code": GOING_AWAY}
             if message["type"] == "websocket.receive":
                 refused = self._too_much(message)
+                if refused is None:
+                    refused = held.hand(len(message.get("text") or ""))
                 if refused is not None:
                     ended.append(refused)
                     return {"type": "websocket.disconnect", "code": refused[0]}

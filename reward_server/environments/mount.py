@@ -6,7 +6,8 @@
 Each is OpenEnv's own server (``HTTPEnvServer``: ``/reset``, ``/step``, ``/state``,
 ``/schema``, ``/health``, ...) registered on a sub-app, with its ``/ws`` replaced by the
 server's (``episode``: the same wire format, an episode's messages only, frames rendered off
-the loop), so an OpenEnv client connects unchanged with
+the loop) and its ``/reset`` and ``/step`` too (``stateless``: bodies read off the loop,
+errors in the server's words), so an OpenEnv client connects unchanged with
 ``base_url="http://host:8000/v1/environments/code"``.
 
 Why mounted, not an OpenEnv app of its own that calls the server over HTTP: one command
@@ -26,7 +27,7 @@ from fastapi import FastAPI, WebSocket
 from openenv.core.env_server.http_server import HTTPEnvServer
 from openenv.core.env_server.types import Action, Observation, State
 
-from reward_server.environments import episode
+from reward_server.environments import episode, stateless
 from reward_server.environments.base import LoopEnvironment
 from reward_server.environments.code import CodeInterpreterEnvironment
 from reward_server.environments.gate import EnvironmentGate, Places, max_message_bytes
@@ -75,8 +76,12 @@ def _environment_app(name: str, factory: Callable[[], LoopEnvironment], action: 
     # gate caps connections and ends idle ones, and an episode ends with its connection
     HTTPEnvServer(factory, action, observation, env_name=name, state_cls=state
                   ).register_routes(sub)
+    # an episode's /ws, and /reset and /step, are the server's own (episode, stateless)
+    own = stateless.endpoints(factory, action)
     sub.router.routes = [route for route in sub.router.routes
-                         if getattr(route, "path", None) != "/ws"]
+                         if getattr(route, "path", None) not in {"/ws", *own}]
+    for path, endpoint in own.items():
+        sub.router.add_route(path, endpoint, methods=["POST"])
 
     async def serve_episode(websocket: WebSocket) -> None:
         await episode.serve(websocket, factory, action)

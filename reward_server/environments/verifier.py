@@ -4,22 +4,23 @@ answer, and the observation's ``reward`` is the verifier's score, its ``status``
 verifier's status. One answer per episode (``done``), as a reward is one per completion.
 
 Scoring goes through the server's ``Scorer`` as ``POST /v1/verify/<name>`` does: the same
-admission (sizes, the item's schema), the caller's quotas and fair share, the cache, the
-verifier's limits and the slow lane. An item that could not be scored for a reason outside
-the response (the sandbox unavailable) has a null ``reward``, never a made-up 0."""
+admission (sizes, the item's schema under the server's settings; checked at reset too), the
+caller's quotas and fair share, the cache, the verifier's limits and the slow lane. An item
+that could not be scored for a reason outside the response (the sandbox unavailable) has a
+null ``reward``, never a made-up 0."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import ValidationError
-
+from reward_server.admission import admit_all
 from reward_server.environments.base import LoopEnvironment
 from reward_server.environments.gate import current_caller
 from reward_server.environments.models import VerifierAction, VerifierObservation, VerifierState
-from reward_server.errors import ApiError, InvalidItems, PayloadTooLarge, format_validation_errors
+from reward_server.errors import ApiError, InvalidItems, PayloadTooLarge
 from reward_server.provenance import Provenances
 from reward_server.scoring import Scorer
 
@@ -44,15 +45,18 @@ class VerifierEnvironment(LoopEnvironment[VerifierAction, VerifierObservation, V
     async def reset_async(self, /, seed: int | None = None, episode_id: str | None = None,
                           verifier: Any = None, item: Any = None, **kwargs: Any
                           ) -> VerifierObservation:
-        """The item to score next, checked against its verifier's schema now (a 4xx naming
-        the field), with a stand-in response."""
+        """The item to score next, admitted now as ``/v1/verify`` admits it (the server's
+        field-size limit: a 413; the verifier's schema under the server's settings: a 422
+        naming the field), with a stand-in response, on a worker thread (a reset's item may
+        hold a million values)."""
         if kwargs:
             raise InvalidItems(f"reset.{next(iter(kwargs))}: unknown field; reset takes "
                                "verifier and item")
         if not isinstance(verifier, str):
             raise InvalidItems("reset.verifier: the name of a verifier is required (GET "
                                "/v1/verifiers lists them)")
-        model = self._scorer().get(verifier).item_model  # 404 naming the known ones
+        scorer = self._scorer()
+        model = scorer.get(verifier).item_model  # 404 naming the known ones
         if item is None:
             item = {}
         if not isinstance(item, dict):
@@ -65,10 +69,10 @@ class VerifierEnvironment(LoopEnvironment[VerifierAction, VerifierObservation, V
             raise InvalidItems(f"reset.verifier: {verifier}'s items have no {RESPONSE} field "
                                "for an answer to fill")
         try:
-            model.model_validate({**item, RESPONSE: ""})
-        except ValidationError as exc:
-            raise InvalidItems(format_validation_errors(exc.errors(), ("reset", "item"))
-                               ) from None
+            await asyncio.to_thread(admit_all, model, [{**item, RESPONSE: ""}],
+                                    scorer.settings, verifier, "error")
+        except (InvalidItems, PayloadTooLarge) as exc:
+            raise _renamed(exc) from None
         self._item = item
         self._state = VerifierState(episode_id=episode_id or uuid.uuid4().hex,
                                     verifier=verifier)

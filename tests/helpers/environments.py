@@ -10,10 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from reward_server.environments.client import CodeInterpreterEnv, VerifierEnv
 from reward_server.testing import ServerProcess, run_server
 from tests.helpers.metrics import metric
+from tests.helpers.waiting import eventually
 
 CODE, VERIFIER = "/v1/environments/code", "/v1/environments/verifier"
 
@@ -24,6 +27,28 @@ def caller_headers(address: str | None, token: str | None = None) -> dict[str, s
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     return headers
+
+
+def socket(srv: ServerProcess, path: str, token: str | None, retry: bool = True,
+           **kwargs: Any) -> Any:
+    """A bare WebSocket to ``path`` (OpenEnv's client would hide a close and reconnect),
+    once a place is free: a closed connection frees its place (and the bytes it held of its
+    caller's) once the server has seen the close, a moment after the client returns."""
+    url = srv.url.replace("http://", "ws://") + path
+    sockets: list[Any] = []
+
+    def attempt() -> bool:
+        try:
+            sockets.append(connect(url, additional_headers=caller_headers(None, token),
+                                   open_timeout=30, **kwargs))
+            return True
+        except InvalidStatus as exc:
+            if exc.response.status_code != 429 or not retry:
+                raise
+            return False
+
+    eventually(attempt, 30, "a place freed")
+    return sockets[-1]
 
 
 def code_env(srv: ServerProcess, address: str | None = None, **kwargs: Any) -> Any:

@@ -97,8 +97,8 @@ def test_prose_with_commas_and_junk_under_the_limits_is_scored(server: ServerPro
 
 def test_a_large_bodys_admission_runs_on_a_thread() -> None:
     async def where() -> tuple[int, int]:
-        return (await scoring._off_the_loop_if(True, threading.get_ident),
-                await scoring._off_the_loop_if(False, threading.get_ident))
+        return (await scoring.off_the_loop_if(True, threading.get_ident),
+                await scoring.off_the_loop_if(False, threading.get_ident))
 
     off, on = asyncio.run(where())
     assert off != threading.get_ident() and on == threading.get_ident()

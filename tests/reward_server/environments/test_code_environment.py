@@ -137,7 +137,7 @@ def test_bad_input_is_refused_naming_the_field(srv: ServerProcess) -> None:
         r = http.post("/reset", json={"files": {"../x": "AA=="}})
         assert r.status_code == 422 and "files['../x']" in r.json()["detail"], r.text
         r = http.post("/step", json={"action": {"code": "1", "bogus": 2}})
-        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["bogus"], r.text
+        assert r.status_code == 422 and "action.bogus: " in r.json()["detail"], r.text
         r = http.post("/step", json={"action": {"code": "1"}})
         assert r.status_code == 410 and "reset() opens one" in r.json()["detail"], r.text
     eventually(lambda: all_removed(srv, None), 60, "every episode's session closed")

@@ -12,12 +12,17 @@ from typing import Any
 
 import httpx
 import pytest
-from websockets.exceptions import ConnectionClosed, InvalidStatus
-from websockets.sync.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from reward_server.environments.models import VerifierAction
 from tests.conftest import ServerProcess
-from tests.helpers.environments import VERIFIER, caller_headers, server_with_callers, verifier_env
+from tests.helpers.environments import (
+    VERIFIER,
+    caller_headers,
+    server_with_callers,
+    socket,
+    verifier_env,
+)
 from tests.helpers.waiting import eventually
 
 TOKEN, SECOND, THIRD = "environments-test-token", "second-callers-token", "third-callers-token"
@@ -27,6 +32,7 @@ SETTINGS = {"REWARD_SERVER_API_TOKEN": TOKEN,  # and two more callers' (the fixt
             "REWARD_SERVER_OPENENV_MAX_PER_CALLER": "2",
             "REWARD_SERVER_OPENENV_MAX_OPEN": "3",
             "REWARD_SERVER_OPENENV_IDLE_S": "2",
+            "REWARD_SERVER_FORMAT_MAX_RULES": "2",  # a verifier's cap, from its section
             # an engine that is not there: a code item cannot be scored, for no fault of its
             # response
             "REWARD_SERVER_SANDBOX_DOCKER_HOST": "unix:///nonexistent/docker.sock"}
@@ -124,9 +130,31 @@ def test_bad_input_is_refused_naming_the_field(srv: ServerProcess) -> None:
         r = http.post("/reset", json={"verifier": "nope"})
         assert r.status_code == 404, r.text
         r = http.post("/step", json={"action": {"respons": "1"}})
-        assert r.status_code == 422 and ["respons"] in [d["loc"] for d in r.json()["detail"]]
+        assert r.status_code == 422 and "action.respons: " in r.json()["detail"], r.text
         r = http.post("/step", json={"action": {"response": "1"}})
         assert r.status_code == 422 and "reset(verifier=" in r.json()["detail"], r.text
+
+
+@pytest.mark.parametrize("item, refusal", [
+    # past the server's field limit: refused at step, the reset had taken it
+    ({"answer": "1" * (FIELD_BYTES + 1)},
+     f"reset.item.answer: {FIELD_BYTES + 1} bytes exceed the limit of {FIELD_BYTES}"),
+    # past a verifier's cap from the server's settings: the reset checked the default's (16)
+    ({"rules": ["think_answer"] * 3}, "REWARD_SERVER_FORMAT_MAX_RULES"),
+])
+def test_a_reset_admits_the_item_as_a_step_would(srv: ServerProcess, item: dict[str, Any],
+                                                 refusal: str) -> None:
+    """What the step would refuse is refused at the reset, naming the field: the reset
+    admits the item as /v1/verify does, with the server's settings."""
+    verifier = "format" if "rules" in item else "math"
+    with env(srv) as e:
+        with pytest.raises(RuntimeError, match="Server error") as raised:
+            e.reset(verifier=verifier, item=item)
+        assert refusal in str(raised.value), raised.value
+    r = httpx.post(srv.url + VERIFIER + "/reset", json={"verifier": verifier, "item": item},
+                   headers=caller_headers(None, TOKEN), timeout=60)
+    assert r.status_code == (413 if "answer" in item else 422), r.text
+    assert refusal in r.json()["detail"], r.text
 
 
 def test_a_caller_needs_the_servers_token(srv: ServerProcess) -> None:
@@ -164,23 +192,7 @@ def test_connections_are_capped_per_caller_and_in_all(srv: ServerProcess) -> Non
 
 
 def _raw(srv: ServerProcess) -> Any:
-    """A bare WebSocket to the environment (OpenEnv's client would reconnect on a close),
-    once a place is free."""
-    url = srv.url.replace("http://", "ws://") + VERIFIER + "/ws"
-    sockets: list[Any] = []
-
-    def attempt() -> bool:
-        try:
-            sockets.append(connect(url, additional_headers=caller_headers(None, TOKEN),
-                                   open_timeout=30))
-            return True
-        except InvalidStatus as exc:
-            if exc.response.status_code != 429:
-                raise
-            return False
-
-    eventually(attempt, 30, "a place freed")
-    return sockets[-1]
+    return socket(srv, VERIFIER + "/ws", TOKEN)
 
 
 def test_an_idle_connection_is_closed_and_its_place_freed(srv: ServerProcess) -> None:
@@ -196,9 +208,12 @@ def test_an_idle_connection_is_closed_and_its_place_freed(srv: ServerProcess) ->
 
 
 def test_a_message_past_the_limit_closes_the_connection(srv: ServerProcess) -> None:
+    """Refused by the WebSocket library from the frame's header, before it buffers the
+    message: the library read one of up to twice the limit ahead of the app, memory no
+    cap counted."""
+    limit = 6 * FIELD_BYTES + 64 * 1024  # one field's worst escaping, and an envelope
     with _raw(srv) as ws, pytest.raises(ConnectionClosed) as closed:
-        # one field's worst escaping (6 bytes a character) and the envelope's 64 KiB
-        ws.send('{"type": "step", "data": {"response": "'
-                + "x" * (6 * FIELD_BYTES + 64 * 1024) + '"}}')
+        ws.send('{"type": "step", "data": {"response": "' + "x" * limit + '"}}')
         ws.recv(timeout=60)
-    assert closed.value.rcvd.code == 1009 and "past the limit" in closed.value.rcvd.reason
+    assert closed.value.rcvd.code == 1009, closed.value.rcvd
+    assert f"exceeds limit of {limit} bytes" in closed.value.rcvd.reason, closed.value.rcvd
