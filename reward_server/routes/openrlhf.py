@@ -116,4 +116,4 @@ async def get_reward(request: Request, body: OpenRLHFRequest,
                             extra_logs={"correct": correct,
                                         "unscorable": [float(u) for u in unscorable],
                                         "invalid": [float(b) for b in invalid]},
-                            provenance=request.app.state.provenance.of(n for n, _ in scored))
+                            provenance=request.app.state.provenance.of(scored))

@@ -17,6 +17,6 @@ async def rewards(request: Request, body: RewardsRequest,
     payload = RewardsResponse(
         rewards=[result.score for _, result in scored],
         results=[{"verifier": name, **result.model_dump()} for name, result in scored],
-        provenance=request.app.state.provenance.of(name for name, _ in scored),
+        provenance=request.app.state.provenance.of(scored),
     )
     return Response(payload.model_dump_json(), media_type="application/json")

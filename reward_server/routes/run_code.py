@@ -29,7 +29,7 @@ async def run_code_route(body: Annotated[RunCodeRequest, Depends(json_body(RunCo
                          request: Request) -> JSONResponse:
     state = request.app.state
     status, response = await run_code(state.scorer, state.sandbox, body, caller_of(request))
-    response.provenance = state.provenance.sandbox()
+    response.provenance = state.provenance.sandbox(response._ran_in)  # noqa: SLF001
     # rendered off the event loop: up to the response limit of a program's output
     return await asyncio.to_thread(
         lambda: JSONResponse(response.model_dump(mode="json"), status_code=status))

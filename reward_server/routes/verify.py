@@ -39,7 +39,8 @@ def verifier_router(name: str, cls: type[Verifier]) -> APIRouter:
         results = await request.app.state.scorer.verify(  # type: ignore[attr-defined]
             name, parse_body(raw).items, caller_of(request), on_invalid, len(raw))
         payload = response_model(results=results,
-                                 provenance=request.app.state.provenance.current()[name])
+                                 provenance=request.app.state.provenance.of_verifier(
+                                     name, results))
         return Response(payload.model_dump_json(), media_type="application/json")
 
     router.add_api_route(

@@ -94,6 +94,7 @@ class CodeVerifier(Verifier):
         remembered."""
         tests: list[TestResult] = []
         spent_s, rest, momentary, starved = 0.0, execution, False, False
+        ran_in: set[tuple[str | None, str | None]] = set()  # each turn's container's
         await self.sandbox.build_made(execution)  # a copy's compile: waited for holding nothing
         while True:
             async with turn.slot():
@@ -104,6 +105,8 @@ class CodeVerifier(Verifier):
                     return Done(CodeResult(score=None, passed=0, total=execution.test_count,
                                            status=SANDBOX_UNAVAILABLE, detail=str(exc)))
             tests += run.tests
+            if run.image_id is not None or run.runtime is not None:
+                ran_in.add((run.image_id, run.runtime))
             momentary = momentary or run.momentary
             starved = starved or run.starved
             if not run.yielded:
@@ -112,6 +115,7 @@ class CodeVerifier(Verifier):
             spent_s += run.elapsed_s
             rest = replace(rest, tests=rest.tests[len(run.tests):])
         result = _as_result(replace(run, tests=tests), execution.test_count)
+        result._ran_in = frozenset(ran_in)  # noqa: SLF001 - what its block names (provenance.py)
         if starved:  # the load held a test back: this run's 0, nothing to remember
             return Done(result, timeout=None, cacheable=False)
         timed_out = momentary or any(t.status == TIMEOUT for t in result.tests)
