@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field, SecretStr
 
 from reward_server import source_digest
 from reward_server.sandbox_settings import CAPACITY
-from reward_server.verifiers.base import Verifier
+from reward_server.verifiers.base import ResultBase, Verifier
 from sandbox.seccomp import security_opt
 
 if TYPE_CHECKING:
@@ -219,6 +219,7 @@ class Provenances:
         self._sandbox_fixed = _sandbox_fixed(sandbox) if sandbox is not None else None
         self._engines: tuple[str | None, str | None] = (None, None)  # image, runtime
         self._of_container: dict[tuple[str | None, str | None], SandboxProvenance] = {}
+        self._of_results: dict[tuple[str, str | None, str | None], Provenance] = {}
         self._build()
 
     def _build(self) -> None:
@@ -254,15 +255,44 @@ class Provenances:
             self._of_container[key] = SandboxProvenance(**block, fingerprint=_digest(block))
         return self._of_container[key]
 
-    def sandbox(self) -> SandboxProvenance | None:
-        """The block of what ran ``/run_code``, ``/run_jupyter`` and session programs, as of
-        now; None on a server without a sandbox."""
+    def sandbox(self, ran_in: tuple[str | None, str | None] | None = None
+                ) -> SandboxProvenance | None:
+        """The block of what ran ``/run_code``, ``/run_jupyter`` and session programs: of
+        the container that ran it where one did (``ran_in``: its image and runtime), else as
+        of now; None on a server without a sandbox."""
         self.current()
-        return self._sandbox_block
+        return self._sandbox_block if ran_in is None else self.sandbox_of(*ran_in)
 
-    def of(self, names: Iterable[str | None]) -> dict[str, Provenance]:
-        """The blocks of the verifiers ``names`` (a response's), once each; an unknown or
-        missing name (a refused item's) has none."""
+    def of(self, scored: Iterable[tuple[str | None, ResultBase]]) -> dict[str, Provenance]:
+        """The blocks of the verifiers of ``scored`` (a response's results, by verifier
+        name), once each; an unknown or missing name (a refused item's) has none. A
+        verifier whose results ran in sandbox containers (``ResultBase.ran_in``, kept with a
+        cached result) gets the block of those containers' images and runtimes, several
+        comma-separated, not the pool's as of now: a warm container outlives an image
+        rebuilt under the same tag, and a cached verdict was computed where it was."""
         blocks = self.current()
-        return {name: blocks[name] for name in dict.fromkeys(names)
-                if name is not None and name in blocks}
+        ran: dict[str, set[tuple[str | None, str | None]]] = {}
+        for name, result in scored:
+            if name is not None and name in blocks:
+                ran.setdefault(name, set()).update(result.ran_in)
+        return {name: self._ran_block(name, origins) if origins else blocks[name]
+                for name, origins in ran.items()}
+
+    def of_verifier(self, name: str, results: Iterable[ResultBase]) -> Provenance | None:
+        """``of`` for one verifier's results (``/v1/verify/<name>``): its block, even for no
+        results; None for a name the server does not know."""
+        return self.of((name, r) for r in results).get(name) or self.current().get(name)
+
+    def _ran_block(self, name: str, origins: set[tuple[str | None, str | None]]
+                   ) -> Provenance:
+        image = ",".join(sorted({i for i, _ in origins if i is not None})) or None
+        runtime = ",".join(sorted({r for _, r in origins if r is not None})) or None
+        if name not in self._in_sandbox:
+            return self._blocks[name]
+        key = (name, image, runtime)
+        if key not in self._of_results:
+            if len(self._of_results) >= MAX_CONTAINER_BLOCKS:  # images rebuilt all day
+                self._of_results.clear()
+            block = {**self._fixed[name], "sandbox_image": image, "sandbox_runtime": runtime}
+            self._of_results[key] = Provenance(**block, fingerprint=_digest(block))
+        return self._of_results[key]

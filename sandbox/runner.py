@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -132,6 +132,15 @@ class ExecutionResult:
     # a test timed out while its program wanted the CPU and had had less than half its limit
     # of it (harness/processes.starved): a 0 for this run, never remembered nor cached
     starved: bool = False
+    # the image and runtime of the container that ran it (None: none ran it): a warm
+    # container outlives an image rebuilt under the same tag, so the pool's image may not be
+    image_id: str | None = None
+    runtime: str | None = None
+
+
+def ran_in(result: ExecutionResult, pooled: PooledContainer) -> ExecutionResult:
+    """``result`` naming the image and runtime of ``pooled``, which ran it."""
+    return replace(result, image_id=pooled.image_id, runtime=pooled.runtime)
 
 
 class Sandbox:
@@ -290,8 +299,8 @@ class Sandbox:
                 if misframed_reruns > 0:  # its own run, once: in a fresh container
                     misframed_reruns -= 1
                     continue
-                return failed(count, RUNTIME_ERROR, "the item's code wrote on the sandbox's "
-                              "verdict channel"), None
+                return ran_in(failed(count, RUNTIME_ERROR, "the item's code wrote on the "
+                                     "sandbox's verdict channel"), pooled), None
             except ChannelClosed as exc:
                 if await self.pool.container_lost(pooled):
                     continue  # its engine went away: run on another engine, if one is left
@@ -304,11 +313,11 @@ class Sandbox:
                     self.pool.release(pooled, healthy=False, by_holder=False)
                     reruns -= 1
                     continue
-                return self._died(pooled, exc, count), None
+                return ran_in(self._died(pooled, exc, count), pooled), None
             except ChannelTimeout:
                 self.pool.release(pooled, healthy=False)
-                return failed(count, TIMEOUT, "the execution ran past its wall-clock budget of "
-                              f"{budget:.1f} s", budget * 1000), None
+                return ran_in(failed(count, TIMEOUT, "the execution ran past its wall-clock "
+                                     f"budget of {budget:.1f} s", budget * 1000), pooled), None
             except BaseException:
                 self.pool.release(pooled, healthy=False)
                 raise
@@ -323,7 +332,8 @@ class Sandbox:
                 failed_reruns -= 1
                 continue
             if result is not None:
-                return result, valid_build(reply.get("build")) if isinstance(reply, dict) else None
+                made = valid_build(reply.get("build")) if isinstance(reply, dict) else None
+                return ran_in(result, pooled), made
             # the harness failed before any program ran: not the candidate's doing. The
             # container is replaced; try another before calling the item unscorable.
             failure = f"sandbox harness failed: {_text(reply.get('detail'))}"

@@ -14,7 +14,7 @@ import base64
 import binascii
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sandbox.channel import ChannelClosed, ChannelMisframed, ChannelTimeout
@@ -30,6 +30,7 @@ from sandbox.harness.statuses import (
     TIMEOUT,
 )
 from sandbox.languages import LanguageSpec
+from sandbox.pool import PooledContainer
 from sandbox.response_limit import text_within
 from sandbox.runner import OUTSIDE_SLACK_S, Sandbox
 
@@ -107,6 +108,9 @@ class SnippetResult:
     missing: dict[str, str] = field(default_factory=dict)
     cut: dict[str, int] = field(default_factory=dict)
     note: str | None = None
+    # the image and runtime of the container that ran it (runner.ExecutionResult's)
+    image_id: str | None = None
+    runtime: str | None = None
 
 
 def job_of(snippet: Snippet, limits: Limits, config: SandboxConfig) -> dict[str, Any]:
@@ -144,7 +148,8 @@ async def run_snippet(sandbox: Sandbox, snippet: Snippet) -> SnippetResult:
             if left:
                 stale -= 1
                 continue
-            return _broken(limits, "the program wrote on the sandbox's own channel")
+            return _ran_in(_broken(limits, "the program wrote on the sandbox's own channel"),
+                           pooled)
         except ChannelClosed as exc:
             if await pool.container_lost(pooled):
                 continue  # its engine went away: another engine, if one is left
@@ -155,13 +160,14 @@ async def run_snippet(sandbox: Sandbox, snippet: Snippet) -> SnippetResult:
                 died_reruns -= 1
                 continue
             log.warning("sandbox container %s died under a snippet: %s", pooled.id, exc)
-            return _broken(limits, "the sandbox container died during the run (its memory "
-                           "limit, the backstop for every process inside)")
+            return _ran_in(_broken(limits, "the sandbox container died during the run (its "
+                                   "memory limit, the backstop for every process inside)"),
+                           pooled)
         except ChannelTimeout:
             pool.release(pooled, healthy=False)
-            return SnippetResult(limits, run=Command(
+            return _ran_in(SnippetResult(limits, run=Command(
                 TIMEOUT, None, "", f"ran past the wall-clock budget of {budget:.1f} s",
-                budget), note="stopped from outside the container")
+                budget), note="stopped from outside the container"), pooled)
         except BaseException:
             pool.release(pooled, healthy=False)
             raise
@@ -178,14 +184,19 @@ async def run_snippet(sandbox: Sandbox, snippet: Snippet) -> SnippetResult:
                 harness_reruns -= 1  # once more in a fresh container before it is the code's
                 continue
             if isinstance(reply, dict) and reply.get("candidate_failed"):
-                return _broken(limits, f"the run failed after the program started: {detail}")
+                return _ran_in(_broken(limits, "the run failed after the program started: "
+                                       f"{detail}"), pooled)
             failure = f"sandbox harness failed: {detail}"
             continue
         commands = [c for c in (result.compile, result.run) if c is not None]
         pool.release(pooled, healthy=not reply.get("dirty") and not any(
             c.ended in REPLACES_CONTAINER for c in commands))
-        return result
+        return _ran_in(result, pooled)
     raise SandboxUnavailable(pool.unavailable_reason or failure)
+
+
+def _ran_in(result: SnippetResult, pooled: PooledContainer) -> SnippetResult:
+    return replace(result, image_id=pooled.image_id, runtime=pooled.runtime)
 
 
 def _broken(limits: Limits, why: str) -> SnippetResult:

@@ -93,7 +93,8 @@ class VerifierEnvironment(LoopEnvironment[VerifierAction, VerifierObservation, V
         except (InvalidItems, PayloadTooLarge) as exc:
             raise _renamed(exc) from None
         self._state.scored, self._state.step_count = True, self._state.step_count + 1
-        provenance = self._provenance().current()[name].model_dump(mode="json")
+        provenance = self._provenance().of_verifier(name, [result])
+        provenance = None if provenance is None else provenance.model_dump(mode="json")
         return VerifierObservation(verifier=name, status=result.status, reward=result.score,
                                    result=result.model_dump(mode="json"),
                                    provenance=provenance, done=True)

@@ -128,7 +128,7 @@ async def get_reward(request: Request,
     values = [0.0 if s is None else float(s) for s in rewards]
     correct = [float(getattr(r, "correct", s is not None and s >= 1.0))
                for (_, r), s in zip(scored, rewards, strict=True)]
-    provenance = request.app.state.provenance.of(n for n, _ in scored)
+    provenance = request.app.state.provenance.of(scored)
     return await json_response(lambda: OpenRLHFResponse(
         rewards=values, scores=values,
         extra_logs={"correct": correct, "unscorable": [float(u) for u in unscorable],

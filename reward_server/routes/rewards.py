@@ -26,7 +26,7 @@ async def rewards(request: Request,
                   on_invalid: OnInvalidQuery = "null") -> Response:
     scored = await request.app.state.scorer.score_mixed(body.items, caller_of(request),
                                                         on_invalid, body_bytes(request))
-    provenance = request.app.state.provenance.of(name for name, _ in scored)
+    provenance = request.app.state.provenance.of(scored)
     return await json_response(lambda: RewardsResponse(
         rewards=[result.score for _, result in scored],
         results=[{"verifier": name, **result.model_dump()} for name, result in scored],

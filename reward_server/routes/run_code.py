@@ -29,6 +29,6 @@ async def run_code_route(body: Annotated[RunCodeRequest, Depends(json_body(RunCo
                          request: Request) -> Response:
     state = request.app.state
     status, response = await run_code(state.scorer, state.sandbox, body, caller_of(request))
-    response.provenance = state.provenance.sandbox()
+    response.provenance = state.provenance.sandbox(response._ran_in)  # noqa: SLF001
     # rendered off the event loop, a piece at a time: up to the response limit of a program's output
     return await json_response(lambda: response, status)

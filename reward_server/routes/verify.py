@@ -38,7 +38,7 @@ def verifier_router(name: str, cls: type[Verifier]) -> APIRouter:
         body = await asyncio.to_thread(validated, RawBatch, raw)
         results = await request.app.state.scorer.verify(  # type: ignore[attr-defined]
             name, body.items, caller_of(request), on_invalid, len(raw))
-        provenance = request.app.state.provenance.current()[name]
+        provenance = request.app.state.provenance.of_verifier(name, results)
         return await json_response(lambda: response_model(results=results,
                                                           provenance=provenance))
 

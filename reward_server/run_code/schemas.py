@@ -5,7 +5,7 @@ after the server's caps. (No ``from __future__ import annotations``: FastAPI rea
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr
 
 from reward_server.provenance import SandboxProvenance
 from sandbox.config import MIN_MEMORY_MB
@@ -92,3 +92,6 @@ class RunCodeResponse(BaseModel):
     provenance: SandboxProvenance | None = Field(None, description="What ran it: code, "
                                                  "limits, runtime and image (ours; "
                                                  "docs/rescore.md).")
+    # (image id, runtime) of the container that ran it, which its block names; None when
+    # none did (a warm container outlives an image rebuilt under the same tag)
+    _ran_in: tuple[str | None, str | None] | None = PrivateAttr(None)

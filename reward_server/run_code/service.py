@@ -108,7 +108,7 @@ def response_of(result: SnippetResult) -> RunCodeResponse:
     ok = (result.run is not None and all(c.ended == EXITED and c.code == 0 for c in commands)
           and "run.stdout" not in result.cut)
     limits = result.limits
-    return RunCodeResponse(
+    response = RunCodeResponse(
         status="Success" if ok else "Failed", message="; ".join(dict.fromkeys(notes)),
         compile_result=_as_sandbox_fusion(result.compile),
         run_result=_as_sandbox_fusion(result.run), files=result.files,
@@ -118,6 +118,8 @@ def response_of(result: SnippetResult) -> RunCodeResponse:
                              output_limit_bytes=limits.output_limit_bytes,
                              response_limit_bytes=limits.response_limit_bytes),
         cut={_field(name): size for name, size in result.cut.items()})
+    response._ran_in = (result.image_id, result.runtime)  # noqa: SLF001 - its own answer
+    return response
 
 
 def _field(name: str) -> str:

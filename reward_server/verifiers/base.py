@@ -15,7 +15,7 @@ from abc import ABC
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from reward_server.server_settings import ServerSettings
 
@@ -39,6 +39,14 @@ class ResultBase(BaseModel):
 
     score: float | None = Field(description="Reward in [0, 1]; null when unscorable.")
     status: str = Field(description="Verifier-specific status, e.g. 'ok' or 'timeout'.")
+    # (image id, runtime) of each sandbox container that ran it (empty: none did): a warm
+    # container outlives an image rebuilt under the same tag, and a cached result keeps
+    # where it was computed; its response's block names these (provenance.Provenances.of)
+    _ran_in: frozenset[tuple[str | None, str | None]] = PrivateAttr(frozenset())
+
+    @property
+    def ran_in(self) -> frozenset[tuple[str | None, str | None]]:
+        return self._ran_in
 
 
 class Verifier(ABC):

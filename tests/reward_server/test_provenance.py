@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from reward_server.sandbox_service import SandboxService
 from reward_server.settings import settings_class
 from reward_server.verifiers.registry import discover
 from tests.conftest import IMAGE, ServerProcess, run_server, wait_for_sandbox
+from tests.helpers.waiting import eventually
 
 MATH = {"verifier": "math", "response": "\\boxed{2}", "answer": "2"}
 FORMAT = {"verifier": "format", "response": "<think>a</think><answer>b</answer>",
@@ -331,20 +333,27 @@ def test_a_runtime_left_to_the_engine_is_the_one_its_containers_run_under(
     assert session["provenance"]["runtime"] == "runsc"
 
 
-def test_a_session_names_its_own_containers_image_after_a_rebuild(docker_ready: None,
-                                                                   tmp_path: Path) -> None:
-    """An image rebuilt under the server's tag is in new containers, not in a session's,
-    which keeps the one it was made of: the session's answers name that one (its cells' run
-    named whatever the pool made last), while /run_code's name the new one."""
-    tag = f"vr-provenance-test-{os.getpid()}"
+def _tagged_and_rebuilt(tag: str) -> tuple[str, str]:
+    """The sandbox image as ``tag:run`` (the server's), and a build of it that differs only
+    by a label as ``tag:rebuilt`` (what a rebuild under the tag makes): their Docker ids."""
     rebuilt = subprocess.run(["docker", "build", "-q", "-t", f"{tag}:rebuilt", "-"],
-                             input=f"FROM {IMAGE}\nLABEL verifiable-rewards.test=rebuilt\n",
+                             input=f"FROM {IMAGE}\nLABEL verifiable-rewards.test={tag}\n",
                              capture_output=True, text=True, timeout=600)
     assert rebuilt.returncode == 0, rebuilt.stderr
     subprocess.run(["docker", "tag", IMAGE, f"{tag}:run"], check=True)
     old_id, new_id = (subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", name],
                                      capture_output=True, text=True, check=True).stdout.strip()
                       for name in (f"{tag}:run", f"{tag}:rebuilt"))
+    return old_id, new_id
+
+
+def test_a_session_names_its_own_containers_image_after_a_rebuild(docker_ready: None,
+                                                                   tmp_path: Path) -> None:
+    """An image rebuilt under the server's tag is in new containers, not in a session's,
+    which keeps the one it was made of: the session's answers name that one (its cells' run
+    named whatever the pool made last), while the pool's block names the new one."""
+    tag = f"vr-provenance-test-{os.getpid()}"
+    old_id, new_id = _tagged_and_rebuilt(tag)
     try:
         env = {"REWARD_SERVER_SANDBOX_IMAGE": f"{tag}:run"}
         with run_server(tmp_path, env=env) as srv, \
@@ -353,14 +362,11 @@ def test_a_session_names_its_own_containers_image_after_a_rebuild(docker_ready: 
             session = c.post("/v1/sessions", json={}).json()
             assert session["provenance"]["sandbox_image"] == old_id
             subprocess.run(["docker", "tag", f"{tag}:rebuilt", f"{tag}:run"], check=True)
-            for _ in range(20):  # each session takes a container; its replacement is new
-                current = c.post("/run_code", json={"code": "1", "language": "python"}
-                                 ).json()["provenance"]
-                if current["sandbox_image"] == new_id:
-                    break
-                other = c.post("/v1/sessions", json={}).json()["session_id"]
-                c.delete(f"/v1/sessions/{other}")
-            assert current["sandbox_image"] == new_id, current
+            other = c.post("/v1/sessions", json={}).json()["session_id"]  # replaced: new
+            eventually(lambda: {v["name"]: v["provenance"] for v in c.get(
+                "/v1/verifiers").json()["verifiers"]}["code"]["sandbox_image"] == new_id,
+                what="the pool makes a container of the rebuilt image")
+            c.delete(f"/v1/sessions/{other}")
             turn = c.post(f"/v1/sessions/{session['session_id']}/run",
                           json={"code": "6 * 7"}).json()
             got = c.get(f"/v1/sessions/{session['session_id']}").json()
@@ -368,4 +374,53 @@ def test_a_session_names_its_own_containers_image_after_a_rebuild(docker_ready: 
         subprocess.run(["docker", "rmi", f"{tag}:run", f"{tag}:rebuilt"], capture_output=True)
     assert turn["status"] == "Success", turn
     assert turn["provenance"] == got["provenance"] == session["provenance"]
-    assert turn["provenance"]["fingerprint"] != current["fingerprint"]
+    assert turn["provenance"]["sandbox_image"] == old_id
+
+
+def test_a_result_names_the_image_that_ran_it_after_a_rebuild(docker_ready: None,
+                                                              tmp_path: Path) -> None:
+    """Once the pool has made a container of an image rebuilt under the server's tag, its
+    warm containers of the old image still serve: a /run_code answer names the image of the
+    container that ran the program (its hostname is that container's id), not the pool's
+    newest; a code verdict cached from before names the image it was computed in, in
+    /v1/verify and /v1/rewards alike, not the image the pool makes now."""
+    tag = f"vr-provenance-ran-{os.getpid()}"
+    old_id, new_id = _tagged_and_rebuilt(tag)
+    token = f"{os.getpid()}-{os.urandom(4).hex()}"
+    item = {"response": "print(input())", "tests": [{"input": token, "output": token}]}
+    probe = {"code": "import socket, time; time.sleep(1); print(socket.gethostname())",
+             "language": "python"}
+    ran: list[tuple[str, str]] = []  # (the block's image, the image of the container that ran)
+    try:
+        env = {"REWARD_SERVER_SANDBOX_IMAGE": f"{tag}:run", "REWARD_SERVER_SANDBOX_POOL_SIZE": "2"}
+        with run_server(tmp_path, env=env) as srv, \
+                httpx.Client(base_url=srv.url, timeout=120) as c:
+            wait_for_sandbox(srv.url)
+            before = c.post("/v1/verify/code", json={"items": [item]}).json()
+            assert before["results"][0]["score"] == 1.0, before
+            assert before["provenance"]["sandbox_image"] == old_id
+            subprocess.run(["docker", "tag", f"{tag}:rebuilt", f"{tag}:run"], check=True)
+            session = c.post("/v1/sessions", json={}).json()  # its container is replaced
+            eventually(lambda: {v["name"]: v["provenance"] for v in c.get(
+                "/v1/verifiers").json()["verifiers"]}["code"]["sandbox_image"] == new_id,
+                what="the pool makes a container of the rebuilt image")
+            with httpx.Client(base_url=srv.url, timeout=120) as d:  # both warm containers
+                with ThreadPoolExecutor(2) as pool:
+                    answers = list(pool.map(lambda client: client.post(
+                        "/run_code", json=probe).json(), (c, d)))
+            for answer in answers:
+                assert answer["status"] == "Success", answer
+                host = answer["run_result"]["stdout"].strip()
+                image = subprocess.run(["docker", "inspect", "-f", "{{.Image}}", host],
+                                       capture_output=True, text=True).stdout.strip()
+                ran.append((answer["provenance"]["sandbox_image"], image))
+            cached = c.post("/v1/verify/code", json={"items": [item]}).json()
+            mixed = c.post("/v1/rewards", json={"items": [{"verifier": "code", **item}]}).json()
+            c.delete(f"/v1/sessions/{session['session_id']}")
+    finally:
+        subprocess.run(["docker", "rmi", f"{tag}:run", f"{tag}:rebuilt"], capture_output=True)
+    assert all(image in (old_id, new_id) for _, image in ran), ran
+    assert all(block == image for block, image in ran), ran
+    assert cached["results"][0]["score"] == 1.0
+    assert cached["provenance"] == before["provenance"]  # computed there, before the rebuild
+    assert mixed["provenance"]["code"] == before["provenance"]

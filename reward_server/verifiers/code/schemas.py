@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
 from reward_server.verifiers.base import ItemBase, ResultBase
-from reward_server.verifiers.code.formats import check_form, execution_of, function_name
+from reward_server.verifiers.code.extract import extract_code
+from reward_server.verifiers.code.formats import (
+    check_form,
+    execution_key,
+    execution_of,
+    function_name,
+    program_of,
+)
 from sandbox import Execution
 from sandbox.harness.statuses import CodeStatus, TestStatus
 from sandbox.languages import known_names, resolve
@@ -113,6 +121,8 @@ class CodeItem(ItemBase):
     _language = field_validator("language")(canonical_language)
     _function = field_validator("entry_point", "fn_name")(function_name)
     _execution: Execution = PrivateAttr()
+    _run: Execution | None = PrivateAttr()
+    _key: str = PrivateAttr()
 
     @model_validator(mode="after")
     def _one_form(self) -> CodeItem:
@@ -121,6 +131,12 @@ class CodeItem(ItemBase):
             raise ValueError("'checker' goes with stdin/stdout 'tests' (CodeContests, "
                              "Codeforces), not with function or assertion tests")
         self._execution = execution_of(self, source="")  # the calls decoded once, here
+        # the program and the result cache's key, here too: validation runs on a thread for
+        # a large body, and the key costs what the tests' values number (a million: 0.1 s)
+        source = extract_code(self.response)
+        self._run = replace(self._execution, **program_of(self, source)) \
+            if source.strip() else None
+        self._key = "" if self._run is None else execution_key(self._run)
         return self
 
     @property
@@ -128,6 +144,18 @@ class CodeItem(ItemBase):
         """The sandbox execution of this item's tests, without the program (the verifier
         adds the one it extracts from ``response``)."""
         return self._execution
+
+    @property
+    def run(self) -> Execution | None:
+        """The execution with the program extracted from ``response``; None when the
+        response holds no code."""
+        return self._run
+
+    @property
+    def key(self) -> str:
+        """The result cache's key of ``run``: every field of it, so a new one can never make
+        two items share a key (empty without a program)."""
+        return self._key
 
 
 class CodeTestResult(BaseModel):

@@ -9,9 +9,6 @@ If the engine or the image is missing, the server still starts; code items then 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -21,8 +18,6 @@ from reward_server.sandbox_service import TURN_S, SandboxService
 from reward_server.sandbox_settings import CAPACITY, SECTION, SandboxSection, SandboxSettings
 from reward_server.slow_lane import NOT_RUN, Done, LaneVerdicts, SlowLane, Turn
 from reward_server.verifiers.base import Verifier
-from reward_server.verifiers.code.extract import extract_code
-from reward_server.verifiers.code.formats import program_of
 from reward_server.verifiers.code.schemas import CodeItem, CodeResult, CodeTestResult
 from sandbox import Execution, ExecutionResult, SandboxUnavailable, TestResult
 from sandbox.harness.statuses import (
@@ -69,18 +64,13 @@ class CodeVerifier(Verifier):
         return list(await asyncio.gather(*(self._verify_one(i) for i in items)))
 
     async def _verify_one(self, item: CodeItem) -> CodeResult:
-        source = extract_code(item.response)
-        execution = replace(item.execution, **program_of(item, source))
-        if not source.strip():
-            result = CodeResult(score=0.0, passed=0, total=execution.test_count, status=NO_CODE,
-                                detail="the response contains no code")
+        execution = item.run  # the program and its key: made when the item was validated
+        if execution is None:
+            result = CodeResult(score=0.0, passed=0, total=item.execution.test_count,
+                                status=NO_CODE, detail="the response contains no code")
         else:
-            # every field of the execution, so a new one can never make two items share a key
-            key = hashlib.sha256(json.dumps(
-                dataclasses.asdict(execution), ensure_ascii=True, sort_keys=True,
-                default=repr).encode()).hexdigest()
             run = await self._lane.run(
-                key, lambda turn: self._run(execution, turn),
+                item.key, lambda turn: self._run(execution, turn),
                 not_run=lambda reason: CodeResult(score=None, passed=0,
                                                   total=execution.test_count,
                                                   status=NOT_RUN, detail=reason))
@@ -104,6 +94,7 @@ class CodeVerifier(Verifier):
         remembered."""
         tests: list[TestResult] = []
         spent_s, rest, momentary, starved = 0.0, execution, False, False
+        ran_in: set[tuple[str | None, str | None]] = set()  # each turn's container's
         await self.sandbox.build_made(execution)  # a copy's compile: waited for holding nothing
         while True:
             async with turn.slot():
@@ -114,6 +105,8 @@ class CodeVerifier(Verifier):
                     return Done(CodeResult(score=None, passed=0, total=execution.test_count,
                                            status=SANDBOX_UNAVAILABLE, detail=str(exc)))
             tests += run.tests
+            if run.image_id is not None or run.runtime is not None:
+                ran_in.add((run.image_id, run.runtime))
             momentary = momentary or run.momentary
             starved = starved or run.starved
             if not run.yielded:
@@ -122,6 +115,7 @@ class CodeVerifier(Verifier):
             spent_s += run.elapsed_s
             rest = replace(rest, tests=rest.tests[len(run.tests):])
         result = _as_result(replace(run, tests=tests), execution.test_count)
+        result._ran_in = frozenset(ran_in)  # noqa: SLF001 - what its block names (provenance.py)
         if starved:  # the load held a test back: this run's 0, nothing to remember
             return Done(result, timeout=None, cacheable=False)
         timed_out = momentary or any(t.status == TIMEOUT for t in result.tests)

@@ -19,6 +19,7 @@ import hashlib
 import re
 from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal, TypeVar
 
 from pydantic import Field, field_validator
@@ -171,10 +172,12 @@ class PoolJob:
     tolerance: float  # a decimal against a decimal reference
     exact_tolerance: float = EXACT  # a decimal alone against an exact reference
 
+    @cached_property
     def key(self) -> str:
         """What the lane's cache and memories keep of the job: a digest, never the texts (a
         reference may be a worked solution of megabytes, which 100,000 cached entries
-        would otherwise each hold)."""
+        would otherwise each hold). Made where the job is (``triage``: on a thread for a
+        large request), as its digest costs what the texts weigh."""
         return hashlib.sha256(repr(self).encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -271,7 +274,9 @@ class MathVerifier(PooledVerifier):
         fast = fast_check(pred, gold, tolerance, exact)
         if fast is not None:
             return _result(fast, pred.text)
-        return PoolJob(pred, gold, tolerance, exact)
+        job = PoolJob(pred, gold, tolerance, exact)
+        job.key  # noqa: B018 - made here, where triage runs, not on the loop in run_job
+        return job
 
     async def run_job(self, job: PoolJob) -> MathResult:
         """The cached verdict, or the worker's when the lane gives this request its turn
@@ -279,7 +284,7 @@ class MathVerifier(PooledVerifier):
         unscorable (null, ``not_run``), not a 0 it did not earn."""
         extracted = job.pred.text if job.pred.kind == "latex" else None
         return await self._lane.run(
-            job.key(), lambda turn: self._compare(job, turn),
+            job.key, lambda turn: self._compare(job, turn),
             not_run=lambda reason: MathResult(score=None, correct=False, status=NOT_RUN,
                                               extracted=extracted, detail=reason))
 

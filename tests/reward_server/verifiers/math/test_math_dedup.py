@@ -55,6 +55,13 @@ def test_the_items_need_a_worker_or_not() -> None:
     assert not isinstance(verifier.triage(MathItem(**NUMBER)), PoolJob)
 
 
+def test_a_jobs_cache_key_is_made_where_it_is_triaged() -> None:
+    """Triage runs on a thread for a large request; the key's digest costs what the texts
+    weigh (a reference of megabytes), so it is made there, not on the loop in run_job."""
+    job = MathVerifier(Settings()).triage(MathItem(**ROOT))
+    assert isinstance(job, PoolJob) and "key" in vars(job)
+
+
 def test_copies_in_one_request_run_once_and_get_their_own_verdict(http: httpx.Client) -> None:
     alone = [_verify(http, [item])[0] for item in (ROOT, WRONG, NUMBER)]
     assert [r["correct"] for r in alone] == [True, False, True], alone
