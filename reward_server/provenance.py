@@ -273,8 +273,11 @@ class Provenances:
         blocks = self.current()
         ran: dict[str, set[tuple[str | None, str | None]]] = {}
         for name, result in scored:
-            if name is not None and name in blocks:
-                ran.setdefault(name, set()).update(result.ran_in)
+            if name is None or name not in blocks:
+                continue
+            origins = ran.setdefault(name, set())
+            if name in self._in_sandbox:  # (a private attribute is a slow read: only these)
+                origins.update(result.ran_in)
         return {name: self._ran_block(name, origins) if origins else blocks[name]
                 for name, origins in ran.items()}
 
