@@ -15,6 +15,7 @@ from reward_server.admission import (
     Refused,
     admit,
     admit_all,
+    admitted_off_the_loop,
     check_field_sizes,
     check_item_count,
     may_hold_oversized,
@@ -77,7 +78,7 @@ class Scorer:
         verifier = self.get(name)
         with self.request(caller, len(raw_items)):  # before its items cost anything
             admitted = await off_the_loop_if(
-                may_hold_oversized(body_bytes, self.settings), admit_all,
+                admitted_off_the_loop(body_bytes, self.settings), admit_all,
                 verifier.item_model, raw_items, self.settings, name, on_invalid, body_bytes)
             items = [a for a in admitted if not isinstance(a, Refused)]
             started = time.perf_counter()
@@ -97,8 +98,9 @@ class Scorer:
             return [(index, result) for (index, _), result in zip(batch, results, strict=True)]
 
         with self.request(caller, len(raw_items)):  # one request, before its items cost
-            out, groups = await off_the_loop_if(walk, self._admit_batch, raw_items,
-                                                 on_invalid, walk)
+            out, groups = await off_the_loop_if(
+                admitted_off_the_loop(body_bytes, self.settings), self._admit_batch,
+                raw_items, on_invalid, walk)
             started = time.perf_counter()
             shares = await asyncio.gather(*(run(n, b) for n, b in groups.items()))
         for name, scored in zip(groups, shares, strict=True):
@@ -142,10 +144,10 @@ class Scorer:
 
 
 async def off_the_loop_if(large: bool, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``; on a thread when ``large``: for a body that may hold a field over the
-    size limit (over 2 MiB by default), or a message, whose walk and validation cost what
-    its values number, the event loop answers other callers meanwhile (the thread yields
-    the GIL every 5 ms)."""
+    """``fn(*args)``; on a thread when ``large``: for a body or a message that may hold more
+    values than the loop validates in a few milliseconds (``admitted_off_the_loop``), whose
+    walk and validation cost what its values number, the event loop answers other callers
+    meanwhile (the thread yields the GIL every 5 ms)."""
     if not large:
         return fn(*args)
     return await asyncio.to_thread(fn, *args)
