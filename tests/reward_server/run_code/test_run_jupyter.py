@@ -122,12 +122,17 @@ def test_each_run_is_a_fresh_interpreter_removed_after(srv: ServerProcess) -> No
 
 def test_a_run_is_never_listed_as_a_session(srv: ServerProcess) -> None:
     """While its cell runs, its caller's session list is empty: the run's interpreter has no
-    id to list, use or close."""
+    id to list, use or close. Under gVisor the test finds the run's container by listing
+    each container's processes from inside (an exec each), seconds apiece on a loaded
+    machine: the cell runs long enough for that."""
+    sleep_s = 8 if srv.runtime == "runc" else 30
     with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(run, srv, cells=["import time\ntime.sleep(8)", "'done'"])
+        running = pool.submit(run, srv, cells=[f"import time\ntime.sleep({sleep_s})", "'done'"],
+                              cell_timeout=sleep_s + 20, total_timeout=sleep_s + 40)
         eventually(lambda: session_containers(srv) != [] or running.done(),
                    what="the run's container started")
-        assert not running.done(), "the run ended before its container was seen"
+        assert not running.done(), ("the run ended before its container was seen",
+                                    running.exception())
         r = httpx.get(srv.url + "/v1/sessions", timeout=10)
         assert r.status_code == 200 and r.json() == [], r.text
         assert running.result()["cells"][1]["display"] == [{"text/plain": "'done'"}]
