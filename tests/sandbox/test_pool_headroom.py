@@ -100,7 +100,8 @@ class _Pool:
     def __init__(self, gvisor: bool, containers: list[tuple[int, bool | str]]) -> None:
         self.pools = [object()]
         self.gvisor = gvisor
-        self.queue = [SimpleNamespace(id=f"c{i}", uses=uses, dies=dies, pool=self)
+        self.queue = [SimpleNamespace(id=f"c{i}", uses=uses, dies=dies, pool=self,
+                                      image_id="sha256:test", runtime="runsc" if gvisor else "runc")
                       for i, (uses, dies) in enumerate(containers)]
         self.released: list[tuple[str, bool]] = []
 
