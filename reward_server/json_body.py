@@ -43,11 +43,16 @@ def validated(model: type[M], raw: bytes) -> M:
     """``raw`` as ``model``; ``InvalidItems`` (422) naming each bad field."""
     if not raw or raw.isspace():
         raise InvalidItems("body: Field required")  # FastAPI's word for a missing body
+    return as_model(model, loads(raw, decoded))
+
+
+def decoded(text: str | bytes) -> Any:
+    """``text`` parsed as ``validated`` parses a body (pydantic's parser, Python's for what
+    that one is stricter about), ``json.loads``'s errors left to the caller to word."""
     try:
-        data = from_json(raw)
+        return from_json(text)
     except ValueError:  # or JSON it is stricter about than json.loads (a lone surrogate)
-        data = loads(raw)
-    return as_model(model, data)
+        return json.loads(text)
 
 
 def as_model(model: type[M], data: Any) -> M:
@@ -59,10 +64,10 @@ def as_model(model: type[M], data: Any) -> M:
         raise InvalidItems(format_validation_errors(exc.errors(include_input=False))) from None
 
 
-def loads(raw: bytes) -> Any:
-    """``raw`` as FastAPI parsed it (``json.loads``), its errors as a 422."""
+def loads(raw: bytes, parse: Callable[[bytes], Any] = json.loads) -> Any:
+    """``raw`` as FastAPI parsed it (``json.loads``, or ``parse``), its errors as a 422."""
     try:
-        return json.loads(raw)
+        return parse(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidItems(f"body: malformed JSON: {exc}") from None
     except RecursionError:

@@ -72,6 +72,18 @@ class JsonShape:
         self._depth = 0  # arrays and objects opened less those closed
         self._number = 0  # the length of the number literal the text so far ends in
 
+    def nesting_refusal(self, what: str, depth_setting: str, number_setting: str
+                        ) -> str | None:
+        """Why ``what`` (a body, a message) is refused for its nesting or a number's length,
+        naming the setting that bounds each; None when neither limit was passed."""
+        if self.too_deep:
+            return (f"{what}: arrays and objects nested more than {self.max_depth} deep "
+                    f"({depth_setting})")
+        if self.number_too_long:
+            return (f"{what}: a number of more than {self.max_number_chars} characters "
+                    f"({number_setting})")
+        return None
+
     def feed(self, chunk: bytes) -> None:
         if (chunk.count(b'"') + chunk.count(b"\\")) * SPARSE <= len(chunk):
             self._skim(chunk)

@@ -133,13 +133,8 @@ class BodyLimit:
         if self.max_values is not None and values > self.max_values:
             return (f"request body: more than {self.max_values} JSON values and keys "
                     "(REWARD_SERVER_MAX_JSON_VALUES); split the batch")
-        if shape.too_deep:
-            return (f"request body: arrays and objects nested more than {shape.max_depth} "
-                    f"deep ({prefix}MAX_JSON_DEPTH)")
-        if shape.number_too_long:
-            return (f"request body: a number of more than {shape.max_number_chars} "
-                    f"characters ({prefix}MAX_JSON_NUMBER_CHARS)")
-        return None
+        return shape.nesting_refusal("request body", f"{prefix}MAX_JSON_DEPTH",
+                                     f"{prefix}MAX_JSON_NUMBER_CHARS")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

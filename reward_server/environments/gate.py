@@ -260,13 +260,8 @@ class EnvironmentGate:
                     "(max_json_containers)")
         if shape.values > self.max_values:
             return f"message: more than {self.max_values} JSON values ({self.values_setting})"
-        if shape.too_deep:
-            return (f"message: arrays and objects nested more than {self.max_depth} deep "
-                    f"({self.prefix}_max_json_depth)")
-        if shape.number_too_long:
-            return (f"message: a number of more than {self.max_number_chars} characters "
-                    f"({self.prefix}_max_json_number_chars)")
-        return None
+        return shape.nesting_refusal("message", f"{self.prefix}_max_json_depth",
+                                     f"{self.prefix}_max_json_number_chars")
 
     def _bounded(self, receive: Receive, send: Send, held: HeldBytes) -> tuple[Receive, Send]:
         """``receive`` with the idle limit, the message limits and the caller's bytes (the

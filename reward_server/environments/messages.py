@@ -25,9 +25,9 @@ from openenv.core.env_server.types import (
     WSStepMessage,
 )
 from pydantic import BaseModel, ValidationError
-from pydantic_core import from_json
 
 from reward_server.errors import InvalidItems, format_validation_errors, location_part
+from reward_server.json_body import decoded
 from reward_server.scoring import off_the_loop_if
 
 M = TypeVar("M", bound=BaseModel)
@@ -65,11 +65,7 @@ async def read(fn: Callable[..., T], text: str | bytes, *args: Any) -> T:
 def parse(text: str | bytes, where: str) -> Any:
     """JSON ``text``; ``Malformed`` (422) saying where it is not."""
     try:
-        return from_json(text)
-    except ValueError:  # or JSON it is stricter about than json.loads (a lone surrogate)
-        pass
-    try:
-        return json.loads(text)
+        return decoded(text)
     except json.JSONDecodeError as exc:
         raise Malformed(f"{where}: malformed JSON at character {exc.pos} (line {exc.lineno}, "
                         f"column {exc.colno})") from None
