@@ -544,10 +544,15 @@ class ContainerPool:
             pong = await self._call(channel.request, {"mode": "ping"}, 30.0)
             if pong.get("status") != "pong":
                 raise SandboxUnavailable(f"image {c.image!r} does not run the sandbox harness")
-            if not pong.get("isolated") or pong.get("unclean"):
+            if not pong.get("isolated"):
+                raise SandboxUnavailable(f"image {c.image!r} runs an old harness; {BUILD_HINT}")
+            if pong.get("unclean"):
+                # a process that is not the harness's (a `docker exec` into the new container
+                # before its check, say) or a change the image makes: either is refused
                 raise SandboxUnavailable(
-                    f"image {c.image!r} runs an old harness, or a container starts unclean "
-                    f"({pong.get('unclean')}); {BUILD_HINT}")
+                    f"a new container of image {c.image!r} was not clean when its harness "
+                    f"checked it ({'; '.join(map(str, pong['unclean']))}); if nothing else "
+                    f"runs in the sandbox's containers, {BUILD_HINT}")
             if not pong.get("undumpable"):
                 log.warning("sandbox harness could not make itself non-dumpable")
         except (DockerException, OSError, ChannelClosed, ChannelTimeout, SandboxUnavailable):
