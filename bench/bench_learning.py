@@ -54,12 +54,14 @@ RESULTS = ROOT / "bench" / "results"
 GOALS = {"hf": 0.7, "vllm": 0.5}  # ours' time to TRL's final accuracy, over TRL's
 
 
-def our_config(model: str, steps: int, out_dir: Path, seed: int, engine: str = "hf") -> Any:
+def our_config(model: str, steps: int, out_dir: Path, seed: int, engine: str = "hf",
+               max_staleness: int = 0) -> Any:
     from trainer.config import load_config
 
     return load_config(DEMO_CONFIG, [f"model={model}", f"max_steps={steps}", f"seed={seed}",
                                      f"output_dir={out_dir}", "progress_bar=false",
-                                     f"rollout_engine={engine}"])
+                                     f"rollout_engine={engine}",
+                                     f"max_staleness={max_staleness}"])
 
 
 def cpu_seconds() -> float:
@@ -130,10 +132,12 @@ class Clock:
     def evaluate(self, step: int) -> None:
         wall = time.perf_counter() - self.t0 - self.excluded if self.started else 0.0
         cpu = cpu_seconds() - self.c0 - self.excluded_cpu if self.started else 0.0
-        t, c = time.perf_counter(), cpu_seconds()
+        # only this process's CPU is taken out: the evaluation runs here, and an engine
+        # drawing the next step's rollouts meanwhile (max_staleness > 0) is training time
+        t, c = time.perf_counter(), time.process_time()
         accuracy = held_out_accuracy(self.model, self.tokenizer, self.rows, self.tokens)
         self.excluded += time.perf_counter() - t
-        self.excluded_cpu += cpu_seconds() - c
+        self.excluded_cpu += time.process_time() - c
         self.points.append({"step": step, "seconds": cpu, "wall_seconds": wall,
                             "accuracy": accuracy})
         print(f"  {self.name:>4} step {step:3d}  {cpu:8.1f} s CPU  {wall:8.1f} s wall  held-out accuracy "
@@ -141,7 +145,8 @@ class Clock:
 
 
 def run_ours(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
-             out_dir: Path, seed: int, engine: str = "hf") -> list[dict[str, float]]:
+             out_dir: Path, seed: int, engine: str = "hf", max_staleness: int = 0
+             ) -> list[dict[str, float]]:
     import torch
 
     from trainer.data import load_rows
@@ -149,7 +154,7 @@ def run_ours(model_name: str, steps: int, eval_every: int, eval_rows: list[dict]
     from trainer.rewards import FunctionScorer
     from trainer.train import GRPOTrainer, seed_everything
 
-    config = our_config(model_name, steps, out_dir, seed, engine)
+    config = our_config(model_name, steps, out_dir, seed, engine, max_staleness)
     seed_everything(config.seed)
     model, tokenizer = load_model(model_name, torch.float32, config.seed)
     prepare_tokenizer(tokenizer)
@@ -235,13 +240,14 @@ def run_trl(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
 
 
 def child(which: str, model: str, steps: int, eval_every: int, eval_samples: int,
-          seed: int, engine: str) -> None:
+          seed: int, engine: str, max_staleness: int = 0) -> None:
     from trainer.data import load_rows
 
     eval_rows = load_rows("arithmetic-eval")[:eval_samples]  # the demo's held-out questions
     out_dir = RESULTS / "tmp" / f"learning-{which}-{model}"
     if which == "ours":
-        points = run_ours(model, steps, eval_every, eval_rows, out_dir, seed, engine)
+        points = run_ours(model, steps, eval_every, eval_rows, out_dir, seed, engine,
+                          max_staleness)
     else:
         points = run_trl(model, steps, eval_every, eval_rows, out_dir, seed)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -335,6 +341,8 @@ def main() -> None:
     ap.add_argument("--engine", choices=sorted(GOALS), default="hf", help="what draws our "
                     "trainer's rollouts: its HF generate, or its vLLM engine (the clock adds "
                     "the engine's CPU time and start)")
+    ap.add_argument("--max-staleness", type=int, default=0, help="with --engine vllm: "
+                    "asynchronous GRPO, the engine drawing up to this many steps ahead")
     ap.add_argument("--parallel", action="store_true", help="run both trainers at once (the "
                     "CPU-time clock keeps it fair; the wall clock does not)")
     ap.add_argument("--figure", nargs="+", type=Path, metavar="JSON", help="only draw the "
@@ -359,7 +367,7 @@ def main() -> None:
 
         torch.set_num_threads(args.threads)
         child(args.child, args.model, args.steps, args.eval_every, args.eval_samples,
-              args.seed, args.engine)
+              args.seed, args.engine, args.max_staleness)
         return
     measured_on = commit()
     steps = {"trl": args.steps, "ours": args.ours_steps or round(1.5 * args.steps)}
@@ -374,7 +382,8 @@ def main() -> None:
             [sys.executable, "-m", "bench.bench_learning", "--child", which, "--model", args.model,
              "--steps", str(steps[which]), "--eval-every", str(args.eval_every),
              "--eval-samples", str(args.eval_samples), "--threads", str(args.threads),
-             "--seed", str(args.seed), "--engine", args.engine],
+             "--seed", str(args.seed), "--engine", args.engine,
+             "--max-staleness", str(args.max_staleness)],
             stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         if not args.parallel:
             outputs[which] = procs[which].communicate()[0]
@@ -430,7 +439,8 @@ def main() -> None:
     settings = {k: v for k, v in vars(args).items()
                 if k not in ("figure", "child", "publish", "parallel")}
     run = {"args": settings, "summary": summary, **results}
-    name = f"bench_learning{'_vllm' if args.engine == 'vllm' else ''}_seed{args.seed}"
+    name = (f"bench_learning{'_vllm' if args.engine == 'vllm' else ''}"
+            f"{f'_async{args.max_staleness}' if args.max_staleness else ''}_seed{args.seed}")
     figure = RESULTS / f"{name}.png"
     plot([run], figure, f"{args.model}: GRPO on additions, same settings and reward")
     path = record(name, {"summary": summary, **results},
