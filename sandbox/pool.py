@@ -438,6 +438,8 @@ class ContainerPool:
                     if isinstance(error, ImageNotFound):
                         self.unavailable_reason = (
                             f"sandbox image {self.config.image!r} not found; {BUILD_HINT}")
+                    elif isinstance(error, SandboxUnavailable):  # refused at its check: says why
+                        self.unavailable_reason = f"cannot start sandbox containers: {error}"
                     else:
                         self.unavailable_reason = (
                             f"cannot start sandbox containers ({error}); {ENGINE_HINT}")

@@ -127,3 +127,47 @@ def test_close_removes_every_container_when_one_vanishes_meanwhile() -> None:
 
     asyncio.run(scenario())
     _wait_until(lambda: sandbox_containers(os.getpid()) == [], timeout_s=30)
+
+
+def test_a_container_that_starts_unclean_is_refused_saying_why() -> None:
+    """A new container in which the harness finds a process not its own (here the image
+    starts one beside it; an operator's ``docker exec`` before the check does the same) is
+    never used: the pool is unavailable with the harness's words, not an engine hint."""
+    import asyncio
+
+    import docker
+
+    from sandbox.config import SandboxConfig
+    from sandbox.pool import ENGINE_HINT
+    from sandbox.runner import Sandbox
+
+    client = docker.from_env()
+    image = "verifiable-rewards-sandbox-unclean-test:latest"
+    base = client.containers.create(SandboxConfig().image)
+    try:
+        base.commit(*image.split(":"), changes=[
+            'CMD ["sh", "-c", "sleep 600 & exec python3 -I /opt/harness/__main__.py"]'])
+    finally:
+        base.remove(force=True)
+
+    async def scenario() -> None:
+        sandbox = Sandbox(SandboxConfig(pool_size=1, image=image))
+        await sandbox.start()
+        try:
+            pool = sandbox.pool.pools[0]
+            deadline = time.monotonic() + 120
+            while "not clean" not in (pool.unavailable_reason or ""):
+                assert time.monotonic() < deadline, pool.unavailable_reason
+                await asyncio.sleep(0.2)
+            assert "1 processes left" in pool.unavailable_reason
+            assert ENGINE_HINT not in pool.unavailable_reason
+            assert pool.idle == 0
+        finally:
+            await sandbox.stop()
+
+    try:
+        asyncio.run(scenario())
+        _wait_until(lambda: sandbox_containers(os.getpid()) == [], timeout_s=60)
+    finally:
+        client.images.remove(image, force=True)
+        client.close()
