@@ -161,9 +161,10 @@ def may_hold_oversized(body_bytes: int | None, settings: ServerSettings) -> bool
 
 
 def admit(model: type[ItemBase], fields: Any, index: int, settings: ServerSettings,
-          verifier: str, walk: bool = True) -> ItemBase | Refused:
+          verifier: str, walk: bool = True, keyed: bool = False) -> ItemBase | Refused:
     """``fields`` as the verifier's item, or the result that says why not; ``walk=False``
-    when no field can be over the size limit (``may_hold_oversized``)."""
+    when no field can be over the size limit (``may_hold_oversized``); ``keyed``: its
+    ``check_key`` made here too, for a verifier whose ``check`` the core runs."""
     where = f"items[{index}]"
     if not isinstance(fields, Mapping):
         return refused(INVALID_ITEM, f"{where}: an item is a JSON object, not "
@@ -175,7 +176,10 @@ def admit(model: type[ItemBase], fields: Any, index: int, settings: ServerSettin
         return refused(status, too_large_message(path, size, settings.max_field_bytes),
                        verifier)
     try:  # the settings as context: a verifier's caps are its section's (verifiers/limits.py)
-        return model.model_validate(fields, context={"settings": settings})
+        item = model.model_validate(fields, context={"settings": settings})
+        if keyed:
+            item.check_key()
+        return item
     except ValidationError as exc:
         return refused(INVALID_ITEM, format_validation_errors(exc.errors(), ("items", index)),
                        verifier)
@@ -187,8 +191,8 @@ def admit(model: type[ItemBase], fields: Any, index: int, settings: ServerSettin
 
 
 def admit_all(model: type[ItemBase], raw_items: Sequence[Any], settings: ServerSettings,
-              verifier: str, on_invalid: OnInvalid, body_bytes: int | None = None
-              ) -> list[ItemBase | Refused]:
+              verifier: str, on_invalid: OnInvalid, body_bytes: int | None = None,
+              keyed: bool = False) -> list[ItemBase | Refused]:
     """Every item of a one-verifier batch admitted or refused; with ``on_invalid='error'``
     the first refusal refuses the request instead (413 for a size, one 422 for all schema
     errors). ``body_bytes``: the request body's size, when known."""
@@ -196,7 +200,7 @@ def admit_all(model: type[ItemBase], raw_items: Sequence[Any], settings: ServerS
     if on_invalid == "error" and walk:
         check_field_sizes(raw_items, settings)  # every field walked: admit need not again
         walk = False
-    admitted = [admit(model, raw, i, settings, verifier, walk)
+    admitted = [admit(model, raw, i, settings, verifier, walk, keyed)
                 for i, raw in enumerate(raw_items)]
     if on_invalid == "error":
         raise_refusals(admitted)

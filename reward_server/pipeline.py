@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import math
 import time
@@ -128,8 +127,8 @@ class CheckLane:
 
     ``check`` runs in a worker, on an instance of the verifier made there from the server's
     settings: it may use the item, ``self.settings`` and ``self.config``, not what
-    ``start`` made in the server process. An item's cache key is its JSON: the verdict is a
-    function of the item and the settings, which are the process's."""
+    ``start`` made in the server process. An item's cache key is its JSON's digest
+    (``ItemBase.check_key``, made where it was admitted)."""
 
     def __init__(self, verifier: Verifier) -> None:
         self.verifier = verifier
@@ -154,9 +153,8 @@ class CheckLane:
         return list(await asyncio.gather(*(self._one(item, share) for item in items)))
 
     async def _one(self, item: ItemBase, share: int) -> ResultBase:
-        key = hashlib.sha256(item.model_dump_json().encode()).digest()
         result = await self.lane.run(
-            key, lambda turn: self._check(item, turn),
+            item.check_key(), lambda turn: self._check(item, turn),
             not_run=lambda reason: PipelineResult(score=None, status=NOT_RUN, detail=reason))
         if _json_bytes(result) > share:  # the completion made its result large: its 0
             return self._failed(f"its result is over its share of this request's results "

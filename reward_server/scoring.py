@@ -79,7 +79,8 @@ class Scorer:
         with self.request(caller, len(raw_items)):  # before its items cost anything
             admitted = await off_the_loop_if(
                 admitted_off_the_loop(body_bytes, self.settings), admit_all,
-                verifier.item_model, raw_items, self.settings, name, on_invalid, body_bytes)
+                verifier.item_model, raw_items, self.settings, name, on_invalid, body_bytes,
+                type(verifier).checks())
             items = [a for a in admitted if not isinstance(a, Refused)]
             started = time.perf_counter()
             results = iter(await self.pipelines[name].verify(items, started) if items else [])
@@ -139,8 +140,9 @@ class Scorer:
             return name, refused(INVALID_ITEM, f"items[{index}].verifier: unknown verifier "
                                  f"{name!r}; known verifiers: {known}", None)
         fields = {k: v for k, v in raw.items() if k != "verifier"}
-        return name, admit(self.verifiers[name].item_model, fields, index, self.settings, name,
-                           walk)
+        verifier = self.verifiers[name]
+        return name, admit(verifier.item_model, fields, index, self.settings, name, walk,
+                           type(verifier).checks())
 
 
 async def off_the_loop_if(large: bool, fn: Callable[..., T], *args: Any) -> T:

@@ -104,8 +104,9 @@ class SandboxConfig:
     snippet_response_limit_bytes: int = setting(
         16 * 1024 * 1024, "What one /run_code call sends back: stdout and stderr as JSON text "
         "and the fetched files' base64, together. Past it streams keep their first bytes and "
-        "files are left out, named in the answer's cut. A session request's cells together: "
-        "past it the cells still to run do not.", ge=64 * 1024, le=32 * 1024 * 1024)
+        "files are left out, named in the answer's cut. A session request's cells together "
+        "(and /run_jupyter's): the cell that reaches it keeps what fits, each cut named in the "
+        "message, and the cells still to run do not.", ge=64 * 1024, le=32 * 1024 * 1024)
     acquire_timeout_s: float = setting(120.0, "How long an execution may wait for a free "
                                        "container before it is unscorable.", gt=0)
 

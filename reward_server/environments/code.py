@@ -26,19 +26,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import ValidationError
-
 from reward_server.callers import Caller
 from reward_server.environments.base import LoopEnvironment
 from reward_server.environments.gate import current_caller
+from reward_server.environments.messages import InvalidFields, validated
 from reward_server.environments.models import CodeAction, CodeObservation, CodeState
-from reward_server.errors import (
-    InvalidItems,
-    SessionGone,
-    SessionNotFound,
-    SessionsUnavailable,
-    format_validation_errors,
-)
+from reward_server.errors import SessionGone, SessionNotFound, SessionsUnavailable
 from reward_server.provenance import Provenances
 from reward_server.run_code.session_schemas import CreateSessionRequest, RunCellsRequest
 from reward_server.run_code.sessions import Sessions
@@ -46,15 +39,6 @@ from reward_server.run_code.sessions import Sessions
 NO_INTERPRETER = ("no interpreter: reset() opens one. Over HTTP each /reset and /step is an "
                   "environment of its own (OpenEnv's stateless endpoints); an episode is one "
                   "WebSocket connection, as OpenEnv's EnvClient holds")
-
-
-def validated(model: type[CreateSessionRequest], fields: dict[str, Any], where: str
-              ) -> CreateSessionRequest:
-    try:
-        return model.model_validate(fields)
-    except ValidationError as exc:
-        raise InvalidItems(format_validation_errors(exc.errors(include_input=False),
-                                                   (where,))) from None
 
 
 class CodeInterpreterEnvironment(LoopEnvironment[CodeAction, CodeObservation, CodeState]):
@@ -79,10 +63,10 @@ class CodeInterpreterEnvironment(LoopEnvironment[CodeAction, CodeObservation, Co
         """A fresh interpreter; ``kwargs``: ``POST /v1/sessions``'s fields (``files``,
         ``memory_limit_MB``, ``idle_ttl_s``), checked as it checks them, on a worker thread
         (files of megabytes)."""
-        request = await asyncio.to_thread(validated, CreateSessionRequest, kwargs, "reset")
+        request = await asyncio.to_thread(validated, CreateSessionRequest, kwargs, ("reset",))
         if episode_id is not None and not isinstance(episode_id, str):
             # checked before the interpreter starts, not by the state after it
-            raise InvalidItems("reset.episode_id: a string, or left out")
+            raise InvalidFields("reset.episode_id: a string, or left out")
         caller = current_caller()
         await self._end()  # the last episode's interpreter goes
         info = await self._sessions().create(caller, request)

@@ -48,13 +48,21 @@ class Unserved(InvalidItems):
 
 
 class InvalidFields(InvalidItems):
-    """A model's errors, by field; ``errors``: each one's ``loc``, ``msg`` and ``type``."""
+    """Fields refused, each named (a ``VALIDATION_ERROR`` frame, a 422): an action's or a
+    reset's; ``errors``: a model's errors, each one's ``loc``, ``msg`` and ``type`` (none for
+    a refusal in the server's words alone, as a verifier's reset item's)."""
 
-    def __init__(self, exc: ValidationError, prefix: tuple[Any, ...]) -> None:
+    def __init__(self, message: str, headers: dict[str, str] | None = None,
+                 errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message, headers)
+        self.errors = errors or []
+
+    @classmethod
+    def of(cls, exc: ValidationError, prefix: tuple[Any, ...]) -> InvalidFields:
         errors = exc.errors(include_input=False, include_url=False)
-        super().__init__(format_validation_errors(errors, prefix))
-        self.errors = [{"loc": [location_part(p) for p in e["loc"]], "msg": e["msg"],
-                        "type": e["type"]} for e in errors[:20]]
+        return cls(format_validation_errors(errors, prefix), errors=[
+            {"loc": [location_part(p) for p in e["loc"]], "msg": e["msg"], "type": e["type"]}
+            for e in errors[:20]])
 
 
 async def read(fn: Callable[..., T], text: str | bytes, *args: Any) -> T:
@@ -81,7 +89,7 @@ def validated(model: type[M], data: Any, prefix: tuple[Any, ...] = ()) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise InvalidFields(exc, prefix) from None
+        raise InvalidFields.of(exc, prefix) from None
 
 
 def message(text: str, action_cls: type[Action]) -> tuple[str, Any]:

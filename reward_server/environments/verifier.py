@@ -19,6 +19,7 @@ from typing import Any
 from reward_server.admission import admit_all
 from reward_server.environments.base import LoopEnvironment
 from reward_server.environments.gate import current_caller
+from reward_server.environments.messages import InvalidFields
 from reward_server.environments.models import VerifierAction, VerifierObservation, VerifierState
 from reward_server.errors import ApiError, InvalidItems, PayloadTooLarge
 from reward_server.provenance import Provenances
@@ -50,24 +51,24 @@ class VerifierEnvironment(LoopEnvironment[VerifierAction, VerifierObservation, V
         naming the field), with a stand-in response, on a worker thread (a reset's item may
         hold a million values)."""
         if kwargs:
-            raise InvalidItems(f"reset.{next(iter(kwargs))}: unknown field; reset takes "
-                               "verifier and item")
+            raise InvalidFields(f"reset.{next(iter(kwargs))}: unknown field; reset takes "
+                                "verifier and item")
         if not isinstance(verifier, str):
-            raise InvalidItems("reset.verifier: the name of a verifier is required (GET "
-                               "/v1/verifiers lists them)")
+            raise InvalidFields("reset.verifier: the name of a verifier is required (GET "
+                                "/v1/verifiers lists them)")
         scorer = self._scorer()
         model = scorer.get(verifier).item_model  # 404 naming the known ones
         if item is None:
             item = {}
         if not isinstance(item, dict):
-            raise InvalidItems("reset.item: an object of the verifier's item fields but "
-                               f"{RESPONSE}")
+            raise InvalidFields("reset.item: an object of the verifier's item fields but "
+                                f"{RESPONSE}")
         if RESPONSE in item:
-            raise InvalidItems(f"reset.item.{RESPONSE}: the response is the step's action, "
-                               "not part of the item")
+            raise InvalidFields(f"reset.item.{RESPONSE}: the response is the step's action, "
+                                "not part of the item")
         if RESPONSE not in model.model_fields:
-            raise InvalidItems(f"reset.verifier: {verifier}'s items have no {RESPONSE} field "
-                               "for an answer to fill")
+            raise InvalidFields(f"reset.verifier: {verifier}'s items have no {RESPONSE} field "
+                                "for an answer to fill")
         try:
             await asyncio.to_thread(admit_all, model, [{**item, RESPONSE: ""}],
                                     scorer.settings, verifier, "error")
@@ -101,7 +102,9 @@ class VerifierEnvironment(LoopEnvironment[VerifierAction, VerifierObservation, V
 
 
 def _renamed(exc: ApiError) -> ApiError:
-    """The batch's field paths (``items[0].answer``) as this environment's fields."""
+    """The batch's field paths (``items[0].answer``) as this environment's fields; the
+    item's schema refusals as field refusals (a ``VALIDATION_ERROR`` frame)."""
     message = (exc.message.replace(f"items[0].{RESPONSE}", f"action.{RESPONSE}")
                .replace("items[0].", "reset.item.").replace("items[0]", "reset.item"))
-    return type(exc)(message, exc.headers)
+    kind = InvalidFields if isinstance(exc, InvalidItems) else type(exc)
+    return kind(message, exc.headers)

@@ -10,11 +10,13 @@ cell's value and exception come back as Jupyter's outputs, which is what the ses
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from reward_server import metrics
 from reward_server.callers import Caller
 from reward_server.errors import InvalidItems, SessionsUnavailable
+from reward_server.run_code.cell_answer import answer_bytes
 from reward_server.run_code.jupyter_schemas import (
     JupyterLimits,
     RunJupyterRequest,
@@ -22,7 +24,7 @@ from reward_server.run_code.jupyter_schemas import (
 )
 from reward_server.run_code.schemas import CommandRunResult, CommandRunStatus
 from reward_server.run_code.session_schemas import RunCellsResponse
-from reward_server.run_code.sessions import SANDBOX_ERROR, Sessions, answer_bytes
+from reward_server.run_code.sessions import SANDBOX_ERROR, Sessions
 from sandbox.caller_files import paths_problem
 from sandbox.config import capped
 from sandbox.harness.paths import shown
@@ -49,8 +51,9 @@ async def run_jupyter(sessions: Sessions, caller: Caller, request: RunJupyterReq
             files: dict[str, str] = {}
             notes = [ran.message] if ran.message else []
             if status == 200 and request.fetch_files:
+                answer = await asyncio.to_thread(answer_bytes, ran.cells)  # megabytes
                 fetched = await sessions.fetch(session, list(request.fetch_files),
-                                               answer_limit - answer_bytes(ran.cells))
+                                               answer_limit - answer)
                 files = fetched.files
                 notes += [f"fetch_files {shown(name)}: {reason}"
                           for name, reason in fetched.missing.items()]

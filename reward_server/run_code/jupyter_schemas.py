@@ -54,8 +54,9 @@ class JupyterLimits(BaseModel):
     output_limit_bytes: int = Field(description="stdout, and stderr, each, per cell (a "
                                     "displayed value too): past it the cell is interrupted.")
     response_limit_bytes: int = Field(description="The cells' output and the files' base64 "
-                                      "together: past it later cells do not run and files "
-                                      "are left out (message says which).")
+                                      "together: the cell that reaches it is cut there, "
+                                      "later cells do not run and files are left out "
+                                      "(message says which).")
 
 
 class RunJupyterResponse(BaseModel):

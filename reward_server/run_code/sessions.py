@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import secrets
@@ -56,6 +55,7 @@ from reward_server.errors import (
 )
 from reward_server.fair_queue import BudgetSpent, request_scope
 from reward_server.provenance import Provenances, SandboxProvenance
+from reward_server.run_code.cell_answer import within
 from reward_server.run_code.session_schemas import (
     CellRunResult,
     CreateSessionRequest,
@@ -74,7 +74,6 @@ from sandbox.config import capped
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness.paths import shown
 from sandbox.harness.session import TIMEOUT
-from sandbox.response_limit import json_size
 from sandbox.sessions import INTERRUPT_GRACE_S, CellResult, FetchedFiles, SandboxSession
 from sandbox.sessions import SessionLimits as SandboxLimits
 
@@ -398,8 +397,8 @@ class Sessions:
         notebook = total_s is not None
         spent = 0.0  # the cells' own seconds, against total_s
         # a request of many cells each at its output limits made an answer of hundreds of MB
-        # (stdout and stderr escaped, the display's repr): past /run_code's answer limit, the
-        # cells still to run do not
+        # (stdout and stderr escaped, the display's repr): at /run_code's answer limit the
+        # cell that reaches it is cut there, and the cells still to run do not run
         answer, limit = 0, sandbox.config.snippet_response_limit_bytes
         # one request to the gate: its budget bounds the time other callers shut it out
         with self.scorer.request(caller, len(sources)):
@@ -428,6 +427,10 @@ class Sessions:
                                                  cells=results, session=session.info(),
                                                  provenance=session.provenance)
                 message = self._record(session, cell, started, results, keep_going=notebook)
+                # measured (and cut) off the loop: a cell's output, escaped, may be megabytes
+                results[-1], size, cuts = await asyncio.to_thread(
+                    within, results[-1], limit - answer, f"cells[{index}]", limit)
+                answer += size
                 if message:
                     if not cell.alive:
                         await self._end(session, "lost", message)
@@ -437,14 +440,15 @@ class Sessions:
                         left = (f" (what was left of total_timeout {total_s:g} s)"
                                 if cell.stopped == TIMEOUT and cell_limit < time_limit else "")
                         message = f"cells[{index}]: {message}{left}"
+                    message = "; ".join([message, *cuts])
                     break
-                # measured off the loop: a cell's output, escaped, may be megabytes
-                answer += await asyncio.to_thread(answer_bytes, results[-1:])
-                if answer > limit and index + 1 < len(sources):
-                    message = (f"cells[{index + 1}:] not run: the answer holds {answer} "
-                               f"bytes of the cells' output, past its limit of {limit} "
-                               f"(sandbox_snippet_response_limit_bytes); the session is as "
-                               f"cells[{index}] left it")
+                if cuts:
+                    if index + 1 < len(sources):
+                        cuts.append(f"cells[{index + 1}:] not run: the answer is at its limit "
+                                    f"of {limit} bytes of the cells' output "
+                                    f"(sandbox_snippet_response_limit_bytes); the session is "
+                                    f"as cells[{index}] left it")
+                    message = "; ".join(cuts)
                     break
         ok = not message
         return 200, RunCellsResponse(status="Success" if ok else "Failed", message=message,
@@ -534,15 +538,6 @@ class Sessions:
                     # caller's expired session would wait behind it
                     self._forget(session, "expired",
                                  f"no cell for {session.limits.idle_ttl_s:g} s, its idle TTL")
-
-
-def answer_bytes(cells: list[CellRunResult]) -> int:
-    """The bytes cells' output adds to an answer as JSON, escapes included (a NUL is six:
-    counted as characters, a run's answer was 6.75 times its limit); what /run_jupyter's
-    fetched files may not take of it."""
-    return sum(json_size(cell.stdout) + json_size(cell.stderr)
-               + len(json.dumps([cell.display, cell.error], ensure_ascii=False).encode(
-                   "utf-8", "surrogatepass")) for cell in cells)
 
 
 def _being_removed(count: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import httpx
 import psutil
 
 from reward_server.testing import ServerProcess
@@ -36,3 +37,13 @@ def loop_extra_s(srv: ServerProcess, measured: Callable[[], object],
             call()
             spent[name].append(loop_cpu_s(srv) - before)
     return min(spent["measured"]) - min(spent["control"]), spent
+
+
+def unread_body(srv: ServerProcess, raw: bytes) -> Callable[[], None]:
+    """A control for ``loop_extra_s``: ``raw`` posted where no route reads it (counted as it
+    arrives, as every body is, and not parsed)."""
+    def control() -> None:
+        r = httpx.post(srv.url + "/no-route-reads-this", content=raw, timeout=300,
+                       headers={"Content-Type": "application/json"})
+        assert r.status_code == 404, r.text[:300]
+    return control

@@ -320,6 +320,28 @@ def test_a_bad_message_is_answered_in_the_servers_words(srv: ServerProcess) -> N
     assert len(json.dumps(unknown)) < 1000 and "action.kkkk" in unknown["data"]["message"]
 
 
+@pytest.mark.parametrize(("mount", "reset", "field"), [
+    (CODE, {"idle_ttl_s": -1}, "reset.idle_ttl_s"),
+    (CODE, {"bogus": 1}, "reset.bogus"),
+    (CODE, {"episode_id": ["x"]}, "reset.episode_id"),
+    (VERIFIER, {"verifier": "math", "item": {"answr": "1"}}, "reset.item.answr"),
+    (VERIFIER, {"verifier": "math", "bogus": 1}, "reset.bogus"),
+])
+def test_a_resets_field_errors_are_validation_errors(srv: ServerProcess, mount: str,
+                                                     reset: dict[str, Any], field: str) -> None:
+    """A reset's fields refused are a VALIDATION_ERROR frame, as an action's are (they were
+    EXECUTION_ERROR, OpenEnv's kind for a failure while running); what the episode's state
+    refuses is still an EXECUTION_ERROR."""
+    action = {"code": "1"} if mount == CODE else {"response": "1"}
+    with raw(srv, mount) as ws:
+        refused, stateless = answers(ws, {"type": "reset", "data": reset},
+                                     {"type": "step", "data": action})
+    assert refused["data"]["code"] == "VALIDATION_ERROR", refused
+    assert field in refused["data"]["message"], refused
+    # no interpreter, no item: the episode's state, not a field
+    assert stateless["data"]["code"] == "EXECUTION_ERROR", stateless
+
+
 # a reset's item of 800,000 values in 2.4 MB, within the default server's limits
 LARGE_RESET = {"verifier": "code", "item": {"fn_name": "f", "tests": [
     {"input": "", "output": [0] * 200_000} for _ in range(4)]}}

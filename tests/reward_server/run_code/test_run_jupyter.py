@@ -20,6 +20,8 @@ import pytest
 import sandbox_fusion
 from sandbox_fusion import RunCodeRequest, RunJupyterRequest, RunStatus
 
+from reward_server.run_code.cell_answer import answer_bytes
+from reward_server.run_code.session_schemas import CellRunResult
 from sandbox.config import MIN_MEMORY_MB
 from tests.conftest import ServerProcess
 from tests.helpers import probes
@@ -269,16 +271,24 @@ def test_hostile_runs_contained_beside_a_benign_one(srv: ServerProcess) -> None:
 
 def test_escaped_output_counts_against_the_answers_limit(srv: ServerProcess) -> None:
     """Cells that print NULs (six bytes each in the JSON answer): the cells past the answer's
-    limit in bytes are not run, though their characters would have stayed under it."""
+    limit in bytes are not run, though their characters would have stayed under it, and the
+    cell that reaches it is cut there (it came back whole: 17.0 MB against 16 MiB)."""
     cell = "import sys; sys.stdout.write('\\0' * 65000); sys.stderr.write('\\0' * 65000)"
     r = post(srv, cells=[cell] * 30)
     assert r.status_code == 200, r.text[:500]
     answer = r.json()
     limit = answer["limits"]["response_limit_bytes"]
     assert 30 * 2 * 65000 < limit < 30 * 2 * 65000 * 6  # as characters all 30 fit
-    assert answer["status"] == "Failed" and "not run" in answer["message"], answer["message"]
-    assert len(answer["cells"]) < 30
-    assert len(r.content) < limit + 2 * 6 * OUTPUT_LIMIT  # at most one cell past it
+    assert answer["status"] == "Failed", answer["message"]
+    last = len(answer["cells"]) - 1
+    assert 0 < last < 29, answer["message"]
+    # 21 cells of 780 KB leave 397 KB: its stdout whole, its stderr cut
+    assert f"cells[{last}].stderr: cut to its first bytes at the response limit of {limit} " \
+        f"bytes ({6 * 65000} bytes)" in answer["message"], answer["message"]
+    assert f"cells[{last + 1}:] not run" in answer["message"], answer["message"]
+    cells = [CellRunResult.model_validate(c) for c in answer["cells"]]
+    assert answer_bytes(cells) <= limit
+    assert len(r.content) < limit + 16384  # the cells' other fields, the limits, the message
 
 
 def test_no_network_outside_or_to_the_host(srv: ServerProcess) -> None:
