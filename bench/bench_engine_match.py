@@ -1,0 +1,104 @@
+"""Do the vLLM engine and the trainer's HF path draw from the same distribution at the demo's
+settings? Both draw P prompts × G samples of the arithmetic task (the demo's temperature and
+completion length, through the chat template) from the same float32 policy, R rounds each,
+and the bench compares what the loss and the reward see: the mean reward (the demo's
+last-number check), the completion length, the share cut at the length limit, and the most
+common first tokens. A difference beyond the standard errors would be a sampling defect
+(a hidden penalty, a stop id missed, a wrong temperature); equal figures leave any
+difference in learning to the random streams.
+
+    python -m bench.bench_engine_match [--prompts 64] [--g 8] [--rounds 4] [--publish]
+
+Writes JSON (date, commit, machine, figures) through ``bench/record.py``
+(``bench_engine_match``). Needs ``bash scripts/setup_vllm.sh``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from typing import Any
+
+import torch
+
+from bench.bench_trainer import reward_last_number
+from bench.record import commit, record
+
+
+def summary(tokenizer: Any, rollouts: list[Any]) -> dict[str, Any]:
+    """What the loss and the reward see of ``rollouts``, with the reward's standard error."""
+    rewards: list[float] = []
+    lengths: list[int] = []
+    truncated: list[float] = []
+    firsts: dict[int, int] = {}
+    for rollout in rollouts:
+        rewards += reward_last_number(rollout.texts, rollout.rows)
+        lengths += rollout.completion_mask.sum(1).tolist()
+        truncated += rollout.truncated.float().tolist()
+        for token in rollout.completion_ids[:, 0].tolist():
+            firsts[token] = firsts.get(token, 0) + 1
+    n = len(rewards)
+    common = sorted(firsts.items(), key=lambda kv: -kv[1])[:5]
+    return {"samples": n, "mean_reward": round(sum(rewards) / n, 4),
+            "reward_standard_error": round(statistics.pstdev(rewards) / n ** 0.5, 4),
+            "mean_length": round(sum(lengths) / n, 3),
+            "truncated_share": round(sum(truncated) / n, 4),
+            "first_tokens": {tokenizer.decode([t]): c for t, c in common}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--g", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--publish", action="store_true")
+    args = parser.parse_args()
+    measured_on = commit()
+
+    from bench.bench_learning import DEMO_CONFIG
+    from trainer.config import load_config
+    from trainer.data import load_rows
+    from trainer.engine.client import EngineSettings, VLLMEngine
+    from trainer.engine.sampling import generate_on_engine
+    from trainer.engine.weights import policy_weights
+    from trainer.models import load_model, prepare_tokenizer
+    from trainer.rollout import Sampling, eos_token_ids, format_prompt, generate
+
+    demo = load_config(DEMO_CONFIG, [f"model={args.model}"])
+    torch.manual_seed(demo.seed)
+    model, tokenizer = load_model(args.model, torch.float32, demo.seed)
+    prepare_tokenizer(tokenizer)
+    model.eval()
+    rows = load_rows(demo.dataset)[: args.prompts]
+    prompts = [format_prompt(r, tokenizer, "prompt", None, True) for r in rows]
+    sampling = Sampling(args.g, 256, demo.max_completion_length,
+                        temperature=demo.temperature, top_p=demo.top_p, top_k=demo.top_k,
+                        share_prompts=True)
+    eos_ids = eos_token_ids(model, tokenizer)
+    with torch.no_grad():
+        hf = [generate(model, tokenizer, rows, prompts, sampling) for _ in range(args.rounds)]
+    with policy_weights(model) as weights:
+        engine = VLLMEngine(model, EngineSettings(max_model_len=512, max_num_seqs=256,
+                                                  kv_cache_gb=2, dtype="float32",
+                                                  enforce_eager=True), weights)
+    with engine:
+        drawn = [generate_on_engine(engine, tokenizer, rows, prompts, sampling, eos_ids)
+                 for _ in range(args.rounds)]
+    figures = {"hf": summary(tokenizer, hf), "vllm_float32": summary(tokenizer, drawn)}
+    gap = abs(figures["hf"]["mean_reward"] - figures["vllm_float32"]["mean_reward"])
+    se = (figures["hf"]["reward_standard_error"] ** 2
+          + figures["vllm_float32"]["reward_standard_error"] ** 2) ** 0.5
+    figures["reward_gap_in_standard_errors"] = round(gap / se, 2) if se else None
+    settings = {"model": args.model, "prompts": args.prompts, "g": args.g,
+                "rounds": args.rounds, "temperature": demo.temperature,
+                "top_p": demo.top_p, "top_k": demo.top_k,
+                "max_new_tokens": demo.max_completion_length, "dtype": "float32"}
+    print(json.dumps(figures, indent=2))
+    path = record("bench_engine_match", figures, settings, args.publish, measured_on)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
