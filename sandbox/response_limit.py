@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import codecs
 import json
+from typing import Any
 
 CHUNK = 1 << 16
 
 
-def json_size(text: str) -> int:
-    """The bytes ``text`` takes as a JSON string in the answer, without its quotes."""
-    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
+def json_size(value: Any) -> int:
+    """The bytes ``value`` takes as JSON in the answer, less its two delimiters (a string's
+    quotes, a list's brackets)."""
+    return len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
 
 
 def fit_json(text: str, budget: int) -> tuple[str, int]:

@@ -20,7 +20,7 @@ def answer_bytes(cells: list[CellRunResult]) -> int:
     counted as characters, a run's answer was 6.75 times its limit); what /run_jupyter's
     fetched files may not take of it."""
     return sum(json_size(cell.stdout) + json_size(cell.stderr) + EMPTY
-               + _size(cell.display) + _size(cell.error) for cell in cells)
+               + json_size(cell.display) + json_size(cell.error) for cell in cells)
 
 
 def within(cell: CellRunResult, budget: int, where: str, limit: int
@@ -34,7 +34,7 @@ def within(cell: CellRunResult, budget: int, where: str, limit: int
         return cell, size, []
     room, update, notes = budget - EMPTY, dict[str, Any](), []
     for name in ("error", "display"):  # a traceback, a value: each whole, or left out
-        used = _size(getattr(cell, name))
+        used = json_size(getattr(cell, name))
         if used <= max(0, room):
             room -= used
         else:
@@ -51,7 +51,3 @@ def within(cell: CellRunResult, budget: int, where: str, limit: int
     cut = cell.model_copy(update=update)
     return cut, answer_bytes([cut]), notes
 
-
-def _size(outputs: list[dict[str, Any]]) -> int:
-    """What ``outputs`` adds to a cell's JSON beyond an empty list."""
-    return len(json.dumps(outputs, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
