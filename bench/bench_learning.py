@@ -18,6 +18,8 @@ wall clock of an idle core, and unlike the wall clock it stays fair when the mac
     python -m bench.bench_learning --model tiny --steps 4 --eval-samples 8   # a quick try
     python -m bench.bench_learning --figure a.json b.json c.json   # seeds side by side
     python -m bench.bench_learning --engine vllm        # ours drawing with the vLLM engine
+    python -m bench.bench_learning --baseline hf --engine vllm --eval-samples 200
+        # ours against ours: the engine against the HF path, paired by seed (no TRL)
 
 With ``--engine vllm`` our trainer's rollouts come from its vLLM engine (a process of its own,
 ``bash scripts/setup_vllm.sh``); the clock then adds the engine process's CPU time to the
@@ -27,6 +29,11 @@ Prints a table and writes JSON (date, commit, machine, figures) through ``bench/
 as ``bench_learning_seed<N>`` (``bench_learning_vllm_seed<N>`` with the engine; ``--publish``: to
 docs/benchmarks/), and its figure to ``bench/results/``. The goal: our trainer reaches TRL's
 final held-out accuracy in ≤ 0.7× the seconds TRL takes to reach it (≤ 0.5× with the engine).
+
+``--baseline hf`` races our trainer's HF path instead of TRL (``_vs_hf`` in the file's name):
+the same seed gives both the same initial weights and data order, so over several seeds the
+per-step differences in accuracy say whether the engine path learns as the HF path does, with
+a standard error (``--figure``), which the race against TRL alone cannot.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ RESULTS = ROOT / "bench" / "results"
 
 
 GOALS = {"hf": 0.7, "vllm": 0.5}  # ours' time to TRL's final accuracy, over TRL's
+LABELS = {"trl": "TRL 1.16 GRPOTrainer", "hf": "this trainer, HF generate"}
 
 
 def our_config(model: str, steps: int, out_dir: Path, seed: int, engine: str = "hf",
@@ -244,7 +252,8 @@ def child(which: str, model: str, steps: int, eval_every: int, eval_samples: int
     from trainer.data import load_rows
 
     eval_rows = load_rows("arithmetic-eval")[:eval_samples]  # the demo's held-out questions
-    out_dir = RESULTS / "tmp" / f"learning-{which}-{model}"
+    # the engine in the name: two runs of ours (--baseline hf) at once write apart
+    out_dir = RESULTS / "tmp" / f"learning-{which}-{engine}-{model}"
     if which == "ours":
         points = run_ours(model, steps, eval_every, eval_rows, out_dir, seed, engine,
                           max_staleness)
@@ -259,8 +268,13 @@ def time_to(points: list[dict[str, float]], accuracy: float) -> float | None:
     return next((p["seconds"] for p in points if p["accuracy"] >= accuracy), None)
 
 
+def baseline_of(run: dict) -> str:
+    """Whom ours raced in ``run``: ``trl``, or ``hf`` (our own HF path)."""
+    return run["args"].get("baseline", "trl")
+
+
 def plot(runs: list[dict], path: Path, title: str) -> None:
-    """Accuracy against training seconds, one panel per run (seed), both trainers in each."""
+    """Accuracy against training seconds, one panel per run (seed), both racers in each."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -269,17 +283,19 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
     fig, axes = plt.subplots(1, len(runs), figsize=(6.2 * len(runs), 4.2), sharey=True,
                              squeeze=False)
     for ax, run in zip(axes[0], runs, strict=True):
+        base = baseline_of(run)
         ours = "this trainer" + (", vLLM engine" if run["args"].get("engine") == "vllm" else "")
-        for which, label in (("ours", ours), ("trl", "TRL 1.16 GRPOTrainer")):
+        for which, label in (("ours", ours), (base, LABELS[base])):
             pts = run[which]["points"]
             ax.plot([p["seconds"] for p in pts], [p["accuracy"] for p in pts], "o-",
                     label=label)
         target = run["summary"]["target_accuracy"]
-        ax.axhline(target, color="grey", lw=0.8, ls=":", label="TRL's final accuracy")
+        ax.axhline(target, color="grey", lw=0.8, ls=":", label=f"{LABELS[base]}: final accuracy")
         ax.set_title(f"seed {run['args']['seed']}", fontsize=10)
         ax.set_xlabel("training seconds, one thread (CPU time, evaluation excluded)")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("held-out accuracy (greedy, 64 questions)")
+    axes[0][0].set_ylabel(f"held-out accuracy (greedy, {runs[0]['args']['eval_samples']} "
+                          "questions)")
     axes[0][0].legend()
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -296,45 +312,81 @@ def mean_curve(runs: list[dict], which: str) -> list[dict[str, float]]:
              "accuracy": sum(b[s]["accuracy"] for b in by_step) / len(runs)} for s in steps]
 
 
+def paired_differences(runs: list[dict], base: str) -> list[dict[str, float]]:
+    """Per step that every run evaluated: ours' accuracy minus the baseline's, averaged over
+    the runs (seeds), with its standard error over them and how many seeds ours led. The
+    same seed gives both racers the same start and data, so the seed's luck mostly cancels
+    in the difference and what is left is how the two learn."""
+    import statistics
+
+    steps = sorted(set.intersection(*({p["step"] for p in r[w]["points"]}
+                                       for r in runs for w in (base, "ours"))))
+    out = []
+    for step in steps:
+        diffs = [next(p["accuracy"] for p in r["ours"]["points"] if p["step"] == step)
+                 - next(p["accuracy"] for p in r[base]["points"] if p["step"] == step)
+                 for r in runs]
+        sem = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+        out.append({"step": step, "difference": statistics.fmean(diffs), "sem": sem,
+                    "ours_ahead": sum(d > 0 for d in diffs), "behind": sum(d < 0 for d in diffs)})
+    return out
+
+
 def seeds_summary(runs: list[dict]) -> None:
     """Per seed, and on the mean curves over the seeds (less of one evaluation's luck): the
-    time to TRL's final accuracy, ours over TRL's."""
+    time to the baseline's final accuracy, ours over the baseline's; against our own HF path,
+    the paired per-step differences too."""
+    base = baseline_of(runs[0])
     for run in runs:
         s = run["summary"]
         ratio = "not reached" if s["time_ratio"] is None else f"{s['time_ratio']:.2f}x"
         print(f"seed {run['args']['seed']}: target {s['target_accuracy']:.3f}, time ratio "
               f"{ratio}, first-{run['args']['steps']}-steps time {s['step_time_ratio']:.2f}x")
-    curves = {w: mean_curve(runs, w) for w in ("trl", "ours")}
-    goal = GOALS[runs[0]["args"].get("engine", "hf")]
-    target = curves["trl"][-1]["accuracy"]
-    t_trl, t_ours = time_to(curves["trl"], target), time_to(curves["ours"], target)
-    print(f"\nmean over {len(runs)} seeds\n{'step':>4} | {'TRL s':>7} {'TRL acc':>8} | "
+    curves = {w: mean_curve(runs, w) for w in (base, "ours")}
+    target = curves[base][-1]["accuracy"]
+    t_base, t_ours = time_to(curves[base], target), time_to(curves["ours"], target)
+    print(f"\nmean over {len(runs)} seeds\n{'step':>4} | {base + ' s':>7} {base + ' acc':>8} | "
           f"{'ours s':>7} {'ours acc':>8}")
-    trl_steps = {p["step"]: p for p in curves["trl"]}
+    base_steps = {p["step"]: p for p in curves[base]}
     for p in curves["ours"]:
-        t = trl_steps.get(p["step"])
+        t = base_steps.get(p["step"])
         left = f"{t['seconds']:7.1f} {t['accuracy']:8.3f}" if t else f"{'':>7} {'':>8}"
         print(f"{p['step']:4d} | {left} | {p['seconds']:7.1f} {p['accuracy']:8.3f}")
-    if t_ours is None or not t_trl:
-        print(f"target {target:.3f} (TRL's final mean accuracy): no time ratio")
+    if t_ours is None or not t_base:
+        print(f"target {target:.3f} ({base}'s final mean accuracy): no time ratio")
     else:
-        print(f"target {target:.3f} (TRL's final mean accuracy): TRL {t_trl:.1f} s, ours "
-              f"{t_ours:.1f} s -> {t_ours / t_trl:.2f}x TRL's time (goal <= {goal}x: "
-              f"{'met' if t_ours / t_trl <= goal else 'not met'})")
+        verdict = ""
+        if base == "trl":
+            goal = GOALS[runs[0]["args"].get("engine", "hf")]
+            verdict = (f" (goal <= {goal}x: "
+                       f"{'met' if t_ours / t_base <= goal else 'not met'})")
+        print(f"target {target:.3f} ({base}'s final mean accuracy): {base} {t_base:.1f} s, "
+              f"ours {t_ours:.1f} s -> {t_ours / t_base:.2f}x {base}'s time{verdict}")
+    if base == "hf" and len(runs) > 1:
+        print(f"\nours minus the HF path, paired by seed ({len(runs)} seeds)\n"
+              f"{'step':>4} | {'mean':>7} {'s.e.':>6} | seeds ours ahead / behind")
+        for d in paired_differences(runs, base):
+            print(f"{d['step']:4d} | {d['difference']:+7.3f} {d['sem']:6.3f} | "
+                  f"{d['ours_ahead']} / {d['behind']}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--steps", type=int, default=14, help="TRL's steps: the demo's 14 by "
-                    "default; TRL's accuracy after them is the target")
+    ap.add_argument("--steps", type=int, default=14, help="the baseline's steps: the demo's 14 "
+                    "by default; its accuracy after them is the target")
     ap.add_argument("--ours-steps", type=int, help="our trainer's steps (default: 1.5 x "
-                    "--steps): the race is to TRL's final accuracy, and the goal gives ours up "
-                    "to 0.7x TRL's time, which at a faster step is more steps")
+                    "--steps against TRL, --steps against the HF path): the race is to TRL's "
+                    "final accuracy, and the goal gives ours up to 0.7x TRL's time, which at a "
+                    "faster step is more steps")
+    ap.add_argument("--baseline", choices=sorted(LABELS), default="trl", help="whom ours "
+                    "races: TRL, or our own HF path (to compare --engine vllm with it, paired "
+                    "by seed)")
     ap.add_argument("--seed", type=int, default=0, help="the demo config's seed, for both "
                     "(sampling, data order)")
     ap.add_argument("--eval-every", type=int, default=2)
-    ap.add_argument("--eval-samples", type=int, default=64, help="the demo's 64 by default")
+    ap.add_argument("--eval-samples", type=int, default=64, help="the demo's 64 by default "
+                    "(at most its 200 held-out questions)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of each trainer (1: "
                     "on a shared, oversubscribed machine two OpenMP threads ran a step ~10x "
                     "slower than one)")
@@ -354,13 +406,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.figure:
         runs = [run_of(json.loads(f.read_text())) for f in args.figure]
-        engine = runs[0]["args"].get("engine", "hf")
-        out = RESULTS / f"bench_learning{'_vllm' if engine == 'vllm' else ''}-seeds.png"
+        out = RESULTS / f"{run_name(runs[0]['args']).rsplit('_seed', 1)[0]}-seeds.png"
         plot(runs, out, f"{runs[0]['args']['model']}: GRPO on additions, same settings and "
              "reward, both trainers")
         print(f"wrote {out.relative_to(ROOT)}")
         seeds_summary(runs)
         return
+    if args.baseline == "hf" and args.engine == "hf":
+        sys.exit("bench_learning: --baseline hf races the HF path; give ours --engine vllm")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if args.child:
         import torch
@@ -370,20 +423,24 @@ def main() -> None:
               args.seed, args.engine, args.max_staleness)
         return
     measured_on = commit()
-    steps = {"trl": args.steps, "ours": args.ours_steps or round(1.5 * args.steps)}
+    base = args.baseline
+    default_ours = args.steps if base == "hf" else round(1.5 * args.steps)
+    steps = {base: args.steps, "ours": args.ours_steps or default_ours}
+    # each racer: the child that runs it, its engine and staleness
+    racers = {base: ("trl", "hf", 0) if base == "trl" else ("ours", "hf", 0),
+              "ours": ("ours", args.engine, args.max_staleness)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": str(args.threads)}
     procs: dict[str, subprocess.Popen] = {}
     outputs: dict[str, str] = {}
-    for which in ("trl", "ours"):
+    for which, (kind, engine, staleness) in racers.items():
         print(f"{which}: training {args.model} for {steps[which]} steps", file=sys.stderr)
         procs[which] = subprocess.Popen(
-            [sys.executable, "-m", "bench.bench_learning", "--child", which, "--model", args.model,
-             "--steps", str(steps[which]), "--eval-every", str(args.eval_every),
+            [sys.executable, "-m", "bench.bench_learning", "--child", kind, "--model",
+             args.model, "--steps", str(steps[which]), "--eval-every", str(args.eval_every),
              "--eval-samples", str(args.eval_samples), "--threads", str(args.threads),
-             "--seed", str(args.seed), "--engine", args.engine,
-             "--max-staleness", str(args.max_staleness)],
+             "--seed", str(args.seed), "--engine", engine, "--max-staleness", str(staleness)],
             stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         if not args.parallel:
             outputs[which] = procs[which].communicate()[0]
@@ -394,59 +451,69 @@ def main() -> None:
             sys.exit(f"bench_learning: {which} failed (exit code {proc.returncode})")
         results[which] = json.loads(line[7:])
 
-    trl_final = results["trl"]["points"][-1]["accuracy"]
-    t_trl, t_ours = time_to(results["trl"]["points"], trl_final), time_to(
-        results["ours"]["points"], trl_final)
-    # TRL at its final accuracy from the start (t = 0) learned nothing to race against
-    ratio = None if t_ours is None or not t_trl else t_ours / t_trl
+    base_final = results[base]["points"][-1]["accuracy"]
+    t_base, t_ours = time_to(results[base]["points"], base_final), time_to(
+        results["ours"]["points"], base_final)
+    # a baseline at its final accuracy from the start (t = 0) learned nothing to race against
+    ratio = None if t_ours is None or not t_base else t_ours / t_base
     # per step over the steps both ran (ours' later steps have shorter completions)
     at = {w: next(p for p in results[w]["points"] if p["step"] >= args.steps)
-          for w in ("trl", "ours")}
-    goal = GOALS[args.engine]
-    summary = {"target_accuracy": trl_final, "trl_seconds_to_target": t_trl,
+          for w in (base, "ours")}
+    goal = GOALS[args.engine] if base == "trl" else None
+    summary = {"target_accuracy": base_final, f"{base}_seconds_to_target": t_base,
                "ours_seconds_to_target": t_ours, "time_ratio": ratio, "goal": goal,
-               "goal_met": ratio is not None and ratio <= goal,
-               "step_time_ratio": at["ours"]["seconds"] / at["trl"]["seconds"]}
+               "goal_met": goal is not None and ratio is not None and ratio <= goal,
+               "step_time_ratio": at["ours"]["seconds"] / at[base]["seconds"]}
     print(f"\n{args.model}, seed {args.seed}, held-out greedy accuracy on "
           f"{args.eval_samples} questions every {args.eval_every} steps\n")
     print("seconds: process CPU time of training, one thread (wall-clock in brackets)")
-    print(f"{'step':>4} | {'TRL s':>16} {'TRL acc':>8} | {'ours s':>16} {'ours acc':>8}")
+    print(f"{'step':>4} | {base + ' s':>16} {base + ' acc':>8} | {'ours s':>16} {'ours acc':>8}")
 
     def cells(p: dict | None) -> str:
         if p is None:
             return f"{'':>16} {'':>8}"
         return f"{p['seconds']:7.1f} ({p['wall_seconds']:6.1f}) {p['accuracy']:8.3f}"
 
-    by_step = {w: {p["step"]: p for p in results[w]["points"]} for w in ("trl", "ours")}
-    for step in sorted(set(by_step["trl"]) | set(by_step["ours"])):
-        print(f"{step:4d} | {cells(by_step['trl'].get(step))} | "
+    by_step = {w: {p["step"]: p for p in results[w]["points"]} for w in (base, "ours")}
+    for step in sorted(set(by_step[base]) | set(by_step["ours"])):
+        print(f"{step:4d} | {cells(by_step[base].get(step))} | "
               f"{cells(by_step['ours'].get(step))}")
-    for which in ("trl", "ours"):
+    for which in (base, "ours"):
         last = results[which]["points"][-1]
         print(f"{which}: {last['seconds']:.1f} s CPU ({last['wall_seconds']:.1f} s wall) of "
               f"training for {last['step']} steps ({last['seconds'] / last['step']:.1f} "
               f"s/step), peak RSS {results[which]['peak_mb']:.0f} MB")
-    print(f"the first {args.steps} steps: ours {at['ours']['seconds']:.1f} s, TRL "
-          f"{at['trl']['seconds']:.1f} s -> {summary['step_time_ratio']:.2f}x")
-    if not t_trl:
-        print(f"TRL ended at its starting accuracy ({trl_final:.3f}): no time ratio")
+    print(f"the first {args.steps} steps: ours {at['ours']['seconds']:.1f} s, {base} "
+          f"{at[base]['seconds']:.1f} s -> {summary['step_time_ratio']:.2f}x")
+    if not t_base:
+        print(f"{base} ended at its starting accuracy ({base_final:.3f}): no time ratio")
     elif ratio is None:
-        print(f"target {trl_final:.3f} (TRL's final accuracy): ours did not reach it")
+        print(f"target {base_final:.3f} ({base}'s final accuracy): ours did not reach it")
     else:
-        print(f"target {trl_final:.3f} (TRL's final accuracy): TRL {t_trl:.1f} s, ours "
-              f"{t_ours:.1f} s -> {ratio:.2f}x TRL's time (goal <= {goal}x: "
-              f"{'met' if summary['goal_met'] else 'not met'})")
+        verdict = (f" (goal <= {goal}x: {'met' if summary['goal_met'] else 'not met'})"
+                   if goal is not None else "")
+        print(f"target {base_final:.3f} ({base}'s final accuracy): {base} {t_base:.1f} s, "
+              f"ours {t_ours:.1f} s -> {ratio:.2f}x {base}'s time{verdict}")
     settings = {k: v for k, v in vars(args).items()
                 if k not in ("figure", "child", "publish", "parallel")}
     run = {"args": settings, "summary": summary, **results}
-    name = (f"bench_learning{'_vllm' if args.engine == 'vllm' else ''}"
-            f"{f'_async{args.max_staleness}' if args.max_staleness else ''}_seed{args.seed}")
+    name = run_name(settings)
     figure = RESULTS / f"{name}.png"
     plot([run], figure, f"{args.model}: GRPO on additions, same settings and reward")
     path = record(name, {"summary": summary, **results},
                   {**settings, "parallel": args.parallel}, publish=args.publish,
                   measured_on=measured_on)
     print(f"wrote {path.relative_to(ROOT)} and {figure.relative_to(ROOT)}")
+
+
+def run_name(settings: dict[str, Any]) -> str:
+    """The result's name: engine, staleness and baseline in it, so races never overwrite
+    each other's published files."""
+    staleness = settings.get("max_staleness", 0)
+    return (f"bench_learning{'_vllm' if settings.get('engine') == 'vllm' else ''}"
+            f"{f'_async{staleness}' if staleness else ''}"
+            f"{'_vs_hf' if settings.get('baseline', 'trl') == 'hf' else ''}"
+            f"_seed{settings['seed']}")
 
 
 def run_of(data: dict[str, Any]) -> dict[str, Any]:
