@@ -77,6 +77,21 @@ def merge_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engine_log(exc: Exception, output_dir: str | Path) -> str:
+    """The engine's traceback into the run's folder, not the terminal: the user reads one
+    line, and whoever debugs it has the whole trace. Returns the clause naming the file."""
+    detail = getattr(exc, "detail", "")
+    if not detail:
+        return ""
+    path = Path(output_dir) / "engine_error.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(detail)
+    except OSError:
+        return ""
+    return f" (the engine's traceback: {path})"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.merge is not None:
@@ -128,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             trainer = GRPOTrainer(model, tokenizer, train_rows, config, client, eval_rows)
         except EngineError as exc:  # no vLLM environment, or an engine that cannot start
-            print(f"grpo-train: {exc}", file=sys.stderr)
+            print(f"grpo-train: {exc}{_engine_log(exc, config.output_dir)}", file=sys.stderr)
             client.close()
             return 2
         if args.resume:
@@ -142,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             trainer.train()
         except (RewardClientError, EngineError) as exc:
+            log = _engine_log(exc, config.output_dir) if isinstance(exc, EngineError) else ""
             print(f"grpo-train: stopped at step {trainer.step}: {exc}; a checkpoint of step "
-                  f"{trainer.step} is in {config.output_dir} (continue with --resume)",
+                  f"{trainer.step} is in {config.output_dir} (continue with --resume){log}",
                   file=sys.stderr)
             return 3
         finally:

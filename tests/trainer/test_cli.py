@@ -6,8 +6,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from tests.conftest import ServerProcess, free_port
 from tests.trainer.conftest import seven_rows
@@ -135,6 +137,30 @@ def test_a_missing_vllm_environment_is_one_readable_line(tmp_path: Path,
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "no vLLM environment" in out.stderr and "setup_vllm.sh" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_model_the_engine_cannot_run_is_one_readable_line(tmp_path: Path,
+                                                            server: ServerProcess,
+                                                            vllm_engine: Any) -> None:
+    """The tiny model's default heads are 16-dimensional, which vLLM's CPU attention does not
+    take: the engine fails at its start, and the run stops there with one line naming the
+    settings (not at step 0's draw, with the engine's traceback on the terminal), the
+    traceback in the run's folder. (``vllm_engine``: only to skip without vLLM.)"""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU's attention runs 16-dimensional heads")
+    data = tmp_path / "d.jsonl"
+    write_jsonl(seven_rows(4), data)
+    run = tmp_path / "run"
+    out = grpo_train("--set", "model=tiny", "--set", f"dataset={data}", "--reward-url",
+                     server.url, "--set", "rollout_engine=vllm", "--set", f"output_dir={run}",
+                     "--set", "vllm_kv_cache_gb=1")
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("grpo-train: the vLLM engine could not start"), last
+    assert "rollout_engine: hf" in last and "vllm_dtype" in last
+    assert "head_dim" in last  # vLLM's own reason
+    assert "Traceback" in (run / "engine_error.log").read_text()
 
 
 def test_run_plot_and_resume(tmp_path: Path, server: ServerProcess) -> None:

@@ -137,3 +137,32 @@ def test_merge_of_a_full_checkpoint_is_one_readable_line(tmp_path: Path,
     assert cli.main(["--merge", str(saved)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no LoRA adapter" in err[0]
+
+
+def test_the_engines_weights_leave_the_frozen_base_as_it_was() -> None:
+    """Each sync hands an engine W + BA·α/r; the base W stays bit for bit what it was after
+    any number of syncs (a merge and an unmerge in place move it by rounding), and what the
+    engine gets is what peft's own merge computes."""
+    from trainer.engine.weights import policy_weights
+    from trainer.lora import add_adapter
+    from trainer.models import tiny_model, tiny_tokenizer
+
+    policy = add_adapter(tiny_model(tiny_tokenizer(), 3, heads=2), 8, 16.0, 0.0,
+                         "all-linear")
+    with torch.no_grad():  # a trained adapter: B starts at zero, which adds exactly nothing
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    base = {n: t.clone() for n, t in policy.state_dict().items() if "lora_" not in n}
+    for _ in range(20):
+        with policy_weights(policy) as weights:
+            pass
+    assert all(torch.equal(t, base[n]) for n, t in policy.state_dict().items()
+               if "lora_" not in n)
+    merged = policy.merge_and_unload().state_dict()
+    assert weights.keys() == merged.keys()
+    adapted = [n for n in weights if not torch.equal(weights[n], base.get(
+        f"base_model.model.{n.replace('.weight', '.base_layer.weight')}", weights[n]))]
+    assert adapted  # the adapter's layers were merged in
+    for name, tensor in weights.items():
+        torch.testing.assert_close(tensor, merged[name], rtol=0, atol=1e-6)

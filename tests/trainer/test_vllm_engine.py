@@ -155,6 +155,26 @@ def test_a_whole_steps_batch_is_drawn_and_follows_from_the_seed(vllm_engine: Any
     assert draw(12) != first
 
 
+def test_a_greedy_draw_takes_nothing_from_the_trainers_random_stream(vllm_engine: Any
+                                                                     ) -> None:
+    """An evaluation's greedy draw leaves the trainer's generator as it was, as HF's greedy
+    ``generate`` does, so how often a run evaluates does not change the rollouts it trains
+    on; a sampled draw takes its seed from it (the control)."""
+    tokenizer = tiny_tokenizer()
+    model = tiny_model(tokenizer, seed=4, heads=2)
+    with policy_weights(model) as weights:
+        vllm_engine.load_weights(weights)
+    rows = [{"prompt": "say 7"}, {"prompt": "say 8"}]
+    prompts = [Prompt(row["prompt"], False) for row in rows]
+    sampling = Sampling(num_generations=4, max_prompt_length=32, max_completion_length=4)
+    eos = [tokenizer.eos_token_id]
+    state = torch.get_rng_state()
+    generate_on_engine(vllm_engine, tokenizer, rows, prompts, sampling, eos, greedy=True)
+    assert torch.equal(torch.get_rng_state(), state)
+    generate_on_engine(vllm_engine, tokenizer, rows, prompts, sampling, eos)
+    assert not torch.equal(torch.get_rng_state(), state)
+
+
 def test_an_engine_that_dies_stops_the_run_with_a_checkpoint(tmp_path: Path,
                                                              vllm_engine: Any) -> None:
     """The engine process is killed while step 1's rollouts are scored: the update of step 1

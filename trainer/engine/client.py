@@ -11,8 +11,8 @@ and copies into its model in place.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -32,7 +32,12 @@ _SHARED_MEMORY = Path("/dev/shm")
 
 
 class EngineError(RuntimeError):
-    """The engine could not start, or failed a request (its error, one line)."""
+    """The engine could not start, or failed a request (its error, one line); ``detail``:
+    the engine's traceback, where it sent one, for a log rather than the terminal."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,8 @@ class VLLMEngine:
                  weights: Mapping[str, torch.Tensor]) -> None:
         if not Path(settings.python).exists():
             raise EngineError(f"no vLLM environment at {settings.python}: run "
-                              "'bash scripts/setup_vllm.sh' (or set vllm_python)")
+                              "'bash scripts/setup_vllm.sh' (or set vllm_python), or set "
+                              "rollout_engine: hf")
         self.settings = settings
         self._folder = tempfile.TemporaryDirectory(prefix="vllm-engine-", dir=_shared_dir())
         folder = Path(self._folder.name)
@@ -96,6 +102,11 @@ class VLLMEngine:
                             "block_size": settings.block_size})
         try:
             self._reply(settings.start_timeout_s)
+        except EngineError as exc:
+            returncode = self._process.poll()  # before close() ends it
+            self.close()
+            raise EngineError(_start_failure(str(exc), returncode, settings),
+                              exc.detail) from None
         except BaseException:
             self.close()
             raise
@@ -172,9 +183,20 @@ class VLLMEngine:
         except EOFError:
             raise EngineError("the vLLM engine process closed its connection") from None
         if not reply["ok"]:
-            print(reply.get("traceback", ""), file=sys.stderr)
-            raise EngineError(f"vLLM engine: {reply['error']}")
+            raise EngineError(f"vLLM engine: {reply['error']}", reply.get("traceback", ""))
         return reply.get("value")
+
+
+def _start_failure(error: str, returncode: int | None, settings: EngineSettings) -> str:
+    """Why the engine did not start, naming the setting that changes it; ``rollout_engine:
+    hf`` always works."""
+    if returncode == -signal.SIGKILL:  # what the kernel's OOM killer sends
+        cause = ("the vLLM engine was killed while starting (out of memory?): lower "
+                 f"vllm_kv_cache_gb ({settings.kv_cache_gb} GB now) or max_completion_length")
+    else:
+        cause = (f"the vLLM engine could not start ({error.removeprefix('vLLM engine: ')}): "
+                 f"check that vLLM can run this model at vllm_dtype {settings.dtype}")
+    return f"{cause}; or set rollout_engine: hf to sample with HF generate"
 
 
 class StagedWeights:

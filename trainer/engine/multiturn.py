@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from transformers import PreTrainedTokenizerBase
 
 from trainer.engine.client import Sample, VLLMEngine
+from trainer.engine.sampling import draw_seed
 from trainer.multiturn import (
     ToolTurns,
     ToolUse,
@@ -65,7 +65,7 @@ def generate_with_tools_on_engine(engine: VLLMEngine, tokenizer: PreTrainedToken
         drawn = engine.generate(contexts, n=n, max_tokens=limits, stop_token_ids=stops,
                                 temperature=sampling.temperature, top_p=sampling.top_p,
                                 top_k=sampling.top_k, greedy=greedy,
-                                seed=int(torch.randint(0, 2**31 - 1, ()).item()))
+                                seed=draw_seed(greedy))
         return [sample for group in drawn for sample in group]
 
     traces = traces_of(ids, mask, G)

@@ -26,9 +26,7 @@ def generate_on_engine(engine: VLLMEngine, tokenizer: PreTrainedTokenizerBase,
     drawn = engine.generate(unpadded, n=G, max_tokens=sampling.max_completion_length,
                             stop_token_ids=eos_ids, temperature=sampling.temperature,
                             top_p=sampling.top_p, top_k=sampling.top_k, greedy=greedy,
-                            # from the trainer's generator: a run's rollouts follow from its
-                            # seed, as generate's do, not from what the engine did before
-                            seed=int(torch.randint(0, 2**31 - 1, ()).item()))
+                            seed=draw_seed(greedy))
     samples = [sample for group in drawn for sample in group]
     completion_ids, cmask, logps = _padded(samples, tokenizer.pad_token_id)
     eos = set(eos_ids)
@@ -37,6 +35,14 @@ def generate_on_engine(engine: VLLMEngine, tokenizer: PreTrainedTokenizerBase,
     return Rollout(ids.repeat_interleave(G, 0), mask.repeat_interleave(G, 0), completion_ids,
                    cmask, truncated, texts, [row for row in rows for _ in range(G)],
                    cut.repeat_interleave(G), engine_logps=logps)
+
+
+def draw_seed(greedy: bool) -> int | None:
+    """The engine's seed for one draw, from the trainer's generator: a run's rollouts follow
+    from its seed, as ``generate``'s do, not from what the engine did before. A greedy draw
+    (an evaluation) takes none, as HF's greedy ``generate`` takes none, so how often a run
+    evaluates does not change what it trains on."""
+    return None if greedy else int(torch.randint(0, 2**31 - 1, ()).item())
 
 
 def _padded(samples: list[Sample], pad_id: int

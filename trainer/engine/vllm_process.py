@@ -76,6 +76,11 @@ class Engine:
                        # from (temperature, top-k, top-p applied), as TRL asks for its
                        # importance-sampling correction
                        logprobs_mode="processed_logprobs", disable_log_stats=True)
+        # one token drawn now: a model whose kernels this build lacks (vLLM's CPU attention
+        # takes no head smaller than 32) fails at start, where the trainer says which
+        # setting to change, not at the first step's draw
+        self.generate([[0]], n=1, temperature=1.0, top_p=1.0, top_k=0, max_tokens=1,
+                      stop_token_ids=[], greedy=True, seed=None)
 
     def generate(self, prompts: list[list[int]], n: int, temperature: float, top_p: float,
                  top_k: int, max_tokens: int | list[int], stop_token_ids: list[int],
@@ -132,7 +137,10 @@ def _sampled_logprob(step: Any, token: int) -> float:
 
 def serve(connection: wire.Channel, engine: Engine) -> None:
     while True:
-        request = connection.recv()
+        try:
+            request = connection.recv()
+        except EOFError:  # the trainer is gone (it ended, or was killed): so is the engine
+            return
         op = request.pop("op")
         if op == "close":
             connection.send({"ok": True})
