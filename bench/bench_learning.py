@@ -144,17 +144,24 @@ class Clock:
         # drawing the next step's rollouts meanwhile (max_staleness > 0) is training time
         t, c = time.perf_counter(), time.process_time()
         accuracy = held_out_accuracy(self.model, self.tokenizer, self.rows, self.tokens)
-        self.excluded += time.perf_counter() - t
-        self.excluded_cpu += time.process_time() - c
+        if self.started:  # the evaluation before the start is on no clock to take it off
+            self.excluded += time.perf_counter() - t
+            self.excluded_cpu += time.process_time() - c
         self.points.append({"step": step, "seconds": cpu, "wall_seconds": wall,
                             "accuracy": accuracy})
         print(f"  {self.name:>4} step {step:3d}  {cpu:8.1f} s CPU  {wall:8.1f} s wall  held-out accuracy "
               f"{accuracy:.3f}", file=sys.stderr, flush=True)
 
 
+STEP_METRICS = ("reward", "accuracy", "completion_length", "truncated_fraction", "grad_norm",
+                "loss", "frac_reward_zero_std", "sampling/staleness")
+
+
 def run_ours(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
              out_dir: Path, seed: int, engine: str = "hf", max_staleness: int = 0
-             ) -> list[dict[str, float]]:
+             ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """The held-out points, and each step's training reward, lengths, times and sampling
+    gap (what tells two runs' learning apart between evaluations)."""
     import torch
 
     from trainer.data import load_rows
@@ -172,12 +179,16 @@ def run_ours(model_name: str, steps: int, eval_every: int, eval_rows: list[dict]
     trainer = GRPOTrainer(model, tokenizer, load_rows(config.dataset), config, None,
                           scorer=FunctionScorer(reward_last_number))
     clock.model, clock.tokenizer = trainer.policy, trainer.tokenizer
+    logged: list[dict[str, float]] = []
     for step in range(1, steps + 1):
-        trainer.training_step()
+        metrics = trainer.training_step()
+        logged.append({k: float(v) for k, v in metrics.items() if k in STEP_METRICS
+                       or k.startswith(("time/", "sampling/sampling_logp",
+                                        "sampling/importance"))})
         if step % eval_every == 0 or step == steps:
             clock.evaluate(step)
     trainer.close()
-    return clock.points
+    return clock.points, logged
 
 
 def trl_args(config: Any, out_dir: Path) -> Any:
@@ -254,13 +265,14 @@ def child(which: str, model: str, steps: int, eval_every: int, eval_samples: int
     eval_rows = load_rows("arithmetic-eval")[:eval_samples]  # the demo's held-out questions
     # the engine in the name: two runs of ours (--baseline hf) at once write apart
     out_dir = RESULTS / "tmp" / f"learning-{which}-{engine}-{model}"
+    logged: list[dict[str, float]] = []
     if which == "ours":
-        points = run_ours(model, steps, eval_every, eval_rows, out_dir, seed, engine,
-                          max_staleness)
+        points, logged = run_ours(model, steps, eval_every, eval_rows, out_dir, seed, engine,
+                                  max_staleness)
     else:
         points = run_trl(model, steps, eval_every, eval_rows, out_dir, seed)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print("RESULT " + json.dumps({"points": points, "peak_mb": peak_mb}))
+    print("RESULT " + json.dumps({"points": points, "peak_mb": peak_mb, "steps": logged}))
 
 
 def time_to(points: list[dict[str, float]], accuracy: float) -> float | None:
