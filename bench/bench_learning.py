@@ -144,11 +144,12 @@ class Clock:
         # drawing the next step's rollouts meanwhile (max_staleness > 0) is training time
         t, c = time.perf_counter(), time.process_time()
         accuracy = held_out_accuracy(self.model, self.tokenizer, self.rows, self.tokens)
+        eval_cpu = time.process_time() - c
         if self.started:  # the evaluation before the start is on no clock to take it off
             self.excluded += time.perf_counter() - t
-            self.excluded_cpu += time.process_time() - c
+            self.excluded_cpu += eval_cpu
         self.points.append({"step": step, "seconds": cpu, "wall_seconds": wall,
-                            "accuracy": accuracy})
+                            "accuracy": accuracy, "eval_cpu_seconds": eval_cpu})
         print(f"  {self.name:>4} step {step:3d}  {cpu:8.1f} s CPU  {wall:8.1f} s wall  held-out accuracy "
               f"{accuracy:.3f}", file=sys.stderr, flush=True)
 
