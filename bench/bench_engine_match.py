@@ -26,13 +26,18 @@ from bench.bench_trainer import reward_last_number
 from bench.record import commit, record
 
 
-def summary(tokenizer: Any, rollouts: list[Any]) -> dict[str, Any]:
-    """What the loss and the reward see of ``rollouts``, with the reward's standard error."""
+def summary(tokenizer: Any, rollouts: list[Any], g: int) -> dict[str, Any]:
+    """What the loss and the reward see of ``rollouts``, with the reward's standard error;
+    and within each group of ``g``, what GRPO learns from: how many completions differ, and
+    how often all g rewards agree (a group with no advantage)."""
     rewards: list[float] = []
     lengths: list[int] = []
     truncated: list[float] = []
     firsts: dict[int, int] = {}
+    distinct: list[int] = []
     for rollout in rollouts:
+        texts = rollout.texts
+        distinct += [len(set(texts[i : i + g])) for i in range(0, len(texts), g)]
         rewards += reward_last_number(rollout.texts, rollout.rows)
         lengths += rollout.completion_mask.sum(1).tolist()
         truncated += rollout.truncated.float().tolist()
@@ -40,8 +45,15 @@ def summary(tokenizer: Any, rollouts: list[Any]) -> dict[str, Any]:
             firsts[token] = firsts.get(token, 0) + 1
     n = len(rewards)
     common = sorted(firsts.items(), key=lambda kv: -kv[1])[:5]
+    groups = [rewards[i : i + g] for i in range(0, n, g)]
     return {"samples": n, "mean_reward": round(sum(rewards) / n, 4),
             "reward_standard_error": round(statistics.pstdev(rewards) / n ** 0.5, 4),
+            "groups": len(groups),
+            "zero_std_group_share": round(sum(len(set(r)) == 1 for r in groups)
+                                          / len(groups), 4),
+            "mean_group_reward_std": round(statistics.fmean(statistics.pstdev(r)
+                                                            for r in groups), 4),
+            "distinct_completions_per_group": round(statistics.fmean(distinct), 3),
             "mean_length": round(sum(lengths) / n, 3),
             "truncated_share": round(sum(truncated) / n, 4),
             "first_tokens": {tokenizer.decode([t]): c for t, c in common}}
@@ -86,7 +98,8 @@ def main() -> None:
     with engine:
         drawn = [generate_on_engine(engine, tokenizer, rows, prompts, sampling, eos_ids)
                  for _ in range(args.rounds)]
-    figures = {"hf": summary(tokenizer, hf), "vllm_float32": summary(tokenizer, drawn)}
+    figures = {"hf": summary(tokenizer, hf, args.g),
+               "vllm_float32": summary(tokenizer, drawn, args.g)}
     gap = abs(figures["hf"]["mean_reward"] - figures["vllm_float32"]["mean_reward"])
     se = (figures["hf"]["reward_standard_error"] ** 2
           + figures["vllm_float32"]["reward_standard_error"] ** 2) ** 0.5
