@@ -42,6 +42,14 @@ def _trainer(tmp_path: Path, engine: Any, **overrides: Any) -> GRPOTrainer:
                        config, None, scorer=FunctionScorer(_one_seven), engine=engine)
 
 
+def _engine_on_tiny(engine: Any, seed: int) -> Any:
+    """The shared engine loaded with a fresh tiny model of ``seed``; its tokenizer."""
+    tokenizer = tiny_tokenizer()
+    with policy_weights(tiny_model(tokenizer, seed=seed, heads=2)) as weights:
+        engine.load_weights(weights)
+    return tokenizer
+
+
 @torch.no_grad()
 def _policy_logprobs(policy: torch.nn.Module) -> torch.Tensor:
     ids = torch.tensor([_PROBE])
@@ -80,10 +88,7 @@ def test_a_resumed_run_samples_from_its_checkpoints_weights(tmp_path: Path,
 def test_the_engine_draws_g_samples_per_prompt_stopped_as_hf_would(vllm_engine: Any) -> None:
     """G samples of each prompt, groups in prompt order; a completion stops at any EOS id,
     kept and masked in, and one that reaches the length limit without one is truncated."""
-    tokenizer = tiny_tokenizer()
-    model = tiny_model(tokenizer, seed=3, heads=2)
-    with policy_weights(model) as weights:
-        vllm_engine.load_weights(weights)
+    tokenizer = _engine_on_tiny(vllm_engine, seed=3)
     rows = [{"prompt": "say 7: abc"}, {"prompt": "say 7: defgh"}]
     prompts = [Prompt(row["prompt"], False) for row in rows]
     sampling = Sampling(num_generations=8, max_prompt_length=64, max_completion_length=12)
@@ -110,9 +115,7 @@ def test_a_prompt_shorter_than_vllms_cpu_block_is_prefilled_once(vllm_engine: An
     """The G samples of a prompt, and the next step's draws from it, reuse its cached
     prefix: vLLM caches only whole KV blocks, and its CPU default (128 tokens) is longer than
     most GRPO prompts, so the engine asks for smaller ones."""
-    tokenizer = tiny_tokenizer()
-    with policy_weights(tiny_model(tokenizer, seed=5, heads=2)) as weights:
-        vllm_engine.load_weights(weights)
+    tokenizer = _engine_on_tiny(vllm_engine, seed=5)
     prompts = [tokenizer(f"say 7: {k} " + "hgfedcba" * 10).input_ids for k in range(2)]
     assert all(70 < len(p) < 128 for p in prompts)
     draw = [vllm_engine.generate(prompts, n=4, max_tokens=2, stop_token_ids=[]) for _ in "ab"]
@@ -134,10 +137,7 @@ def test_a_whole_steps_batch_is_drawn_and_follows_from_the_seed(vllm_engine: Any
     """More prompt tokens than the engine computes in one pass (vLLM's CPU budget is 4,096:
     some prompts are prefilled in parts) are drawn in one call, and the same trainer seed
     draws the same samples again, another seed others."""
-    tokenizer = tiny_tokenizer()
-    model = tiny_model(tokenizer, seed=4, heads=2)
-    with policy_weights(model) as weights:
-        vllm_engine.load_weights(weights)
+    tokenizer = _engine_on_tiny(vllm_engine, seed=4)
     rows = [{"prompt": f"say 7: {k} " + "abcdefgh" * 12} for k in range(8)]
     prompts = [Prompt(row["prompt"], False) for row in rows]
     sampling = Sampling(num_generations=8, max_prompt_length=128, max_completion_length=8)
@@ -160,10 +160,7 @@ def test_a_greedy_draw_takes_nothing_from_the_trainers_random_stream(vllm_engine
     """An evaluation's greedy draw leaves the trainer's generator as it was, as HF's greedy
     ``generate`` does, so how often a run evaluates does not change the rollouts it trains
     on; a sampled draw takes its seed from it (the control)."""
-    tokenizer = tiny_tokenizer()
-    model = tiny_model(tokenizer, seed=4, heads=2)
-    with policy_weights(model) as weights:
-        vllm_engine.load_weights(weights)
+    tokenizer = _engine_on_tiny(vllm_engine, seed=4)
     rows = [{"prompt": "say 7"}, {"prompt": "say 8"}]
     prompts = [Prompt(row["prompt"], False) for row in rows]
     sampling = Sampling(num_generations=4, max_prompt_length=32, max_completion_length=4)
