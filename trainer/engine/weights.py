@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
+
+from trainer.engine.client import EngineError
 
 _PEFT_PREFIX = "base_model.model."
 
@@ -16,9 +19,11 @@ _PEFT_PREFIX = "base_model.model."
 def policy_weights(policy: torch.nn.Module) -> Iterator[dict[str, torch.Tensor]]:
     """``{name: tensor}`` of ``policy``, valid inside the ``with``. With a LoRA adapter each
     adapted weight is W + BA·α/r, exactly what the policy computes, made beside W, and the
-    adapter's own tensors are left out."""
+    adapter's own tensors are left out. A tied weight (an output head that is the
+    embedding) is listed once, under its first name: the engine ties it itself."""
+    tied = tied_names(policy)
     if not hasattr(policy, "merge_adapter"):
-        yield dict(policy.state_dict())
+        yield {name: t for name, t in policy.state_dict().items() if name not in tied}
         return
     # not merge_adapter/unmerge_adapter: W + ΔW − ΔW is not W in floating point (about one
     # element in 14 moved by an ulp per sync), so the frozen base, and with it the LoRA
@@ -26,7 +31,7 @@ def policy_weights(policy: torch.nn.Module) -> Iterator[dict[str, torch.Tensor]]
     merged = _merged_weights(policy)
     weights = {}
     for name, tensor in policy.state_dict().items():
-        if "lora_" in name or "original_module" in name:
+        if "lora_" in name or "original_module" in name or name in tied:
             continue
         tensor = merged.get(name, tensor)
         name = name.removeprefix(_PEFT_PREFIX).replace(".base_layer", "")
@@ -34,16 +39,49 @@ def policy_weights(policy: torch.nn.Module) -> Iterator[dict[str, torch.Tensor]]
     yield weights
 
 
+def tied_names(model: torch.nn.Module) -> set[str]:
+    """The names of parameters that are another name's parameter (all but the first of
+    each): known by identity, the same on every rank, where an address is not (a sharded
+    parameter's local shard may be empty)."""
+    first: dict[int, str] = {}
+    tied: set[str] = set()
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if id(parameter) in first:
+            tied.add(name)
+        else:
+            first[id(parameter)] = name
+    return tied
+
+
+def check_adapters_syncable(policy: torch.nn.Module) -> None:
+    """An adapter on a tied weight (LoRA on an output head that is the embedding) cannot
+    reach an engine: W + ΔW for the head would need a head of its own, and the engine's is
+    the embedding. Said before the run, not found in its log-probs."""
+    tied = tied_names(policy)
+    on_tied = [name.removeprefix(_PEFT_PREFIX).removesuffix(".base_layer.weight")
+               for name, _ in _adapted_layers(policy) if f"{name}.base_layer.weight" in tied]
+    if on_tied:
+        raise EngineError(
+            f"lora_target_modules adapts {', '.join(on_tied)}, whose weight this model ties to "
+            "its embedding: the vLLM engine cannot hold that adapter; leave it out of "
+            "lora_target_modules, or set rollout_engine: hf")
+
+
+def _adapted_layers(policy: torch.nn.Module) -> Iterator[tuple[str, Any]]:
+    """(name, layer) of each LoRA layer whose adapters are not merged in."""
+    from peft.tuners.lora import LoraLayer
+
+    for name, module in policy.named_modules():
+        if isinstance(module, LoraLayer) and not module.merged:
+            yield name, module
+
+
 @torch.no_grad()
 def _merged_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
     """``{state_dict name of a LoRA layer's base weight: that weight + its active
     adapters' ΔW}``, new tensors, the base left as it is."""
-    from peft.tuners.lora import LoraLayer
-
     merged: dict[str, torch.Tensor] = {}
-    for name, module in policy.named_modules():
-        if not isinstance(module, LoraLayer) or module.merged:
-            continue
+    for name, module in _adapted_layers(policy):
         base = module.get_base_layer()
         weight = base.weight.detach()
         for adapter in module.active_adapters:

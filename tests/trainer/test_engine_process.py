@@ -1,0 +1,184 @@
+"""The engine process's edges as the trainer sees them: how it is started, what it leaves in
+shared memory, how it fails. No vLLM: a stand-in engine process speaks the wire protocol
+(trainer/engine/wire.py), so these run in seconds in the trainer's own environment."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from trainer.engine import client
+from trainer.engine.client import EngineError, EngineSettings, VLLMEngine
+from trainer.engine.weights import policy_weights
+from trainer.models import tiny_model, tiny_tokenizer
+
+pytestmark = pytest.mark.timeout(120)
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A stand-in for trainer.engine.vllm_process: reads the settings, says it started, and
+# answers every request; run as ``python -P -m trainer.engine.vllm_process --fd N``.
+_FAKE_ENGINE = textwrap.dedent("""
+    import sys
+    from trainer.engine import wire
+    connection = wire.Channel(int(sys.argv[sys.argv.index("--fd") + 1]))
+    connection.recv()
+    connection.send({"ok": True})
+    while True:
+        try:
+            request = connection.recv()
+        except EOFError:
+            sys.exit(0)
+        connection.send({"ok": True, "value": 0})
+        if request["op"] == "close":
+            sys.exit(0)
+""")
+
+
+def fake_python(tmp_path: Path) -> Path:
+    """An executable that runs the stand-in engine, as ``vllm_python``."""
+    script = tmp_path / "fake_engine.py"
+    script.write_text(_FAKE_ENGINE)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    python.chmod(0o755)
+    return python
+
+
+def tiny_engine(python: Path) -> VLLMEngine:
+    model = tiny_model(tiny_tokenizer(), heads=2)
+    with policy_weights(model) as weights:
+        return VLLMEngine(model, EngineSettings(python=python, start_timeout_s=60), weights)
+
+
+@pytest.fixture()
+def shared_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder of its own standing in for /dev/shm."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(client, "_SHARED_MEMORY", shm)
+    return shm
+
+
+def test_a_killed_trainer_leaves_no_copy_of_the_weights_in_shared_memory(
+        tmp_path: Path) -> None:
+    """A trainer that is killed (SIGKILL, the OOM killer) runs no cleanup: a copy of the
+    weights it still held in /dev/shm would stay there, the model's size in memory, for
+    good. Once the engine has started, it holds none."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    parent = tmp_path / "parent.py"
+    parent.write_text(textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from trainer.engine import client
+        client._SHARED_MEMORY = Path({str(shm)!r})
+        from tests.trainer.test_engine_process import tiny_engine
+        engine = tiny_engine(Path({str(fake_python(tmp_path))!r}))
+        print("started", flush=True)
+        time.sleep(600)
+    """))
+    process = subprocess.Popen([sys.executable, str(parent)], stdout=subprocess.PIPE,
+                               cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == b"started\n"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    left = [p.relative_to(shm) for p in shm.rglob("*.safetensors")]
+    assert left == [], f"left in shared memory after the trainer was killed: {left}"
+
+
+def test_a_gone_trainers_copies_are_deleted_by_the_next_start(tmp_path: Path,
+                                                               shared_memory: Path) -> None:
+    """What a trainer killed mid-start or mid-sync left (its pid is in the name) goes when
+    the next engine starts; a live trainer's copies and others' files stay."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead_folder = shared_memory / f"vllm-engine-{gone.pid}-abc"
+    dead_folder.mkdir()
+    (dead_folder / "model.safetensors").write_bytes(b"x" * 1024)
+    dead_file = shared_memory / f"vllm-engine-{gone.pid}-def.safetensors"
+    dead_file.write_bytes(b"x")
+    live = shared_memory / f"vllm-engine-{os.getpid()}-ghi.safetensors"
+    live.write_bytes(b"x")
+    other = shared_memory / "someone-elses-file"
+    other.write_bytes(b"x")
+    engine = tiny_engine(fake_python(tmp_path))
+    engine.close()
+    assert not dead_folder.exists() and not dead_file.exists()
+    assert live.exists() and other.exists()
+
+
+def test_ctrl_c_reaches_the_trainer_not_the_engine_process(tmp_path: Path) -> None:
+    """Ctrl-C signals the terminal's whole foreground process group: an engine in the
+    trainer's group would print vLLM's KeyboardInterrupt traceback and die under the
+    trainer's next request. The trainer ends its engine itself."""
+    engine = tiny_engine(fake_python(tmp_path))
+    try:
+        assert os.getpgid(engine._process.pid) != os.getpgid(0)
+    finally:
+        engine.close()
+
+
+def test_shared_memory_that_is_full_is_an_engine_error(tmp_path: Path) -> None:
+    """A /dev/shm too small for a copy of the weights (Docker gives a container 64 MB) is
+    an EngineError saying so: the trainer stops with a checkpoint and one line, not
+    safetensors' traceback."""
+    probe = textwrap.dedent("""
+        import resource, signal, torch
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))  # a full /dev/shm
+        from trainer.engine.client import EngineError, StagedWeights
+        try:
+            StagedWeights({"w": torch.zeros(1 << 20)})
+        except EngineError as exc:
+            print("EngineError", "shm-size" in str(exc))
+        except Exception as exc:
+            print(type(exc).__name__)
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
+    assert out.stdout.strip() == "EngineError True"
+
+
+@pytest.mark.parametrize("python", ["folder", "not_executable", "exits_at_once"])
+def test_a_wrong_vllm_python_is_one_engine_error(tmp_path: Path, python: str,
+                                                 shared_memory: Path) -> None:
+    """``vllm_python`` that is a folder, a file that is not a program, or a Python that
+    exits before reading its settings (a Python 3.10 environment has no ``-P``) is an
+    EngineError naming what to do, which the CLI prints as one line; and nothing of it
+    stays in shared memory."""
+    path = tmp_path / python
+    if python == "folder":
+        path.mkdir()
+    else:
+        path.write_text("#!/bin/sh\necho 'Unknown option: -P' >&2\nexit 2\n")
+        path.chmod(0o755 if python == "exits_at_once" else 0o644)
+    with pytest.raises(EngineError, match="rollout_engine: hf"):
+        tiny_engine(path)
+    assert list(shared_memory.iterdir()) == []
+
+
+def test_the_engine_is_told_to_keep_its_core_in_its_own_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each draw seeds the engine process's generator; with the engine core moved to a
+    process of its own (VLLM_ENABLE_V1_MULTIPROCESSING=1 in the user's environment), the
+    seed would not reach its sampler and rollouts would stop following from the run's."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    seen = tmp_path / "env"
+    python = tmp_path / "python"
+    script = tmp_path / "fake_engine.py"
+    script.write_text(_FAKE_ENGINE)
+    python.write_text(f"#!/bin/sh\necho $VLLM_ENABLE_V1_MULTIPROCESSING > {seen}\n"
+                      f"exec {sys.executable} {script} \"$@\"\n")
+    python.chmod(0o755)
+    tiny_engine(python).close()
+    assert seen.read_text().strip() == "0"
