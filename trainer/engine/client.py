@@ -119,12 +119,15 @@ class VLLMEngine:
                               "hf") from None
         os.close(child_fd)
         try:
-            self._channel.send({"model": str(folder), "dtype": settings.dtype,
-                                "seed": settings.seed, "max_model_len": settings.max_model_len,
-                                "max_num_seqs": settings.max_num_seqs,
-                                "gpu_memory_utilization": settings.gpu_memory_utilization,
-                                "enforce_eager": settings.enforce_eager,
-                                "block_size": settings.block_size})
+            try:
+                self._channel.send({
+                    "model": str(folder), "dtype": settings.dtype, "seed": settings.seed,
+                    "max_model_len": settings.max_model_len,
+                    "max_num_seqs": settings.max_num_seqs,
+                    "gpu_memory_utilization": settings.gpu_memory_utilization,
+                    "enforce_eager": settings.enforce_eager, "block_size": settings.block_size})
+            except OSError:  # it exited before reading them (a Python without -P)
+                raise self._gone() from None
             self._reply(settings.start_timeout_s)
         except EngineError as exc:
             returncode = self._process.poll()  # before close() ends it
@@ -190,6 +193,14 @@ class VLLMEngine:
         return EngineError(f"the vLLM engine process exited ({self._process.returncode}); its "
                            "log is above")
 
+    def _gone(self) -> EngineError:
+        """The error for a connection the engine closed: it exited, or is exiting."""
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return EngineError("the vLLM engine process closed its connection")
+        return self._exited()
+
     def _call(self, op: str, **request: Any) -> Any:
         with self._lock:
             try:
@@ -211,11 +222,7 @@ class VLLMEngine:
                     raise EngineError(f"the vLLM engine did not start within {timeout_s:.0f} s")
             reply = self._channel.recv()
         except (EOFError, OSError):  # its end closed, or reset: it exited, or is exiting
-            try:
-                self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                raise EngineError("the vLLM engine process closed its connection") from None
-            raise self._exited() from None
+            raise self._gone() from None
         if not reply["ok"]:
             raise EngineError(f"vLLM engine: {reply['error']}", reply.get("traceback", ""))
         return reply.get("value")
