@@ -58,18 +58,16 @@ def selective_log_softmax(logits: torch.Tensor, targets: torch.Tensor,
     return _SelectedLogSoftmax.apply(logits, targets, temperature)
 
 
-def completion_logps(
+def completion_logits(
     model: PreTrainedModel | torch.nn.Module,
     input_ids: torch.Tensor,  # (B, P + T) prompt (left-padded) then completion
     attention_mask: torch.Tensor,  # (B, P + T)
     completion_length: int,  # T
-    temperature: float = 1.0,
     prompt_model: torch.nn.Module | None = None,
 ) -> torch.Tensor:
-    """(B, T) float32: log π(o_t | q, o_<t) for each completion token, at the sampling
-    temperature (the distribution the tokens were drawn from, as TRL does). Rows with the same
-    prompt (a GRPO group) share one pass over it (trainer.prefix); ``prompt_model`` runs that
-    pass when ``model`` is a DDP wrapper, None to always run whole sequences."""
+    """(B, T, V): the logits that predict each completion token. Rows with the same prompt
+    (a GRPO group) share one pass over it (trainer.prefix); ``prompt_model`` runs that pass
+    when ``model`` is a DDP wrapper, None to always run whole sequences."""
     logits = None
     if prompt_model is not None:
         logits = shared_prompt_logits(model, prompt_model, input_ids, attention_mask,
@@ -80,5 +78,20 @@ def completion_logps(
                        logits_to_keep=completion_length + 1,
                        **position_kwargs(model, position_ids(attention_mask))
                        ).logits[:, :-1, :]  # (B, T, V)
+    return logits
+
+
+def completion_logps(
+    model: PreTrainedModel | torch.nn.Module,
+    input_ids: torch.Tensor,  # (B, P + T) prompt (left-padded) then completion
+    attention_mask: torch.Tensor,  # (B, P + T)
+    completion_length: int,  # T
+    temperature: float = 1.0,
+    prompt_model: torch.nn.Module | None = None,
+) -> torch.Tensor:
+    """(B, T) float32: log π(o_t | q, o_<t) for each completion token, at the sampling
+    temperature (the distribution the tokens were drawn from, as TRL does)."""
+    logits = completion_logits(model, input_ids, attention_mask, completion_length,
+                               prompt_model)
     targets = input_ids[:, -completion_length:]  # (B, T)
     return selective_log_softmax(logits, targets, temperature)

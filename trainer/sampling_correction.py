@@ -13,6 +13,13 @@ RL framework secretly brings you off-policy RL training"; TRL's
 kept within [C_min, C_max]: ``*_truncate`` clips w to it, ``*_mask`` sets w = 0 outside it
 (the sample drops out of the loss). Modes, bounds and metric names are TRL's, so a run
 moved from TRL reads the same numbers.
+
+With top-k or top-p the engine draws from, and gives the log-probs of, π/T renormalised over
+the tokens the truncation keeps; against the trainer's π/T over the whole vocabulary every
+ratio would carry the kept mass S_t < 1 (TRL's open issue 6789), and a sequence weight their
+product (0.9 a token over 200 tokens: 7e-10). So π_θ_old is put on the same support first:
+log π_θ_old − log S_t (``kept_log_mass``, the sampler's own rule replayed on the trainer's
+logits).
 """
 
 from __future__ import annotations
@@ -58,3 +65,39 @@ def sampling_weights(old_logps: torch.Tensor, engine_logps: torch.Tensor, mask: 
 
 def _stat(values: torch.Tensor, reduce: object) -> float:
     return float(reduce(values)) if values.numel() else 0.0  # type: ignore[operator]
+
+
+def on_sampled_support(old_logps: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
+    """log π_θ_old renormalised over the tokens truncated sampling kept, as the engine's μ
+    is: log π_θ_old − log S_t (``kept``: ``kept_log_mass``; None: nothing was cut)."""
+    return old_logps if kept is None else old_logps - kept
+
+
+def truncates(top_k: int, top_p: float) -> bool:
+    """Whether sampling keeps only part of the vocabulary."""
+    return top_k > 0 or top_p < 1.0
+
+
+@torch.no_grad()
+def kept_log_mass(logits: torch.Tensor, temperature: float, top_k: int, top_p: float
+                  ) -> torch.Tensor:
+    """(B, T, V) logits → (B, T) float32 log S_t: the log of the mass softmax(logits / τ)
+    puts on the tokens that top-k, then top-p over what top-k kept, leave to sample from.
+    The rule is vLLM's and HF's (sort ascending; drop while the cumulative mass is at most
+    1 − p; keep at least the top token). Row by row: one (T, V) temporary."""
+    out = torch.zeros(logits.shape[:2], dtype=torch.float32, device=logits.device)
+    if not truncates(top_k, top_p):
+        return out
+    for b in range(logits.shape[0]):
+        row = logits[b].float() / temperature  # (T, V)
+        ordered = row.sort(dim=-1).values  # ascending
+        if 0 < top_k < row.shape[-1]:
+            kth = ordered[:, -top_k : -top_k + 1]  # (T, 1)
+            ordered = ordered.masked_fill(ordered < kth, -torch.inf)
+        if top_p < 1.0:
+            cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+            dropped = cumulative <= 1 - top_p
+            dropped[:, -1] = False
+            ordered = ordered.masked_fill(dropped, -torch.inf)
+        out[b] = torch.logsumexp(ordered, dim=-1) - torch.logsumexp(row, dim=-1)
+    return out

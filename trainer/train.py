@@ -47,7 +47,7 @@ from trainer.data import PromptStream, Row
 from trainer.engine.client import EngineError, VLLMEngine
 from trainer.engine.colocated import ColocatedEngine
 from trainer.engine.weights import check_adapters_syncable
-from trainer.logprobs import completion_logps
+from trainer.logprobs import completion_logits, selective_log_softmax
 from trainer.loss import loss_normalizer, policy_loss
 from trainer.metrics import RunLogger
 from trainer.models import (
@@ -61,7 +61,12 @@ from trainer.multiturn import ToolUse
 from trainer.rewards import RewardScorer, ScoredBatch, Scorer
 from trainer.rollout import Rollout, Sampling, eos_token_ids, greedy_texts
 from trainer.sampler import RolloutSampler, SampledBatch
-from trainer.sampling_correction import sampling_weights
+from trainer.sampling_correction import (
+    kept_log_mass,
+    on_sampled_support,
+    sampling_weights,
+    truncates,
+)
 from trainer.tools import call_format
 
 
@@ -226,16 +231,22 @@ class GRPOTrainer:
     # --- 4: log-probs ----------------------------------------------------------------------
 
     @torch.no_grad()
-    def _logps_no_grad(self, model: torch.nn.Module, batch: UpdateBatch) -> torch.Tensor:
+    def _logps_no_grad(self, model: torch.nn.Module, batch: UpdateBatch,
+                       kept: torch.Tensor | None = None) -> torch.Tensor:
         """(N, T) log-probs without a graph, over the same micro-batches as the update (the
-        same numerics: ratios are exactly 1 before the first update); 0 past a row's end."""
+        same numerics: ratios are exactly 1 before the first update); 0 past a row's end.
+        ``kept``, (N, T): filled with the log kept mass of truncated sampling (top-k/p)."""
+        c = self.config
         out = torch.zeros(batch.loss_mask.shape, dtype=torch.float32, device=self.device)
-        for sl in batch.slices(self.config.micro_batch_size):
+        for sl in batch.slices(c.micro_batch_size):
             part = batch.micro(sl)
             with self.autocast():
-                out[sl, : part.T] = completion_logps(model, part.ids, part.attn, part.T,
-                                                     self.config.temperature,
-                                                     self._prompt_model(model))
+                logits = completion_logits(model, part.ids, part.attn, part.T,
+                                           self._prompt_model(model))
+                out[sl, : part.T] = selective_log_softmax(logits, part.ids[:, -part.T :],
+                                                          c.temperature)
+            if kept is not None:
+                kept[sl, : part.T] = kept_log_mass(logits, c.temperature, c.top_k, c.top_p)
         return out
 
     def reference_logps(self, batch: UpdateBatch) -> torch.Tensor:
@@ -258,21 +269,24 @@ class GRPOTrainer:
         assert batch.engine_logps is not None and batch.old_logps is not None
         assert batch.sampled is not None
         weights, metrics = sampling_weights(
-            batch.old_logps, batch.engine_logps, batch.sampled, c.vllm_importance_sampling_mode,
+            on_sampled_support(batch.old_logps, batch.kept_log_mass), batch.engine_logps,
+            batch.sampled, c.vllm_importance_sampling_mode,
             c.vllm_importance_sampling_clip_min, c.vllm_importance_sampling_clip_max)
         if c.vllm_importance_sampling_correction:
             batch.sampling_weights = weights
         return metrics
 
-    def _part_weights(self, part: UpdateBatch, logps: torch.Tensor) -> torch.Tensor | None:
+    def _part_weights(self, part: UpdateBatch, logps: torch.Tensor,
+                      kept: torch.Tensor | None) -> torch.Tensor | None:
         """μ = 1: π_θ_old is the pass's own log-probs (the same weights, the same
         micro-batch), so a micro-batch's importance weights come from its forward, with no
         forward of their own."""
         c = self.config
         assert part.engine_logps is not None and part.sampled is not None
         weights, _ = sampling_weights(
-            logps.detach(), part.engine_logps, part.sampled, c.vllm_importance_sampling_mode,
-            c.vllm_importance_sampling_clip_min, c.vllm_importance_sampling_clip_max)
+            on_sampled_support(logps.detach(), kept), part.engine_logps, part.sampled,
+            c.vllm_importance_sampling_mode, c.vllm_importance_sampling_clip_min,
+            c.vllm_importance_sampling_clip_max)
         return weights if c.vllm_importance_sampling_correction else None
 
     # --- 5: the update ---------------------------------------------------------------------
@@ -320,12 +334,18 @@ class GRPOTrainer:
             skip_sync = self.world > 1 and k < len(slices) - 1  # DDP all-reduces the last
             with distributed.accumulating(self.model, skip_sync):
                 with self.autocast():
-                    logps = completion_logps(self.model, part.ids, part.attn, part.T,
-                                             c.temperature, self._prompt_model(self.model))
+                    logits = completion_logits(self.model, part.ids, part.attn, part.T,
+                                               self._prompt_model(self.model))
+                    logps = selective_log_softmax(logits, part.ids[:, -part.T :],
+                                                  c.temperature)
                 weights = part.sampling_weights
                 if seen is not None:
                     seen[sl, : part.T] = logps.detach()
-                    weights = self._part_weights(part, logps)
+                    kept = None
+                    if batch.kept_log_mass is not None:
+                        kept = kept_log_mass(logits.detach(), c.temperature, c.top_k, c.top_p)
+                        batch.kept_log_mass[sl, : part.T] = kept
+                    weights = self._part_weights(part, logps, kept)
                 loss, m = policy_loss(
                     logps, part.old_logps, part.ref_logps, part.advantages, part.loss_mask,
                     loss_type=c.loss_type, epsilon_low=c.epsilon_low,
@@ -365,18 +385,20 @@ class GRPOTrainer:
         t_train = time.perf_counter()
         self.policy.train()
         batch = UpdateBatch(ids, attn, T, loss_mask, advantages.to(self.device))
-        if c.num_iterations > 1:
-            batch.old_logps = self._logps_no_grad(self.policy, batch)
-        if c.beta > 0:
-            batch.ref_logps = self.reference_logps(batch)
         if rollout.engine_logps is not None:
             batch.engine_logps = rollout.engine_logps.to(self.device)
             drawn = rollout.completion_mask.float()
             if rollout.tool_mask is not None:
                 drawn *= rollout.tool_mask  # a tool's tokens were not sampled
             batch.sampled = drawn.to(self.device)
-            if batch.old_logps is not None:  # μ > 1: the weights before the passes
-                timing.update(self._correct_sampling(batch))
+            if truncates(c.top_k, c.top_p):  # the engine's μ is over the kept tokens
+                batch.kept_log_mass = torch.zeros_like(loss_mask)
+        if c.num_iterations > 1:
+            batch.old_logps = self._logps_no_grad(self.policy, batch, batch.kept_log_mass)
+        if c.beta > 0:
+            batch.ref_logps = self.reference_logps(batch)
+        if batch.engine_logps is not None and batch.old_logps is not None:
+            timing.update(self._correct_sampling(batch))  # μ > 1: the weights before the passes
         normalizer = self.normalizer(loss_mask)
         sums: dict[str, float] = {}
         losses, grad_norms = [], []
@@ -583,6 +605,9 @@ class UpdateBatch:
     sampling_weights: torch.Tensor | None = None
     engine_logps: torch.Tensor | None = None  # (N, T) μ of the sampled tokens, engine-drawn
     sampled: torch.Tensor | None = None  # (N, T) 1: a token the policy sampled (not a tool's)
+    # (N, T) log S_t, the mass π_θ_old puts on the tokens top-k/p left the engine to draw
+    # from (trainer/sampling_correction.py); None: sampling kept the whole vocabulary
+    kept_log_mass: torch.Tensor | None = None
 
     def slices(self, micro_batch_size: int) -> list[slice]:
         N = self.ids.shape[0]
@@ -603,7 +628,7 @@ class UpdateBatch:
         return UpdateBatch(self.ids[rows, start : P + T], attn[:, start : P + T], T,
                            self.loss_mask[rows, :T], self.advantages[rows],
                            cut(self.old_logps), cut(self.ref_logps), cut(self.sampling_weights),
-                           cut(self.engine_logps), cut(self.sampled))
+                           cut(self.engine_logps), cut(self.sampled), cut(self.kept_log_mass))
 
 
 def _tool_metrics(rollout: Rollout) -> dict[str, float]:

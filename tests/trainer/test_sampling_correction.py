@@ -3,13 +3,14 @@ loss: weights π_θ_old/μ per token or per sequence, clipped or masked as TRL's
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 import torch
 
 from trainer.loss import policy_loss
-from trainer.sampling_correction import sampling_weights
+from trainer.sampling_correction import kept_log_mass, on_sampled_support, sampling_weights
 
 OLD = torch.log(torch.tensor([[0.5, 0.4, 0.9], [0.2, 0.3, 0.1]]))
 ENGINE = torch.log(torch.tensor([[0.25, 0.4, 0.3], [0.2, 0.6, 0.9]]))
@@ -81,3 +82,49 @@ def test_a_token_without_a_finite_engine_log_prob_weighs_one_and_long_gaps_stay_
     ones = torch.ones(1, 4096)
     assert sampling_weights(old, far, ones, "sequence_mask", None, 3.0)[0].item() == 0.0
     assert sampling_weights(old, far, ones, "sequence_truncate", None, 3.0)[0].item() == 3.0
+
+
+def _nucleus(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """The tokens a sampler keeps, written out as the rule reads: the top_k most likely,
+    then of those (renormalised) the most likely until their mass reaches top_p."""
+    keep = torch.zeros_like(probs, dtype=torch.bool)
+    for index in itertools.product(*map(range, probs.shape[:-1])):
+        p = probs[index]
+        order = p.argsort(descending=True)
+        if top_k:
+            order = order[:top_k]
+        q = p[order] / p[order].sum()
+        before = q.cumsum(0) - q  # the mass of the tokens more likely than each
+        keep[index][order[before < top_p]] = True
+    return keep
+
+
+@pytest.mark.parametrize(("top_k", "top_p"), [(0, 0.9), (10, 1.0), (10, 0.8)])
+def test_the_kept_mass_follows_the_samplers_rule(top_k: int, top_p: float) -> None:
+    generator = torch.Generator().manual_seed(0)
+    logits = 3 * torch.randn(2, 5, 50, generator=generator)
+    probs = (logits / 0.7).softmax(-1)
+    expected = (probs * _nucleus(probs, top_k, top_p)).sum(-1).log()
+    assert torch.allclose(kept_log_mass(logits, 0.7, top_k, top_p), expected, atol=1e-5)
+
+
+def test_truncated_sampling_alone_leaves_the_importance_weights_at_one() -> None:
+    """The engine gives log-probs over the tokens top-p kept (renormalised there), the
+    trainer's π_θ_old is over the whole vocabulary: with the same weights every token's
+    ratio would be the kept mass (< 1), and under sequence_mask a sample's weight their
+    product, its policy term scaled towards 0. On the same support the weights are 1."""
+    generator = torch.Generator().manual_seed(0)
+    B, T, V, top_p = 8, 64, 50, 0.9
+    logits = torch.randn(B, T, V, generator=generator)
+    probs = logits.softmax(-1)
+    keep = _nucleus(probs, 0, top_p)
+    nucleus = torch.where(keep, probs, 0.0)
+    nucleus = nucleus / nucleus.sum(-1, keepdim=True)
+    tokens = torch.multinomial(nucleus.view(-1, V), 1, generator=generator).view(B, T)
+    old = probs.log().gather(-1, tokens[..., None])[..., 0]  # the policy's π_θ_old
+    engine = nucleus.log().gather(-1, tokens[..., None])[..., 0]  # μ: vLLM's processed
+    assert float(sampling_weights(old, engine, torch.ones(B, T), "sequence_mask", None,
+                                  3.0)[0].mean()) < 0.01  # the bias, left alone
+    w, _ = sampling_weights(on_sampled_support(old, kept_log_mass(logits, 1.0, 0, top_p)),
+                            engine, torch.ones(B, T), "sequence_mask", None, 3.0)
+    assert torch.allclose(w, torch.ones_like(w), atol=1e-4)

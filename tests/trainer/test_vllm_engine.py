@@ -234,3 +234,22 @@ def test_the_importance_weights_cost_no_forward_of_their_own(tmp_path: Path,
         if engine == "vllm":
             assert metrics["sampling/importance_sampling_ratio/mean"] == pytest.approx(1, abs=1e-3)
     assert counts["vllm"] == counts["hf"] > 0, counts
+
+
+@pytest.mark.parametrize(("top_k", "top_p", "num_iterations"),
+                         [(0, 0.8, 1), (5, 1.0, 1), (5, 0.8, 2)])
+def test_truncated_sampling_leaves_the_importance_weights_at_one(
+        tmp_path: Path, vllm_engine: Any, top_k: int, top_p: float,
+        num_iterations: int) -> None:
+    """With top-k/top-p the engine's log-probs are over the tokens it kept; the weights
+    compare the policy's on that support, so an engine drawing the policy's own samples
+    weighs them 1 (over the whole vocabulary each token's ratio was the kept mass, and a
+    sample's weight their product)."""
+    trainer = _trainer(tmp_path, vllm_engine, top_k=top_k, top_p=top_p,
+                       num_iterations=num_iterations, max_steps=2)
+    for _ in range(2):
+        metrics = trainer.training_step()
+        assert metrics["sampling/importance_sampling_ratio/min"] > 0.99, metrics
+        assert metrics["sampling/importance_sampling_ratio/mean"] == pytest.approx(1, abs=1e-3)
+        assert metrics["sampling/sampling_logp_difference/mean"] < 1e-3, metrics
+    trainer.close()
