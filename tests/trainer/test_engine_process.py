@@ -182,3 +182,20 @@ def test_the_engine_is_told_to_keep_its_core_in_its_own_process(
     python.chmod(0o755)
     tiny_engine(python).close()
     assert seen.read_text().strip() == "0"
+
+
+def test_the_engine_process_sees_none_of_the_trainers_packages(tmp_path: Path) -> None:
+    """Its PYTHONPATH holds the engine's own two modules and nothing else: where the
+    trainer is installed (not editable) the folder above trainer/ is the trainer's
+    site-packages, whose transformers (>= 5.20) and torch would shadow vLLM's pins."""
+    seen = tmp_path / "pythonpath"
+    script = tmp_path / "fake_engine.py"
+    script.write_text(_FAKE_ENGINE)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nfind \"$PYTHONPATH\" -type f | sed \"s|^$PYTHONPATH/||\" "
+                      f"| sort > {seen}\nexec {sys.executable} {script} \"$@\"\n")
+    python.chmod(0o755)
+    tiny_engine(python).close()
+    assert seen.read_text().split() == [
+        "trainer/__init__.py", "trainer/engine/__init__.py", "trainer/engine/vllm_process.py",
+        "trainer/engine/wire.py"]

@@ -27,7 +27,6 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
-import trainer
 from trainer.engine.wire import channel_pair
 
 DEFAULT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
@@ -98,7 +97,7 @@ class VLLMEngine:
                # the engine core in the engine process: its sampler draws from the
                # generator each draw's seed is set in (a user's 1 would move it away)
                "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-               "PYTHONPATH": str(Path(trainer.__file__).resolve().parents[1])}
+               "PYTHONPATH": str(_engine_code(folder / "code"))}
         try:
             self._process = subprocess.Popen(
                 # -P: not the working directory first on sys.path (as -m puts it), where a
@@ -265,6 +264,20 @@ class StagedWeights:
 
 
 _ENGINE_PREFIX = "vllm-engine-"  # then the trainer's pid: whose copy it is
+_ENGINE_MODULES = ("wire.py", "vllm_process.py")  # all the engine process runs of ours
+
+
+def _engine_code(target: Path) -> Path:
+    """A folder with the engine process's own modules and nothing else, for its PYTHONPATH:
+    the folder above ``trainer/`` is site-packages where the trainer is installed (not
+    editable), and the trainer's torch and transformers there would shadow vLLM's."""
+    package = target / "trainer" / "engine"
+    package.mkdir(parents=True)
+    (target / "trainer" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    for name in _ENGINE_MODULES:
+        shutil.copyfile(Path(__file__).with_name(name), package / name)
+    return target
 
 
 def _write(weights: Mapping[str, torch.Tensor], path: Path) -> None:
