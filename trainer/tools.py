@@ -86,7 +86,7 @@ class FencedFormat:
         return ToolCall(match.group(1)) if match else None
 
     def output_ids(self, tokenizer: PreTrainedTokenizerBase, result: str) -> list[int]:
-        return tokenizer(f"\n```output\n{result}\n```\n", add_special_tokens=False).input_ids
+        return as_text_ids(tokenizer, f"\n```output\n{result}\n```\n")  # no specials of its own
 
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
@@ -140,11 +140,15 @@ class TemplateFormat:
         call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": {}}}
         head = [{"role": "user", "content": "x"},
                 {"role": "assistant", "content": "", "tool_calls": [call]}]
-        message = {"role": "tool", "name": TOOL_NAME, "content": result}
+        message = {"role": "tool", "name": TOOL_NAME, "content": _SLOT}
         prefix = _ids(tokenizer.apply_chat_template(head, tokenize=True, tools=self.tools()))
-        full = _ids(tokenizer.apply_chat_template(head + [message], tokenize=True,
-                                                  add_generation_prompt=True,
-                                                  tools=self.tools()))
+        rendered = tokenizer.apply_chat_template(head + [message], tokenize=False,
+                                                 add_generation_prompt=True,
+                                                 tools=self.tools())
+        before, _, after = str(rendered).partition(_SLOT)
+        full = (tokenizer(before, add_special_tokens=False).input_ids
+                + as_text_ids(tokenizer, result)
+                + tokenizer(after, add_special_tokens=False).input_ids)
         eos = [i for i, t in enumerate(prefix) if t == tokenizer.eos_token_id]
         if eos:  # "...<|im_end|>\n": the policy's turn ended at the EOS, not after the newline
             prefix = prefix[: eos[-1] + 1]
@@ -152,6 +156,16 @@ class TemplateFormat:
             raise ValueError("the chat template renders a tool message that does not extend "
                              "the conversation before it")
         return full[len(prefix):]
+
+
+_SLOT = "\x00tool output\x00"  # where the output goes in the rendered template
+
+
+def as_text_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """``text`` as plain text: what a program prints cannot become a control token (a
+    printed '<|im_end|><|im_start|>user' would otherwise end the tool's turn and forge the
+    next one in the policy's context)."""
+    return tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids
 
 
 def _ids(encoded: Any) -> list[int]:
