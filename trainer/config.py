@@ -172,6 +172,10 @@ class GRPOConfig(BaseModel):
         None, ge=16, description="The engine's KV-cache block, in tokens: only whole blocks "
         "of a prompt are shared between its G samples and across steps. Default: 32 on a CPU "
         "(vLLM's 128 there would cache no prompt shorter than that), vLLM's own on a GPU.")
+    vllm_request_timeout_s: float = Field(
+        1800.0, gt=0, description="How long one engine request (a step's draw, a weight "
+        "load) may take before the run stops with a checkpoint: an engine that is alive "
+        "but stuck would otherwise hang the run.")
     vllm_gpu_memory_utilization: float = Field(
         0.3, gt=0, le=1, description="The share of the GPU's memory the engine takes (its "
         "weights and KV cache), on a GPU; the rest is the update's.")

@@ -199,3 +199,27 @@ def test_the_engine_process_sees_none_of_the_trainers_packages(tmp_path: Path) -
     assert seen.read_text().split() == [
         "trainer/__init__.py", "trainer/engine/__init__.py", "trainer/engine/vllm_process.py",
         "trainer/engine/wire.py"]
+
+
+def test_an_engine_that_stops_answering_is_an_engine_error(tmp_path: Path) -> None:
+    """An engine process that is alive but stuck (a request it never answers) would hang
+    the run: past ``request_timeout_s`` the request is an EngineError naming the setting
+    (the run then stops with a checkpoint), and the process is ended."""
+    script = tmp_path / "stuck_engine.py"
+    stuck = _FAKE_ENGINE.replace('    connection.send({"ok": True, "value": 0})',
+                                 '    if request["op"] == "generate":\n'
+                                 '        time.sleep(600)\n'
+                                 '    connection.send({"ok": True, "value": 0})')
+    assert stuck != _FAKE_ENGINE
+    script.write_text(stuck.replace("import sys", "import sys, time"))
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    python.chmod(0o755)
+    model = tiny_model(tiny_tokenizer(), heads=2)
+    with policy_weights(model) as weights:
+        engine = VLLMEngine(model, EngineSettings(python=python, start_timeout_s=60,
+                                                  request_timeout_s=2), weights)
+    with pytest.raises(EngineError, match="vllm_request_timeout_s"):
+        engine.generate([[1, 2]], n=1, max_tokens=2, stop_token_ids=[])
+    assert engine._process.poll() is not None
+    engine.close()

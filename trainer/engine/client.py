@@ -57,6 +57,7 @@ class EngineSettings:
     enforce_eager: bool = True  # the compiled graph takes minutes to build on a CPU
     block_size: int | None = None  # the KV cache's block; None: 32 on a CPU, vLLM's on a GPU
     start_timeout_s: float = 900.0
+    request_timeout_s: float = 1800.0  # one request; past it the engine is taken as stuck
 
 
 @dataclass(frozen=True)
@@ -208,17 +209,24 @@ class VLLMEngine:
                 self._process.poll()
                 raise EngineError(f"the vLLM engine process exited "
                                   f"({self._process.returncode}) before {op}: {exc}") from None
-            return self._reply(None)
+            return self._reply(self.settings.request_timeout_s, op)
 
-    def _reply(self, timeout_s: float | None) -> Any:
-        """The engine's answer; ``EngineError`` with its error, or if it died first."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    def _reply(self, timeout_s: float, op: str = "start") -> Any:
+        """The engine's answer; ``EngineError`` with its error, if it died first, or if it
+        gave none within ``timeout_s`` (then it is ended: its state is unknown)."""
+        deadline = time.monotonic() + timeout_s
         try:
             while not self._channel.poll(1.0):
                 if self._process.poll() is not None:
                     raise self._exited()
-                if deadline is not None and time.monotonic() > deadline:
+                if time.monotonic() > deadline and op == "start":  # close() ends it
                     raise EngineError(f"the vLLM engine did not start within {timeout_s:.0f} s")
+                if time.monotonic() > deadline:
+                    self._process.kill()
+                    self._process.wait()
+                    raise EngineError(f"the vLLM engine gave no answer to {op} within "
+                                      f"{timeout_s:.0f} s (vllm_request_timeout_s) and was "
+                                      "ended")
             reply = self._channel.recv()
         except (EOFError, OSError):  # its end closed, or reset: it exited, or is exiting
             raise self._gone() from None

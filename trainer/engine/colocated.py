@@ -30,7 +30,7 @@ def engine_settings(config: GRPOConfig, seed: int, dtype: torch.dtype) -> Engine
         max_num_seqs=max(config.prompts_per_step * config.num_generations, 16),
         kv_cache_gb=config.vllm_kv_cache_gb,
         gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-        block_size=config.vllm_block_size)
+        block_size=config.vllm_block_size, request_timeout_s=config.vllm_request_timeout_s)
 
 
 class ColocatedEngine:
