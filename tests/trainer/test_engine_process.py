@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from trainer.engine import client
 from trainer.engine.client import EngineError, EngineSettings, VLLMEngine
@@ -223,3 +224,21 @@ def test_an_engine_that_stops_answering_is_an_engine_error(tmp_path: Path) -> No
         engine.generate([[1, 2]], n=1, max_tokens=2, stop_token_ids=[])
     assert engine._process.poll() is not None
     engine.close()
+
+
+def test_a_context_longer_than_the_model_is_refused_before_the_engine_starts(
+        tmp_path: Path) -> None:
+    """vLLM refuses a max_model_len beyond the model's positions in three lines that name
+    its own environment override (which it says can give NaNs); the trainer names its
+    settings instead, before starting anything."""
+    from trainer.config import GRPOConfig, RewardSpec
+    from trainer.engine.colocated import ColocatedEngine
+
+    model = tiny_model(tiny_tokenizer(), heads=2)
+    limit = model.config.max_position_embeddings
+    config = GRPOConfig(model="tiny", dataset="unused", output_dir=str(tmp_path / "run"),
+                        rewards=[RewardSpec(verifier="local")], rollout_engine="vllm",
+                        vllm_python=str(fake_python(tmp_path)), max_prompt_length=limit,
+                        max_completion_length=8)
+    with pytest.raises(EngineError, match="max_prompt_length \\+ max_completion_length"):
+        ColocatedEngine.start(config, 0, torch.float32, model, tiny_tokenizer(), [1])

@@ -242,7 +242,8 @@ def _start_failure(error: str, returncode: int | None, settings: EngineSettings)
         cause = ("the vLLM engine was killed while starting (out of memory?): lower "
                  f"vllm_kv_cache_gb ({settings.kv_cache_gb} GB now) or max_completion_length")
     else:
-        cause = (f"the vLLM engine could not start ({error.removeprefix('vLLM engine: ')}): "
+        reason = error.removeprefix("vLLM engine: ").splitlines()[0]  # one line
+        cause = (f"the vLLM engine could not start ({reason}): "
                  f"check that vLLM can run this model at vllm_dtype {settings.dtype}")
     return f"{cause}; or set rollout_engine: hf to sample with HF generate"
 

@@ -11,7 +11,13 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from trainer.config import GRPOConfig
-from trainer.engine.client import DEFAULT_PYTHON, EngineSettings, StagedWeights, VLLMEngine
+from trainer.engine.client import (
+    DEFAULT_PYTHON,
+    EngineError,
+    EngineSettings,
+    StagedWeights,
+    VLLMEngine,
+)
 from trainer.engine.multiturn import generate_with_tools_on_engine
 from trainer.engine.sampling import generate_on_engine
 from trainer.engine.weights import policy_weights
@@ -50,6 +56,11 @@ class ColocatedEngine:
     def start(cls, config: GRPOConfig, seed: int, dtype: torch.dtype, policy: torch.nn.Module,
               tokenizer: PreTrainedTokenizerBase, eos_ids: list[int]) -> ColocatedEngine:
         """A new engine, loaded with ``policy``'s config and weights."""
+        context = config.max_prompt_length + config.max_completion_length
+        limit = getattr(_base(policy).config, "max_position_embeddings", None)
+        if limit is not None and context > limit:  # vLLM refuses it, in three lines
+            raise EngineError(f"max_prompt_length + max_completion_length = {context} is more "
+                              f"than the model's context ({limit} positions): lower them")
         with policy_weights(policy) as weights:
             engine = VLLMEngine(_base(policy), engine_settings(config, seed, dtype), weights)
         return cls(engine, policy, tokenizer, eos_ids, synced=True)
