@@ -205,10 +205,8 @@ class VLLMEngine:
         with self._lock:
             try:
                 self._channel.send({"op": op, **request})
-            except OSError as exc:  # the process is gone: say so, as _reply does
-                self._process.poll()
-                raise EngineError(f"the vLLM engine process exited "
-                                  f"({self._process.returncode}) before {op}: {exc}") from None
+            except OSError:  # the process is gone, or going: say so, as _reply does
+                raise self._gone() from None
             return self._reply(self.settings.request_timeout_s, op)
 
     def _reply(self, timeout_s: float, op: str = "start") -> Any:
