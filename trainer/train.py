@@ -240,14 +240,20 @@ class GRPOTrainer:
         out = torch.zeros(batch.loss_mask.shape, dtype=torch.float32, device=self.device)
         for sl in batch.slices(c.micro_batch_size):
             part = batch.micro(sl)
-            with self.autocast():
-                logits = completion_logits(model, part.ids, part.attn, part.T,
-                                           self._prompt_model(model))
-                out[sl, : part.T] = selective_log_softmax(logits, part.ids[:, -part.T :],
-                                                          c.temperature)
+            logits, out[sl, : part.T] = self._forward(model, part)
             if kept is not None:
                 kept[sl, : part.T] = kept_log_mass(logits, c.temperature, c.top_k, c.top_p)
         return out
+
+    def _forward(self, model: torch.nn.Module, part: UpdateBatch
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A micro-batch's completion logits (B, T, V) and their tokens' log-probs (B, T) at
+        the sampling temperature; the logits also give truncated sampling's kept mass."""
+        with self.autocast():
+            logits = completion_logits(model, part.ids, part.attn, part.T,
+                                       self._prompt_model(model))
+            return logits, selective_log_softmax(logits, part.ids[:, -part.T :],
+                                                 self.config.temperature)
 
     def reference_logps(self, batch: UpdateBatch) -> torch.Tensor:
         """Log-probs of the reference policy: the frozen copy, or with LoRA the policy's own
@@ -333,17 +339,13 @@ class GRPOTrainer:
             part = batch.micro(sl)
             skip_sync = self.world > 1 and k < len(slices) - 1  # DDP all-reduces the last
             with distributed.accumulating(self.model, skip_sync):
-                with self.autocast():
-                    logits = completion_logits(self.model, part.ids, part.attn, part.T,
-                                               self._prompt_model(self.model))
-                    logps = selective_log_softmax(logits, part.ids[:, -part.T :],
-                                                  c.temperature)
+                logits, logps = self._forward(self.model, part)
                 weights = part.sampling_weights
                 if seen is not None:
                     seen[sl, : part.T] = logps.detach()
                     kept = None
                     if batch.kept_log_mass is not None:
-                        kept = kept_log_mass(logits.detach(), c.temperature, c.top_k, c.top_p)
+                        kept = kept_log_mass(logits, c.temperature, c.top_k, c.top_p)
                         batch.kept_log_mass[sl, : part.T] = kept
                     weights = self._part_weights(part, logps, kept)
                 loss, m = policy_loss(

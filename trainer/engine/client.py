@@ -217,14 +217,14 @@ class VLLMEngine:
             while not self._channel.poll(1.0):
                 if self._process.poll() is not None:
                     raise self._exited()
-                if time.monotonic() > deadline and op == "start":  # close() ends it
+                if time.monotonic() <= deadline:
+                    continue
+                if op == "start":  # close() ends it
                     raise EngineError(f"the vLLM engine did not start within {timeout_s:.0f} s")
-                if time.monotonic() > deadline:
-                    self._process.kill()
-                    self._process.wait()
-                    raise EngineError(f"the vLLM engine gave no answer to {op} within "
-                                      f"{timeout_s:.0f} s (vllm_request_timeout_s) and was "
-                                      "ended")
+                self._process.kill()
+                self._process.wait()
+                raise EngineError(f"the vLLM engine gave no answer to {op} within "
+                                  f"{timeout_s:.0f} s (vllm_request_timeout_s) and was ended")
             reply = self._channel.recv()
         except (EOFError, OSError):  # its end closed, or reset: it exited, or is exiting
             raise self._gone() from None
@@ -334,22 +334,13 @@ def _shared_dir() -> str | None:
 
 
 def _contiguous(weights: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """What safetensors writes: contiguous CPU tensors, each tensor once (a tied head is the
-    embedding's weight, listed under both names: the engine ties it itself). A sharded
-    parameter (FSDP2's DTensor) is gathered whole: every rank calls this in the same order."""
+    """What safetensors writes: contiguous CPU tensors. Ties are already left out
+    (``weights.policy_weights``, by parameter identity). A sharded parameter (FSDP2's
+    DTensor) is gathered whole: every rank gathers every name in the same order."""
     out: dict[str, torch.Tensor] = {}
-    seen: set[tuple[int, tuple[int, ...]]] = set()
     for name, tensor in weights.items():
         tensor = tensor.detach()
         if hasattr(tensor, "full_tensor"):
-            # every name gathered, in order, on every rank; no address tells a tie here: a
-            # gathered tensor is a temporary whose memory (on a GPU) the next gather of its
-            # size reuses, so two weights would look like one (policy_weights leaves ties out)
-            out[name] = tensor.full_tensor().to("cpu").contiguous()
-            continue
-        key = (tensor.data_ptr(), tuple(tensor.shape))
-        if key in seen and tensor.numel():
-            continue
-        seen.add(key)
+            tensor = tensor.full_tensor()
         out[name] = tensor.to("cpu").contiguous()
     return out
