@@ -183,7 +183,7 @@ class GRPOTrainer:
         if engine is not None:
             return ColocatedEngine(engine, self.policy, self.tokenizer, eos_ids)
         return ColocatedEngine.start(self.config, self.config.seed + self.rank, self.dtype,
-                                     self.policy, self.tokenizer, eos_ids)
+                                     self.policy, self.tokenizer, eos_ids, self.rank)
 
     def _wrap(self, policy: torch.nn.Module) -> torch.nn.Module:
         """The module the update runs through: DDP or FSDP over the ranks, or the policy."""

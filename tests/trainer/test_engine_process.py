@@ -242,3 +242,71 @@ def test_a_context_longer_than_the_model_is_refused_before_the_engine_starts(
                         max_completion_length=8)
     with pytest.raises(EngineError, match="max_prompt_length \\+ max_completion_length"):
         ColocatedEngine.start(config, 0, torch.float32, model, tiny_tokenizer(), [1])
+
+
+def test_the_engines_output_goes_to_its_log_not_the_trainers_terminal(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """vLLM writes pages at every start (and a warning per request here), over the
+    trainer's progress and its one-line errors; with ``log_path`` all of it goes there,
+    both streams, and a second engine of the run adds to the file."""
+    script = tmp_path / "chatty_engine.py"
+    script.write_text("import sys\nprint('INFO vllm says hello', flush=True)\n"
+                      "print('WARNING from stderr', file=sys.stderr, flush=True)\n"
+                      + _FAKE_ENGINE)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    python.chmod(0o755)
+    log = tmp_path / "run" / "vllm_engine.log"
+    model = tiny_model(tiny_tokenizer(), heads=2)
+    for _ in range(2):
+        with policy_weights(model) as weights:
+            VLLMEngine(model, EngineSettings(python=python, start_timeout_s=60, log_path=log),
+                       weights).close()
+    out, err = capfd.readouterr()
+    assert "vllm says hello" not in out + err and "from stderr" not in out + err
+    assert log.read_text().count("INFO vllm says hello") == 2
+    assert log.read_text().count("WARNING from stderr") == 2
+
+
+def test_an_engine_that_dies_is_one_line_with_its_log_and_last_words(tmp_path: Path) -> None:
+    """An engine that exits mid-run (killed, or vLLM's own error) stops the run with one
+    line: it names the log and quotes its last lines, so the cause shows without a
+    search through a log the terminal no longer holds."""
+    script = tmp_path / "dying_engine.py"
+    dying = _FAKE_ENGINE.replace('    connection.send({"ok": True, "value": 0})',
+                                 '    if request["op"] == "generate":\n'
+                                 '        print("x" * 5000)\n'
+                                 '        print("RuntimeError: out of KV cache blocks",'
+                                 ' flush=True)\n'
+                                 '        sys.exit(3)\n'
+                                 '    connection.send({"ok": True, "value": 0})')
+    assert dying != _FAKE_ENGINE
+    script.write_text(dying)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    python.chmod(0o755)
+    log = tmp_path / "vllm_engine.log"
+    model = tiny_model(tiny_tokenizer(), heads=2)
+    with policy_weights(model) as weights:
+        engine = VLLMEngine(model, EngineSettings(python=python, start_timeout_s=60,
+                                                  log_path=log), weights)
+    with pytest.raises(EngineError) as error:
+        engine.generate([[1, 2]], n=1, max_tokens=2, stop_token_ids=[])
+    message = str(error.value)
+    assert "\n" not in message
+    assert str(log) in message and "RuntimeError: out of KV cache blocks" in message
+    assert len(message) < 800  # the 5000-character line is cut, not pasted whole
+    engine.close()
+
+
+def test_a_runs_engines_log_in_its_output_folder_one_per_rank(tmp_path: Path) -> None:
+    """Each rank's engine writes a file of its own in the run's folder: two engines'
+    lines interleaved in one file could not be told apart."""
+    from trainer.config import GRPOConfig, RewardSpec
+    from trainer.engine.colocated import engine_settings
+
+    config = GRPOConfig(model="tiny", dataset="unused", output_dir=str(tmp_path / "run"),
+                        rewards=[RewardSpec(verifier="local")], rollout_engine="vllm")
+    logs = {engine_settings(config, 0, torch.float32, rank).log_path for rank in (0, 1)}
+    assert logs == {tmp_path / "run" / "vllm_engine.log",
+                    tmp_path / "run" / "vllm_engine-rank1.log"}

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from safetensors import SafetensorError
@@ -58,6 +58,9 @@ class EngineSettings:
     block_size: int | None = None  # the KV cache's block; None: 32 on a CPU, vLLM's on a GPU
     start_timeout_s: float = 900.0
     request_timeout_s: float = 1800.0  # one request; past it the engine is taken as stuck
+    # where the engine's own output goes (vLLM logs every start and warning at length, over
+    # the trainer's progress); None: the trainer's terminal
+    log_path: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class VLLMEngine:
         except EngineError:
             self._folder.cleanup()
             raise
+        self._log = _open_log(settings.log_path)
         self._channel, child_fd = channel_pair()
         self._lock = threading.Lock()  # one request at a time: a thread drawing ahead, eval
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gb),
@@ -106,6 +110,7 @@ class VLLMEngine:
                 [str(settings.python), "-P", "-m", "trainer.engine.vllm_process", "--fd",
                  str(child_fd)],
                 pass_fds=[child_fd], env=env, stdin=subprocess.DEVNULL,
+                stdout=self._log, stderr=subprocess.STDOUT if self._log else None,
                 # its own session: Ctrl-C at the terminal reaches the trainer, which ends
                 # the engine itself, not vLLM's KeyboardInterrupt traceback
                 start_new_session=True)
@@ -113,6 +118,8 @@ class VLLMEngine:
             os.close(child_fd)
             self._channel.close()
             self._folder.cleanup()
+            if self._log is not None:
+                self._log.close()
             raise EngineError(f"vllm_python {settings.python} could not be run ({exc}): run "
                               "'bash scripts/setup_vllm.sh' (or set vllm_python to the "
                               "Python of an environment with vLLM), or set rollout_engine: "
@@ -182,6 +189,8 @@ class VLLMEngine:
                 self._process.wait()
         self._channel.close()
         self._folder.cleanup()
+        if self._log is not None:
+            self._log.close()
 
     def __enter__(self) -> VLLMEngine:
         return self
@@ -190,8 +199,8 @@ class VLLMEngine:
         self.close()
 
     def _exited(self) -> EngineError:
-        return EngineError(f"the vLLM engine process exited ({self._process.returncode}); its "
-                           "log is above")
+        return EngineError(f"the vLLM engine process exited ({self._process.returncode}); "
+                           + _where_logged(self.settings.log_path))
 
     def _gone(self) -> EngineError:
         """The error for a connection the engine closed: it exited, or is exiting."""
@@ -243,7 +252,37 @@ def _start_failure(error: str, returncode: int | None, settings: EngineSettings)
         reason = error.removeprefix("vLLM engine: ").splitlines()[0]  # one line
         cause = (f"the vLLM engine could not start ({reason}): "
                  f"check that vLLM can run this model at vllm_dtype {settings.dtype}")
+    if settings.log_path is not None:  # the reason is said: where to read more
+        cause += f" (its log is {settings.log_path})"
     return f"{cause}; or set rollout_engine: hf to sample with HF generate"
+
+
+def _open_log(path: Path | None) -> IO[bytes] | None:
+    """The engine's log file, appended to (a resumed run keeps the earlier engines' logs)."""
+    if path is None:
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("ab")
+    except OSError as exc:
+        raise EngineError(f"cannot write the vLLM engine's log at {path} ({exc}): check that "
+                          "output_dir is writable") from None
+
+
+def _where_logged(path: Path | None, lines: int = 3) -> str:
+    """Where to read why the engine stopped, with its last lines where they are in a file:
+    the one line the run ends with should say what happened without a search."""
+    if path is None:
+        return "its log is above"
+    try:
+        with path.open("rb") as log:
+            start = max(0, log.seek(0, os.SEEK_END) - 4096)
+            log.seek(start)
+            tail = log.read().decode("utf-8", "replace").splitlines()[1 if start else 0:]
+    except OSError:
+        tail = []
+    last = " | ".join([line.strip()[:200] for line in tail if line.strip()][-lines:])
+    return f"its log is {path}" + (f", ending: {last}" if last else "")
 
 
 class StagedWeights:

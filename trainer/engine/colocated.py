@@ -25,10 +25,12 @@ from trainer.multiturn import ToolUse, closer_ids
 from trainer.rollout import Prompt, Rollout, Sampling
 
 
-def engine_settings(config: GRPOConfig, seed: int, dtype: torch.dtype) -> EngineSettings:
-    """The engine's settings from the run's: the trainer's compute dtype, and a context
-    that holds a prompt and a completion."""
-    return EngineSettings(
+def engine_settings(config: GRPOConfig, seed: int, dtype: torch.dtype, rank: int = 0
+                    ) -> EngineSettings:
+    """The engine's settings from the run's: the trainer's compute dtype, a context that
+    holds a prompt and a completion, and its log in the run's folder (one per rank)."""
+    log = "vllm_engine.log" if rank == 0 else f"vllm_engine-rank{rank}.log"
+    return EngineSettings(log_path=Path(config.output_dir) / log,
         python=Path(config.vllm_python) if config.vllm_python else DEFAULT_PYTHON,
         dtype=(str(dtype).removeprefix("torch.") if config.vllm_dtype == "auto"
                else config.vllm_dtype), seed=seed,
@@ -54,7 +56,8 @@ class ColocatedEngine:
 
     @classmethod
     def start(cls, config: GRPOConfig, seed: int, dtype: torch.dtype, policy: torch.nn.Module,
-              tokenizer: PreTrainedTokenizerBase, eos_ids: list[int]) -> ColocatedEngine:
+              tokenizer: PreTrainedTokenizerBase, eos_ids: list[int], rank: int = 0
+              ) -> ColocatedEngine:
         """A new engine, loaded with ``policy``'s config and weights."""
         context = config.max_prompt_length + config.max_completion_length
         limit = getattr(_base(policy).config, "max_position_embeddings", None)
@@ -62,7 +65,8 @@ class ColocatedEngine:
             raise EngineError(f"max_prompt_length + max_completion_length = {context} is more "
                               f"than the model's context ({limit} positions): lower them")
         with policy_weights(policy) as weights:
-            engine = VLLMEngine(_base(policy), engine_settings(config, seed, dtype), weights)
+            engine = VLLMEngine(_base(policy), engine_settings(config, seed, dtype, rank),
+                                weights)
         return cls(engine, policy, tokenizer, eos_ids, synced=True)
 
     def generate(self, rows: list[dict[str, Any]], prompts: list[Prompt],
