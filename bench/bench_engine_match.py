@@ -7,6 +7,13 @@ common first tokens. A difference beyond the standard errors would be a sampling
 (a hidden penalty, a stop id missed, a wrong temperature); equal figures leave any
 difference in learning to the random streams.
 
+It also checks each sampler token by token (``calibration``): the policy re-reads every
+drawn completion, and at each drawn position the token that was drawn is compared with
+what softmax(logits/T) of its prefix expects: how often it is EOS, how often the most likely
+token, and its log-prob against minus the entropy. Summed over every position each is a
+martingale, so under exact sampling its z-score is N(0, 1) whatever the prompts; a sampler
+drawing at another temperature, or stopping too often or too rarely, shows as |z| of many.
+
     python -m bench.bench_engine_match [--prompts 64] [--g 8] [--rounds 4] [--publish]
 
 Writes JSON (date, commit, machine, figures) through ``bench/record.py``
@@ -59,6 +66,43 @@ def summary(tokenizer: Any, rollouts: list[Any], g: int) -> dict[str, Any]:
             "first_tokens": {tokenizer.decode([t]): c for t, c in common}}
 
 
+@torch.no_grad()
+def calibration(model: Any, rollouts: list[Any], temperature: float, eos_ids: list[int],
+                chunk: int = 32) -> dict[str, dict[str, float]]:
+    """Per drawn token, what was drawn against what π/T of its prefix expects (the
+    module's docstring): {statistic: observed, expected, z}, summed over every drawn
+    position of ``rollouts``."""
+    from trainer.logprobs import completion_logits
+
+    sums = {k: [0.0, 0.0, 0.0] for k in ("eos", "argmax", "log_prob")}  # observed, E, Var
+    for rollout in rollouts:
+        ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], 1)
+        attention = torch.cat([rollout.prompt_mask, rollout.completion_mask], 1)
+        width = rollout.completion_ids.shape[1]
+        for i in range(0, ids.shape[0], chunk):
+            logp = (completion_logits(model, ids[i : i + chunk], attention[i : i + chunk],
+                                      width).float() / temperature).log_softmax(-1)
+            p = logp.exp()  # (B, T, V)
+            drawn = rollout.completion_ids[i : i + chunk]
+            mask = rollout.completion_mask[i : i + chunk].bool()
+            drawn_logp = logp.gather(-1, drawn.unsqueeze(-1)).squeeze(-1)
+            top, top_id = p.max(-1)
+            stop = p[..., eos_ids].sum(-1)  # any EOS id ends a completion
+            entropy = -(p * logp).sum(-1)
+            second = (p * logp * logp).sum(-1)
+            for key, observed, mean, var in (
+                    ("eos", torch.isin(drawn, torch.tensor(eos_ids)).float(), stop,
+                     stop * (1 - stop)),
+                    ("argmax", (drawn == top_id).float(), top, top * (1 - top)),
+                    ("log_prob", drawn_logp, -entropy, second - entropy * entropy)):
+                sums[key][0] += float(observed[mask].sum())
+                sums[key][1] += float(mean[mask].sum())
+                sums[key][2] += float(var[mask].sum())
+    return {key: {"observed": round(o, 2), "expected": round(e, 2),
+                  "z": round((o - e) / v ** 0.5, 2) if v > 0 else 0.0}
+            for key, (o, e, v) in sums.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2")
@@ -100,6 +144,9 @@ def main() -> None:
                  for _ in range(args.rounds)]
     figures = {"hf": summary(tokenizer, hf, args.g),
                "vllm_float32": summary(tokenizer, drawn, args.g)}
+    for name, rollouts in (("hf", hf), ("vllm_float32", drawn)):
+        figures[name]["calibration"] = calibration(model, rollouts, demo.temperature,
+                                                   eos_ids)
     gap = abs(figures["hf"]["mean_reward"] - figures["vllm_float32"]["mean_reward"])
     se = (figures["hf"]["reward_standard_error"] ** 2
           + figures["vllm_float32"]["reward_standard_error"] ** 2) ** 0.5
