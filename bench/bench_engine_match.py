@@ -1,9 +1,9 @@
 """Do the vLLM engine and the trainer's HF path draw from the same distribution at the demo's
 settings? Both draw P prompts × G samples of the arithmetic task (the demo's temperature and
 completion length, through the chat template) from the same float32 policy, R rounds each,
-and the bench compares what the loss and the reward see: the mean reward (the demo's
-last-number check), the completion length, the share cut at the length limit, and the most
-common first tokens. A difference beyond the standard errors would be a sampling defect
+and the bench compares what the loss and the reward see: the mean reward (what the demo
+pays: ``bench_trainer.reward_demo``), the completion length, the share cut at the length
+limit, and the most common first tokens. A difference beyond the standard errors would be a sampling defect
 (a hidden penalty, a stop id missed, a wrong temperature); equal figures leave any
 difference in learning to the random streams.
 
@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from bench.bench_trainer import reward_last_number
+from bench.bench_trainer import reward_demo
 from bench.record import commit, record
 
 
@@ -45,7 +45,7 @@ def summary(tokenizer: Any, rollouts: list[Any], g: int) -> dict[str, Any]:
     for rollout in rollouts:
         texts = rollout.texts
         distinct += [len(set(texts[i : i + g])) for i in range(0, len(texts), g)]
-        rewards += reward_last_number(rollout.texts, rollout.rows)
+        rewards += reward_demo(rollout.texts, rollout.rows, rollout.truncated.tolist())
         lengths += rollout.completion_mask.sum(1).tolist()
         truncated += rollout.truncated.float().tolist()
         for token in rollout.completion_ids[:, 0].tolist():

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from bench.bench_trainer import reward_last_number
+from bench.bench_trainer import reward_demo
 from bench.record import commit, record
 
 SAMPLERS = ("vllm", "hf")
@@ -133,7 +133,7 @@ def main() -> None:
     model, tokenizer = load_model(args.model, torch.float32, args.seed)
     prepare_tokenizer(tokenizer)
     trainer = GRPOTrainer(model, tokenizer, load_rows(config.dataset), config, None,
-                          scorer=FunctionScorer(reward_last_number))
+                          scorer=FunctionScorer(reward_demo))
     params = [p for p in trainer.policy.parameters() if p.requires_grad]
     before = [p.detach().clone() for p in params]
     total = sum(p.numel() for p in params)

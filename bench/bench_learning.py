@@ -5,9 +5,10 @@ Both train SmolLM2-135M-Instruct on the demo's task (generated additions) with t
 settings, read from ``examples/grpo_arithmetic.yaml`` and mapped one by one onto TRL's
 GRPOConfig (G, prompts per step, completion length, temperature, learning rate and its
 schedule, AdamW betas, clipping, loss type, β, reward scaling, gradient checkpointing), from
-the same initial weights, with the same reward function (the last number of the completion
-equals the answer: what the server's math verifier does with ``extract: last_number``, called
-in-process for both so only the trainer differs). Each trainer runs in its own process, one
+the same initial weights, with the same reward function (``bench_trainer.reward_demo``: the
+server's math verifier's reading with ``extract: last_number``, which pays no completion the
+length limit cut, called in-process for both so only the trainer differs; held-out accuracy
+is read the same way). Each trainer runs in its own process, one
 after the other, on one torch thread. Every ``--eval-every`` steps the clock stops and one
 shared function measures greedy accuracy on the same held-out questions. The x axis is
 training seconds, evaluation excluded, as the process's CPU time: single-threaded, that is the
@@ -48,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_trainer import reward_last_number
+from bench.bench_trainer import reward_demo, truncated_ids
 from bench.record import commit, record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,10 +111,10 @@ def held_out_accuracy(model: Any, tokenizer: Any, rows: list[dict], max_new_toke
             prompts = [format_prompt(r, tokenizer, "prompt", None, True).text for r in chunk]
             enc = tokenizer(prompts, return_tensors="pt", padding=True,
                             add_special_tokens=False).to(device)
-            out = model.generate(**enc, generation_config=gen)
-            texts = tokenizer.batch_decode(out[:, enc.input_ids.shape[1]:],
-                                           skip_special_tokens=True)
-            correct += reward_last_number(texts, chunk)
+            out = model.generate(**enc, generation_config=gen)[:, enc.input_ids.shape[1]:]
+            texts = tokenizer.batch_decode(out, skip_special_tokens=True)
+            cut = (out != tokenizer.eos_token_id).all(1).tolist()  # no EOS: the limit cut it
+            correct += reward_demo(texts, chunk, cut)
     model.train(was_training)
     return sum(correct) / len(correct)
 
@@ -178,7 +179,7 @@ def run_ours(model_name: str, steps: int, eval_every: int, eval_rows: list[dict]
     clock.evaluate(0)
     clock.start()  # before the trainer is built: an engine's start is training time
     trainer = GRPOTrainer(model, tokenizer, load_rows(config.dataset), config, None,
-                          scorer=FunctionScorer(reward_last_number))
+                          scorer=FunctionScorer(reward_demo))
     clock.model, clock.tokenizer = trainer.policy, trainer.tokenizer
     logged: list[dict[str, float]] = []
     for step in range(1, steps + 1):
@@ -238,8 +239,9 @@ def run_trl(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}],
                                   "answer": r["answer"]} for r in load_rows(config.dataset)])
 
-    def reward(completions: list, answer: list, **_: Any) -> list[float]:
-        return reward_last_number(completions, [{"answer": a} for a in answer])
+    def reward(completions: list, answer: list, completion_ids: list, **_: Any) -> list[float]:
+        return reward_demo(completions, [{"answer": a} for a in answer],
+                           truncated_ids(completion_ids, tokenizer.eos_token_id))
 
     clock = Clock("trl", model, tokenizer, eval_rows, config.max_completion_length)
 

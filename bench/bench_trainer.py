@@ -34,6 +34,31 @@ ROOT = Path(__file__).resolve().parent.parent
 PROMPTS, G = 4, 8
 
 
+def reward_demo(completions: list, rows: list[dict], truncated: list[bool]) -> list[float]:
+    """What the demo pays (the server's math verifier with ``extract: last_number``): 1 when
+    the completion commits to the row's answer as its last number. A completion the length
+    limit cut commits to nothing (its last number may be where the cut fell), and neither
+    does one that stops mid-sentence: paying those, as the bare last-number rule does, pays
+    a policy for never stopping ("83\n\nYour answer must contain" scored 1)."""
+    from reward_server.verifiers.math.commit import NoCommitment, committed_answer
+
+    last = reward_last_number(completions, rows)
+    out = []
+    for text, paid, cut in zip(completions, last, truncated, strict=True):
+        if isinstance(text, list):  # TRL passes conversations for chat datasets
+            text = text[-1]["content"]
+        # the trainer marks a cut completion; one that was not cut carries no flag
+        committed = committed_answer(text, "last_number", truncated=True if cut else None)
+        out.append(0.0 if isinstance(committed, NoCommitment) else paid)
+    return out
+
+
+def truncated_ids(completion_ids: list[list[int]], eos_id: int) -> list[bool]:
+    """TRL's completion ids run through the EOS, where there is one: without it, the
+    length limit cut the completion."""
+    return [eos_id not in ids for ids in completion_ids]
+
+
 def reward_last_number(completions: list, rows: list[dict]) -> list[float]:
     """1 when the last number of the completion is the row's answer."""
     import re
@@ -87,7 +112,7 @@ def run_ours(model_name: str, steps: int, out_dir: Path, lora_r: int = 0,
     seed_everything(0)
     model, tokenizer = load_model(model_name, torch.float32, 0)
     trainer = GRPOTrainer(model, tokenizer, load_rows("arithmetic"), config, None,
-                          scorer=FunctionScorer(reward_last_number))
+                          scorer=FunctionScorer(reward_demo))
     times, cpu = [], []
     for _ in range(steps):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -121,8 +146,9 @@ def run_trl(model_name: str, steps: int, out_dir: Path) -> list[float]:
                                       "answer": r["answer"]} for r in rows])
     prepare_tokenizer(tokenizer)
 
-    def reward(completions, answer, **_):
-        return reward_last_number(completions, [{"answer": a} for a in answer])
+    def reward(completions, answer, completion_ids, **_):
+        return reward_demo(completions, [{"answer": a} for a in answer],
+                           truncated_ids(completion_ids, tokenizer.eos_token_id))
 
     times: list[float] = []
 

@@ -15,6 +15,7 @@ verifier's scores in the completion's group, so it moves no advantage, and the t
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -172,17 +173,22 @@ class Scorer(Protocol):
 
 class FunctionScorer:
     """A local reward function ``f(completions, rows) -> list[float | None]`` in place of the
-    server (tests, benchmarks against other trainers, quick experiments)."""
+    server (tests, benchmarks against other trainers, quick experiments); one that also
+    takes ``truncated`` gets, per completion, whether the length limit cut it, as the
+    server's truncation-aware verifiers do."""
 
-    def __init__(self, fn: Callable[[list[str], list[dict[str, Any]]], list[float | None]],
-                 name: str = "local") -> None:
+    def __init__(self, fn: Callable[..., list[float | None]], name: str = "local") -> None:
         self.fn, self.name = fn, name
+        self._wants_cut = "truncated" in inspect.signature(fn).parameters
         self._threads = ThreadPoolExecutor(1, thread_name_prefix="rewards")
 
     def score(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1,
               truncated: list[bool] | None = None) -> ScoredBatch:
-        """``truncated`` is not the function's to know (its signature is TRL's)."""
-        scores = self.fn(texts, rows)  # one function: a null is the whole reward
+        if self._wants_cut:
+            cut = truncated if truncated is not None else [False] * len(texts)
+            scores = self.fn(texts, rows, truncated=cut)
+        else:
+            scores = self.fn(texts, rows)  # one function: a null is the whole reward
         return ScoredBatch(
             rewards=[math.nan if s is None else float(s) for s in scores],
             per_verifier={self.name: list(scores)},
