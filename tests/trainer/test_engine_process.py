@@ -310,3 +310,17 @@ def test_a_runs_engines_log_in_its_output_folder_one_per_rank(tmp_path: Path) ->
     logs = {engine_settings(config, 0, torch.float32, rank).log_path for rank in (0, 1)}
     assert logs == {tmp_path / "run" / "vllm_engine.log",
                     tmp_path / "run" / "vllm_engine-rank1.log"}
+
+
+def test_a_log_that_cannot_be_written_is_one_engine_error_leaving_nothing(
+        tmp_path: Path, shared_memory: Path) -> None:
+    """An output_dir the engine's log cannot go to (a file where its folder should be) is
+    said before anything starts, and no copy of the weights is left in shared memory."""
+    blocker = tmp_path / "run"
+    blocker.write_text("a file, not a folder")
+    model = tiny_model(tiny_tokenizer(), heads=2)
+    with pytest.raises(EngineError, match="output_dir is writable"), \
+            policy_weights(model) as weights:
+        VLLMEngine(model, EngineSettings(python=fake_python(tmp_path), start_timeout_s=60,
+                                         log_path=blocker / "vllm_engine.log"), weights)
+    assert list(shared_memory.iterdir()) == []

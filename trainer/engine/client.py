@@ -85,6 +85,7 @@ class VLLMEngine:
                               "'bash scripts/setup_vllm.sh' (or set vllm_python), or set "
                               "rollout_engine: hf")
         self.settings = settings
+        self._log = _open_log(settings.log_path)  # first: its failure leaves nothing behind
         _sweep_orphans()
         self._folder = tempfile.TemporaryDirectory(prefix=f"{_ENGINE_PREFIX}{os.getpid()}-",
                                                    dir=_shared_dir())
@@ -94,8 +95,9 @@ class VLLMEngine:
             _write(weights, folder / "model.safetensors")
         except EngineError:
             self._folder.cleanup()
+            if self._log is not None:
+                self._log.close()
             raise
-        self._log = _open_log(settings.log_path)
         self._channel, child_fd = channel_pair()
         self._lock = threading.Lock()  # one request at a time: a thread drawing ahead, eval
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gb),
