@@ -75,6 +75,7 @@ def calibration(model: Any, rollouts: list[Any], temperature: float, eos_ids: li
     from trainer.logprobs import completion_logits
 
     sums = {k: [0.0, 0.0, 0.0] for k in ("eos", "argmax", "log_prob")}  # observed, E, Var
+    eos = torch.tensor(eos_ids)
     for rollout in rollouts:
         ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], 1)
         attention = torch.cat([rollout.prompt_mask, rollout.completion_mask], 1)
@@ -91,7 +92,7 @@ def calibration(model: Any, rollouts: list[Any], temperature: float, eos_ids: li
             entropy = -(p * logp).sum(-1)
             second = (p * logp * logp).sum(-1)
             for key, observed, mean, var in (
-                    ("eos", torch.isin(drawn, torch.tensor(eos_ids)).float(), stop,
+                    ("eos", torch.isin(drawn, eos).float(), stop,
                      stop * (1 - stop)),
                     ("argmax", (drawn == top_id).float(), top, top * (1 - top)),
                     ("log_prob", drawn_logp, -entropy, second - entropy * entropy)):

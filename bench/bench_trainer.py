@@ -42,15 +42,18 @@ def reward_demo(completions: list, rows: list[dict], truncated: list[bool]) -> l
     a policy for never stopping ("83\n\nYour answer must contain" scored 1)."""
     from reward_server.verifiers.math.commit import NoCommitment, committed_answer
 
-    last = reward_last_number(completions, rows)
+    texts = [_text(c) for c in completions]
     out = []
-    for text, paid, cut in zip(completions, last, truncated, strict=True):
-        if isinstance(text, list):  # TRL passes conversations for chat datasets
-            text = text[-1]["content"]
+    for text, paid, cut in zip(texts, reward_last_number(texts, rows), truncated, strict=True):
         # the trainer marks a cut completion; one that was not cut carries no flag
         committed = committed_answer(text, "last_number", truncated=True if cut else None)
         out.append(0.0 if isinstance(committed, NoCommitment) else paid)
     return out
+
+
+def _text(completion: str | list[dict]) -> str:
+    """A completion's text: TRL passes a conversation for a chat dataset."""
+    return completion[-1]["content"] if isinstance(completion, list) else completion
 
 
 def truncated_ids(completion_ids: list[list[int]], eos_id: int) -> list[bool]:
@@ -64,10 +67,8 @@ def reward_last_number(completions: list, rows: list[dict]) -> list[float]:
     import re
 
     out = []
-    for text, row in zip(completions, rows, strict=True):
-        if isinstance(text, list):  # TRL passes conversations for chat datasets
-            text = text[-1]["content"]
-        numbers = re.findall(r"-?\d+", text)
+    for completion, row in zip(completions, rows, strict=True):
+        numbers = re.findall(r"-?\d+", _text(completion))
         out.append(1.0 if numbers and numbers[-1] == str(row["answer"]) else 0.0)
     return out
 

@@ -94,9 +94,7 @@ class VLLMEngine:
         try:
             _write(weights, folder / "model.safetensors")
         except EngineError:
-            self._folder.cleanup()
-            if self._log is not None:
-                self._log.close()
+            self._release_files()
             raise
         self._channel, child_fd = channel_pair()
         self._lock = threading.Lock()  # one request at a time: a thread drawing ahead, eval
@@ -119,9 +117,7 @@ class VLLMEngine:
         except OSError as exc:  # a folder, or a file that is not a program
             os.close(child_fd)
             self._channel.close()
-            self._folder.cleanup()
-            if self._log is not None:
-                self._log.close()
+            self._release_files()
             raise EngineError(f"vllm_python {settings.python} could not be run ({exc}): run "
                               "'bash scripts/setup_vllm.sh' (or set vllm_python to the "
                               "Python of an environment with vLLM), or set rollout_engine: "
@@ -190,6 +186,10 @@ class VLLMEngine:
                 self._process.kill()
                 self._process.wait()
         self._channel.close()
+        self._release_files()
+
+    def _release_files(self) -> None:
+        """The copy of the weights in shared memory, and the log's handle."""
         self._folder.cleanup()
         if self._log is not None:
             self._log.close()
