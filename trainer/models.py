@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -67,7 +68,14 @@ def smollm2_path() -> Path:
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    tmp.rename(target)  # atomic: a half-written cache is never used
+    try:
+        tmp.rename(target)  # atomic: a half-written cache is never used
+    except OSError:
+        # another process (a second rank, the other racer of a bench) converted it first:
+        # its copy is the same model, so ours goes
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / "model.safetensors").exists():
+            raise
     return target
 
 

@@ -89,3 +89,25 @@ def test_lora_dropout_stays_what_it_is_set_to(tmp_path: Path) -> None:
     assert {m.p for name, m in modules.items() if name.endswith("lora_dropout.default")} == {0.1}
     assert {m.attention_dropout for m in modules.values()
             if hasattr(m, "attention_dropout")} == {0.0}
+
+
+def test_a_conversion_another_process_finished_first_is_used(tmp_path: Path,
+                                                              monkeypatch: Any) -> None:
+    """Two processes converting SmolLM2 on a fresh machine (two ranks, a bench's two racers):
+    the one that renames second finds the folder there and uses it."""
+    import shutil
+
+    from trainer import models
+
+    monkeypatch.setattr(models, "CACHE_DIR", tmp_path)
+    rename = Path.rename
+
+    def the_other_process_lands_first(self: Path, target: Path) -> Path:
+        shutil.copytree(self, target)
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", the_other_process_lands_first)
+    path = models.smollm2_path()
+    assert (path / "model.safetensors").exists()
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no half copy left behind
+    assert transformers.AutoConfig.from_pretrained(path).model_type == "llama"
