@@ -189,3 +189,16 @@ def test_inline_code_costs_no_rounds(vocabulary: str, rounds: int) -> None:
         assert (rollout.engine_logps[row][~policy] == 0).all()
     assert not rollout.truncated.any()
     assert rollout.tool_stats.tolist() == [[1, 0, 0, 0]] * 2
+
+
+def test_the_engine_takes_one_stop_list_for_all_prompts_or_one_per_prompt() -> None:
+    """The engine process's reading of a request (no vLLM needed to read it): a list of
+    lists is one per prompt, and a count that is not the prompts' is refused, not zipped
+    short."""
+    from trainer.engine.vllm_process import _per_prompt
+
+    prompts = [[1], [2]]
+    assert _per_prompt([5, 6], False, prompts, "stop_token_ids") == [[5, 6], [5, 6]]
+    assert _per_prompt([[5], [6, 7]], True, prompts, "stop_token_ids") == [[5], [6, 7]]
+    with pytest.raises(ValueError, match="stop_token_ids: 1 values for 2 prompts"):
+        _per_prompt([[5]], True, prompts, "stop_token_ids")
