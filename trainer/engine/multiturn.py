@@ -98,9 +98,9 @@ def generate_with_tools_on_engine(engine: VLLMEngine, tokenizer: PreTrainedToken
     stops = StopIds.of(tokenizer, use.format, eos_ids, closers)
 
     def draw(contexts: list[list[int]], n: int, limits: list[int],
-             turns_so_far: list[_Writing]) -> list[Sample]:
+             standing: list[_Writing]) -> list[Sample]:  # each context's turn
         stop_ids = [stops.for_turn(tokenizer, use.format, w.new, w.armed)
-                    for w in turns_so_far]
+                    for w in standing]
         drawn = engine.generate(contexts, n=n, max_tokens=limits, stop_token_ids=stop_ids,
                                 temperature=sampling.temperature, top_p=sampling.top_p,
                                 top_k=sampling.top_k, greedy=greedy,
