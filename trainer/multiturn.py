@@ -225,6 +225,28 @@ def closer_ids(tokenizer: PreTrainedTokenizerBase, fmt: CallFormat) -> list[int]
     return [i for i, text in enumerate(texts) if fmt.closer in text]
 
 
+def opener_ids(tokenizer: PreTrainedTokenizerBase, fmt: CallFormat, closers: list[int]
+               ) -> list[int]:
+    """Of ``closers``, the ids whose text holds the format's opener: those that can open a
+    call by themselves (every opener holds the closer)."""
+    if fmt.opener is None:
+        return []
+    texts = tokenizer.batch_decode([[i] for i in closers])
+    return [i for i, text in zip(closers, texts, strict=True) if fmt.opener in text]
+
+
+def call_cut(tokenizer: PreTrainedTokenizerBase, fmt: CallFormat, new: list[int],
+             closers: set[int], start: int = 0) -> int | None:
+    """Where ``CallStop`` would have ended a turn that drew ``new``: the first length past
+    ``start`` (the shorter ones were asked before) that ends at a closer and completes a
+    call. Cutting a turn there is stopping it at a stopping time (it depends on the tokens
+    up to it alone), so what is kept is drawn as if generation had stopped there."""
+    for k in range(start + 1, len(new) + 1):
+        if new[k - 1] in closers and completes_call(tokenizer, fmt, new[:k]):
+            return k
+    return None
+
+
 def _left_padded(contexts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(c) for c in contexts)
     ids = torch.tensor([[pad_id] * (width - len(c)) + c for c in contexts])

@@ -51,12 +51,19 @@ class CallFormat(Protocol):
     # a character every token that can complete a call holds (the closing fence's backtick):
     # a turn stops at such a token and asks call_end; None: a call ends at an EOS
     closer: str | None
+    # the text a token holds that can open a call by itself (a fence's three backticks): an
+    # engine's turn outside a call stops only at those; None with ``closer``
+    opener: str | None
 
     def tools(self) -> list[dict[str, Any]] | None:
         """The schemas the prompt's template renders (None: the prompt has none)."""
 
     def call_end(self, text: str) -> int | None:
         """Where a complete call ends in a turn's text, if the turn must stop there."""
+
+    def call_open(self, text: str) -> bool:
+        """Whether a turn's text (no complete call in it) stands inside a call, or at what
+        may be the start of one: what follows may complete a call at any closer."""
 
     def parse(self, text: str) -> ToolCall | None:
         """The call in a finished turn's text; None: the turn made none."""
@@ -66,6 +73,11 @@ class CallFormat(Protocol):
 
 
 _FENCE = re.compile(r"```(?:py|python)?\n(.*?)\n```", re.DOTALL)  # SimpleTIR's pattern
+# _FENCE's opening (anywhere: what follows it up to a "\n```" is a call), or a text ending
+# where one may be under way ("```", "```py"). Not one or two backticks at the end: after a
+# stop at an inline backtick, that would stop at every one after it (where a fence is split
+# so, "`" then "``python", the call is found in what was drawn)
+_OPENING = re.compile(r"```(?:py|python)?\n|```(?:p|py|pyt|pyth|pytho|python)?\Z")
 
 
 class FencedFormat:
@@ -73,6 +85,7 @@ class FencedFormat:
 
     name = "fenced"
     closer = "`"
+    opener = "```"
 
     def tools(self) -> None:
         return None
@@ -80,6 +93,9 @@ class FencedFormat:
     def call_end(self, text: str) -> int | None:
         match = _FENCE.search(text)
         return match.end() if match else None
+
+    def call_open(self, text: str) -> bool:
+        return _OPENING.search(text) is not None
 
     def parse(self, text: str) -> ToolCall | None:
         match = _FENCE.search(text)
@@ -97,6 +113,7 @@ class TemplateFormat:
 
     name = "template"
     closer = None
+    opener = None
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         if not supports_tools(tokenizer):
@@ -110,6 +127,9 @@ class TemplateFormat:
 
     def call_end(self, text: str) -> None:
         return None  # the turn ends at the template's end of turn (an EOS id)
+
+    def call_open(self, text: str) -> bool:
+        return False
 
     def parse(self, text: str) -> ToolCall | None:
         match = _TOOL_CALL.search(text)

@@ -97,27 +97,57 @@ def test_a_fenced_call_runs_and_the_rollout_goes_on(vllm_engine: Any, fenced, to
     assert (rollout.engine_logps[rollout.completion_mask == 0] == 0).all()
 
 
-def test_a_turn_stopped_inside_a_call_goes_on_in_the_same_sequence(
-        vllm_engine: Any, fenced, tokenizer, sandbox_url: str) -> None:
-    """Every backtick stops the engine (each is a token here), the first ones before the call
-    is complete: each next request is the one before with what it drew appended (and the
-    tool's output, after the call), G samples of the prompt first and then one request for
-    every open rollout at once."""
-    engine = _Recorded(vllm_engine)
-    rollout = _on_engine(engine, fenced, tokenizer, sandbox_url)
-    (prompt,), n, first = engine.requests[0]
-    assert n == 2 and [s.token_ids for s in first[0]] == [tokenizer("`").input_ids] * 2
-    output = tokenizer(OUTPUT).input_ids
-    for (before, drawn_n, drawn), (after, n, _) in zip(engine.requests, engine.requests[1:],
-                                                       strict=False):
+def _follow_on(requests: list[tuple[list[list[int]], int, list[list[Sample]]]],
+               call: list[int], output: list[int]) -> None:
+    """Each request goes on from the one before: each context is the one before with what it
+    drew appended, or, where that completed the call, cut after the call, the tool's output
+    appended; G samples of the prompt first, then one request for every open rollout."""
+    (prompt,), _, _ = requests[0]
+    for (before, drawn_n, drawn), (after, n, _) in zip(requests, requests[1:], strict=False):
         assert n == 1 and len(after) == 2  # both rollouts, one request
         contexts = [context for context in before for _ in range(drawn_n)]
         samples = [sample for group in drawn for sample in group]
         for context, sample, following in zip(contexts, samples, after, strict=True):
             grown = context + sample.token_ids
-            assert following in (grown, grown + output)
-    assert len(engine.requests) > CALL.count("`")  # a stop at each backtick, then the answer
+            if following != grown:
+                assert grown[: len(prompt + call)] == prompt + call
+                assert following == prompt + call + output
+
+
+def test_a_call_drawn_within_one_request_is_cut_where_it_completes(
+        vllm_engine: Any, fenced, tokenizer, sandbox_url: str) -> None:
+    """Each backtick is a token here, none a fence: outside a call nothing but an EOS stops
+    the engine, so the call is drawn within the first request and found there, the turn cut
+    where it completed; the next request goes on from the cut, with the tool's output."""
+    engine = _Recorded(vllm_engine)
+    rollout = _on_engine(engine, fenced, tokenizer, sandbox_url)
+    call = tokenizer(CALL).input_ids
+    _, n, first = engine.requests[0]
+    assert n == 2 and all(s.token_ids[: len(call)] == call and len(s.token_ids) >= len(call)
+                          for s in first[0])
+    _follow_on(engine.requests, call, tokenizer(OUTPUT).input_ids)
+    assert len(engine.requests) == 2  # one round per turn
     assert segments(rollout, tokenizer, 0) == [CALL, OUTPUT, ANSWER]
+
+
+def test_a_turn_stopped_inside_a_call_goes_on_in_the_same_sequence(
+        vllm_engine: Any, sandbox_url: str) -> None:
+    """With "```" one token (as BPE vocabularies have it), inline backticks in the prose stop
+    nothing; the opening fence stops the engine, and inside the call every backtick does,
+    the closing fence completing it: each next request is the one before with what it drew
+    appended."""
+    tokenizer = char_tokenizer(chars=ENGINE_CHARS.replace("z", ""))
+    tokenizer.add_tokens(["```"])  # in place of "z": the engine's model's 47 ids
+    assert len(tokenizer) == len(tiny_tokenizer())
+    ticked = "`x` " + CALL
+    model = taught(tokenizer, "q=>", [ticked, ANSWER], [OUTPUT], heads=2)
+    engine = _Recorded(vllm_engine)
+    rollout = _on_engine(engine, model, tokenizer, sandbox_url)
+    _, n, first = engine.requests[0]
+    assert n == 2 and [s.token_ids for s in first[0]] == [tokenizer("`x` ```").input_ids] * 2
+    _follow_on(engine.requests, tokenizer(ticked).input_ids, tokenizer(OUTPUT).input_ids)
+    assert len(engine.requests) == 3  # the opening fence, the closing fence, the answer
+    assert segments(rollout, tokenizer, 0) == [ticked, OUTPUT, ANSWER]
 
 
 def test_policy_tokens_carry_the_policys_logprobs(vllm_engine: Any, fenced, tokenizer,

@@ -148,12 +148,12 @@ class VLLMEngine:
         self.weight_sync_s = 0.0  # the last load_weights, for the metrics
 
     def generate(self, prompts: list[list[int]], n: int, max_tokens: int | list[int],
-                 stop_token_ids: list[int], temperature: float = 1.0, top_p: float = 1.0,
-                 top_k: int = 0, greedy: bool = False, seed: int | None = None
-                 ) -> list[list[Sample]]:
+                 stop_token_ids: list[int] | list[list[int]], temperature: float = 1.0,
+                 top_p: float = 1.0, top_k: int = 0, greedy: bool = False,
+                 seed: int | None = None) -> list[list[Sample]]:
         """``n`` samples of each prompt (token ids, no padding), prompts in order, each at
-        most ``max_tokens`` long (a list: one limit per prompt); ``seed`` makes the draw the
-        same whatever the engine drew before."""
+        most ``max_tokens`` long and stopped at any of ``stop_token_ids`` (a list of them:
+        one per prompt); ``seed`` makes the draw the same whatever the engine drew before."""
         value = self._call("generate", prompts=prompts, n=n, temperature=temperature,
                            top_p=top_p, top_k=top_k, max_tokens=max_tokens,
                            stop_token_ids=stop_token_ids, greedy=greedy, seed=seed)

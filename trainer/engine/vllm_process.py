@@ -85,8 +85,9 @@ class Engine:
                       stop_token_ids=[], greedy=True, seed=None)
 
     def generate(self, prompts: list[list[int]], n: int, temperature: float, top_p: float,
-                 top_k: int, max_tokens: int | list[int], stop_token_ids: list[int],
-                 greedy: bool, seed: int | None) -> list[list[dict[str, Any]]]:
+                 top_k: int, max_tokens: int | list[int],
+                 stop_token_ids: list[int] | list[list[int]], greedy: bool, seed: int | None
+                 ) -> list[list[dict[str, Any]]]:
         import torch
         from vllm import SamplingParams
 
@@ -96,7 +97,11 @@ class Engine:
             # seeded request's generator after a partial prefill and torch's CPU generator
             # cannot (RuntimeError: CPU Generator does not use offset)
             torch.manual_seed(seed)
-        limits = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
+        limits = _per_prompt(max_tokens, isinstance(max_tokens, list), prompts, "max_tokens")
+        # a turn's stop ids depend on where the turn stands (trainer/engine/multiturn.py)
+        stops = _per_prompt(stop_token_ids,
+                            bool(stop_token_ids) and isinstance(stop_token_ids[0], list),
+                            prompts, "stop_token_ids")
         # exactly the distribution the loss assumes: nothing the model's generation_config
         # says (repetition penalty, min_p) is applied; and a completion stops at the
         # trainer's stop ids alone (its EOS ids, the config's among them), kept in its tokens
@@ -104,8 +109,9 @@ class Engine:
             ignore_eos=True, n=n, temperature=0.0 if greedy else temperature,
             top_p=1.0 if greedy else top_p, top_k=-1 if greedy or top_k == 0 else top_k,
             max_tokens=limit,
-            stop_token_ids=stop_token_ids, logprobs=0, detokenize=False,
-            skip_special_tokens=False, repetition_penalty=1.0, min_p=0.0) for limit in limits]
+            stop_token_ids=stop, logprobs=0, detokenize=False,
+            skip_special_tokens=False, repetition_penalty=1.0, min_p=0.0)
+            for limit, stop in zip(limits, stops, strict=True)]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
                                     use_tqdm=False)
         return [[{"token_ids": list(sample.token_ids),
@@ -129,6 +135,16 @@ class Engine:
         loaded = self.llm.collective_rpc(_reload, args=(path,))[0]
         self.llm.reset_prefix_cache()  # prompt states computed by the old weights
         return loaded
+
+
+def _per_prompt(value: Any, each: bool, prompts: list[list[int]], name: str) -> list[Any]:
+    """``value`` for each prompt: the list given (``each``), one item per prompt, or one
+    value for all."""
+    if not each:
+        return [value] * len(prompts)
+    if len(value) != len(prompts):
+        raise ValueError(f"{name}: {len(value)} values for {len(prompts)} prompts")
+    return list(value)
 
 
 def _sampled_logprob(step: Any, token: int) -> float:
