@@ -81,6 +81,16 @@ def test_an_adapter_on_a_tied_head_is_refused_before_the_run() -> None:
         check_adapters_syncable(model)
 
 
+@pytest.mark.filterwarnings("ignore:Model has `tie_word_embeddings=True`")
+def test_an_adapter_on_an_embedding_tied_to_the_head_is_refused_before_the_run() -> None:
+    """LoRA on the embedding changes the lookup alone, the head stays W; the engine, sent
+    W + ΔW, ties its head to it: its log-probs were 165 nats off the policy's."""
+    model = lora.add_adapter(tiny_model(tiny_tokenizer(), heads=2), 4, 8, 0.0,
+                             ["embed_tokens", "q_proj"])
+    with pytest.raises(EngineError, match="adapts model.embed_tokens.*rollout_engine"):
+        check_adapters_syncable(model)
+
+
 def test_adapters_on_untied_weights_are_synced() -> None:
     model = lora.add_adapter(tiny_model(tiny_tokenizer(), heads=2), 4, 8, 0.0,
                              ["q_proj", "v_proj"])

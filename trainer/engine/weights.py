@@ -54,17 +54,28 @@ def tied_names(model: torch.nn.Module) -> set[str]:
 
 
 def check_adapters_syncable(policy: torch.nn.Module) -> None:
-    """An adapter on a tied weight (LoRA on an output head that is the embedding) cannot
-    reach an engine: W + ΔW for the head would need a head of its own, and the engine's is
-    the embedding. Said before the run, not found in its log-probs."""
-    tied = tied_names(policy)
+    """An adapter on either side of a tied weight (LoRA on an output head that is the
+    embedding, or on the embedding) cannot reach an engine: the policy computes W + ΔW on
+    one side and W on the other, while the engine ties both to the one weight it is sent.
+    Said before the run, not found in its log-probs (an adapter on the embedding sent as
+    W + ΔW made the engine's head W + ΔW too: log-probs 165 nats off)."""
+    shared = _shared_names(policy)
     on_tied = [name.removeprefix(_PEFT_PREFIX).removesuffix(".base_layer.weight")
-               for name, _ in _adapted_layers(policy) if f"{name}.base_layer.weight" in tied]
+               for name, _ in _adapted_layers(policy) if f"{name}.base_layer.weight" in shared]
     if on_tied:
         raise EngineError(
-            f"lora_target_modules adapts {', '.join(on_tied)}, whose weight this model ties to "
-            "its embedding: the vLLM engine cannot hold that adapter; leave it out of "
+            f"lora_target_modules adapts {', '.join(on_tied)}, whose weight this model ties "
+            "between its embedding and its output head: the vLLM engine cannot hold that "
+            "adapter; leave it out of "
             "lora_target_modules, or set rollout_engine: hf")
+
+
+def _shared_names(model: torch.nn.Module) -> set[str]:
+    """Every name of each parameter that has more than one (the first name too)."""
+    names: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), []).append(name)
+    return {name for group in names.values() if len(group) > 1 for name in group}
 
 
 def _adapted_layers(policy: torch.nn.Module) -> Iterator[tuple[str, Any]]:
