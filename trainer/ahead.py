@@ -8,8 +8,9 @@ more than ``max_staleness`` updates after the policy that drew it (NeMo RL's
 π_θ_old/μ (trainer/sampling_correction.py) corrects for the lag, and the step logs it.
 
 Step j's batch is drawn with step j's seeds (trainer/seeds.py), not from torch's generator,
-which the update (dropout) is drawing from on the other thread: the batches, and a resumed
-run's, are the synchronous loop's given the weights, however the two threads interleave.
+which the update (dropout) may be drawing from on the other thread at the same time: its
+seeds are the ones the synchronous loop, or the uninterrupted run of a resumed one, draws
+step j with, however the two threads interleave.
 
 The trainer copies its weights after each update (``publish``), in its own thread, where
 they are safe to read; the drawing thread hands the newest copy to the engine between two
