@@ -122,6 +122,7 @@ def main() -> None:
     from trainer.engine.weights import policy_weights
     from trainer.models import load_model, prepare_tokenizer
     from trainer.rollout import Sampling, eos_token_ids, format_prompt, generate
+    from trainer.seeds import DrawSeeds
 
     demo = load_config(DEMO_CONFIG, [f"model={args.model}"])
     torch.manual_seed(demo.seed)
@@ -141,8 +142,10 @@ def main() -> None:
                                                   kv_cache_gb=2, dtype="float32",
                                                   enforce_eager=True), weights)
     with engine:
-        drawn = [generate_on_engine(engine, tokenizer, rows, prompts, sampling, eos_ids)
-                 for _ in range(args.rounds)]
+        # round k draws with step k's seed, as the trainer's step k would
+        drawn = [generate_on_engine(engine, tokenizer, rows, prompts, sampling, eos_ids,
+                                    seeds=DrawSeeds(demo.seed, 0, k))
+                 for k in range(args.rounds)]
     figures = {"hf": summary(tokenizer, hf, args.g),
                "vllm_float32": summary(tokenizer, drawn, args.g)}
     for name, rollouts in (("hf", hf), ("vllm_float32", drawn)):

@@ -60,6 +60,7 @@ def _engine_rounds(args: argparse.Namespace, model: Any, tokenizer: Any, rows: l
     from trainer.engine.client import EngineSettings, VLLMEngine
     from trainer.engine.sampling import generate_on_engine
     from trainer.engine.weights import policy_weights
+    from trainer.seeds import DrawSeeds
 
     t0 = time.perf_counter()
     with policy_weights(model) as weights:
@@ -74,9 +75,11 @@ def _engine_rounds(args: argparse.Namespace, model: Any, tokenizer: Any, rows: l
         return times.user + times.system
 
     last: list[Any] = []
+    seeds = DrawSeeds(seed=0, rank=0, step=0)  # a round's draw takes the next, as a step's do
 
     def draw() -> int:
-        last[:] = [generate_on_engine(engine, tokenizer, rows, prompts, sampling, eos_ids)]
+        last[:] = [generate_on_engine(engine, tokenizer, rows, prompts, sampling, eos_ids,
+                                      seeds=seeds)]
         return int(last[0].completion_mask.sum())
 
     with engine:

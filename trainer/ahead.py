@@ -7,6 +7,11 @@ more than ``max_staleness`` updates after the policy that drew it (NeMo RL's
 ``max_trajectory_age_steps``, prime-rl's ``max_async_level``); the importance ratio
 π_θ_old/μ (trainer/sampling_correction.py) corrects for the lag, and the step logs it.
 
+Step j's batch is drawn with step j's seeds (trainer/seeds.py), not from torch's generator,
+which the update (dropout) may be drawing from on the other thread at the same time: its
+seeds are the ones the synchronous loop, or the uninterrupted run of a resumed one, draws
+step j with, however the two threads interleave.
+
 The trainer copies its weights after each update (``publish``), in its own thread, where
 they are safe to read; the drawing thread hands the newest copy to the engine between two
 batches, so the engine never waits for a copy and the update never waits for the engine.
@@ -96,7 +101,7 @@ class AheadSampler:
                         return
                 self._take_staged()
                 version = self._loaded  # greedy evaluation may hand newer weights over
-                batch = self.sampler.sample_batch()  # meanwhile: then this overstates the lag
+                batch = self.sampler.sample_batch(step)  # meanwhile: then this overstates the lag
                 batch.version = version
                 with self._changed:
                     self._ready.append(batch)

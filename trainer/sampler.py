@@ -4,7 +4,9 @@ Rollouts are drawn by the policy's own ``generate`` (chunk by chunk, each chunk 
 the reward server while the next one is generated) or by an engine (the whole step in one
 call: the engine batches it itself; its chunks are then scored in parallel). DAPO's dynamic
 sampling replaces zero-std groups with fresh prompts. The trainer runs this in its own
-thread, or, with ``max_staleness > 0``, a thread ahead of it does (trainer/ahead.py).
+thread, or, with ``max_staleness > 0``, a thread ahead of it does (trainer/ahead.py); either
+way the engine's draws for step s take the seeds of step s (trainer/seeds.py), so which
+thread drew them, and when, changes nothing they draw.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from trainer.engine.colocated import ColocatedEngine
 from trainer.multiturn import ToolUse, generate_with_tools, without_outages
 from trainer.rewards import ScoredBatch, Scorer
 from trainer.rollout import Prompt, Rollout, Sampling, format_prompt, generate, pad_and_stack
+from trainer.seeds import DrawSeeds
 from trainer.shaping import overlong_penalties
 
 
@@ -45,10 +48,13 @@ class RolloutSampler:
     def __init__(self, config: GRPOConfig, tokenizer: PreTrainedTokenizerBase,
                  policy: PreTrainedModel, stream: PromptStream, scorer: Scorer,
                  sampling: Sampling, tool_use: ToolUse | None, engine: ColocatedEngine | None,
-                 autocast: Any, is_main: bool) -> None:
+                 autocast: Any, is_main: bool, rank: int = 0) -> None:
+        """``rank``: with ``config.seed``, what the engine's seeds derive from (each rank
+        draws its own samples)."""
         self.config, self.tokenizer, self.policy = config, tokenizer, policy
         self.stream, self.scorer, self.sampling = stream, scorer, sampling
         self.tool_use, self.engine, self.is_main = tool_use, engine, is_main
+        self.rank = rank
         self._autocast = autocast  # () -> the trainer's autocast context
         self._warned_cut = False
 
@@ -58,14 +64,20 @@ class RolloutSampler:
         return [format_prompt(r, self.tokenizer, c.prompt_column, c.system_prompt,
                               c.use_chat_template, c.prompt_suffix, tools) for r in rows]
 
+    def seeds(self, step: int) -> DrawSeeds:
+        """The seeds of step ``step``'s engine draws on this rank."""
+        return DrawSeeds(self.config.seed, self.rank, step)
+
     def generate(self, rows: list[Row], greedy: bool = False,
-                 tool_use: ToolUse | None = None) -> Rollout:
+                 tool_use: ToolUse | None = None, seeds: DrawSeeds | None = None) -> Rollout:
         """Completions of ``rows``: single-turn, or with the code tool (trainer/multiturn.py;
-        ``tool_use``: another client of it than the run's, whose sessions are its own)."""
+        ``tool_use``: another client of it than the run's, whose sessions are its own).
+        ``seeds``: the step's, for an engine's sampled draws (``generate`` draws from
+        torch's generator)."""
         tool_use = tool_use or self.tool_use
         if self.engine is not None:
             return self.engine.generate(rows, self.prompts(rows), self.sampling, greedy,
-                                        tool_use)
+                                        tool_use, seeds)
         context: AbstractContextManager[Any] = self._autocast()
         with context:
             if tool_use is not None:
@@ -74,10 +86,11 @@ class RolloutSampler:
             return generate(self.policy, self.tokenizer, rows, self.prompts(rows),
                             self.sampling)
 
-    def sample(self, rows: list[Row]) -> tuple[Rollout, ScoredBatch, float, float]:
+    def sample(self, rows: list[Row], seeds: DrawSeeds | None = None
+               ) -> tuple[Rollout, ScoredBatch, float, float]:
         """The rollouts of ``rows`` and their rewards, and the seconds spent generating and
         waiting for rewards. With ``generate`` each chunk is scored while the next one is
-        generated; an engine draws all of them in one call."""
+        generated; an engine draws all of them in one call, with the next of ``seeds``."""
         c = self.config
         step = len(rows) if self.engine is not None else c.generation_chunk
         rollouts, futures = [], []
@@ -87,7 +100,7 @@ class RolloutSampler:
         size = c.generation_chunk * c.num_generations  # completions per reward call
         for start in range(0, len(rows), step):
             t0 = time.perf_counter()
-            rollout = self.generate(rows[start : start + step])
+            rollout = self.generate(rows[start : start + step], seeds=seeds)
             t_generate += time.perf_counter() - t0 - rollout.tool_seconds
             self._warn_cut(rollout)
             rollouts.append(rollout)
@@ -102,19 +115,23 @@ class RolloutSampler:
         rollout = pad_and_stack(rollouts, self.tokenizer.pad_token_id)
         return rollout, self._shape(without_outages(scored, rollout), rollout), t_generate, t_wait
 
-    def sample_batch(self) -> SampledBatch:
-        """Steps 1-2, with DAPO dynamic sampling: zero-std groups are dropped and replaced by
-        fresh prompts, up to ``max_resample_rounds`` rounds."""
+    def sample_batch(self, step: int) -> SampledBatch:
+        """Steps 1-2 of step ``step``, with DAPO dynamic sampling: zero-std groups are
+        dropped and replaced by fresh prompts, up to ``max_resample_rounds`` rounds."""
         c = self.config
-        rollout, scored, t_gen, t_wait = self.sample(self.stream.take(c.prompts_per_step))
+        seeds = self.seeds(step)
+        rollout, scored, t_gen, t_wait = self.sample(self.stream.take(c.prompts_per_step),
+                                                     seeds)
         info = {"resample_rounds": 0.0, "dropped_groups": 0.0}
         if c.dynamic_sampling:
-            rollout, scored, t_gen, t_wait = self._resample(rollout, scored, t_gen, t_wait, info)
+            rollout, scored, t_gen, t_wait = self._resample(rollout, scored, t_gen, t_wait, info,
+                                                            seeds)
         timing = {"time/generate": t_gen, "time/reward_wait": t_wait, **info}
         return SampledBatch(rollout, scored, timing, stream_position=self.stream.position)
 
     def _resample(self, rollout: Rollout, scored: ScoredBatch, t_gen: float, t_wait: float,
-                  info: dict[str, float]) -> tuple[Rollout, ScoredBatch, float, float]:
+                  info: dict[str, float], seeds: DrawSeeds
+                  ) -> tuple[Rollout, ScoredBatch, float, float]:
         c = self.config
         G = c.num_generations
         kept_r, kept_s = [], []
@@ -130,7 +147,8 @@ class RolloutSampler:
             if have >= c.prompts_per_step or round_ == c.max_resample_rounds:
                 break
             info["resample_rounds"] += 1
-            rollout, scored, g2, w2 = self.sample(self.stream.take(c.prompts_per_step - have))
+            rollout, scored, g2, w2 = self.sample(self.stream.take(c.prompts_per_step - have),
+                                                  seeds)
             t_gen, t_wait = t_gen + g2, t_wait + w2
         if not kept_r:  # every group was zero-std: train on the last one (advantages are 0)
             kept_r, kept_s = [rollout], [scored]

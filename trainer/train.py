@@ -165,7 +165,7 @@ class GRPOTrainer:
         self.engine = self._engine(engine) if config.rollout_engine == "vllm" else None
         self.sampler = RolloutSampler(config, self.tokenizer, self.policy, self.stream,
                                       self.scorer, self.sampling, self.tool_use, self.engine,
-                                      self.autocast, self.is_main)
+                                      self.autocast, self.is_main, self.rank)
         self.ahead: AheadSampler | None = None  # drawing ahead (max_staleness > 0)
         self._position = 0  # the prompt stream's position after the last trained step
 
@@ -224,7 +224,7 @@ class GRPOTrainer:
                                       start=self.step, until=self.config.max_steps)
         if self.ahead is not None:
             return self.ahead.next_batch()
-        batch = self.sampler.sample_batch()
+        batch = self.sampler.sample_batch(self.step)
         batch.version = self.step
         return batch
 

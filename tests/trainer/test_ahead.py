@@ -40,19 +40,24 @@ class _Sampler:
     def __init__(self, engine: _Engine, fail_at: int | None = None) -> None:
         self.engine, self.fail_at, self.drawn = engine, fail_at, 0
         self.gate = threading.Semaphore(0)  # the test lets each draw through
+        self.steps: list[int] = []  # the step each batch was drawn for
 
-    def sample_batch(self) -> SampledBatch:
+    def sample_batch(self, step: int) -> SampledBatch:
         self.gate.acquire()
+        self.steps.append(step)
         if self.drawn == self.fail_at:
             raise ValueError("the reward server is down")
         self.drawn += 1
         return SampledBatch(None, None, {}, stream_position=self.drawn)  # type: ignore[arg-type]
 
 
-def _ahead(max_staleness: int, until: int, **kw: Any) -> tuple[AheadSampler, _Sampler, _Engine]:
+def _ahead(max_staleness: int, until: int, start: int = 0, **kw: Any
+           ) -> tuple[AheadSampler, _Sampler, _Engine]:
     engine = _Engine()
+    engine.current = engine.loaded[0] = start
     sampler = _Sampler(engine, **kw)
-    return AheadSampler(sampler, engine, max_staleness, 0, until), sampler, engine  # type: ignore[arg-type]
+    ahead = AheadSampler(sampler, engine, max_staleness, start, until)  # type: ignore[arg-type]
+    return ahead, sampler, engine
 
 
 def test_no_batch_is_drawn_more_than_max_staleness_updates_before_it_trains() -> None:
@@ -89,3 +94,16 @@ def test_a_step_past_the_last_raises_rather_than_waits() -> None:
     with pytest.raises(RuntimeError, match="ends at step 2"):
         ahead.next_batch()
     ahead.close()
+
+
+def test_each_batch_is_drawn_as_its_own_steps() -> None:
+    """A run resumed at step 3 draws steps 3, 4, 5, each told which it is (its seeds are
+    that step's: trainer/seeds.py), however far ahead it is drawn."""
+    ahead, sampler, engine = _ahead(max_staleness=2, until=6, start=3)
+    sampler.gate.release(10)
+    for step in range(3, 6):
+        ahead.next_batch()
+        engine.current = step + 1
+        ahead.publish(step + 1)
+    ahead.close()
+    assert sampler.steps == [3, 4, 5]

@@ -17,6 +17,7 @@ from trainer.engine.weights import policy_weights
 from trainer.models import tiny_model, tiny_tokenizer
 from trainer.rewards import FunctionScorer
 from trainer.rollout import Prompt, Sampling
+from trainer.seeds import DrawSeeds
 from trainer.train import GRPOTrainer, seed_everything
 
 pytestmark = pytest.mark.slow  # an engine process
@@ -93,8 +94,8 @@ def test_the_engine_draws_g_samples_per_prompt_stopped_as_hf_would(vllm_engine: 
     prompts = [Prompt(row["prompt"], False) for row in rows]
     sampling = Sampling(num_generations=8, max_prompt_length=64, max_completion_length=12)
     stops = [tokenizer.convert_tokens_to_ids(c) for c in "789"]  # within 12 about half the time
-    torch.manual_seed(0)
-    rollout = generate_on_engine(vllm_engine, tokenizer, rows, prompts, sampling, stops)
+    rollout = generate_on_engine(vllm_engine, tokenizer, rows, prompts, sampling, stops,
+                                 seeds=DrawSeeds(0, 0, 0))
     assert rollout.completion_ids.shape[0] == 16
     assert rollout.rows == [rows[0]] * 8 + [rows[1]] * 8
     lengths = rollout.completion_mask.sum(1)
@@ -144,8 +145,8 @@ def test_a_whole_steps_batch_is_drawn_and_follows_from_the_seed(vllm_engine: Any
     eos = [tokenizer.eos_token_id]
 
     def draw(seed: int) -> list[list[int]]:
-        torch.manual_seed(seed)
-        rollout = generate_on_engine(vllm_engine, tokenizer, rows, prompts, sampling, eos)
+        rollout = generate_on_engine(vllm_engine, tokenizer, rows, prompts, sampling, eos,
+                                     seeds=DrawSeeds(seed, 0, 0))
         assert int(rollout.prompt_mask.sum()) > 4096
         return rollout.completion_ids.tolist()
 
@@ -155,11 +156,10 @@ def test_a_whole_steps_batch_is_drawn_and_follows_from_the_seed(vllm_engine: Any
     assert draw(12) != first
 
 
-def test_a_greedy_draw_takes_nothing_from_the_trainers_random_stream(vllm_engine: Any
-                                                                     ) -> None:
+def test_a_draw_takes_nothing_from_the_trainers_random_stream(vllm_engine: Any) -> None:
     """An evaluation's greedy draw leaves the trainer's generator as it was, as HF's greedy
-    ``generate`` does, so how often a run evaluates does not change the rollouts it trains
-    on; a sampled draw takes its seed from it (the control)."""
+    ``generate`` does, and a sampled draw takes its seed from the step's seeds, not from
+    it (trainer/seeds.py): neither moves what the update or another draw gets from it."""
     tokenizer = _engine_on_tiny(vllm_engine, seed=4)
     rows = [{"prompt": "say 7"}, {"prompt": "say 8"}]
     prompts = [Prompt(row["prompt"], False) for row in rows]
@@ -168,8 +168,9 @@ def test_a_greedy_draw_takes_nothing_from_the_trainers_random_stream(vllm_engine
     state = torch.get_rng_state()
     generate_on_engine(vllm_engine, tokenizer, rows, prompts, sampling, eos, greedy=True)
     assert torch.equal(torch.get_rng_state(), state)
-    generate_on_engine(vllm_engine, tokenizer, rows, prompts, sampling, eos)
-    assert not torch.equal(torch.get_rng_state(), state)
+    generate_on_engine(vllm_engine, tokenizer, rows, prompts, sampling, eos,
+                       seeds=DrawSeeds(0, 0, 0))
+    assert torch.equal(torch.get_rng_state(), state)
 
 
 def test_an_engine_that_dies_stops_the_run_with_a_checkpoint(tmp_path: Path,
@@ -224,8 +225,9 @@ def test_the_importance_weights_cost_no_forward_of_their_own(tmp_path: Path,
     for engine in ("vllm", "hf"):
         trainer = _trainer(tmp_path / engine, vllm_engine if engine == "vllm" else None,
                            rollout_engine=engine, max_steps=1, micro_batch_size=8)
-        batch = trainer.sampler.sample_batch()  # sampling apart: not counted
-        trainer.sampler.sample_batch = lambda batch=batch: batch  # type: ignore[method-assign]
+        batch = trainer.sampler.sample_batch(0)  # sampling apart: not counted
+        trainer.sampler.sample_batch = (  # type: ignore[method-assign]
+            lambda step, batch=batch: batch)
         calls: list[int] = []
         trainer.policy.register_forward_hook(lambda *_, calls=calls: calls.append(1))
         metrics = trainer.training_step()

@@ -25,6 +25,7 @@ from trainer.models import tiny_tokenizer
 from trainer.multiturn import ToolUse, generate_with_tools, without_outages
 from trainer.rewards import FunctionScorer, ScoredBatch
 from trainer.rollout import Rollout, Sampling, eos_token_ids, format_prompt
+from trainer.seeds import DrawSeeds
 from trainer.tools import call_format
 from trainer.train import GRPOTrainer
 
@@ -78,7 +79,8 @@ def _on_engine(engine: Any, model: LlamaForCausalLM, tokenizer: PreTrainedTokeni
     sampling = Sampling(G, 64, max_completion_length, temperature=temperature)
     try:
         return generate_with_tools_on_engine(engine, tokenizer, rows, prompts, sampling, use,
-                                             eos_token_ids(model, tokenizer), greedy)
+                                             eos_token_ids(model, tokenizer), greedy,
+                                             seeds=None if greedy else DrawSeeds(0, 0, 0))
     finally:
         use.tool.close()
 
@@ -154,7 +156,6 @@ def test_policy_tokens_carry_the_policys_logprobs(vllm_engine: Any, fenced, toke
                                                   sandbox_url: str) -> None:
     """At the sampling temperature, each token the policy wrote has the log-prob a forward of
     the trainer's policy over prompt + completion gives it; a tool's token has 0."""
-    torch.manual_seed(0)
     rollout = _on_engine(vllm_engine, fenced, tokenizer, sandbox_url, G=4, temperature=0.7)
     ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], 1)
     attn = torch.cat([rollout.prompt_mask, rollout.completion_mask], 1)

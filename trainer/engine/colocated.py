@@ -23,6 +23,7 @@ from trainer.engine.sampling import generate_on_engine
 from trainer.engine.weights import policy_weights
 from trainer.multiturn import ToolUse, closer_ids
 from trainer.rollout import Prompt, Rollout, Sampling
+from trainer.seeds import DrawSeeds
 
 
 def engine_settings(config: GRPOConfig, seed: int, dtype: torch.dtype, rank: int = 0
@@ -70,17 +71,18 @@ class ColocatedEngine:
         return cls(engine, policy, tokenizer, eos_ids, synced=True)
 
     def generate(self, rows: list[dict[str, Any]], prompts: list[Prompt],
-                 sampling: Sampling, greedy: bool = False, tools: ToolUse | None = None
-                 ) -> Rollout:
-        """Single-turn completions, or with ``tools`` rollouts that call the code tool."""
+                 sampling: Sampling, greedy: bool = False, tools: ToolUse | None = None,
+                 seeds: DrawSeeds | None = None) -> Rollout:
+        """Single-turn completions, or with ``tools`` rollouts that call the code tool;
+        ``seeds``: the step's (trainer/seeds.py), none when ``greedy``."""
         if tools is None:
             return generate_on_engine(self.engine, self.tokenizer, rows, prompts, sampling,
-                                      self.eos_ids, greedy)
+                                      self.eos_ids, greedy, seeds)
         if self._closers is None:
             self._closers = closer_ids(self.tokenizer, tools.format)
         return generate_with_tools_on_engine(self.engine, self.tokenizer, rows, prompts,
                                              sampling, tools, self.eos_ids, greedy,
-                                             self._closers)
+                                             self._closers, seeds)
 
     def sync(self) -> float:
         """The policy's weights into the engine; the seconds it took."""

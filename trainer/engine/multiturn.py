@@ -18,8 +18,8 @@ before it.
 
 Each round is one engine call over every open rollout: the first draws G samples of each
 prompt, each later one a sample per rollout, from wherever it stands (inside a turn, or after
-a tool's output); each call takes a seed from the trainer's generator, so a run's rollouts
-follow from its seed.
+a tool's output); each call takes the next of the step's seeds (trainer/seeds.py), so a
+run's rollouts follow from its seed and step.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from trainer.multiturn import (
     traces_of,
 )
 from trainer.rollout import Prompt, Rollout, Sampling, encode_prompts
+from trainer.seeds import DrawSeeds
 from trainer.tools import CallFormat
 
 
@@ -86,11 +87,12 @@ class _Writing:
 def generate_with_tools_on_engine(engine: VLLMEngine, tokenizer: PreTrainedTokenizerBase,
                                   rows: list[dict[str, Any]], prompts: list[Prompt],
                                   sampling: Sampling, use: ToolUse, eos_ids: list[int],
-                                  greedy: bool = False, closers: list[int] | None = None
-                                  ) -> Rollout:
+                                  greedy: bool = False, closers: list[int] | None = None,
+                                  seeds: DrawSeeds | None = None) -> Rollout:
     """G = ``sampling.num_generations`` rollouts per prompt (1 when ``greedy``), each calling
     the tool up to ``use.max_turns`` times; ``closers``: the ids that may complete a call
-    (``trainer.multiturn.closer_ids``, found here if not given)."""
+    (``trainer.multiturn.closer_ids``, found here if not given); ``seeds``: one for each
+    engine call (none when ``greedy``)."""
     G = 1 if greedy else sampling.num_generations
     ids, mask, cut = encode_prompts(tokenizer, prompts, sampling.max_prompt_length)
     turns = ToolTurns(tokenizer, sampling, use, eos_ids)
@@ -104,7 +106,7 @@ def generate_with_tools_on_engine(engine: VLLMEngine, tokenizer: PreTrainedToken
         drawn = engine.generate(contexts, n=n, max_tokens=limits, stop_token_ids=stop_ids,
                                 temperature=sampling.temperature, top_p=sampling.top_p,
                                 top_k=sampling.top_k, greedy=greedy,
-                                seed=draw_seed(greedy))
+                                seed=draw_seed(greedy, seeds))
         return [sample for group in drawn for sample in group]
 
     traces = traces_of(ids, mask, G)
