@@ -16,6 +16,7 @@ from trainer.engine.client import Sample
 from trainer.engine.multiturn import StopIds, generate_with_tools_on_engine
 from trainer.multiturn import CallStop, ToolUse, call_cut, closer_ids
 from trainer.rollout import Sampling, format_prompt
+from trainer.seeds import DrawSeeds
 from trainer.tools import FencedFormat, call_format
 
 FENCED = FencedFormat()
@@ -163,7 +164,7 @@ def _rollout(tokenizer: PreTrainedTokenizerBase) -> tuple[Any, _Scripted, _Tool,
     engine = _Scripted(prompt, transcript)
     rollout = generate_with_tools_on_engine(
         engine, tokenizer, rows, prompts, Sampling(2, 64, 200), use,  # type: ignore[arg-type]
-        [tokenizer.eos_token_id])
+        [tokenizer.eos_token_id], seeds=DrawSeeds(0, 0, 0))
     return rollout, engine, tool, transcript
 
 
