@@ -17,6 +17,7 @@ import fcntl
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -265,8 +266,7 @@ def _start_failure(error: EngineError, returncode: int | None,
         cause = ("the vLLM engine was killed while starting (out of memory?): lower "
                  f"vllm_kv_cache_gb ({settings.kv_cache_gb} GB now) or max_completion_length")
     elif isinstance(error, _StartTimeout):
-        cause = (f"{reason}: raise vllm_start_timeout_s ({settings.start_timeout_s:.0f} s now) "
-                 "where loading the model takes longer")
+        cause = f"{reason} (vllm_start_timeout_s): raise it where loading the model takes longer"
     else:
         cause = (f"the vLLM engine could not start ({reason}): "
                  f"check that vLLM can run this model at vllm_dtype {settings.dtype}")
@@ -406,14 +406,14 @@ def _sweep_orphans() -> None:
         except OSError:
             continue
         try:
-            stat = os.fstat(fd)
-            if stat.st_uid != os.getuid():
+            info = os.fstat(fd)
+            if info.st_uid != os.getuid():
                 continue
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # its owner's: BlockingIOError
-            if path.is_dir():
+            if stat.S_ISDIR(info.st_mode):
                 if os.listdir(fd):
                     shutil.rmtree(path, ignore_errors=True)
-            elif stat.st_size:
+            elif info.st_size:
                 path.unlink(missing_ok=True)
         except OSError:
             continue
