@@ -121,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     try:
+        last = checkpoint.latest_checkpoint(Path(config.output_dir)) if args.resume else None
+        if args.resume and last is None:  # said before an engine starts for nothing
+            print(f"grpo-train: --resume: no checkpoint in {config.output_dir}",
+                  file=sys.stderr)
+            return 2
         seed_everything(config.seed)  # the same initial weights on every rank
         try:  # float32 master weights; dtype: bfloat16 is the compute dtype (autocast)
             model, tokenizer = load_model(config.model, MASTER_DTYPE, config.seed)
@@ -146,15 +151,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"grpo-train: {exc}{_engine_log(exc, config.output_dir)}", file=sys.stderr)
             client.close()
             return 2
-        if args.resume:
-            last = checkpoint.latest_checkpoint(Path(config.output_dir))
-            if last is None:
-                print(f"grpo-train: --resume: no checkpoint in {config.output_dir}",
-                      file=sys.stderr)
-                return 2
-            trainer.resume(last)
-            print(f"resumed from {last} at step {trainer.step}", flush=True)
         try:
+            if last is not None:
+                try:  # the engine takes the checkpoint's weights: a request that can fail
+                    trainer.resume(last)
+                except BaseException as exc:
+                    trainer.close()  # its engine and threads, as train() would have
+                    if not isinstance(exc, EngineError):
+                        raise
+                    print(f"grpo-train: --resume from {last}: {exc}"
+                          f"{_engine_log(exc, config.output_dir)}", file=sys.stderr)
+                    return 3
+                print(f"resumed from {last} at step {trainer.step}", flush=True)
             trainer.train()
         except (RewardClientError, EngineError) as exc:
             log = _engine_log(exc, config.output_dir) if isinstance(exc, EngineError) else ""

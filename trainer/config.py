@@ -172,6 +172,10 @@ class GRPOConfig(BaseModel):
         None, ge=16, description="The engine's KV-cache block, in tokens: only whole blocks "
         "of a prompt are shared between its G samples and across steps. Default: 32 on a CPU "
         "(vLLM's 128 there would cache no prompt shorter than that), vLLM's own on a GPU.")
+    vllm_start_timeout_s: float = Field(
+        900.0, gt=0, description="How long the engine may take to start (load the model, "
+        "allocate its KV cache, draw one token) before the run stops, naming this setting: "
+        "an engine that hangs at its start would otherwise hang the run.")
     vllm_request_timeout_s: float = Field(
         1800.0, gt=0, description="How long one engine request (a step's draw, a weight "
         "load) may take before the run stops with a checkpoint: an engine that is alive "
@@ -357,6 +361,13 @@ class GRPOConfig(BaseModel):
         return self
 
     def _check_engine(self) -> None:
+        if self.rollout_engine == "vllm" and self.temperature < VLLM_MIN_TEMPERATURE:
+            # vLLM's SamplingParams raises any lower temperature to 0.01 without a word: the
+            # engine would draw at another temperature than the loss divides the logits by
+            raise ValueError(f"temperature {self.temperature} is below "
+                             f"{VLLM_MIN_TEMPERATURE}, the lowest vLLM samples at (it draws at "
+                             f"{VLLM_MIN_TEMPERATURE} instead): raise it, or set "
+                             "rollout_engine: hf")
         if self.max_staleness and self.rollout_engine != "vllm":
             # generate() runs on the policy the update is changing: it cannot run ahead
             raise ValueError("max_staleness > 0 draws rollouts while the update runs, which "
@@ -424,6 +435,9 @@ class GRPOConfig(BaseModel):
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
 
 
+VLLM_MIN_TEMPERATURE = 0.01  # vllm.sampling_params._MAX_TEMP: a lower one is raised to it
+
+
 class ConfigError(ValueError):
     """A config file or override that is not valid; the message is one readable line each."""
 
@@ -461,6 +475,9 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> GRPOConfi
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "config"
+            if not err["loc"]:  # a check across options: its message names them
+                lines.append(err["msg"].removeprefix("Value error, "))
+                continue
+            where = ".".join(str(p) for p in err["loc"])
             lines.append(f"{where}: {err['msg']}")
         raise ConfigError("; ".join(lines)) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +18,10 @@ from trainer.config import GRPOConfig
 from trainer.data import write_jsonl
 
 
-def grpo_train(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+def grpo_train(*args: str, timeout: int = 300,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "trainer.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
 
 
 def test_help_lists_every_option_with_its_default() -> None:
@@ -39,6 +41,10 @@ def test_help_lists_every_option_with_its_default() -> None:
         (": : :\n", [], "is not valid YAML"),
         ("", ["--set", "learning_rate"], "expected key=value"),
         ("", ["--set", "max_steps=many"], "max_steps: Input should be a valid integer"),
+        ("rollout_engine: vllm\ntemperature: 0.005\n", [],
+         "temperature 0.005 is below 0.01, the lowest vLLM samples at"),
+        ("", ["--set", "vllm_start_timeout_s=0"],
+         "vllm_start_timeout_s: Input should be greater than 0"),
     ],
 )
 def test_bad_config_is_one_readable_line(tmp_path: Path, config: str, args: list[str],
@@ -161,6 +167,60 @@ def test_a_model_the_engine_cannot_run_is_one_readable_line(tmp_path: Path,
     assert "rollout_engine: hf" in last and "vllm_dtype" in last
     assert "head_dim" in last  # vLLM's own reason
     assert "Traceback" in (run / "engine_error.log").read_text()
+
+
+# A stand-in engine process (no vLLM) that notes in MARKS each start and each close it is
+# told, and fails every weight load with a multi-line error, as vLLM's can.
+_RECORDING_ENGINE = """
+import os, sys
+from trainer.engine import wire
+marks = open(os.environ["MARKS"], "a")
+connection = wire.Channel(int(sys.argv[sys.argv.index("--fd") + 1]))
+connection.recv()
+print("started", file=marks, flush=True)
+connection.send({"ok": True})
+while True:
+    request = connection.recv()
+    if request["op"] == "close":
+        print("closed", file=marks, flush=True)
+        connection.send({"ok": True})
+        sys.exit(0)
+    connection.send({"ok": False, "error": "RuntimeError: load failed\\nsecond line"})
+"""
+
+
+def _recording_engine(tmp_path: Path) -> tuple[Path, Path]:
+    script, python = tmp_path / "engine.py", tmp_path / "engine"
+    script.write_text(_RECORDING_ENGINE)
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    python.chmod(0o755)
+    return python, tmp_path / "marks"
+
+
+def test_resume_ends_its_engine_whatever_stops_it(tmp_path: Path,
+                                                  server: ServerProcess) -> None:
+    """--resume hands the checkpoint's weights to the engine, a request that can fail: that
+    is one line, exit code 3 (as an engine failing mid-run), and the engine is ended. With
+    no checkpoint to resume from, no engine is started at all."""
+    data = tmp_path / "d.jsonl"
+    write_jsonl(seven_rows(4), data)
+    run = tmp_path / "run"
+    python, marks = _recording_engine(tmp_path)
+    common = ["--set", "model=tiny", "--set", f"dataset={data}", "--reward-url", server.url,
+              "--set", f"output_dir={run}", "--set", "max_completion_length=4",
+              "--set", "progress_bar=false"]
+    engine = ["--set", "rollout_engine=vllm", "--set", f"vllm_python={python}"]
+    env = {**os.environ, "MARKS": str(marks)}
+    out = grpo_train(*common, *engine, "--resume", env=env)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "no checkpoint" in out.stderr and not marks.exists()
+    assert grpo_train(*common, "--set", "max_steps=1").returncode == 0  # hf: a checkpoint
+    out = grpo_train(*common, *engine, "--resume", "--set", "max_steps=2", env=env)
+    assert out.returncode == 3, out.stderr
+    assert "Traceback" not in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("grpo-train: --resume from") and "load failed" in last, last
+    assert marks.read_text().split() == ["started", "closed"]
 
 
 def test_run_plot_and_resume(tmp_path: Path, server: ServerProcess) -> None:

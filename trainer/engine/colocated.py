@@ -39,7 +39,8 @@ def engine_settings(config: GRPOConfig, seed: int, dtype: torch.dtype, rank: int
         max_num_seqs=max(config.prompts_per_step * config.num_generations, 16),
         kv_cache_gb=config.vllm_kv_cache_gb,
         gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-        block_size=config.vllm_block_size, request_timeout_s=config.vllm_request_timeout_s)
+        block_size=config.vllm_block_size, start_timeout_s=config.vllm_start_timeout_s,
+        request_timeout_s=config.vllm_request_timeout_s)
 
 
 class ColocatedEngine:
