@@ -74,17 +74,20 @@ class AheadSampler:
         evaluation reads the policy as it is)."""
         self._take_staged()
 
-    def close(self, hand_over: bool = True) -> None:
-        """Stops drawing; the engine is left with the newest weights, unless drawing failed
-        or ``hand_over`` is False (stopping on an error: the engine may be the error)."""
+    def close(self, wait: bool = True) -> None:
+        """Stops drawing. Weights staged and not taken are dropped, never handed over: the
+        run is over (its checkpoint has them), stopping on an error (the engine may be
+        the error), or interrupted (the engine is being ended). With ``wait`` False
+        (interrupted) the draw in flight is not waited for: the thread is a daemon, and
+        ends with the engine's request."""
         with self._changed:
             self._closed = True
+            staged, self._staged = self._staged, None
             self._changed.notify_all()
-        self._thread.join()
-        if hand_over and self._failure is None:
-            self._take_staged()
-        elif self._staged is not None:
-            self._staged[1].close()
+        if staged is not None:
+            staged[1].close()
+        if wait:
+            self._thread.join()
 
     def _draw(self, step: int, until: int) -> None:
         try:
