@@ -40,8 +40,10 @@ class _Sampler:
     def __init__(self, engine: _Engine, fail_at: int | None = None) -> None:
         self.engine, self.fail_at, self.drawn = engine, fail_at, 0
         self.gate = threading.Semaphore(0)  # the test lets each draw through
+        self.entered = threading.Semaphore(0)  # a draw has begun
 
     def sample_batch(self) -> SampledBatch:
+        self.entered.release()
         self.gate.acquire()
         if self.drawn == self.fail_at:
             raise ValueError("the reward server is down")
@@ -66,7 +68,40 @@ def test_no_batch_is_drawn_more_than_max_staleness_updates_before_it_trains() ->
         ahead.publish(step + 1)
     ahead.close()
     assert engine.loaded == sorted(engine.loaded)  # hand-overs in order, newest last
-    assert engine.loaded[-1] == 6  # closing hands the last weights over
+
+
+def test_closing_hands_no_weights_over() -> None:
+    """Weights staged after the last step are dropped, not loaded: nothing samples with
+    them, and a load failing there would fail a run whose every step trained."""
+    ahead, sampler, engine = _ahead(max_staleness=1, until=1)
+    sampler.gate.release(1)
+    ahead.next_batch()
+    engine.current = 1
+    ahead.publish(1)
+    staged = ahead._staged
+    ahead.close()
+    assert engine.loaded == [0]
+    assert staged is not None and staged[1].closed
+
+
+def test_closing_without_waiting_leaves_the_draw_in_flight() -> None:
+    """Interrupted, the trainer stops drawing without waiting for a draw in flight (an
+    engine's can take up to vllm_request_timeout_s; the trainer ends the engine), and
+    drops the weights staged for it."""
+    ahead, sampler, engine = _ahead(max_staleness=1, until=3)
+    sampler.gate.release(1)
+    ahead.next_batch()
+    for _ in range(2):  # the thread draws step 1's batch now, held at the gate
+        sampler.entered.acquire()
+    engine.current = 1
+    ahead.publish(1)
+    staged = ahead._staged
+    ahead.close(wait=False)  # returns with the draw still held
+    assert staged is not None and staged[1].closed
+    assert ahead._thread.is_alive()
+    sampler.gate.release(5)
+    ahead._thread.join()
+    assert engine.loaded == [0]
 
 
 def test_a_failure_while_drawing_is_raised_to_the_trainer_after_the_batches_before_it() -> None:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.conftest import ServerProcess, free_port
+from tests.trainer.cli_runner import RewardClient
 from tests.trainer.conftest import seven_rows
 from trainer.config import GRPOConfig
 from trainer.data import write_jsonl
@@ -78,21 +79,9 @@ def test_scoring_and_the_tool_read_one_url_list(given: list[str],
     clients: list[object] = []
     tools: list[str] = []
 
-    class Client:  # the network edge: what the trainer hands RewardClient
+    class Client(RewardClient):  # the network edge: what the trainer hands RewardClient
         def __init__(self, urls: object, **options: object) -> None:
             clients.append(urls)
-
-        def __enter__(self) -> Client:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            return None
-
-        def health(self) -> dict[str, str]:
-            return {"status": "ok"}
-
-        def close(self) -> None:
-            return None
 
     def code_tool(url: str, **options: object) -> None:
         tools.append(url)
