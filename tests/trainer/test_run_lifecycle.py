@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from tests.helpers.ranks import run_ranks
+from tests.trainer.test_engine_process import ended
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -85,19 +86,6 @@ def run(tmp_path: Path) -> Iterator[Run]:
             pass
 
 
-def gone(pid: int) -> bool:
-    """Whether ``pid`` has ended, waiting for it to (a zombie has ended: whoever adopted
-    it reaps it when it will)."""
-    for _ in range(300):
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def lines_of(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("grpo-train:")]
 
@@ -117,7 +105,7 @@ def test_an_engine_that_dies_on_one_rank_stops_every_rank_with_a_checkpoint(
     assert sum("rank 1 failed: the vLLM engine process exited (7)" in line
                for line in lines) == 1, lines
     assert (run.out / "checkpoint-000001").is_dir()
-    assert all(gone(pid) for pid in run.engine_pids())
+    assert all(ended(pid) for pid in run.engine_pids())
     assert list(run.shm.iterdir()) == []
 
 
@@ -139,7 +127,7 @@ def test_ctrl_c_while_a_draw_is_in_flight(run: Run, max_staleness: int) -> None:
     step = int(re.search(r"interrupted \(SIGINT\) at step (\d+);", line).group(1))  # type: ignore[union-attr]
     assert step >= 1 and f"checkpoint-{step:06d}" in line
     assert (run.out / f"checkpoint-{step:06d}").is_dir()
-    assert gone(engine)
+    assert ended(engine)
     assert list(run.shm.iterdir()) == []
 
 
@@ -158,7 +146,7 @@ def test_sigterm_during_a_weight_sync_takes_ctrl_cs_way_out(run: Run) -> None:
     [line] = lines_of(stderr)
     assert line.startswith("grpo-train: interrupted (SIGTERM) at step 1;"), line
     assert (run.out / "checkpoint-000001").is_dir()
-    assert gone(engine)
+    assert ended(engine)
     assert list(run.shm.iterdir()) == []
 
 
@@ -171,7 +159,7 @@ def test_an_engine_never_outlives_a_killed_trainer(run: Run) -> None:
     engine = run.engine_pids()[0]
     trainer.kill()
     trainer.communicate()
-    assert gone(engine)
+    assert ended(engine)
 
 
 def test_a_finished_async_run_is_not_failed_by_a_last_hand_over(run: Run) -> None:
