@@ -33,6 +33,7 @@ class AheadSampler:
         self._published = start  # the version the trainer's policy is at
         self._loaded = start  # the version the engine holds (given it before this starts)
         self._staged: tuple[int, StagedWeights] | None = None
+        self._in_hand: StagedWeights | None = None  # the copy the engine is loading
         self._ready: deque[SampledBatch] = deque()
         self._failure: BaseException | None = None
         self._until = until
@@ -83,9 +84,12 @@ class AheadSampler:
         with self._changed:
             self._closed = True
             staged, self._staged = self._staged, None
+            in_hand = None if wait else self._in_hand
             self._changed.notify_all()
         if staged is not None:
             staged[1].close()
+        if in_hand is not None:  # the thread would delete it, unless the process ends first
+            in_hand.close()
         if wait:
             self._thread.join()
 
@@ -117,11 +121,14 @@ class AheadSampler:
         with self._handing_over:
             with self._changed:
                 staged, self._staged = self._staged, None
-            if staged is None:
-                return
-            version, weights = staged
+                if staged is None:
+                    return
+                version, weights = staged
+                self._in_hand = weights
             try:
                 self.engine.load(weights)
             finally:
+                with self._changed:
+                    self._in_hand = None
                 weights.close()
             self._loaded = version

@@ -124,3 +124,29 @@ def test_a_step_past_the_last_raises_rather_than_waits() -> None:
     with pytest.raises(RuntimeError, match="ends at step 2"):
         ahead.next_batch()
     ahead.close()
+
+
+def test_closing_without_waiting_deletes_the_copy_being_loaded() -> None:
+    """Interrupted while the engine loads a copy (the trainer ends the engine and does not
+    wait for the thread), the copy is deleted all the same: a daemon thread may never run
+    its cleanup before the process ends, and the copy is the model's size in /dev/shm."""
+    ahead, sampler, engine = _ahead(max_staleness=1, until=3)
+    loading, release = threading.Event(), threading.Event()
+
+    def load(staged: _Staged) -> None:
+        loading.set()
+        release.wait()
+
+    engine.load = load  # type: ignore[method-assign]
+    sampler.gate.release(2)
+    ahead.next_batch()
+    ahead.next_batch()  # both drawn: the thread waits for step 1's weights to draw step 2's
+    engine.current = 1
+    ahead.publish(1)
+    loading.wait()
+    in_hand = ahead._in_hand
+    ahead.close(wait=False)
+    assert in_hand is not None and in_hand.closed
+    release.set()
+    sampler.gate.release(5)
+    ahead._thread.join()

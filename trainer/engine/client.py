@@ -317,7 +317,12 @@ class StagedWeights:
             raise
 
     def close(self) -> None:
-        self._file.close()
+        """Deletes the file; a second close (the trainer's, interrupted, beside the
+        drawing thread's) does nothing."""
+        try:
+            self._file.close()
+        except FileNotFoundError:
+            pass
 
     def __enter__(self) -> StagedWeights:
         return self
