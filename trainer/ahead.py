@@ -38,6 +38,7 @@ class AheadSampler:
         self._published = start  # the version the trainer's policy is at
         self._loaded = start  # the version the engine holds (given it before this starts)
         self._staged: tuple[int, StagedWeights] | None = None
+        self._in_hand: StagedWeights | None = None  # the copy the engine is loading
         self._ready: deque[SampledBatch] = deque()
         self._failure: BaseException | None = None
         self._until = until
@@ -79,17 +80,23 @@ class AheadSampler:
         evaluation reads the policy as it is)."""
         self._take_staged()
 
-    def close(self, hand_over: bool = True) -> None:
-        """Stops drawing; the engine is left with the newest weights, unless drawing failed
-        or ``hand_over`` is False (stopping on an error: the engine may be the error)."""
+    def close(self, wait: bool = True) -> None:
+        """Stops drawing. Weights staged and not taken are dropped, never handed over: the
+        run is over (its checkpoint has them), stopping on an error (the engine may be
+        the error), or interrupted (the engine is being ended). With ``wait`` False
+        (interrupted) the draw in flight is not waited for: the thread is a daemon, and
+        ends with the engine's request."""
         with self._changed:
             self._closed = True
+            staged, self._staged = self._staged, None
+            in_hand = None if wait else self._in_hand
             self._changed.notify_all()
-        self._thread.join()
-        if hand_over and self._failure is None:
-            self._take_staged()
-        elif self._staged is not None:
-            self._staged[1].close()
+        if staged is not None:
+            staged[1].close()
+        if in_hand is not None:  # the thread would delete it, unless the process ends first
+            in_hand.close()
+        if wait:
+            self._thread.join()
 
     def _draw(self, step: int, until: int) -> None:
         try:
@@ -119,11 +126,14 @@ class AheadSampler:
         with self._handing_over:
             with self._changed:
                 staged, self._staged = self._staged, None
-            if staged is None:
-                return
-            version, weights = staged
+                if staged is None:
+                    return
+                version, weights = staged
+                self._in_hand = weights
             try:
                 self.engine.load(weights)
             finally:
+                with self._changed:
+                    self._in_hand = None
                 weights.close()
             self._loaded = version

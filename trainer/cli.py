@@ -15,8 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 # before anything imports torch (the config names its options from loss.py): else torch on
 # CPU runs ~10x slower
@@ -92,6 +96,41 @@ def _engine_log(exc: Exception, output_dir: str | Path) -> str:
     return f" (the engine's traceback: {path})"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (torchrun, Slurm, Kubernetes, ``timeout``), raised where Ctrl-C's
+    KeyboardInterrupt would be: Python's default ends the process on the spot, with the
+    engine process running on and a copy of the weights left in /dev/shm."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
+def _sigterm_as_interrupt() -> Callable[[], None]:
+    """SIGTERM takes Ctrl-C's orderly way out, unless the caller handles it already;
+    returns what puts the default back."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return lambda: None
+    signal.signal(signal.SIGTERM, _terminate)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _interrupted(exc: KeyboardInterrupt, step: int | None, output_dir: str | Path) -> int:
+    """One line for an interrupted run: where it stood and the checkpoint to resume from;
+    the exit code a shell gives a process the signal ended (128 + its number)."""
+    from trainer import checkpoint
+
+    signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+    where = "before training" if step is None else f"at step {step}"
+    last = checkpoint.latest_checkpoint(Path(output_dir))
+    saved = (f"the last checkpoint is {last} (continue with --resume)" if last is not None
+             else "no checkpoint was written")
+    print(f"grpo-train: interrupted ({signum.name}) {where}; {saved}", file=sys.stderr,
+          flush=True)
+    return 128 + signum
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.merge is not None:
@@ -113,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.data import load_datasets
     from trainer.engine.client import EngineError
     from trainer.models import MASTER_DTYPE, load_model
-    from trainer.train import GRPOTrainer, seed_everything
+    from trainer.train import GRPOTrainer, RankFailure, seed_everything
 
+    trainer: GRPOTrainer | None = None
+    restore = _sigterm_as_interrupt()
     if "RANK" in os.environ and not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend)
@@ -164,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                     return 3
                 print(f"resumed from {last} at step {trainer.step}", flush=True)
             trainer.train()
-        except (RewardClientError, EngineError) as exc:
+        except (RewardClientError, EngineError, RankFailure) as exc:
             log = _engine_log(exc, config.output_dir) if isinstance(exc, EngineError) else ""
             print(f"grpo-train: stopped at step {trainer.step}: {exc}; a checkpoint of step "
                   f"{trainer.step} is in {config.output_dir} (continue with --resume){log}",
@@ -172,7 +213,10 @@ def main(argv: list[str] | None = None) -> int:
             return 3
         finally:
             client.close()
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM
+        return _interrupted(exc, None if trainer is None else trainer.step, config.output_dir)
     finally:
+        restore()
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,6 +168,11 @@ class GRPOTrainer:
                                       self.autocast, self.is_main, self.rank)
         self.ahead: AheadSampler | None = None  # drawing ahead (max_staleness > 0)
         self._position = 0  # the prompt stream's position after the last trained step
+        # between a step's first optimizer step and its end the policy is half-way: an
+        # interrupt there leaves nothing a checkpoint could be made of
+        self._mid_update = False
+        self._saved_step = 0  # the step of the newest checkpoint (0: none yet)
+        self._interrupted = False  # Ctrl-C or SIGTERM: nothing is waited for on the way out
 
     def _tool_use(self) -> ToolUse:
         c = self.config
@@ -201,20 +206,38 @@ class GRPOTrainer:
 
     def close(self) -> None:
         """Stops drawing ahead, and closes what the trainer opened: the scorer's threads, the
-        tool's client, the engine it started. ``train`` calls it; a loop of
-        ``training_step`` calls ends with it."""
-        self._stop_drawing()
-        self.scorer.close()
-        for tool_use in (self.tool_use, self.eval_tool_use):
-            if tool_use is not None:
-                tool_use.tool.close()
-        if self.engine is not None and self._owns_engine:
-            self.engine.close()
+        tool's client, the engine it started; each of them whatever the others raise.
+        ``train`` calls it; a loop of ``training_step`` calls ends with it."""
+        owned = self.engine if self._owns_engine else None
+        with ExitStack() as stack:  # its callbacks run last first
+            if owned is not None:
+                stack.callback(owned.close)
+            for tool_use in (self.tool_use, self.eval_tool_use):
+                if tool_use is not None:
+                    stack.callback(tool_use.tool.close)
+            stack.callback(self.scorer.close)
+            stack.callback(self._stop_drawing, not self._interrupted)
+            if owned is not None and self._interrupted:  # a second Ctrl-C cut interrupted()
+                stack.callback(owned.close, False)
 
-    def _stop_drawing(self, hand_over: bool = True) -> None:
+    def _stop_drawing(self, wait: bool = True) -> None:
         if self.ahead is not None:
-            self.ahead.close(hand_over)
+            self.ahead.close(wait)
             self.ahead = None
+
+    def interrupted(self) -> None:
+        """Ctrl-C or SIGTERM: the engine this trainer started is ended first, without
+        handing it weights (a draw in flight would be waited for up to
+        ``vllm_request_timeout_s``), drawing ahead stops without waiting, and on one rank,
+        with the policy between two steps, the last completed step is saved if it is not
+        yet. Not with several ranks: they are interrupted wherever each stands, and a
+        checkpoint needs them all."""
+        self._interrupted = True
+        if self.engine is not None and self._owns_engine:
+            self.engine.close(wait=False)
+        self._stop_drawing(wait=False)
+        if self.world == 1 and not self._mid_update and self.step > self._saved_step:
+            self.save()
 
     def _next_batch(self) -> SampledBatch:
         """This step's scored rollouts: drawn now, or, drawing ahead, waited for."""
@@ -367,7 +390,8 @@ class GRPOTrainer:
     def training_step(self) -> dict[str, Any]:
         c = self.config
         t_step = time.perf_counter()
-        sampled = self._next_batch()
+        with self._together():
+            sampled = self._next_batch()
         rollout, scored, timing = sampled.rollout, sampled.scored, dict(sampled.timing)
         timing["sampling/staleness"] = float(self.step - sampled.version)
 
@@ -404,6 +428,7 @@ class GRPOTrainer:
         normalizer = self.normalizer(loss_mask)
         sums: dict[str, float] = {}
         losses, grad_norms = [], []
+        self._mid_update = True
         for _ in range(c.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             loss, metrics = self.accumulate_gradients(batch, normalizer)
@@ -418,12 +443,14 @@ class GRPOTrainer:
             timing.update(self._correct_sampling(batch))  # the first pass's π_θ_old: metrics
         self.step += 1
         self._position = sampled.stream_position
+        self._mid_update = False
         # the next step samples the new policy (once: the μ passes sample nothing)
         t_sync = time.perf_counter()
-        if self.ahead is not None:
-            self.ahead.publish(self.step)  # a copy now; the engine takes it between batches
-        elif self.engine is not None:
-            self.engine.sync()
+        with self._together():
+            if self.ahead is not None:
+                self.ahead.publish(self.step)  # a copy now; the engine takes it between batches
+            elif self.engine is not None:
+                self.engine.sync()
         if self.engine is not None:
             timing["time/weight_sync"] = time.perf_counter() - t_sync
         t_end = time.perf_counter()
@@ -506,6 +533,7 @@ class GRPOTrainer:
         self._barrier()
         final = checkpoint.finish(run, step) if self.is_main else None
         self._barrier()
+        self._saved_step = step
         return final
 
     def _barrier(self) -> None:
@@ -539,18 +567,45 @@ class GRPOTrainer:
         self.step = int(state["step"])
         self.stream.load_state(checkpoint.load_rank(path, self.rank, state))
         self._position = self.stream.position
+        self._saved_step = self.step
+
+    @contextmanager
+    def _together(self) -> Iterator[None]:
+        """A part of the step that can fail on one rank alone (its engine, its reward
+        requests): every rank learns whether any rank failed, and if one did all raise,
+        so all stop and save together; a rank that went on would wait in the step's next
+        collective for one that is saving, and neither would ever leave."""
+        failure: RewardClientError | EngineError | None = None
+        try:
+            yield
+        except (RewardClientError, EngineError) as exc:
+            if self.world == 1:
+                raise
+            failure = exc
+        if self.world == 1:
+            return
+        failed = torch.tensor([float(failure is not None)], device=self.device)
+        dist.all_reduce(failed)
+        if not failed.item():
+            return
+        said: list[str | None] = [None] * self.world
+        dist.all_gather_object(said, None if failure is None else str(failure))
+        if failure is not None:
+            raise failure
+        rank, reason = next((r, text) for r, text in enumerate(said) if text is not None)
+        raise RankFailure(f"rank {rank} failed: {reason}")
 
     @contextmanager
     def _checkpoint_on_failure(self) -> Iterator[None]:
-        """A reward outage or an engine failure stops the run with a checkpoint of the
-        policy as it stands, at the position of the steps it trained on: rewards come
-        first, so a failed step's update is undone; an engine that failed to take the new
-        weights, or an evaluation that failed, came after it. Nothing trains on the
-        engine's stale weights, and --resume goes on."""
+        """A reward outage or an engine failure, on any rank, stops the run on every rank
+        with a checkpoint of the policy as it stands, at the position of the steps it
+        trained on: rewards come first, so a failed step's update is undone; an engine
+        that failed to take the new weights, or an evaluation that failed, came after it.
+        Nothing trains on the engine's stale weights, and --resume goes on."""
         try:
             yield
-        except (RewardClientError, EngineError):
-            self._stop_drawing(hand_over=False)
+        except (RewardClientError, EngineError, RankFailure):
+            self._stop_drawing()
             self.save()
             raise
 
@@ -564,7 +619,7 @@ class GRPOTrainer:
         history: list[dict[str, Any]] = []
         try:
             if self.step == 0 and self.eval_rows:
-                with self._checkpoint_on_failure():
+                with self._checkpoint_on_failure(), self._together():
                     first = self.evaluate()
                 logger.log(0, first)
                 logger.write(f"step 0: held-out accuracy {first['eval/accuracy']:.3f}")
@@ -574,13 +629,17 @@ class GRPOTrainer:
                     last = self.step == c.max_steps
                     if self.eval_rows and (last or (c.eval_every
                                                     and self.step % c.eval_every == 0)):
-                        metrics.update(self.evaluate())
+                        with self._together():
+                            metrics.update(self.evaluate())
                         logger.write(f"step {self.step}: held-out accuracy "
                                      f"{metrics['eval/accuracy']:.3f}")
                 logger.log(self.step, metrics)
                 history.append(metrics)
                 if last or (c.save_every and self.step % c.save_every == 0):
                     self.save()
+        except KeyboardInterrupt:
+            self.interrupted()
+            raise
         finally:
             logger.close()
             self.close()
@@ -589,6 +648,11 @@ class GRPOTrainer:
 
             plot_run(self.run_dir)
         return history
+
+
+class RankFailure(RuntimeError):
+    """Another rank's engine or reward requests failed: this rank stops with it (its
+    message names the rank and says why)."""
 
 
 @dataclass

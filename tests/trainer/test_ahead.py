@@ -41,8 +41,10 @@ class _Sampler:
         self.engine, self.fail_at, self.drawn = engine, fail_at, 0
         self.gate = threading.Semaphore(0)  # the test lets each draw through
         self.steps: list[int] = []  # the step each batch was drawn for
+        self.entered = threading.Semaphore(0)  # a draw has begun
 
     def sample_batch(self, step: int) -> SampledBatch:
+        self.entered.release()
         self.gate.acquire()
         self.steps.append(step)
         if self.drawn == self.fail_at:
@@ -71,7 +73,40 @@ def test_no_batch_is_drawn_more_than_max_staleness_updates_before_it_trains() ->
         ahead.publish(step + 1)
     ahead.close()
     assert engine.loaded == sorted(engine.loaded)  # hand-overs in order, newest last
-    assert engine.loaded[-1] == 6  # closing hands the last weights over
+
+
+def test_closing_hands_no_weights_over() -> None:
+    """Weights staged after the last step are dropped, not loaded: nothing samples with
+    them, and a load failing there would fail a run whose every step trained."""
+    ahead, sampler, engine = _ahead(max_staleness=1, until=1)
+    sampler.gate.release(1)
+    ahead.next_batch()
+    engine.current = 1
+    ahead.publish(1)
+    staged = ahead._staged
+    ahead.close()
+    assert engine.loaded == [0]
+    assert staged is not None and staged[1].closed
+
+
+def test_closing_without_waiting_leaves_the_draw_in_flight() -> None:
+    """Interrupted, the trainer stops drawing without waiting for a draw in flight (an
+    engine's can take up to vllm_request_timeout_s; the trainer ends the engine), and
+    drops the weights staged for it."""
+    ahead, sampler, engine = _ahead(max_staleness=1, until=3)
+    sampler.gate.release(1)
+    ahead.next_batch()
+    for _ in range(2):  # the thread draws step 1's batch now, held at the gate
+        sampler.entered.acquire()
+    engine.current = 1
+    ahead.publish(1)
+    staged = ahead._staged
+    ahead.close(wait=False)  # returns with the draw still held
+    assert staged is not None and staged[1].closed
+    assert ahead._thread.is_alive()
+    sampler.gate.release(5)
+    ahead._thread.join()
+    assert engine.loaded == [0]
 
 
 def test_a_failure_while_drawing_is_raised_to_the_trainer_after_the_batches_before_it() -> None:
@@ -107,3 +142,29 @@ def test_each_batch_is_drawn_as_its_own_steps() -> None:
         ahead.publish(step + 1)
     ahead.close()
     assert sampler.steps == [3, 4, 5]
+
+
+def test_closing_without_waiting_deletes_the_copy_being_loaded() -> None:
+    """Interrupted while the engine loads a copy (the trainer ends the engine and does not
+    wait for the thread), the copy is deleted all the same: a daemon thread may never run
+    its cleanup before the process ends, and the copy is the model's size in /dev/shm."""
+    ahead, sampler, engine = _ahead(max_staleness=1, until=3)
+    loading, release = threading.Event(), threading.Event()
+
+    def load(staged: _Staged) -> None:
+        loading.set()
+        release.wait()
+
+    engine.load = load  # type: ignore[method-assign]
+    sampler.gate.release(2)
+    ahead.next_batch()
+    ahead.next_batch()  # both drawn: the thread waits for step 1's weights to draw step 2's
+    engine.current = 1
+    ahead.publish(1)
+    loading.wait()
+    in_hand = ahead._in_hand
+    ahead.close(wait=False)
+    assert in_hand is not None and in_hand.closed
+    release.set()
+    sampler.gate.release(5)
+    ahead._thread.join()

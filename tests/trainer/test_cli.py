@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from tests.conftest import ServerProcess, free_port
+from tests.trainer.cli_runner import RewardClient
 from tests.trainer.conftest import seven_rows
 from trainer.config import GRPOConfig
 from trainer.data import write_jsonl
@@ -84,21 +86,9 @@ def test_scoring_and_the_tool_read_one_url_list(given: list[str],
     clients: list[object] = []
     tools: list[str] = []
 
-    class Client:  # the network edge: what the trainer hands RewardClient
+    class Client(RewardClient):  # the network edge: what the trainer hands RewardClient
         def __init__(self, urls: object, **options: object) -> None:
             clients.append(urls)
-
-        def __enter__(self) -> Client:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            return None
-
-        def health(self) -> dict[str, str]:
-            return {"status": "ok"}
-
-        def close(self) -> None:
-            return None
 
     def code_tool(url: str, **options: object) -> None:
         tools.append(url)
@@ -268,3 +258,25 @@ progress_bar: false
     no_out = subprocess.run([sys.executable, "-m", "trainer.plot", str(run), str(run)],
                             capture_output=True, text=True, timeout=120)
     assert no_out.returncode == 2 and "--out" in no_out.stderr
+
+
+def test_sigterm_takes_ctrl_cs_way_out_and_ends_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGTERM (torchrun, Slurm, Kubernetes, ``timeout``) is raised where Ctrl-C's
+    KeyboardInterrupt would be, so the trainer's cleanup runs (Python's default ran none);
+    the run ends with one line and 128 + the signal's number, and the handler is the
+    default again afterwards."""
+    from trainer import cli
+
+    restore = cli._sigterm_as_interrupt()
+    try:
+        with pytest.raises(KeyboardInterrupt) as raised:
+            signal.raise_signal(signal.SIGTERM)
+    finally:
+        restore()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert cli._interrupted(raised.value, 3, tmp_path) == 143
+    assert cli._interrupted(KeyboardInterrupt(), None, tmp_path) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        "grpo-train: interrupted (SIGTERM) at step 3; no checkpoint was written",
+        "grpo-train: interrupted (SIGINT) before training; no checkpoint was written"]

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -268,13 +270,12 @@ def test_the_engine_process_sees_none_of_the_trainers_packages(tmp_path: Path) -
         "trainer/engine/wire.py"]
 
 
-def test_an_engine_that_stops_answering_is_an_engine_error(tmp_path: Path) -> None:
-    """An engine process that is alive but stuck (a request it never answers) would hang
-    the run: past ``request_timeout_s`` the request is an EngineError naming the setting
-    (the run then stops with a checkpoint), and the process is ended."""
+def stuck_python(tmp_path: Path) -> Path:
+    """A stand-in engine that touches ``generating`` and then never answers a draw."""
     script = tmp_path / "stuck_engine.py"
     stuck = _FAKE_ENGINE.replace('    connection.send({"ok": True, "value": 0})',
                                  '    if request["op"] == "generate":\n'
+                                 f'        open({str(tmp_path / "generating")!r}, "w").close()\n'
                                  '        time.sleep(600)\n'
                                  '    connection.send({"ok": True, "value": 0})')
     assert stuck != _FAKE_ENGINE
@@ -282,9 +283,17 @@ def test_an_engine_that_stops_answering_is_an_engine_error(tmp_path: Path) -> No
     python = tmp_path / "python"
     python.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
     python.chmod(0o755)
+    return python
+
+
+def test_an_engine_that_stops_answering_is_an_engine_error(tmp_path: Path) -> None:
+    """An engine process that is alive but stuck (a request it never answers) would hang
+    the run: past ``request_timeout_s`` the request is an EngineError naming the setting
+    (the run then stops with a checkpoint), and the process is ended."""
     model = tiny_model(tiny_tokenizer(), heads=2)
     with policy_weights(model) as weights:
-        engine = VLLMEngine(model, EngineSettings(python=python, start_timeout_s=60,
+        engine = VLLMEngine(model, EngineSettings(python=stuck_python(tmp_path),
+                                                  start_timeout_s=60,
                                                   request_timeout_s=2), weights)
     with pytest.raises(EngineError, match="vllm_request_timeout_s"):
         engine.generate([[1, 2]], n=1, max_tokens=2, stop_token_ids=[])
@@ -495,3 +504,73 @@ def test_an_engine_that_does_not_start_in_time_names_the_setting(tmp_path: Path)
         _start(stuck, start_timeout_s=settings.start_timeout_s)
     message = str(error.value)
     assert "vllm_start_timeout_s" in message and "vllm_dtype" not in message, message
+
+
+def ended(pid: int) -> bool:
+    """Whether ``pid`` has ended, waiting for it to (a zombie has: its adopter reaps it)."""
+    import psutil
+
+    for _ in range(300):
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_an_interrupted_trainer_ends_its_engine_mid_request_without_waiting(
+        tmp_path: Path, shared_memory: Path) -> None:
+    """Ctrl-C while the engine draws: asked to close, the engine would first finish the
+    draw (up to vllm_request_timeout_s). ``close(wait=False)`` ends it in the middle of
+    it; the request in flight fails as an engine that exited."""
+    engine = tiny_engine(stuck_python(tmp_path))
+    failures: list[BaseException] = []
+
+    def draw() -> None:
+        try:
+            engine.generate([[1, 2]], n=1, max_tokens=2, stop_token_ids=[])
+        except EngineError as exc:
+            failures.append(exc)
+
+    drawing = threading.Thread(target=draw)
+    drawing.start()
+    try:
+        while not (tmp_path / "generating").exists():
+            time.sleep(0.05)
+        engine.close(wait=False)
+        assert engine._process.poll() is not None
+        drawing.join()
+        assert len(failures) == 1 and "exited" in str(failures[0])
+        assert list(shared_memory.iterdir()) == []
+    finally:
+        engine._process.kill()
+        engine.close()
+
+
+def test_the_engine_never_outlives_its_trainer(tmp_path: Path) -> None:
+    """A trainer killed in the middle of a draw (SIGKILL, the OOM killer, a second Ctrl-C
+    in its cleanup) runs no cleanup: its engine, busy, never reads the closed connection,
+    and ran on, adopted, holding its memory. The kernel ends it with the trainer."""
+    parent = tmp_path / "parent.py"
+    parent.write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        from tests.trainer.test_engine_process import tiny_engine
+        engine = tiny_engine(Path({str(stuck_python(tmp_path))!r}))
+        print(engine._process.pid, flush=True)
+        engine.generate([[1, 2]], n=1, max_tokens=2, stop_token_ids=[])
+    """))
+    process = subprocess.Popen([sys.executable, str(parent)], stdout=subprocess.PIPE,
+                               cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert process.stdout is not None
+    engine = int(process.stdout.readline())
+    try:
+        while not (tmp_path / "generating").exists():
+            time.sleep(0.05)
+        process.kill()
+        process.wait()
+        assert ended(engine)
+    finally:
+        if not ended(engine):
+            os.kill(engine, signal.SIGKILL)

@@ -156,3 +156,61 @@ def test_an_evaluation_that_fails_leaves_a_checkpoint_of_the_update_before_it(
         trainer.train()
     assert trainer.step == 2  # step 2's update was made, then its evaluation failed
     assert (tmp_path / "run" / "checkpoint-000002").exists()
+
+
+def _on_engine(engine: Any, tmp_path: Path, **options: Any) -> GRPOTrainer:
+    """A tiny run sampling from a stand-in ``engine``, scored 0 throughout."""
+    config = GRPOConfig(
+        model="tiny", dataset="unused", output_dir=str(tmp_path / "run"), prompts_per_step=2,
+        num_generations=2, generation_chunk=2, max_completion_length=3, micro_batch_size=8,
+        progress_bar=False, rewards=[RewardSpec(verifier="local")], rollout_engine="vllm",
+        **options)
+    seed_everything(config.seed)
+    tokenizer = tiny_tokenizer()
+    return GRPOTrainer(tiny_model(tokenizer, config.seed, heads=2), tokenizer, seven_rows(),
+                       config, None, scorer=FunctionScorer(lambda texts, _: [0.0] * len(texts)),
+                       engine=engine)
+
+
+class _EngineInterruptedAtDraw(_EngineFailingAtEvaluation):
+    """Ctrl-C arrives while the engine makes its third sampled draw."""
+
+    def load_staged(self, staged: Any) -> None:
+        pass
+
+    def generate(self, prompts: list[list[int]], n: int, max_tokens: Any,
+                 stop_token_ids: list[int], greedy: bool = False, **kw: Any
+                 ) -> list[list[Sample]]:
+        if self.sampled == 2:
+            raise KeyboardInterrupt
+        return super().generate(prompts, n, max_tokens, stop_token_ids, greedy, **kw)
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_ctrl_c_saves_the_last_completed_step(tmp_path: Path, max_staleness: int) -> None:
+    """Interrupted in the middle of a step's draw (drawing ahead, on the thread, which
+    hands it to the trainer), the run leaves a checkpoint of the step before it (the
+    policy is between two updates there), and the interrupt goes on up to the caller (the
+    CLI's one line and exit code 130)."""
+    trainer = _on_engine(_EngineInterruptedAtDraw(), tmp_path, max_steps=4,
+                         max_staleness=max_staleness)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    done = trainer.step
+    assert done >= 1 and (tmp_path / "run" / f"checkpoint-{done:06d}").is_dir()
+
+
+class _EngineFailingToLoad(_EngineFailingAtEvaluation):
+    """Every staged copy of the weights it is handed fails to load."""
+
+    def load_staged(self, staged: Any) -> None:
+        raise EngineError("vLLM engine: RuntimeError: load failed")
+
+
+def test_a_finished_run_hands_the_engine_no_weights_as_it_closes(tmp_path: Path) -> None:
+    """Drawing ahead, the weights published after the last step sample nothing: handing
+    them over as the run closed turned a load failing there into a failed run whose every
+    step had trained (and skipped the rest of its cleanup and its plot)."""
+    trainer = _on_engine(_EngineFailingToLoad(), tmp_path, max_steps=2, max_staleness=2)
+    assert len(trainer.train()) == 2
+    assert (tmp_path / "run" / "checkpoint-000002").is_dir()

@@ -13,16 +13,18 @@ was in, where a pid would say nothing across containers that share /dev/shm.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import os
 import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -122,7 +124,7 @@ class VLLMEngine:
                 stdout=self._log, stderr=subprocess.STDOUT if self._log else None,
                 # its own session: Ctrl-C at the terminal reaches the trainer, which ends
                 # the engine itself, not vLLM's KeyboardInterrupt traceback
-                start_new_session=True)
+                start_new_session=True, preexec_fn=_dies_with_parent())
         except OSError as exc:  # a folder, or a file that is not a program
             os.close(child_fd)
             self._channel.close()
@@ -147,8 +149,8 @@ class VLLMEngine:
             returncode = self._process.poll()  # before close() ends it
             self.close()
             raise EngineError(_start_failure(exc, returncode, settings), exc.detail) from None
-        except BaseException:
-            self.close()
+        except BaseException:  # Ctrl-C while it starts: not asked, ended
+            self.close(wait=False)
             raise
         # the engine holds the weights now: the copy would only take shared memory (the
         # size of the model) for as long as the engine lives
@@ -185,15 +187,28 @@ class VLLMEngine:
         where the engine is free."""
         self._call("load_weights", path=staged.path)
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Ends the engine process: asked to close, which it does once the request in hand
+        is answered; with ``wait`` False (Ctrl-C, SIGTERM: a draw may be in flight, which
+        would be waited for up to ``request_timeout_s``) terminated at once, then killed
+        if it has not ended within seconds."""
         if self._process.poll() is None:
-            try:
-                self._channel.send({"op": "close"})
-                self._process.wait(timeout=60)
-            except (OSError, EOFError, subprocess.TimeoutExpired):
-                self._process.kill()
-                self._process.wait()
-        self._channel.close()
+            if wait:
+                try:
+                    self._channel.send({"op": "close"})
+                    self._process.wait(timeout=60)
+                except (OSError, EOFError, subprocess.TimeoutExpired):
+                    self._process.kill()
+                    self._process.wait()
+            else:
+                self._process.terminate()
+                try:
+                    self._process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self._process.kill()
+                    self._process.wait()
+        if wait:  # else a thread may still be reading it: it sees the process gone
+            self._channel.close()
         self._release_files()
 
     def _release_files(self) -> None:
@@ -333,6 +348,8 @@ class StagedWeights:
             raise
 
     def close(self) -> None:
+        """Deletes the copy; a second close (the trainer's, interrupted, beside the drawing
+        thread's) does nothing."""
         self._folder.close()
 
     def __enter__(self) -> StagedWeights:
@@ -357,6 +374,32 @@ def _engine_code(target: Path) -> Path:
     for name in _ENGINE_MODULES:
         shutil.copyfile(Path(__file__).with_name(name), package / name)
     return target
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """What the engine process runs before it starts, on Linux: the kernel kills it when
+    the trainer dies, however the trainer dies (SIGKILL, a second Ctrl-C in the middle of
+    its cleanup), so it never outlives the trainer holding its memory. The kernel sends it
+    when the *thread* that started the child ends, so only from the main thread; the
+    engine also watches its parent itself (``vllm_process``), which covers the rest."""
+    if not sys.platform.startswith("linux") or \
+            threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the child
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the trainer died before the signal was set
+            os._exit(1)
+
+    return set_signal
 
 
 def _write(weights: Mapping[str, torch.Tensor], path: Path) -> None:
@@ -385,12 +428,17 @@ class _LockedFolder:
         self._lock = os.open(self.path, os.O_RDONLY)
         # blocking: a sweep may be looking at it, and leaves it alone while it is empty
         fcntl.flock(self._lock, fcntl.LOCK_EX)
+        # an interrupted trainer closes a copy the drawing thread may be closing too: once
+        self._closing = threading.Lock()
 
     def close(self) -> None:
-        self._folder.cleanup()
-        if self._lock >= 0:  # after: a sweep never finds it unlocked and full
-            os.close(self._lock)
-            self._lock = -1
+        with self._closing:
+            try:
+                self._folder.cleanup()
+            finally:
+                if self._lock >= 0:  # after: a sweep never finds it unlocked and full
+                    os.close(self._lock)
+                    self._lock = -1
 
 
 def _sweep_orphans() -> None:

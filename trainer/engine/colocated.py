@@ -100,8 +100,9 @@ class ColocatedEngine:
     def load(self, staged: StagedWeights) -> None:
         self.engine.load_staged(staged)
 
-    def close(self) -> None:
-        self.engine.close()
+    def close(self, wait: bool = True) -> None:
+        """``wait`` False: ended at once, a request in flight or not (``VLLMEngine.close``)."""
+        self.engine.close(wait)
 
 
 def _base(policy: torch.nn.Module) -> torch.nn.Module:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
+import time
 import traceback
 from typing import Any
 
@@ -171,7 +173,22 @@ def serve(connection: wire.Channel, engine: Engine) -> None:
                              "traceback": traceback.format_exc()})
 
 
+def _exit_with_parent(every_s: float = 1.0) -> None:
+    """Exits when the trainer is gone (this process is handed to another parent): between
+    requests the closed connection says so, but not in the middle of a long one; on Linux
+    the trainer also has the kernel kill this process when it dies."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
 def main(argv: list[str] | None = None) -> int:
+    _exit_with_parent()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--fd", type=int, required=True, help="the connection's descriptor")
     args = parser.parse_args(argv)
