@@ -120,6 +120,17 @@ def test_a_gone_trainers_copies_are_deleted_by_the_next_start(tmp_path: Path,
     assert other.exists()
 
 
+def test_an_earlier_versions_live_copy_stays(tmp_path: Path, shared_memory: Path) -> None:
+    """A trainer of the version before copies to a plain file and holds no lock on it: a
+    new trainer's start beside it (one machine, two checkouts) deleted it mid-run, and the
+    old one's next sync failed. A plain file goes only when the pid in its name is gone."""
+    live = shared_memory / f"vllm-engine-{os.getpid()}-old.safetensors"
+    live.write_bytes(b"x" * 1024)
+    engine = tiny_engine(fake_python(tmp_path))
+    engine.close()
+    assert live.exists()
+
+
 def test_a_live_trainers_copies_stay_whatever_its_pid_says_here(tmp_path: Path,
                                                                 shared_memory: Path) -> None:
     """/dev/shm shared across PID namespaces (docker --ipc=host, a pod's memory-backed

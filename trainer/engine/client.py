@@ -461,12 +461,28 @@ def _sweep_orphans() -> None:
             if stat.S_ISDIR(info.st_mode):
                 if os.listdir(fd):
                     shutil.rmtree(path, ignore_errors=True)
-            elif info.st_size:
+            elif info.st_size and not _owner_lives(path.name):
+                # a plain file is an earlier version's copy, made without a lock: its pid
+                # is all there is to go by, and a live one's copy must stay
                 path.unlink(missing_ok=True)
         except OSError:
             continue
         finally:
             os.close(fd)
+
+
+def _owner_lives(name: str) -> bool:
+    """Whether the pid in a copy's name (``vllm-engine-<pid>-…``) is a live process here."""
+    pid = name.removeprefix(_ENGINE_PREFIX).split("-", 1)[0]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def _shared_dir() -> str | None:
