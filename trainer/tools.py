@@ -139,6 +139,8 @@ class TemplateFormat:
             call = json.loads(match.group(1))
         except json.JSONDecodeError as exc:
             return ToolCall(None, f"the tool call is not valid JSON ({exc.msg})")
+        except RecursionError:  # a thousand '[': the policy's text, so a verdict, not a crash
+            return ToolCall(None, "the tool call is not valid JSON (nested too deeply)")
         if not isinstance(call, dict) or call.get("name") != TOOL_NAME:
             name = call.get("name") if isinstance(call, dict) else None
             return ToolCall(None, f"no tool named {name!r}; the tool is {TOOL_NAME!r}")
@@ -146,7 +148,7 @@ class TemplateFormat:
         if isinstance(arguments, str):  # some models write the arguments as a JSON string
             try:
                 arguments = json.loads(arguments)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 arguments = None
         code = arguments.get("code") if isinstance(arguments, dict) else None
         if not isinstance(code, str):

@@ -78,6 +78,9 @@ def test_template_calls(text: str, call: ToolCall | None) -> None:
     ("<tool_call>{not json}</tool_call>", "not valid JSON"),
     ('<tool_call>{"name": "search", "arguments": {}}</tool_call>', "no tool named 'search'"),
     ('<tool_call>{"name": "python", "arguments": {"src": "x"}}</tool_call>', '"code"'),
+    # nesting past the decoder's recursion limit raised RecursionError out of the rollout
+    ("<tool_call>" + "[" * 5000 + "</tool_call>", "nested too deeply"),
+    ('<tool_call>{"name": "python", "arguments": "' + "[" * 5000 + '"}</tool_call>', '"code"'),
 ])
 def test_malformed_template_calls_say_why(text: str, why: str) -> None:
     call = TemplateFormat(_hermes_tokenizer()).parse(text)
