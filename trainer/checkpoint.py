@@ -22,7 +22,11 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    done = sorted(p for p in run_dir.glob("checkpoint-*") if (p / STATE_FILE).exists())
+    """The newest finished checkpoint. Not a ``.tmp`` folder: one is written (its state
+    first) before it is renamed into place, so a run killed mid-save leaves one that looks
+    whole and sorts after the finished ones."""
+    done = sorted(p for p in run_dir.glob("checkpoint-*")
+                  if p.name.removeprefix("checkpoint-").isdigit() and (p / STATE_FILE).exists())
     return done[-1] if done else None
 
 
