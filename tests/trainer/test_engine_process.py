@@ -585,3 +585,20 @@ def test_the_engine_never_outlives_its_trainer(tmp_path: Path) -> None:
     finally:
         if not ended(engine):
             os.kill(engine, signal.SIGKILL)
+
+
+def test_shared_memory_where_no_copy_can_be_made_is_one_engine_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A /dev/shm no folder can be made in (read-only, out of inodes: here /proc, where not
+    even root can) is the --shm-size error, not a traceback, and the log is let go."""
+    monkeypatch.setattr(client, "_SHARED_MEMORY", Path("/proc/self/fdinfo"))
+    log = tmp_path / "vllm_engine.log"
+    model = tiny_model(tiny_tokenizer(), heads=2)
+    opened = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(EngineError, match="could not write a copy of the weights"):
+        with policy_weights(model) as weights:
+            VLLMEngine(model, EngineSettings(python=fake_python(tmp_path), log_path=log),
+                       weights)
+    left = {os.readlink(f"/proc/self/fd/{fd}") for fd in
+            set(os.listdir("/proc/self/fd")) - opened if os.path.exists(f"/proc/self/fd/{fd}")}
+    assert str(log) not in left

@@ -95,7 +95,12 @@ class VLLMEngine:
         # where this engine's lines start: a resumed run's log holds the earlier engines'
         self._log_start = os.fstat(self._log.fileno()).st_size if self._log else 0
         _sweep_orphans()
-        self._folder = _LockedFolder()
+        try:
+            self._folder = _LockedFolder()
+        except BaseException:
+            if self._log is not None:
+                self._log.close()
+            raise
         folder = self._folder.path
         try:
             try:
@@ -422,8 +427,11 @@ class _LockedFolder:
     start-up sweep removes only what it can lock."""
 
     def __init__(self) -> None:
-        self._folder = tempfile.TemporaryDirectory(prefix=f"{_ENGINE_PREFIX}{os.getpid()}-",
-                                                   dir=_shared_dir())
+        try:
+            self._folder = tempfile.TemporaryDirectory(
+                prefix=f"{_ENGINE_PREFIX}{os.getpid()}-", dir=_shared_dir())
+        except OSError as exc:  # read-only, out of inodes
+            raise _no_room(Path(_shared_dir() or tempfile.gettempdir()), exc) from None
         self.path = Path(self._folder.name)
         self._lock = os.open(self.path, os.O_RDONLY)
         # blocking: a sweep may be looking at it, and leaves it alone while it is empty
