@@ -155,12 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.train import GRPOTrainer, RankFailure, seed_everything
 
     trainer: GRPOTrainer | None = None
-    restore = _sigterm_as_interrupt()
     if "RANK" in os.environ and not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend)
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    # after the rendezvous: a Python handler runs only once the call in hand returns, so
+    # one set before it left a rank waiting for a missing peer deaf to SIGTERM
+    restore = _sigterm_as_interrupt()
     try:
         last = checkpoint.latest_checkpoint(Path(config.output_dir)) if args.resume else None
         if args.resume and last is None:  # said before an engine starts for nothing
@@ -188,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                               retry_for_s=config.reward_retry_for_s)
         try:
             trainer = GRPOTrainer(model, tokenizer, train_rows, config, client, eval_rows)
-        except EngineError as exc:  # no vLLM environment, or an engine that cannot start
-            print(f"grpo-train: {exc}{_engine_log(exc, config.output_dir)}", file=sys.stderr)
+        except (EngineError, RankFailure) as exc:  # no vLLM, an engine that cannot start
+            log = _engine_log(exc, config.output_dir) if isinstance(exc, EngineError) else ""
+            print(f"grpo-train: {exc}{log}", file=sys.stderr)
             client.close()
             return 2
         try:

@@ -162,7 +162,14 @@ class GRPOTrainer:
         # training rollouts do, and a session is its client's (ids, and closing them all)
         self.eval_tool_use = self._tool_use() if config.code_tool else None
         self._owns_engine = engine is None
-        self.engine = self._engine(engine) if config.rollout_engine == "vllm" else None
+        self.engine: ColocatedEngine | None = None
+        try:  # an engine that cannot start on one rank stops every rank, each with a line
+            with self._together():
+                self.engine = self._engine(engine) if config.rollout_engine == "vllm" else None
+        except RankFailure:
+            if self.engine is not None and self._owns_engine:
+                self.engine.close()
+            raise
         self.sampler = RolloutSampler(config, self.tokenizer, self.policy, self.stream,
                                       self.scorer, self.sampling, self.tool_use, self.engine,
                                       self.autocast, self.is_main, self.rank)

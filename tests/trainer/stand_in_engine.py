@@ -4,7 +4,8 @@ whole trainer (``grpo-train``) without vLLM; run as ``vllm_python`` through a sh
 once started, ``<op>-<rank>-<n>`` as it takes its n-th request of an op (from 1). What it
 does wrong is set by ``STAND_IN_<WHAT>=<n>`` on the n-th such request, on every rank or on
 ``STAND_IN_RANK`` alone: ``HANG_GENERATE``, ``HANG_LOAD`` (never answer), ``DIE_GENERATE``
-(exit 7), ``FAIL_LOAD`` (answer with an error, from the n-th on)."""
+(exit 7), ``FAIL_LOAD`` (answer with an error, from the n-th on), ``FAIL_START=1`` (refuse to
+start)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ def main() -> None:
     rank = os.environ.get("RANK", "0")
     connection = wire.Channel(int(sys.argv[sys.argv.index("--fd") + 1]))
     connection.recv()
+    if _at("FAIL_START", 1):
+        connection.send({"ok": False, "error": "RuntimeError: no room for the model"})
+        sys.exit(1)
     (folder / f"engine-{rank}.pid").write_text(str(os.getpid()))
     connection.send({"ok": True})
     counts: dict[str, int] = {}

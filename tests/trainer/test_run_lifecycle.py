@@ -109,6 +109,44 @@ def test_an_engine_that_dies_on_one_rank_stops_every_rank_with_a_checkpoint(
     assert list(run.shm.iterdir()) == []
 
 
+def test_an_engine_that_cannot_start_on_one_rank_stops_every_rank_with_a_line(
+        run: Run) -> None:
+    """Rank 1's engine refuses to start. Rank 1 said so and left; rank 0, its engine
+    started, went on into the first step's collective and died there with a traceback
+    (under NCCL it would wait for its timeout). Now the ranks agree first: each ends with
+    one line, and rank 0 closes the engine it started."""
+    result = run_ranks(HERE / "cli_runner.py", *run.args(), timeout_s=300,
+                       env=run.env(FAIL_START="1", RANK="1"))
+    assert result.returncode != 0
+    # the launcher's own report of a failed rank is a traceback through torch; none of ours
+    assert not re.search(r'File ".*/trainer/', result.stderr), result.stderr[-3000:]
+    lines = lines_of(result.stderr)
+    assert len(lines) == 2, result.stderr[-3000:]
+    assert sum("no room for the model" in line for line in lines) == 2, lines
+    assert sum("rank 1 failed" in line for line in lines) == 1, lines
+    assert all(ended(pid) for pid in run.engine_pids())
+    assert list(run.shm.iterdir()) == []
+
+
+def test_sigterm_while_a_rank_waits_for_its_peers_ends_it(run: Run) -> None:
+    """Rank 0 of two, its peer never coming: waiting in the rendezvous, it took no signal
+    but SIGKILL (the SIGTERM handler was set before the rendezvous, and a Python handler
+    runs only once the call in hand returns). SIGTERM now ends it."""
+    env = {**run.env(), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"}
+    trainer = subprocess.Popen([sys.executable, str(HERE / "cli_runner.py"), *run.args()],
+                               cwd=REPO, env=env, text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    run.trainers.append(trainer)
+    process = psutil.Process(trainer.pid)
+    while not [c for c in process.net_connections("tcp") if c.status == psutil.CONN_LISTEN]:
+        assert trainer.poll() is None, trainer.communicate()
+        time.sleep(0.2)  # until it hosts the rendezvous's store and waits there
+    trainer.send_signal(signal.SIGTERM)
+    trainer.communicate(timeout=120)
+    assert trainer.returncode == -signal.SIGTERM
+
+
 @pytest.mark.parametrize("max_staleness", [0, 1])
 def test_ctrl_c_while_a_draw_is_in_flight(run: Run, max_staleness: int) -> None:
     """Ctrl-C while the engine draws (here a draw that never ends; a real one can take up
