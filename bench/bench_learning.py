@@ -422,6 +422,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.figure:
         runs = [run_of(json.loads(f.read_text())) for f in args.figure]
+        RESULTS.mkdir(parents=True, exist_ok=True)  # a fresh clone has none
         out = RESULTS / f"{run_name(runs[0]['args']).rsplit('_seed', 1)[0]}-seeds.png"
         plot(runs, out, f"{runs[0]['args']['model']}: GRPO on additions, same settings and "
              "reward, both trainers")
