@@ -10,9 +10,10 @@ update, which drawing ahead (trainer/ahead.py) runs on another thread at the sam
 the seeds would follow thread timing; and each other consumer (an evaluation, a library)
 would shift the rollouts of every later step.
 
-Derived, nothing needs saving: a resumed run's step s draws what the uninterrupted run's
-step s drew, and the synchronous loop and drawing ahead, whose draws of step s happen at
-different moments, draw from the same seeds. A checkpoint of a generator's state could
+Derived, nothing needs saving: a resumed run's step s draws with the seeds the uninterrupted
+run's step s drew with (synchronously, the same draw; drawing ahead, from the checkpoint's
+weights rather than older ones), and the synchronous loop and drawing ahead, whose draws of
+step s happen at different moments, draw from the same seeds. A checkpoint of a generator's state could
 only give the first of these, and only if it were taken between two steps' draws, which
 drawing ahead never is.
 
