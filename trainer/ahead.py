@@ -80,15 +80,18 @@ class AheadSampler:
         evaluation reads the policy as it is)."""
         self._take_staged()
 
-    def close(self, wait: bool = True) -> None:
-        """Stops drawing. Weights staged and not taken are dropped, never handed over: the
-        run is over (its checkpoint has them), stopping on an error (the engine may be
-        the error), or interrupted (the engine is being ended). With ``wait`` False
-        (interrupted) the draw in flight is not waited for: the thread is a daemon, and
-        ends with the engine's request."""
+    def close(self, wait: bool = True, hand_over: bool = False) -> None:
+        """Stops drawing. Weights staged and not taken are dropped, unless ``hand_over``:
+        an engine that outlives the trainer (given to it) is then left with the trained
+        policy, and a failure to load them is raised, never left as stale weights. Dropped
+        is right for an engine about to be closed with the run, stopping on an error (the
+        engine may be the error), or interrupted. With ``wait`` False (interrupted) the
+        draw in flight is not waited for: the thread is a daemon, and ends with the
+        engine's request."""
+        hand_over = hand_over and wait
         with self._changed:
             self._closed = True
-            staged, self._staged = self._staged, None
+            staged, self._staged = (None, self._staged) if hand_over else (self._staged, None)
             in_hand = None if wait else self._in_hand
             self._changed.notify_all()
         if staged is not None:
@@ -97,6 +100,11 @@ class AheadSampler:
             in_hand.close()
         if wait:
             self._thread.join()
+        if hand_over:
+            if self._failure is None:
+                self._take_staged()
+            elif self._staged is not None:
+                self._staged[1].close()
 
     def _draw(self, step: int, until: int) -> None:
         try:

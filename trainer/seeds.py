@@ -13,9 +13,9 @@ would shift the rollouts of every later step.
 Derived, nothing needs saving: a resumed run's step s draws with the seeds the uninterrupted
 run's step s drew with (synchronously, the same draw; drawing ahead, from the checkpoint's
 weights rather than older ones), and the synchronous loop and drawing ahead, whose draws of
-step s happen at different moments, draw from the same seeds. A checkpoint of a generator's state could
-only give the first of these, and only if it were taken between two steps' draws, which
-drawing ahead never is.
+step s happen at different moments, draw from the same seeds. A checkpoint of a generator's
+state could only give the first of these, and only if it were taken between two steps'
+draws, which drawing ahead never is.
 
 A greedy draw (an evaluation) takes no seed at all, so how often a run evaluates changes
 nothing it trains on.

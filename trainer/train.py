@@ -223,14 +223,16 @@ class GRPOTrainer:
                 if tool_use is not None:
                     stack.callback(tool_use.tool.close)
             stack.callback(self.scorer.close)
-            stack.callback(self._stop_drawing, not self._interrupted)
+            # an engine given to the trainer outlives it: it is left with the trained policy
+            stack.callback(self._stop_drawing, not self._interrupted,
+                           not self._interrupted and not self._owns_engine)
             if owned is not None and self._interrupted:  # a second Ctrl-C cut interrupted()
                 stack.callback(owned.close, False)
 
-    def _stop_drawing(self, wait: bool = True) -> None:
+    def _stop_drawing(self, wait: bool = True, hand_over: bool = False) -> None:
         if self.ahead is not None:
-            self.ahead.close(wait)
-            self.ahead = None
+            ahead, self.ahead = self.ahead, None
+            ahead.close(wait, hand_over)
 
     def interrupted(self) -> None:
         """Ctrl-C or SIGTERM: the engine this trainer started is ended first, without

@@ -89,6 +89,18 @@ def test_closing_hands_no_weights_over() -> None:
     assert staged is not None and staged[1].closed
 
 
+def test_an_engine_that_outlives_the_trainer_is_left_with_the_trained_policy() -> None:
+    """An engine given to the trainer (a notebook's, a test session's) is used after the
+    run: closing hands it the weights staged after the last step."""
+    ahead, sampler, engine = _ahead(max_staleness=1, until=1)
+    sampler.gate.release(1)
+    ahead.next_batch()
+    engine.current = 1
+    ahead.publish(1)
+    ahead.close(hand_over=True)
+    assert engine.loaded == [0, 1]
+
+
 def test_closing_without_waiting_leaves_the_draw_in_flight() -> None:
     """Interrupted, the trainer stops drawing without waiting for a draw in flight (an
     engine's can take up to vllm_request_timeout_s; the trainer ends the engine), and
