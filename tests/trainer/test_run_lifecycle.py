@@ -156,6 +156,12 @@ def test_ctrl_c_while_a_draw_is_in_flight(run: Run, max_staleness: int) -> None:
     trainer = run.start(f"max_staleness={max_staleness}",
                         HANG_GENERATE="2" if max_staleness == 0 else "3")
     run.wait_for("generate-0-2" if max_staleness == 0 else "generate-0-3", trainer)
+    # drawing ahead, the third draw starts while step 2's update runs: an interrupt in an
+    # update saves nothing (the policy is half-way), so it comes once step 2 is logged
+    metrics = run.out / "metrics.jsonl"
+    while max_staleness and not (metrics.exists() and '"step": 2' in metrics.read_text()):
+        assert trainer.poll() is None, trainer.communicate()
+        time.sleep(0.2)
     engine = run.engine_pids()[0]
     trainer.send_signal(signal.SIGINT)
     _, stderr = trainer.communicate(timeout=120)

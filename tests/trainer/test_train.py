@@ -131,7 +131,7 @@ class _EngineFailingAtEvaluation:
         return [[Sample(torch.randint(5, 20, (3,), generator=self.generator).tolist(),
                         [-1.0] * 3, "length") for _ in range(n)] for _ in prompts]
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         pass
 
 
@@ -212,5 +212,15 @@ def test_a_finished_run_hands_the_engine_no_weights_as_it_closes(tmp_path: Path)
     them over as the run closed turned a load failing there into a failed run whose every
     step had trained (and skipped the rest of its cleanup and its plot)."""
     trainer = _on_engine(_EngineFailingToLoad(), tmp_path, max_steps=2, max_staleness=2)
+    trainer._owns_engine = True  # as grpo-train's: started by the trainer, closed with it
     assert len(trainer.train()) == 2
+    assert (tmp_path / "run" / "checkpoint-000002").is_dir()
+
+
+def test_an_engine_given_to_the_trainer_is_never_left_stale_silently(tmp_path: Path) -> None:
+    """An engine given to the trainer outlives the run and is handed the trained policy as
+    it closes; a load failing there is raised, after the last step's checkpoint."""
+    trainer = _on_engine(_EngineFailingToLoad(), tmp_path, max_steps=2, max_staleness=2)
+    with pytest.raises(EngineError, match="load failed"):
+        trainer.train()
     assert (tmp_path / "run" / "checkpoint-000002").is_dir()
