@@ -89,22 +89,23 @@ class AheadSampler:
         draw in flight is not waited for: the thread is a daemon, and ends with the
         engine's request."""
         hand_over = hand_over and wait
-        with self._changed:
+        with self._changed:  # with the closing: the thread never takes what is dropped
             self._closed = True
-            staged, self._staged = (None, self._staged) if hand_over else (self._staged, None)
+            dropped = None if hand_over else self._staged
+            if not hand_over:
+                self._staged = None
             in_hand = None if wait else self._in_hand
             self._changed.notify_all()
-        if staged is not None:
-            staged[1].close()
-        if in_hand is not None:  # the thread would delete it, unless the process ends first
-            in_hand.close()
-        if wait:
-            self._thread.join()
-        if hand_over:
-            if self._failure is None:
-                self._take_staged()
-            elif self._staged is not None:
-                self._staged[1].close()
+        for copy in (dropped and dropped[1], in_hand):  # in hand: else the thread deletes it
+            if copy is not None:
+                copy.close()
+        if not wait:
+            return
+        self._thread.join()
+        if hand_over and self._failure is None:
+            self._take_staged()
+        elif self._staged is not None:
+            self._staged[1].close()
 
     def _draw(self, step: int, until: int) -> None:
         try:

@@ -198,20 +198,15 @@ class VLLMEngine:
         would be waited for up to ``request_timeout_s``) terminated at once, then killed
         if it has not ended within seconds."""
         if self._process.poll() is None:
-            if wait:
-                try:
+            try:
+                if wait:
                     self._channel.send({"op": "close"})
-                    self._process.wait(timeout=60)
-                except (OSError, EOFError, subprocess.TimeoutExpired):
-                    self._process.kill()
-                    self._process.wait()
-            else:
-                self._process.terminate()
-                try:
-                    self._process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self._process.kill()
-                    self._process.wait()
+                else:
+                    self._process.terminate()
+                self._process.wait(timeout=60 if wait else 5)
+            except (OSError, EOFError, subprocess.TimeoutExpired):
+                self._process.kill()
+                self._process.wait()
         if wait:  # else a thread may still be reading it: it sees the process gone
             self._channel.close()
         self._release_files()

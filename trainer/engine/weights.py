@@ -43,14 +43,15 @@ def tied_names(model: torch.nn.Module) -> set[str]:
     """The names of parameters that are another name's parameter (all but the first of
     each): known by identity, the same on every rank, where an address is not (a sharded
     parameter's local shard may be empty)."""
-    first: dict[int, str] = {}
-    tied: set[str] = set()
+    return {name for names in _tied_groups(model) for name in names[1:]}
+
+
+def _tied_groups(model: torch.nn.Module) -> list[list[str]]:
+    """The names of each parameter that has more than one, first name first."""
+    names: dict[int, list[str]] = {}
     for name, parameter in model.named_parameters(remove_duplicate=False):
-        if id(parameter) in first:
-            tied.add(name)
-        else:
-            first[id(parameter)] = name
-    return tied
+        names.setdefault(id(parameter), []).append(name)
+    return [group for group in names.values() if len(group) > 1]
 
 
 def check_adapters_syncable(policy: torch.nn.Module) -> None:
@@ -59,7 +60,7 @@ def check_adapters_syncable(policy: torch.nn.Module) -> None:
     one side and W on the other, while the engine ties both to the one weight it is sent.
     Said before the run, not found in its log-probs (an adapter on the embedding sent as
     W + ΔW made the engine's head W + ΔW too: log-probs 165 nats off)."""
-    shared = _shared_names(policy)
+    shared = {name for names in _tied_groups(policy) for name in names}
     on_tied = [name.removeprefix(_PEFT_PREFIX).removesuffix(".base_layer.weight")
                for name, _ in _adapted_layers(policy) if f"{name}.base_layer.weight" in shared]
     if on_tied:
@@ -68,14 +69,6 @@ def check_adapters_syncable(policy: torch.nn.Module) -> None:
             "between its embedding and its output head: the vLLM engine cannot hold that "
             "adapter; leave it out of "
             "lora_target_modules, or set rollout_engine: hf")
-
-
-def _shared_names(model: torch.nn.Module) -> set[str]:
-    """Every name of each parameter that has more than one (the first name too)."""
-    names: dict[int, list[str]] = {}
-    for name, parameter in model.named_parameters(remove_duplicate=False):
-        names.setdefault(id(parameter), []).append(name)
-    return {name for group in names.values() if len(group) > 1 for name in group}
 
 
 def _adapted_layers(policy: torch.nn.Module) -> Iterator[tuple[str, Any]]:
