@@ -93,6 +93,9 @@ def _until(ok: Callable[[], bool], timeout_s: float, message: str) -> None:
 @pytest.fixture(scope="module")
 def cluster(docker_ready: None) -> Iterator[RayCluster]:
     port = free_port()
+    # Ray's in-process node sets its own SIGTERM and SIGINT handlers (which sys.exit) and
+    # leaves them after shutdown; later tests in this process expect their own.
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     cluster = Cluster()
     seen: set[int] = set()
     try:  # a node that fails to start still leaves the others to shut down
@@ -111,6 +114,8 @@ def cluster(docker_ready: None) -> Iterator[RayCluster]:
         finally:
             ray.shutdown()
             cluster.shutdown()
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
     left = [c for pid in seen for c in sandbox_containers(owner_pid=pid)]
     assert not left, f"sandbox containers left behind: {left}"
 

@@ -260,6 +260,10 @@ progress_bar: false
     assert no_out.returncode == 2 and "--out" in no_out.stderr
 
 
+def _callers_own(signum: int, frame: object) -> None:
+    """A SIGTERM handler of the trainer's caller's own (Ray's, a launcher's)."""
+
+
 def test_sigterm_takes_ctrl_cs_way_out_and_ends_in_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """SIGTERM (torchrun, Slurm, Kubernetes, ``timeout``) is raised where Ctrl-C's
@@ -268,13 +272,20 @@ def test_sigterm_takes_ctrl_cs_way_out_and_ends_in_one_line(
     default again afterwards."""
     from trainer import cli
 
-    restore = cli._sigterm_as_interrupt()
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # whatever earlier tests left
     try:
-        with pytest.raises(KeyboardInterrupt) as raised:
-            signal.raise_signal(signal.SIGTERM)
+        restore = cli._sigterm_as_interrupt()
+        try:
+            with pytest.raises(KeyboardInterrupt) as raised:
+                signal.raise_signal(signal.SIGTERM)
+        finally:
+            restore()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        signal.signal(signal.SIGTERM, _callers_own)
+        cli._sigterm_as_interrupt()()
+        assert signal.getsignal(signal.SIGTERM) is _callers_own, "a caller's handler stays"
     finally:
-        restore()
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        signal.signal(signal.SIGTERM, before)
     assert cli._interrupted(raised.value, 3, tmp_path) == 143
     assert cli._interrupted(KeyboardInterrupt(), None, tmp_path) == 130
     assert capsys.readouterr().err.splitlines() == [
