@@ -17,16 +17,14 @@ import json
 import os
 import signal
 import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 # before anything imports torch (the config names its options from loss.py): else torch on
 # CPU runs ~10x slower
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from trainer.config import ConfigError, GRPOConfig, load_config  # noqa: E402
+from trainer.interrupt import Terminated, sigterm_as_interrupt  # noqa: E402
 
 
 def _options_help() -> str:
@@ -96,26 +94,6 @@ def _engine_log(exc: Exception, output_dir: str | Path) -> str:
     return f" (the engine's traceback: {path})"
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (torchrun, Slurm, Kubernetes, ``timeout``), raised where Ctrl-C's
-    KeyboardInterrupt would be: Python's default ends the process on the spot, with the
-    engine process running on and a copy of the weights left in /dev/shm."""
-
-
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise Terminated
-
-
-def _sigterm_as_interrupt() -> Callable[[], None]:
-    """SIGTERM takes Ctrl-C's orderly way out, unless the caller handles it already;
-    returns what puts the default back."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return lambda: None
-    signal.signal(signal.SIGTERM, _terminate)
-    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _interrupted(exc: KeyboardInterrupt, step: int | None, output_dir: str | Path) -> int:
     """One line for an interrupted run: where it stood and the checkpoint to resume from;
     the exit code a shell gives a process the signal ended (128 + its number)."""
@@ -162,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     # after the rendezvous: a Python handler runs only once the call in hand returns, so
     # one set before it left a rank waiting for a missing peer deaf to SIGTERM
-    restore = _sigterm_as_interrupt()
+    restore = sigterm_as_interrupt()
     try:
         last = checkpoint.latest_checkpoint(Path(config.output_dir)) if args.resume else None
         if args.resume and last is None:  # said before an engine starts for nothing

@@ -47,6 +47,7 @@ from trainer.data import PromptStream, Row
 from trainer.engine.client import EngineError, VLLMEngine
 from trainer.engine.colocated import ColocatedEngine
 from trainer.engine.weights import check_adapters_syncable
+from trainer.interrupt import Terminated, hold_sigterm, sigterm_held
 from trainer.logprobs import completion_logits, selective_log_softmax
 from trainer.loss import loss_normalizer, policy_loss
 from trainer.metrics import RunLogger
@@ -239,8 +240,9 @@ class GRPOTrainer:
         handing it weights (a draw in flight would be waited for up to
         ``vllm_request_timeout_s``), drawing ahead stops without waiting, and on one rank,
         with the policy between two steps, the last completed step is saved if it is not
-        yet. Not with several ranks: they are interrupted wherever each stands, and a
-        checkpoint needs them all."""
+        yet. Not with several ranks: a checkpoint needs them all, so SIGTERM is held for
+        the end of the step, where they save together (``train``); what reaches here
+        interrupted each rank wherever it stood."""
         self._interrupted = True
         if self.engine is not None and self._owns_engine:
             self.engine.close(wait=False)
@@ -604,6 +606,15 @@ class GRPOTrainer:
         rank, reason = next((r, text) for r, text in enumerate(said) if text is not None)
         raise RankFailure(f"rank {rank} failed: {reason}")
 
+    def _sigterm_agreed(self) -> bool:
+        """Whether any rank got a SIGTERM during the step: asked by every rank at each
+        step's end, so all save that step and stop together (trainer/interrupt.py)."""
+        if self.world == 1:
+            return False
+        held = torch.tensor([float(sigterm_held())], device=self.device)
+        dist.all_reduce(held, op=dist.ReduceOp.MAX)
+        return bool(held.item())
+
     @contextmanager
     def _checkpoint_on_failure(self) -> Iterator[None]:
         """A reward outage or an engine failure, on any rank, stops the run on every rank
@@ -626,6 +637,7 @@ class GRPOTrainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.json").write_text(c.model_dump_json(indent=2))
         history: list[dict[str, Any]] = []
+        hold_sigterm(self.world > 1)
         try:
             if self.step == 0 and self.eval_rows:
                 with self._checkpoint_on_failure(), self._together():
@@ -646,10 +658,15 @@ class GRPOTrainer:
                 history.append(metrics)
                 if last or (c.save_every and self.step % c.save_every == 0):
                     self.save()
+                if not last and self._sigterm_agreed():
+                    if self.step > self._saved_step:
+                        self.save()
+                    raise Terminated
         except KeyboardInterrupt:
             self.interrupted()
             raise
         finally:
+            hold_sigterm(False)
             logger.close()
             self.close()
         if self.is_main:

@@ -260,6 +260,32 @@ progress_bar: false
     assert no_out.returncode == 2 and "--out" in no_out.stderr
 
 
+def test_several_ranks_hold_a_first_sigterm_for_the_end_of_the_step() -> None:
+    """While ranks train, a first SIGTERM is only noted (the ranks agree at the step's end
+    and save together); a second one, or any outside training, stops at once."""
+    from trainer import interrupt
+
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        restore = interrupt.sigterm_as_interrupt()
+        try:
+            interrupt.hold_sigterm(True)
+            assert not interrupt.sigterm_held()
+            signal.raise_signal(signal.SIGTERM)
+            assert interrupt.sigterm_held()
+            with pytest.raises(interrupt.Terminated):
+                signal.raise_signal(signal.SIGTERM)
+            interrupt.hold_sigterm(False)
+            assert not interrupt.sigterm_held()
+            with pytest.raises(interrupt.Terminated):
+                signal.raise_signal(signal.SIGTERM)
+        finally:
+            interrupt.hold_sigterm(False)
+            restore()
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def _callers_own(signum: int, frame: object) -> None:
     """A SIGTERM handler of the trainer's caller's own (Ray's, a launcher's)."""
 
@@ -270,11 +296,11 @@ def test_sigterm_takes_ctrl_cs_way_out_and_ends_in_one_line(
     KeyboardInterrupt would be, so the trainer's cleanup runs (Python's default ran none);
     the run ends with one line and 128 + the signal's number, and the handler is the
     default again afterwards."""
-    from trainer import cli
+    from trainer import cli, interrupt
 
     before = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # whatever earlier tests left
     try:
-        restore = cli._sigterm_as_interrupt()
+        restore = interrupt.sigterm_as_interrupt()
         try:
             with pytest.raises(KeyboardInterrupt) as raised:
                 signal.raise_signal(signal.SIGTERM)
@@ -282,7 +308,7 @@ def test_sigterm_takes_ctrl_cs_way_out_and_ends_in_one_line(
             restore()
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
         signal.signal(signal.SIGTERM, _callers_own)
-        cli._sigterm_as_interrupt()()
+        interrupt.sigterm_as_interrupt()()
         assert signal.getsignal(signal.SIGTERM) is _callers_own, "a caller's handler stays"
     finally:
         signal.signal(signal.SIGTERM, before)

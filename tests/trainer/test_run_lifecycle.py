@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers.ranks import run_ranks
+from tests.helpers.ranks import kill_ranks, run_ranks, start_ranks
 from tests.trainer.test_engine_process import ended
 
 pytestmark = pytest.mark.timeout(600)
@@ -124,6 +124,39 @@ def test_an_engine_that_cannot_start_on_one_rank_stops_every_rank_with_a_line(
     assert len(lines) == 2, result.stderr[-3000:]
     assert sum("no room for the model" in line for line in lines) == 2, lines
     assert sum("rank 1 failed" in line for line in lines) == 1, lines
+    assert all(ended(pid) for pid in run.engine_pids())
+    assert list(run.shm.iterdir()) == []
+
+
+def test_sigterm_to_torchrun_saves_every_ranks_step_and_stops_them_together(
+        run: Run) -> None:
+    """SIGTERM to torchrun (which forwards it to its ranks; Slurm sends it ahead of a
+    preemption): each rank was interrupted wherever it stood, so no rank could save (a
+    checkpoint needs them all) and the run lost every step since its last periodic
+    checkpoint. Now the ranks hold it to the end of the step, agree, save that step
+    together and each ends with one line and 143, the launcher's grace (30 s, then
+    SIGKILL) to spare."""
+    launcher = start_ranks(HERE / "cli_runner.py", *run.args("max_steps=400"),
+                           env=run.env())
+    try:
+        metrics = run.out / "metrics.jsonl"
+        while not (metrics.exists() and '"step": 1' in metrics.read_text()):
+            assert launcher.poll() is None, launcher.communicate()
+            time.sleep(0.2)
+        launcher.send_signal(signal.SIGTERM)
+        _, stderr = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            kill_ranks(launcher)
+    assert not re.search(r'File ".*/trainer/', stderr), stderr[-3000:]
+    lines = lines_of(stderr)
+    assert len(lines) == 2, stderr[-3000:]
+    steps = {int(re.search(r"interrupted \(SIGTERM\) at step (\d+);", line).group(1))  # type: ignore[union-attr]
+             for line in lines}
+    [step] = steps  # the same step on both ranks
+    assert 1 <= step < 400
+    assert all(f"checkpoint-{step:06d}" in line for line in lines), lines
+    assert (run.out / f"checkpoint-{step:06d}").is_dir()
     assert all(ended(pid) for pid in run.engine_pids())
     assert list(run.shm.iterdir()) == []
 
