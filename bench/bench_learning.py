@@ -200,7 +200,9 @@ def trl_args(config: Any, out_dir: Path) -> Any:
     from trl import GRPOConfig
 
     return GRPOConfig(
-        output_dir=str(out_dir), max_steps=config.max_steps, seed=config.seed,
+        # TRL counts optimizer steps, μ (num_iterations) to a batch; our max_steps, batches
+        output_dir=str(out_dir), max_steps=config.max_steps * config.num_iterations,
+        seed=config.seed,
         per_device_train_batch_size=config.prompts_per_step * config.num_generations,
         gradient_accumulation_steps=1, steps_per_generation=1,
         num_generations=config.num_generations, num_iterations=config.num_iterations,
@@ -252,8 +254,9 @@ def run_trl(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
             clock.start()
 
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
-            if state.global_step % eval_every == 0 or state.global_step == steps:
-                clock.evaluate(state.global_step)
+            step, mid_batch = divmod(state.global_step, config.num_iterations)
+            if not mid_batch and (step % eval_every == 0 or step == steps):
+                clock.evaluate(step)
 
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=trl_args(config, out_dir),
                           train_dataset=dataset, processing_class=tokenizer,
