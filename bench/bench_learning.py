@@ -5,7 +5,8 @@ Both train SmolLM2-135M-Instruct on the demo's task (generated additions) with t
 settings, read from ``examples/grpo_arithmetic.yaml`` and mapped one by one onto TRL's
 GRPOConfig (G, prompts per step, completion length, temperature, learning rate and its
 schedule, AdamW betas, clipping, loss type, β, reward scaling, gradient checkpointing), from
-the same initial weights, with the same reward function (``bench_trainer.reward_demo``: the
+the same initial weights, on the same prompts at every step (``trl_dataset``: ours' order,
+TRL not shuffling), with the same reward function (``bench_trainer.reward_demo``: the
 server's math verifier's reading with ``extract: last_number``, which pays no completion the
 length limit cut, called in-process for both so only the trainer differs; held-out accuracy
 is read the same way). Each trainer runs in its own process, one
@@ -62,6 +63,7 @@ RESULTS = ROOT / "bench" / "results"
 GOALS = {"hf": 0.7, "vllm": 0.5}  # ours' time to TRL's final accuracy, over TRL's
 LABELS = {"trl": "TRL 1.16 GRPOTrainer", "hf": "this trainer, HF generate"}
 REWARD = "demo: committed last number, cut or unfinished pays 0"
+PROMPT_ORDER = "the same prompts at every step for both (ours' order, TRL not shuffling)"
 
 
 def our_config(model: str, steps: int, out_dir: Path, seed: int, engine: str = "hf",
@@ -220,18 +222,30 @@ def trl_args(config: Any, out_dir: Path) -> Any:
         mask_truncated_completions=config.mask_truncated_completions,
         gradient_checkpointing=config.gradient_checkpointing,
         use_cpu=True, bf16=False, logging_steps=1, report_to=[], save_strategy="no",
-        dataloader_num_workers=0, disable_tqdm=True,
+        dataloader_num_workers=0, disable_tqdm=True, shuffle_dataset=False,
     )
+
+
+def trl_dataset(config: Any, steps: int) -> Any:
+    """The prompts in the order our trainer takes them, for TRL told not to shuffle
+    (``trl_args``): both train on the same prompts at every step, so the race tells the
+    trainers apart rather than two draws of the data's order."""
+    from datasets import Dataset
+
+    from trainer.data import PromptStream, load_rows
+
+    rows = PromptStream(load_rows(config.dataset), config.seed).take(
+        config.prompts_per_step * steps)
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}],
+                               "answer": r["answer"]} for r in rows])
 
 
 def run_trl(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
             out_dir: Path, seed: int) -> list[dict[str, float]]:
     import torch
-    from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
-    from trainer.data import load_rows
     from trainer.models import load_model, prepare_tokenizer
     from trainer.train import seed_everything
 
@@ -239,8 +253,7 @@ def run_trl(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
     seed_everything(config.seed)
     model, tokenizer = load_model(model_name, torch.float32, config.seed)
     prepare_tokenizer(tokenizer)
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}],
-                                  "answer": r["answer"]} for r in load_rows(config.dataset)])
+    dataset = trl_dataset(config, steps)
 
     def reward(completions: list, answer: list, completion_ids: list, **_: Any) -> list[float]:
         return reward_demo(completions, [{"answer": a} for a in answer],
@@ -522,7 +535,8 @@ def main() -> None:
     plot([run], figure, f"{args.model}: GRPO on additions, same settings and reward")
     # the reward in the record: races under the bare last-number rule paid cut completions
     path = record(name, {"summary": summary, **results},
-                  {**settings, "parallel": args.parallel, "reward": REWARD}, publish=args.publish,
+                  {**settings, "parallel": args.parallel, "reward": REWARD,
+                   "prompt_order": PROMPT_ORDER}, publish=args.publish,
                   measured_on=measured_on)
     print(f"wrote {path.relative_to(ROOT)} and {figure.relative_to(ROOT)}")
 

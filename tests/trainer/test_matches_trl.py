@@ -278,3 +278,27 @@ def test_each_update_equals_trls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
             assert float(off.max()) < 0.05 * lr, (step, name)
             loose += int((off > 1e-3 * lr).sum())
         assert loose <= total // 10_000, step
+
+
+def test_the_race_gives_trl_our_prompts_step_by_step(tmp_path: Path) -> None:
+    """The learning race hands TRL the prompts our trainer takes, in its order, and TRL
+    keeps that order: each step both train on the same 4 prompts (TRL shuffled its own
+    order before, so each race also compared two draws of the data)."""
+    from trl import GRPOTrainer as TRLTrainer
+
+    from bench.bench_learning import trl_dataset
+    from trainer.data import PromptStream, load_rows
+
+    steps = 5
+    config = load_config(DEMO_CONFIG, ["model=tiny", f"output_dir={tmp_path}", "seed=3",
+                                       f"max_steps={steps}", "progress_bar=false"])
+    model, tokenizer = load_model("tiny", torch.float32, 0)
+    trainer = TRLTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(
+        completions), args=trl_args(config, tmp_path),
+        train_dataset=trl_dataset(config, steps), processing_class=tokenizer)
+    stream = PromptStream(load_rows(config.dataset), config.seed)
+    batches = iter(trainer.get_train_dataloader())
+    for _ in range(steps):
+        theirs = [row["prompt"][0]["content"] for row in next(batches)]
+        ours = [row["prompt"] for row in stream.take(config.prompts_per_step)]
+        assert theirs == [p for p in ours for _ in range(config.num_generations)]
