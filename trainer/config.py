@@ -247,7 +247,9 @@ class GRPOConfig(BaseModel):
     learning_rate: float = Field(1e-6, gt=0)
     lr_scheduler: Literal["constant", "linear", "cosine"] = "constant"
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in optimizer steps.")
-    weight_decay: float = 0.0
+    weight_decay: float = Field(
+        0.0, ge=0, description="AdamW's decoupled weight decay; biases and norm weights are "
+        "not decayed, as in transformers' Trainer (and TRL).")
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999  # TRL's GRPOConfig keeps TrainingArguments' (torch's) 0.999
     max_grad_norm: float = Field(1.0, gt=0)

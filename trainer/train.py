@@ -134,7 +134,7 @@ class GRPOTrainer:
         # float32 parameters and states; one kernel over all parameters (no per-step
         # temporaries). No GradScaler: bf16 has float32's exponent range.
         self.optimizer = torch.optim.AdamW(
-            [p for p in self.policy.parameters() if p.requires_grad],  # LoRA: the adapter
+            decay_groups(self.policy, config.weight_decay),
             lr=config.learning_rate, weight_decay=config.weight_decay,
             betas=(config.adam_beta1, config.adam_beta2), fused=True)
         total_updates = config.max_steps * config.num_iterations
@@ -674,6 +674,22 @@ class GRPOTrainer:
 
             plot_run(self.run_dir)
         return history
+
+
+def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """The trained parameters (LoRA: the adapter's) as AdamW's groups: with weight decay,
+    biases and norm weights in a group of their own without it, as transformers' Trainer
+    (and so TRL) has them; without, one group (the optimizer state of runs saved so)."""
+    from transformers.trainer_pt_utils import get_parameter_names
+
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not weight_decay:
+        return [{"params": [p for _, p in trained]}]
+    # transformers' Trainer.get_decay_parameter_names: by layer type and by name
+    decayed = set(get_parameter_names(model, [torch.nn.LayerNorm], [
+        r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]))
+    return [{"params": [p for n, p in trained if n in decayed]},
+            {"params": [p for n, p in trained if n not in decayed], "weight_decay": 0.0}]
 
 
 class RankFailure(RuntimeError):

@@ -71,7 +71,10 @@ class Run:
 CASES = {"demo": (3, []),
          "clipped": (3, ["max_grad_norm=0.3", "mask_truncated_completions=true"]),
          "two_passes": (2, ["num_iterations=2", "epsilon_high=0.28", "learning_rate=3e-3",
-                            "mask_truncated_completions=true"])}
+                            "mask_truncated_completions=true"]),
+         # norm weights (1.0) left undecayed, as transformers' Trainer leaves them: decayed,
+         # they would move 0.1 of the learning rate a step more than TRL's
+         "decay": (3, ["weight_decay=0.1"])}
 
 
 def demo_config(out: Path, case: str) -> GRPOConfig:

@@ -96,12 +96,16 @@ def test_failed_reward_calls_stop_the_run_loudly(tmp_path: Path) -> None:
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))  # no update
 
 
-def test_resume_continues_exactly(tmp_path: Path, reward_client: RewardClient) -> None:
-    straight = make_trainer(tmp_path / "a", reward_client, max_steps=4)
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])  # 0.1: two groups of AdamW's state
+def test_resume_continues_exactly(tmp_path: Path, reward_client: RewardClient,
+                                  weight_decay: float) -> None:
+    straight = make_trainer(tmp_path / "a", reward_client, max_steps=4,
+                            weight_decay=weight_decay)
     straight.train()
-    first = make_trainer(tmp_path / "b", reward_client, max_steps=2)
+    first = make_trainer(tmp_path / "b", reward_client, max_steps=2, weight_decay=weight_decay)
     first.train()
-    resumed = make_trainer(tmp_path / "b", reward_client, max_steps=4)
+    resumed = make_trainer(tmp_path / "b", reward_client, max_steps=4,
+                           weight_decay=weight_decay)
     resumed.resume(tmp_path / "b" / "run" / "checkpoint-000002")
     assert resumed.step == 2 and resumed.stream.position == first.stream.position
     resumed.train()
