@@ -221,3 +221,21 @@ def test_a_finished_async_run_is_not_failed_by_a_last_hand_over(run: Run) -> Non
     assert (run.out / "checkpoint-000002").is_dir()
     assert (run.out / "curves.png").is_file()
     assert not list(run.reports.glob("load_weights-*"))
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_a_sync_the_engine_took_in_part_stops_the_run_with_one_line(
+        run: Run, max_staleness: int) -> None:
+    """The engine says it did not take a weight of step 1's sync (a name its model lacks)
+    and left a parameter as it was: the run stops with a checkpoint and one line naming
+    the step and the names, rather than training on from an engine with stale weights."""
+    trainer = run.start(f"max_staleness={max_staleness}", SKIP_LOAD="1")
+    _, stderr = trainer.communicate(timeout=300)
+    assert trainer.returncode == 3, stderr[-3000:]
+    assert "Traceback" not in stderr
+    [line] = lines_of(stderr)
+    step = int(re.search(r"stopped at step (\d+):", line).group(1))  # type: ignore[union-attr]
+    assert step >= 1 and (run.out / f"checkpoint-{step:06d}").is_dir()
+    assert ("took 19 of the 20 weights it was sent, not _orig_mod.model.norm.weight; and left "
+            "1 of its parameters as they were: model.norm.weight") in line
+
