@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.helpers.held_rewards import held_rewards
 from tests.helpers.ranks import run_ranks
 from tests.trainer.test_engine_process import ended
 
@@ -239,3 +240,28 @@ def test_a_sync_the_engine_took_in_part_stops_the_run_with_one_line(
     assert ("took 19 of the 20 weights it was sent, not _orig_mod.model.norm.weight; and left "
             "1 of its parameters as they were: model.norm.weight") in line
 
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_does_not_wait_for_a_reward_request_in_flight(
+        run: Run, signum: int) -> None:
+    """Ctrl-C (or SIGTERM) while the reward server holds a request: closing the scorer
+    waited for it (up to reward_timeout_s a try, and a hung server's retries after), so
+    the run could not end. Now the request is ended on the client's side, and the run
+    ends with its one line and 128 + the signal while the server has not answered."""
+    with held_rewards(hold=1) as server:
+        trainer = run.start(f"reward_url={server.url}", "reward_timeout_s=600",
+                            REWARDS="server")
+        while not server.held.is_set():
+            assert trainer.poll() is None, trainer.communicate()
+            server.held.wait(0.2)
+        trainer.send_signal(signum)
+        server.note("interrupted")
+        _, stderr = trainer.communicate(timeout=300)
+        server.note(f"exited {trainer.returncode}")
+        server.release.set()
+        server.answered.wait(60)
+    assert server.events == ["held", "interrupted", f"exited {128 + signum}", "answered"], \
+        stderr[-3000:]
+    assert "Traceback" not in stderr
+    [line] = lines_of(stderr)
+    assert line.startswith(f"grpo-train: interrupted ({signal.Signals(signum).name}) at step 0")
