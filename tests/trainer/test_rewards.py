@@ -182,11 +182,17 @@ def test_a_finished_scorers_close_waits_for_the_request_in_flight() -> None:
         scorer = _scorer_on(server.url)
         in_flight = scorer.submit(["7", "8"], [{"prompt": "p", "answer": "7"}] * 2)
         server.held.wait(60)
-        closing = threading.Thread(target=lambda: (server.note("closing"), scorer.close(),
-                                                   server.note("closed")))
+        started = threading.Event()
+
+        def close() -> None:
+            server.note("closing")
+            started.set()
+            scorer.close()
+            server.note("closed")
+
+        closing = threading.Thread(target=close)
         closing.start()
-        while "closing" not in server.events:
-            server.held.wait(0.05)
+        started.wait(60)
         server.release.set()
         closing.join(120)
         scorer.client.close()
