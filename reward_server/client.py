@@ -31,14 +31,17 @@ import itertools
 import json as jsonlib
 import math
 import re
+import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpcore
 import httpx
 from tenacity import (
     AsyncRetrying,
@@ -48,6 +51,7 @@ from tenacity import (
     stop_after_attempt,
     stop_after_delay,
     stop_never,
+    stop_when_event_set,
     wait_exponential,
     wait_random,
 )
@@ -378,6 +382,75 @@ _CLIENT_ARGS = """
 """
 
 
+class _Sockets(httpcore.NetworkBackend):
+    """httpcore's network backend, keeping the socket of each connection it opens (and of
+    the TLS layered on one) so that ``shut`` can end the requests on them: closing a socket
+    leaves a thread blocked reading it waiting until the server answers (httpx's ``close``
+    does just that), shutting it down ends the read at once."""
+
+    def __init__(self, backend: httpcore.NetworkBackend) -> None:
+        self._backend = backend
+        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._shut = False
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+        return _KeptStream(self._backend.connect_tcp(*args, **kwargs), self)
+
+    def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+        return _KeptStream(self._backend.connect_unix_socket(*args, **kwargs), self)
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+    def keep(self, stream: httpcore.NetworkStream) -> None:
+        sock = stream.get_extra_info("socket")
+        if sock is None:
+            return
+        with self._lock:
+            self._sockets.add(sock)
+            shut = self._shut
+        if shut:  # opened as the client was shut: ended too
+            _shut_down(sock)
+
+    def shut(self) -> None:
+        with self._lock:
+            self._shut = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut_down(sock)
+
+
+class _KeptStream(httpcore.NetworkStream):
+    """A connection whose socket its ``_Sockets`` keeps, TLS or not."""
+
+    def __init__(self, stream: httpcore.NetworkStream, sockets: _Sockets) -> None:
+        self._stream, self._sockets = stream, sockets
+        sockets.keep(stream)
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+        return _KeptStream(self._stream.start_tls(*args, **kwargs), self._sockets)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+def _shut_down(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # closed already, or never connected
+        pass
+
+
 class RewardClient:
     """Blocking client; one connection pool, reused across calls; a batch's chunks go out
     concurrently on at most ``max_concurrency`` threads.""" + _CLIENT_ARGS
@@ -390,9 +463,15 @@ class RewardClient:
                  on_invalid: str = "null") -> None:
         self._o = _Options(base_url, token, timeout, batch_size, max_attempts, retry_for_s,
                            backoff_s, max_backoff_s, cooldown_s, on_invalid)
+        self._sockets: _Sockets | None = None
+        if transport is None:  # httpx's own, its sockets kept for ``abort``
+            transport = httpx.HTTPTransport()
+            self._sockets = _Sockets(transport._pool._network_backend)
+            transport._pool._network_backend = self._sockets
         self._http = httpx.Client(headers=self._o.headers, timeout=self._o.timeout,
                                   transport=transport)
         self._threads = ThreadPoolExecutor(max_concurrency, thread_name_prefix="reward-client")
+        self._aborted = threading.Event()
 
     @property
     def urls(self) -> list[str]:
@@ -400,8 +479,12 @@ class RewardClient:
 
     def _request(self, method: str, path: str, json: Any = None) -> Any:
         route = self._o.route()
+        kwargs = self._o.retry_kwargs(route)
+        # aborted: no try after the one in hand, and no backoff waited out before it
+        kwargs.update(stop=kwargs["stop"] | stop_when_event_set(self._aborted),
+                      sleep=self._aborted.wait)
         try:
-            for attempt in Retrying(**self._o.retry_kwargs(route)):
+            for attempt in Retrying(**kwargs):
                 with attempt, route.next_server() as url:
                     return _check(self._http.request(method, url + path, **_body(json)))
         except (_Retryable, httpx.TransportError) as exc:
@@ -443,6 +526,16 @@ class RewardClient:
     def close(self) -> None:
         self._threads.shutdown(wait=True, cancel_futures=True)
         self._http.close()
+
+    def abort(self) -> None:
+        """Ends what is in flight now, for a caller that is stopping (Ctrl-C): a request
+        waiting for its server fails at once (its connection shut down) rather than when
+        the server answers or ``timeout`` passes, none is tried again, chunks not yet sent
+        are dropped, and nothing is waited for. ``close`` is still the owner's to call."""
+        self._aborted.set()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        if self._sockets is not None:
+            self._sockets.shut()
 
     def __enter__(self) -> RewardClient:
         return self

@@ -155,8 +155,13 @@ class RewardScorer:
                truncated: list[bool] | None = None) -> Future[ScoredBatch]:
         return self._threads.submit(self.score, texts, rows, group_size, truncated)
 
-    def close(self) -> None:
-        self._threads.shutdown(wait=True, cancel_futures=True)
+    def close(self, wait: bool = True) -> None:
+        """``wait`` False (an interrupted run): requests in flight are ended (the client's
+        ``abort``), not waited for, and scoring not yet started is dropped; a slow or hung
+        server would otherwise hold the run's exit for up to ``reward_timeout_s`` a try."""
+        if not wait:
+            self.client.abort()
+        self._threads.shutdown(wait=wait, cancel_futures=True)
 
 
 class Scorer(Protocol):
@@ -168,7 +173,9 @@ class Scorer(Protocol):
     def submit(self, texts: list[str], rows: list[dict[str, Any]], group_size: int = 1,
                truncated: list[bool] | None = None) -> Future[ScoredBatch]: ...
 
-    def close(self) -> None: ...
+    def close(self, wait: bool = True) -> None:
+        """Ends the scoring threads; ``wait`` False: without waiting for the scoring in
+        hand (Ctrl-C)."""
 
 
 class FunctionScorer:
@@ -198,5 +205,7 @@ class FunctionScorer:
                truncated: list[bool] | None = None) -> Future[ScoredBatch]:
         return self._threads.submit(self.score, texts, rows, group_size, truncated)
 
-    def close(self) -> None:
-        self._threads.shutdown(wait=True)
+    def close(self, wait: bool = True) -> None:
+        """``wait`` False: a call in hand is not waited for (nothing can end it), and
+        those not started are dropped."""
+        self._threads.shutdown(wait=wait, cancel_futures=not wait)

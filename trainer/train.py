@@ -223,7 +223,8 @@ class GRPOTrainer:
             for tool_use in (self.tool_use, self.eval_tool_use):
                 if tool_use is not None:
                     stack.callback(tool_use.tool.close)
-            stack.callback(self.scorer.close)
+            # interrupted: a reward request in flight is ended, not waited for
+            stack.callback(self.scorer.close, not self._interrupted)
             # an engine given to the trainer outlives it: it is left with the trained policy
             stack.callback(self._stop_drawing, not self._interrupted,
                            not self._interrupted and not self._owns_engine)

@@ -1,6 +1,7 @@
 """``grpo-train`` as a user runs it, with the network edge stood in for: a reward server
-that scores every other completion 1, and ``/dev/shm`` replaced by ``STAND_IN_SHM`` where
-set (what a run leaves there is then the test's to see)."""
+that scores every other completion 1 (unless ``STAND_IN_REWARDS=server``: then the real
+client, and the server at ``reward_url``), and ``/dev/shm`` replaced by ``STAND_IN_SHM``
+where set (what a run leaves there is then the test's to see)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ class RewardClient:
     def close(self) -> None:
         return None
 
+    def abort(self) -> None:
+        return None
+
     def rewards(self, items: list[Any]) -> Any:
         class Result:
             rewards = [float(i % 2) for i in range(len(items))]
@@ -42,7 +46,8 @@ class RewardClient:
 if __name__ == "__main__":
     # a background job's SIGINT is ignored (a shell's `&`): a terminal's Ctrl-C is not
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    reward_server.client.RewardClient = RewardClient  # type: ignore[misc]
+    if os.environ.get("STAND_IN_REWARDS") != "server":
+        reward_server.client.RewardClient = RewardClient  # type: ignore[misc]
     if "STAND_IN_SHM" in os.environ:
         client._SHARED_MEMORY = Path(os.environ["STAND_IN_SHM"])
     from trainer.cli import main

@@ -4,8 +4,9 @@ whole trainer (``grpo-train``) without vLLM; run as ``vllm_python`` through a sh
 once started, ``<op>-<rank>-<n>`` as it takes its n-th request of an op (from 1). What it
 does wrong is set by ``STAND_IN_<WHAT>=<n>`` on the n-th such request, on every rank or on
 ``STAND_IN_RANK`` alone: ``HANG_GENERATE``, ``HANG_LOAD`` (never answer), ``DIE_GENERATE``
-(exit 7), ``FAIL_LOAD`` (answer with an error, from the n-th on), ``FAIL_START=1`` (refuse to
-start)."""
+(exit 7), ``FAIL_LOAD`` (answer with an error, from the n-th on), ``SKIP_LOAD`` (say, from the n-th
+on, that a weight under a prefixed name was not loaded, as ``vllm_process`` reports it),
+``FAIL_START=1`` (refuse to start)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def _at(what: str, count: int) -> bool:
     rank = os.environ.get("STAND_IN_RANK")
     if wanted is None or (rank is not None and rank != os.environ.get("RANK", "0")):
         return False
-    return count >= int(wanted) if what == "FAIL_LOAD" else count == int(wanted)
+    return count >= int(wanted) if what in ("FAIL_LOAD", "SKIP_LOAD") \
+        else count == int(wanted)
 
 
 def _sample(request: dict, rng: random.Random) -> list[list[dict]]:
@@ -71,7 +73,11 @@ def main() -> None:
         if op == "load_weights" and _at("FAIL_LOAD", count):
             connection.send({"ok": False, "error": "RuntimeError: load failed"})
             continue
-        value = _sample(request, random.Random(request.get("seed"))) if op == "generate" else 1
+        value = (_sample(request, random.Random(request.get("seed"))) if op == "generate"
+                 else {"weights": 20, "not_loaded": [], "not_updated": []})
+        if op == "load_weights" and _at("SKIP_LOAD", count):
+            value.update(not_loaded=["_orig_mod.model.norm.weight"],
+                         not_updated=["model.norm.weight"])
         connection.send({"ok": True, "value": value})
 
 

@@ -6,6 +6,7 @@ paid."""
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from reward_server.client import RewardClient
+from tests.helpers.held_rewards import held_rewards
 from tests.trainer.conftest import seven_rows
 from trainer.advantages import group_advantages
 from trainer.config import GRPOConfig, RewardSpec
@@ -148,3 +150,74 @@ def test_the_trainer_sends_each_completions_truncation(tmp_path: Path) -> None:
     scorer.close()
     assert scorer.truncated == rollout.truncated.tolist()
     assert len(scorer.truncated) == 8 and any(scorer.truncated)  # 3 tokens: most are cut
+
+
+def _scorer_on(url: str) -> RewardScorer:
+    client = RewardClient(url, timeout=600, max_attempts=None, retry_for_s=600)
+    return RewardScorer([RewardSpec(verifier="math")], client)
+
+
+def test_an_interrupted_scorers_close_ends_the_request_in_flight() -> None:
+    """Ctrl-C's close (``wait=False``) neither waits for a reward request the server holds
+    nor lets it be tried again: it fails at once on the client's side, before the server
+    answers."""
+    with held_rewards(hold=1) as server:
+        scorer = _scorer_on(server.url)
+        in_flight = scorer.submit(["7", "8"], [{"prompt": "p", "answer": "7"}] * 2)
+        server.held.wait(60)
+        scorer.close(wait=False)
+        server.note("closed")
+        failure = in_flight.exception(timeout=60)
+        server.note(f"failed: {type(failure).__name__}")
+        scorer.client.close()
+        server.release.set()
+        server.answered.wait(60)
+    assert server.events == ["held", "closed", "failed: RewardServerUnavailable", "answered"]
+
+
+def test_a_finished_scorers_close_waits_for_the_request_in_flight() -> None:
+    """The end of a run that was not interrupted closes the scorer as before: the scoring
+    in hand finishes, with its rewards."""
+    with held_rewards(hold=1) as server:
+        scorer = _scorer_on(server.url)
+        in_flight = scorer.submit(["7", "8"], [{"prompt": "p", "answer": "7"}] * 2)
+        server.held.wait(60)
+        started = threading.Event()
+
+        def close() -> None:
+            server.note("closing")
+            started.set()
+            scorer.close()
+            server.note("closed")
+
+        closing = threading.Thread(target=close)
+        closing.start()
+        started.wait(60)
+        server.release.set()
+        closing.join(120)
+        scorer.client.close()
+    assert server.events == ["held", "closing", "answered", "closed"]
+    assert in_flight.result().rewards == [0.0, 1.0]
+
+
+def test_an_interrupted_function_scorer_does_not_wait_for_its_call() -> None:
+    """A local reward function stuck in a call: ``close(wait=False)`` returns while it
+    runs (nothing can end it), and drops the calls queued behind it."""
+    started, release, events = threading.Event(), threading.Event(), []
+
+    def stuck(texts: list[str], rows: list[dict[str, Any]]) -> list[float]:
+        started.set()
+        release.wait(60)
+        events.append("answered")
+        return [1.0] * len(texts)
+
+    scorer = FunctionScorer(stuck)
+    in_flight = scorer.submit(["a"], [{}])
+    queued = scorer.submit(["b"], [{}])
+    started.wait(60)
+    scorer.close(wait=False)
+    events.append("closed")
+    release.set()
+    assert in_flight.result(timeout=60).rewards == [1.0]
+    assert events == ["closed", "answered"]
+    assert queued.cancelled()

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.helpers.held_rewards import held_rewards
 from tests.helpers.ranks import kill_ranks, run_ranks, start_ranks
 from tests.trainer.test_engine_process import ended
 
@@ -254,3 +255,46 @@ def test_a_finished_async_run_is_not_failed_by_a_last_hand_over(run: Run) -> Non
     assert (run.out / "checkpoint-000002").is_dir()
     assert (run.out / "curves.png").is_file()
     assert not list(run.reports.glob("load_weights-*"))
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_a_sync_the_engine_took_in_part_stops_the_run_with_one_line(
+        run: Run, max_staleness: int) -> None:
+    """The engine says it did not take a weight of step 1's sync (a name its model lacks)
+    and left a parameter as it was: the run stops with a checkpoint and one line naming
+    the step and the names, rather than training on from an engine with stale weights."""
+    trainer = run.start(f"max_staleness={max_staleness}", SKIP_LOAD="1")
+    _, stderr = trainer.communicate(timeout=300)
+    assert trainer.returncode == 3, stderr[-3000:]
+    assert "Traceback" not in stderr
+    [line] = lines_of(stderr)
+    step = int(re.search(r"stopped at step (\d+):", line).group(1))  # type: ignore[union-attr]
+    assert step >= 1 and (run.out / f"checkpoint-{step:06d}").is_dir()
+    assert ("took 19 of the 20 weights it was sent, not _orig_mod.model.norm.weight; and left "
+            "1 of its parameters as they were: model.norm.weight") in line
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_does_not_wait_for_a_reward_request_in_flight(
+        run: Run, signum: int) -> None:
+    """Ctrl-C (or SIGTERM) while the reward server holds a request: closing the scorer
+    waited for it (up to reward_timeout_s a try, and a hung server's retries after), so
+    the run could not end. Now the request is ended on the client's side, and the run
+    ends with its one line and 128 + the signal while the server has not answered."""
+    with held_rewards(hold=1) as server:
+        trainer = run.start(f"reward_url={server.url}", "reward_timeout_s=600",
+                            REWARDS="server")
+        while not server.held.is_set():
+            assert trainer.poll() is None, trainer.communicate()
+            server.held.wait(0.2)
+        trainer.send_signal(signum)
+        server.note("interrupted")
+        _, stderr = trainer.communicate(timeout=300)
+        server.note(f"exited {trainer.returncode}")
+        server.release.set()
+        server.answered.wait(60)
+    assert server.events == ["held", "interrupted", f"exited {128 + signum}", "answered"], \
+        stderr[-3000:]
+    assert "Traceback" not in stderr
+    [line] = lines_of(stderr)
+    assert line.startswith(f"grpo-train: interrupted ({signal.Signals(signum).name}) at step 0")

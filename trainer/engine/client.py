@@ -189,8 +189,13 @@ class VLLMEngine:
     def load_staged(self, staged: StagedWeights) -> None:
         """The engine takes weights copied before into a ``StagedWeights`` (as
         ``load_weights``): the copy is made where the weights are safe to read, the load
-        where the engine is free."""
-        self._call("load_weights", path=staged.path)
+        where the engine is free. A weight the engine did not take, or a parameter of its
+        own that took nothing, is ``WeightsNotLoaded``: it would go on sampling from the
+        old weights while the trainer trains as if it held the new."""
+        report = self._call("load_weights", path=staged.path)
+        if report["not_loaded"] or report["not_updated"]:
+            raise WeightsNotLoaded(report["weights"], report["not_loaded"],
+                                   report["not_updated"])
 
     def close(self, wait: bool = True) -> None:
         """Ends the engine process: asked to close, which it does once the request in hand
@@ -266,6 +271,32 @@ class VLLMEngine:
             raise EngineError(f"vLLM engine: {_one_line(reply['error'])}",
                               reply.get("traceback") or reply["error"])
         return reply.get("value")
+
+
+class WeightsNotLoaded(EngineError):
+    """The engine loaded new weights in part: names it has no parameter for (a prefix, a
+    renamed or merged layer), or parameters the weights had nothing for; it holds old
+    weights (or a packed parameter part old, part new) there. The message names the first
+    few of each; ``not_loaded`` and ``not_updated`` hold all of them."""
+
+    def __init__(self, sent: int, not_loaded: list[str], not_updated: list[str]) -> None:
+        parts = []
+        if not_loaded:
+            parts.append(f"took {sent - len(not_loaded)} of the {sent} weights it was sent, "
+                         f"not {_first(not_loaded)}")
+        if not_updated:
+            parts.append(f"left {len(not_updated)} of its parameters as they were: "
+                         f"{_first(not_updated)}")
+        super().__init__("the vLLM engine " + "; and ".join(parts) + " (it would sample from "
+                         "stale weights; the weights it is sent must be under the model's "
+                         "checkpoint names)")
+        self.not_loaded, self.not_updated = not_loaded, not_updated
+
+
+def _first(names: list[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``names``, printable, and how many more."""
+    text = ", ".join(_printable(name) for name in names[:shown])
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 class _StartTimeout(EngineError):

@@ -8,7 +8,7 @@ Requests (dicts, ``op`` naming each): ``generate`` (G samples of each prompt's t
 to a length of its own or one for all, each sampled token's log-prob under the engine),
 ``prompt_logprobs`` (a sequence's log-probs, teacher-forced: the check that the engine holds
 the trainer's weights), ``load_weights`` (new weights from a safetensors file in shared
-memory), ``close``.
+memory; answered with what the model took of them, which the trainer checks), ``close``.
 
 The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so new weights
 are loaded by reference, with no second copy in another process.
@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from typing import Any
 
 # forced, not defaulted: with the engine core in another process, the seed each draw sets
@@ -31,11 +32,12 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 from trainer.engine import wire  # noqa: E402 - after the environment vLLM reads at import
 
 
-def _reload(worker: Any, path: str) -> int:
-    """Runs on vLLM's worker: the weights in ``path`` loaded in place. A tied output head
-    (the embedding's weight, read by the head too) is repacked after its embedding is
-    loaded: vLLM's CPU kernels keep a packed copy of the head, which ``reload_weights``
-    leaves stale where the checkpoint has no ``lm_head.weight`` of its own."""
+def _reload(worker: Any, path: str) -> dict[str, Any]:
+    """Runs on vLLM's worker: the weights in ``path`` loaded in place, and what of them the
+    model took (``_LoadRecord.report``). A tied output head (the embedding's weight, read
+    by the head too) is repacked after its embedding is loaded: vLLM's CPU kernels keep a
+    packed copy of the head, which ``reload_weights`` leaves stale where the checkpoint has
+    no ``lm_head.weight`` of its own."""
     from safetensors.torch import load_file
 
     model = worker.model_runner.get_model()
@@ -43,14 +45,100 @@ def _reload(worker: Any, path: str) -> int:
     for name, parameter in model.named_parameters(remove_duplicate=False):
         owners.setdefault(id(parameter), []).append(name)
     weights = load_file(path)
-    worker.model_runner.reload_weights(weights_iterator=iter(weights.items()))
+    record = _LoadRecord(model)
+    with record.watching():
+        worker.model_runner.reload_weights(weights_iterator=record.feed(weights))
     for names in owners.values():
         for tied in names[1:]:
             module = model.get_submodule(tied.rpartition(".")[0])
             method = getattr(module, "quant_method", None)
             if method is not None:
                 method.process_weights_after_loading(module)
-    return len(weights)
+    return record.report(weights)
+
+
+class _LoadRecord:
+    """Which staged weights ``reload_weights`` put into which of the model's parameters.
+
+    vLLM (0.32) only logs a weight it skipped: a name its model does not have under a
+    suffix it ignores (``.bias``), or a parameter the file has nothing for, which keeps
+    its old value (or, a shard of a packed ``qkv_proj``/``gate_up_proj`` missing, is
+    processed with the shard unwritten). Its layerwise reload counts what each weight
+    loader call writes (``get_numel_loaded``); wrapped, each call is credited to the
+    staged weight being loaded (the one the iterator last gave: models load each weight
+    before they ask for the next) and to the parameter it writes, with the shard of a
+    packed parameter it writes (``loaded_shard_id``): a checkpoint's ``q_proj`` goes into
+    the engine's ``qkv_proj`` as shard ``q``."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        # the engine's parameters, a tied one under its first name (the head tied to the
+        # embedding is the embedding's, which the staged file has and the head has not)
+        self.expected = [name for name, _ in model.named_parameters()]
+        self.current: str | None = None
+        self.taken: set[str] = set()  # staged names a loader wrote from
+        self.shards: dict[str, set[Any]] = {}  # engine parameter: shards written
+        self._names: dict[int, str] = {}
+
+    def feed(self, weights: dict[str, Any]) -> Any:
+        for name, tensor in weights.items():
+            self.current = name
+            yield name, tensor
+        self.current = None
+
+    @contextmanager
+    def watching(self) -> Any:
+        from vllm.model_executor.model_loader.reload import layerwise
+
+        counted = getattr(layerwise, "get_numel_loaded", None)
+        if counted is None:  # another vLLM: a load it cannot check is refused, not trusted
+            raise RuntimeError("this vLLM's reload_weights has no layerwise get_numel_loaded "
+                               "to check loaded weights by (vLLM 0.32 has)")
+
+        def credited(loader: Any, args: Any) -> Any:
+            numel, value = counted(loader, args)
+            if numel > 0:
+                self._credit(args.arguments)
+            return numel, value
+
+        layerwise.get_numel_loaded = credited
+        try:
+            yield
+        finally:
+            layerwise.get_numel_loaded = counted
+
+    def _credit(self, arguments: dict[str, Any]) -> None:
+        if self.current is not None:
+            self.taken.add(self.current)
+        parameter = arguments.get("param")
+        name = self._names.get(id(parameter))
+        if name is None:  # in the reload, the parameters are stand-ins on the meta device
+            self._names = {id(p): n for n, p in self.model.named_parameters()}
+            name = self._names.get(id(parameter))
+        if name is not None:
+            shard = arguments.get("loaded_shard_id")  # a tuple: several shards at once
+            self.shards.setdefault(name, set()).update(
+                shard if isinstance(shard, tuple) else (shard,))
+
+    def report(self, weights: dict[str, Any]) -> dict[str, Any]:
+        """``weights``: how many were staged; ``not_loaded``: the staged names no parameter
+        took; ``not_updated``: the parameters that took nothing, or some shards of a packed
+        one and not the rest (as many as its module packs, ``output_sizes``)."""
+        not_updated = []
+        for name in self.expected:
+            shards = self.shards.get(name)
+            if not shards:
+                not_updated.append(name)
+                continue
+            module = self.model.get_submodule(name.rpartition(".")[0])
+            packed = len(getattr(module, "output_sizes", None) or ()) if None not in shards \
+                else 0
+            if len(shards) < packed:
+                written = ", ".join(sorted(str(shard) for shard in shards))
+                not_updated.append(f"{name} (shards {written} of {packed})")
+        return {"weights": len(weights),
+                "not_loaded": [name for name in weights if name not in self.taken],
+                "not_updated": not_updated}
 
 
 class Engine:
@@ -133,10 +221,10 @@ class Engine:
         return [_sampled_logprob(step, token)
                 for step, token in zip(steps[1:], token_ids[1:], strict=True)]
 
-    def load_weights(self, path: str) -> int:
-        loaded = self.llm.collective_rpc(_reload, args=(path,))[0]
+    def load_weights(self, path: str) -> dict[str, Any]:
+        report = self.llm.collective_rpc(_reload, args=(path,))[0]
         self.llm.reset_prefix_cache()  # prompt states computed by the old weights
-        return loaded
+        return report
 
 
 def _per_prompt(value: Any, each: bool, prompts: list[list[int]], name: str) -> list[Any]:
