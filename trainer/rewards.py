@@ -178,6 +178,20 @@ class Scorer(Protocol):
         hand (Ctrl-C)."""
 
 
+def close_scorer(scorer: Scorer, wait: bool) -> None:
+    """``scorer.close(wait)``; a scorer of the user's own written to the earlier protocol,
+    whose ``close`` takes no ``wait``, is closed as it can be (its way, waiting) rather than
+    failing the run's exit with a TypeError."""
+    try:
+        takes_wait = "wait" in inspect.signature(scorer.close).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): as the protocol says
+        takes_wait = True
+    if takes_wait:
+        scorer.close(wait=wait)
+    else:
+        scorer.close()  # type: ignore[call-arg]
+
+
 class FunctionScorer:
     """A local reward function ``f(completions, rows) -> list[float | None]`` in place of the
     server (tests, benchmarks against other trainers, quick experiments); one that also

@@ -59,7 +59,7 @@ from trainer.models import (
     reference_model,
 )
 from trainer.multiturn import ToolUse
-from trainer.rewards import RewardScorer, ScoredBatch, Scorer
+from trainer.rewards import RewardScorer, ScoredBatch, Scorer, close_scorer
 from trainer.rollout import Rollout, Sampling, eos_token_ids, greedy_texts
 from trainer.sampler import RolloutSampler, SampledBatch
 from trainer.sampling_correction import (
@@ -224,7 +224,7 @@ class GRPOTrainer:
                 if tool_use is not None:
                     stack.callback(tool_use.tool.close)
             # interrupted: a reward request in flight is ended, not waited for
-            stack.callback(self.scorer.close, not self._interrupted)
+            stack.callback(close_scorer, self.scorer, not self._interrupted)
             # an engine given to the trainer outlives it: it is left with the trained policy
             stack.callback(self._stop_drawing, not self._interrupted,
                            not self._interrupted and not self._owns_engine)

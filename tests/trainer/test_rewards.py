@@ -221,3 +221,34 @@ def test_an_interrupted_function_scorer_does_not_wait_for_its_call() -> None:
     assert in_flight.result(timeout=60).rewards == [1.0]
     assert events == ["closed", "answered"]
     assert queued.cancelled()
+
+
+class OwnScorer:
+    """A scorer of a user's own, written to the protocol before ``close`` took ``wait``."""
+
+    def __init__(self) -> None:
+        self.inner, self.closed = FunctionScorer(lambda texts, rows: [0.0] * len(texts)), 0
+
+    def score(self, *args: Any, **kwargs: Any) -> ScoredBatch:
+        return self.inner.score(*args, **kwargs)
+
+    def submit(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.submit(*args, **kwargs)
+
+    def close(self) -> None:
+        self.closed += 1
+        self.inner.close()
+
+
+def test_an_interrupted_run_closes_a_scorer_whose_close_takes_no_wait(tmp_path: Path) -> None:
+    """Interrupted, the trainer closes its scorer without waiting; a user's scorer whose
+    ``close`` has no ``wait`` is closed its own way, not failed with a TypeError on Ctrl-C."""
+    config = GRPOConfig(model="tiny", dataset="unused", output_dir=str(tmp_path),
+                        num_generations=4, max_completion_length=3, progress_bar=False,
+                        device="cpu", prompts_per_step=2, generation_chunk=1)
+    model, tokenizer = load_model("tiny", torch.float32, 0)
+    scorer = OwnScorer()
+    trainer = GRPOTrainer(model, tokenizer, seven_rows(), config, None, scorer=scorer)
+    trainer.interrupted()
+    trainer.close()
+    assert scorer.closed == 1
