@@ -66,14 +66,14 @@ def merge_main(args: argparse.Namespace) -> int:
         try:
             config = load_config(args.config, list(args.set))
         except ConfigError as exc:
-            print(f"grpo-train: {exc}", file=sys.stderr)
+            _say(f"{exc}")
             return 2
         model, seed = config.model, config.seed
     output = args.output or args.merge.with_name(args.merge.name + "-merged")
     try:
         merge(args.merge, output, model, seed)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
-        print(f"grpo-train: --merge: {exc}", file=sys.stderr)
+        _say(f"--merge: {exc}")
         return 2
     print(f"merged weights written to {output}")
     return 0
@@ -94,6 +94,14 @@ def _engine_log(exc: Exception, output_dir: str | Path) -> str:
     return f" (the engine's traceback: {path})"
 
 
+def _say(text: str) -> None:
+    """One ``grpo-train:`` line on stderr, written whole in one call: ``print`` writes the
+    text and its newline apart, and under torchrun the ranks share one stderr, so two
+    ranks' lines ran together on one line."""
+    sys.stderr.write(f"grpo-train: {text}\n")
+    sys.stderr.flush()
+
+
 def _interrupted(exc: KeyboardInterrupt, step: int | None, output_dir: str | Path) -> int:
     """One line for an interrupted run: where it stood and the checkpoint to resume from;
     the exit code a shell gives a process the signal ended (128 + its number)."""
@@ -104,8 +112,7 @@ def _interrupted(exc: KeyboardInterrupt, step: int | None, output_dir: str | Pat
     last = checkpoint.latest_checkpoint(Path(output_dir))
     saved = (f"the last checkpoint is {last} (continue with --resume)" if last is not None
              else "no checkpoint was written")
-    print(f"grpo-train: interrupted ({signum.name}) {where}; {saved}", file=sys.stderr,
-          flush=True)
+    _say(f"interrupted ({signum.name}) {where}; {saved}")
     return 128 + signum
 
 
@@ -119,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:
-        print(f"grpo-train: {exc}", file=sys.stderr)
+        _say(f"{exc}")
         return 2
 
     import torch
@@ -144,22 +151,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         last = checkpoint.latest_checkpoint(Path(config.output_dir)) if args.resume else None
         if args.resume and last is None:  # said before an engine starts for nothing
-            print(f"grpo-train: --resume: no checkpoint in {config.output_dir}",
-                  file=sys.stderr)
+            _say(f"--resume: no checkpoint in {config.output_dir}")
             return 2
         seed_everything(config.seed)  # the same initial weights on every rank
         try:  # float32 master weights; dtype: bfloat16 is the compute dtype (autocast)
             model, tokenizer = load_model(config.model, MASTER_DTYPE, config.seed)
             train_rows, eval_rows = load_datasets(config)
         except (FileNotFoundError, ValueError, RuntimeError) as exc:
-            print(f"grpo-train: {exc}", file=sys.stderr)
+            _say(f"{exc}")
             return 2
         try:  # a wrong URL fails in seconds; an outage mid-run is waited out (retry_for_s)
             with RewardClient(config.reward_url, token=config.reward_token,
                               max_attempts=3) as probe:
                 probe.health()
         except RewardClientError as exc:
-            print(f"grpo-train: reward server unavailable: {exc}", file=sys.stderr)
+            _say(f"reward server unavailable: {exc}")
             return 3
         client = RewardClient(config.reward_url, token=config.reward_token,
                               timeout=config.reward_timeout_s,
@@ -170,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             trainer = GRPOTrainer(model, tokenizer, train_rows, config, client, eval_rows)
         except (EngineError, RankFailure) as exc:  # no vLLM, an engine that cannot start
             log = _engine_log(exc, config.output_dir) if isinstance(exc, EngineError) else ""
-            print(f"grpo-train: {exc}{log}", file=sys.stderr)
+            _say(f"{exc}{log}")
             client.close()
             return 2
         try:
@@ -181,16 +187,15 @@ def main(argv: list[str] | None = None) -> int:
                     trainer.close()  # its engine and threads, as train() would have
                     if not isinstance(exc, EngineError):
                         raise
-                    print(f"grpo-train: --resume from {last}: {exc}"
-                          f"{_engine_log(exc, config.output_dir)}", file=sys.stderr)
+                    _say(f"--resume from {last}: {exc}"
+                          f"{_engine_log(exc, config.output_dir)}")
                     return 3
                 print(f"resumed from {last} at step {trainer.step}", flush=True)
             trainer.train()
         except (RewardClientError, EngineError, RankFailure) as exc:
             log = _engine_log(exc, config.output_dir) if isinstance(exc, EngineError) else ""
-            print(f"grpo-train: stopped at step {trainer.step}: {exc}; a checkpoint of step "
-                  f"{trainer.step} is in {config.output_dir} (continue with --resume){log}",
-                  file=sys.stderr)
+            _say(f"stopped at step {trainer.step}: {exc}; a checkpoint of step "
+                  f"{trainer.step} is in {config.output_dir} (continue with --resume){log}")
             return 3
         finally:
             client.close()
