@@ -317,3 +317,24 @@ def test_sigterm_takes_ctrl_cs_way_out_and_ends_in_one_line(
     assert capsys.readouterr().err.splitlines() == [
         "grpo-train: interrupted (SIGTERM) at step 3; no checkpoint was written",
         "grpo-train: interrupted (SIGINT) before training; no checkpoint was written"]
+
+
+def test_a_line_is_written_whole_so_ranks_lines_never_run_together(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under torchrun the ranks share one stderr; ``print`` wrote a line's text and its
+    newline in two calls, and two ranks' lines ran together on one. Each is one call now."""
+    from trainer import cli
+
+    writes: list[str] = []
+
+    class Recording:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Recording())
+    cli._interrupted(KeyboardInterrupt(), 2, "/nonexistent")
+    assert writes == ["grpo-train: interrupted (SIGINT) at step 2; no checkpoint was written\n"]
