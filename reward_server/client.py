@@ -466,8 +466,13 @@ class RewardClient:
         self._sockets: _Sockets | None = None
         if transport is None:  # httpx's own, its sockets kept for ``abort``
             transport = httpx.HTTPTransport()
-            self._sockets = _Sockets(transport._pool._network_backend)
-            transport._pool._network_backend = self._sockets
+            # httpx's pool and httpcore's backend are private: an httpx laid out otherwise
+            # still gets a client, whose ``abort`` then stops retries but not a read in hand
+            pool = getattr(transport, "_pool", None)
+            backend = getattr(pool, "_network_backend", None)
+            if isinstance(backend, httpcore.NetworkBackend):
+                self._sockets = _Sockets(backend)
+                pool._network_backend = self._sockets  # type: ignore[union-attr]
         self._http = httpx.Client(headers=self._o.headers, timeout=self._o.timeout,
                                   transport=transport)
         self._threads = ThreadPoolExecutor(max_concurrency, thread_name_prefix="reward-client")
