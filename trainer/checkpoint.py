@@ -69,9 +69,11 @@ def set_rng_state(rng: dict[str, Any]) -> None:
             torch.cuda.set_rng_state(cuda)
 
 
-def save_rank(run_dir: Path, step: int, rank: int, data_state: dict[str, int]) -> None:
-    """Every rank: its own RNG states and data position (ranks sample differently)."""
-    torch.save({"data": data_state, "rng": rng_state()},
+def save_rank(run_dir: Path, step: int, rank: int, data_state: dict[str, int],
+              rng: dict[str, Any] | None = None) -> None:
+    """Every rank: its own RNG states (``rng``, else as they are now) and data position
+    (ranks sample differently)."""
+    torch.save({"data": data_state, "rng": rng_state() if rng is None else rng},
                tmp_dir(run_dir, step) / f"rank{rank}.pt")
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from trainer.config import ConfigError, GRPOConfig, load_config  # noqa: E402
-from trainer.interrupt import Terminated, sigterm_as_interrupt  # noqa: E402
+from trainer.interrupt import Terminated, sigterm_as_interrupt, sigterm_count  # noqa: E402
 
 
 def _options_help() -> str:
@@ -102,13 +102,18 @@ def _say(text: str) -> None:
     sys.stderr.flush()
 
 
-def _interrupted(exc: KeyboardInterrupt, step: int | None, output_dir: str | Path) -> int:
-    """One line for an interrupted run: where it stood and the checkpoint to resume from;
-    the exit code a shell gives a process the signal ended (128 + its number)."""
-    from trainer import checkpoint
-
+def _interrupted(exc: KeyboardInterrupt, step: int | None,
+                 output_dir: str | Path | None) -> int:
+    """One line for an interrupted run: where it stood and the checkpoint to resume from
+    (none named in start-up, ``output_dir`` None); the exit code a shell gives a process
+    the signal ended (128 + its number)."""
     signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
     where = "before training" if step is None else f"at step {step}"
+    if output_dir is None:
+        _say(f"interrupted ({signum.name}) {where}")
+        return 128 + signum
+    from trainer import checkpoint
+
     last = checkpoint.latest_checkpoint(Path(output_dir))
     saved = (f"the last checkpoint is {last} (continue with --resume)" if last is not None
              else "no checkpoint was written")
@@ -117,6 +122,13 @@ def _interrupted(exc: KeyboardInterrupt, step: int | None, output_dir: str | Pat
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as exc:  # in start-up, before the run's own handling is set
+        return _interrupted(exc, None, None)
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     if args.merge is not None:
         return merge_main(args)
@@ -175,24 +187,34 @@ def main(argv: list[str] | None = None) -> int:
         try:
             trainer = GRPOTrainer(model, tokenizer, train_rows, config, client, eval_rows)
         except (EngineError, RankFailure) as exc:  # no vLLM, an engine that cannot start
+            client.close()
+            if sigterm_count():  # the SIGTERM sent to the whole job ended the engine too
+                return _interrupted(Terminated(), None, config.output_dir)
             log = _engine_log(exc, config.output_dir) if isinstance(exc, EngineError) else ""
             _say(f"{exc}{log}")
-            client.close()
             return 2
         try:
             if last is not None:
                 try:  # the engine takes the checkpoint's weights: a request that can fail
                     trainer.resume(last)
                 except BaseException as exc:
+                    if isinstance(exc, KeyboardInterrupt):
+                        trainer.interrupted()  # its engine ended, not waited for
                     trainer.close()  # its engine and threads, as train() would have
+                    if isinstance(exc, KeyboardInterrupt):  # the resume never finished
+                        return _interrupted(exc, None, config.output_dir)
                     if not isinstance(exc, EngineError):
                         raise
+                    if sigterm_count():
+                        return _interrupted(Terminated(), None, config.output_dir)
                     _say(f"--resume from {last}: {exc}"
                           f"{_engine_log(exc, config.output_dir)}")
                     return 3
                 print(f"resumed from {last} at step {trainer.step}", flush=True)
             trainer.train()
         except (RewardClientError, EngineError, RankFailure) as exc:
+            if sigterm_count():  # the SIGTERM sent to the whole job ended the engine too
+                return _interrupted(Terminated(), trainer.step, config.output_dir)
             log = _engine_log(exc, config.output_dir) if isinstance(exc, EngineError) else ""
             _say(f"stopped at step {trainer.step}: {exc}; a checkpoint of step "
                   f"{trainer.step} is in {config.output_dir} (continue with --resume){log}")

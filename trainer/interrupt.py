@@ -1,10 +1,15 @@
 """How a signal stops a run. One rank stops where it stands: Ctrl-C's KeyboardInterrupt,
-or SIGTERM raised as one, and the trainer saves the last finished step on its way out.
-Several ranks cannot: a checkpoint needs every rank, and each was interrupted wherever it
-stood. So while they train, SIGTERM (what torchrun forwards to its ranks, what Slurm sends
-ahead of a preemption) is held until the step ends, the ranks agree at its end whether any
-of them got one, and all save that step and stop together (``GRPOTrainer.train``). A second
-SIGTERM, or Ctrl-C, still stops a rank on the spot."""
+or SIGTERM raised as one, and the trainer saves the last finished step on its way out; a
+SIGTERM in an update is held to the update's end, so that step is saved too. Several ranks
+cannot stop where they stand: a checkpoint needs every rank, and each was interrupted
+wherever it stood. So while they train, SIGTERM (what torchrun forwards to its ranks, what
+Slurm sends every process of a job ahead of a preemption, often twice to a rank: once
+itself, once through torchrun) is held until the step ends, the ranks agree at its end
+whether any of them got one, and all save that step and stop together
+(``GRPOTrainer.train``). Ctrl-C still stops a rank on the spot; the launcher's SIGKILL ends
+a step that outlasts its grace. A SIGTERM that came is remembered for the run: an engine
+the same SIGTERM ended (Slurm signals the whole job) stops the run as an interrupt, not as
+a failure."""
 
 from __future__ import annotations
 
@@ -23,26 +28,26 @@ class Terminated(KeyboardInterrupt):
 
 @dataclass
 class _Held:
-    """A SIGTERM held for the end of the step (``holding``: between steps of a run on
-    several ranks)."""
+    """``holding``: a SIGTERM waits for the end of the step (ranks training) or of the
+    update (one rank); ``signals``: how many came since the handler was set."""
 
     holding: bool = False
-    signalled: bool = False
+    signals: int = 0
 
 
 HELD = _Held()
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
-    if HELD.holding and not HELD.signalled:
-        HELD.signalled = True
-        return
-    raise Terminated
+    HELD.signals += 1
+    if not HELD.holding:
+        raise Terminated
 
 
 def sigterm_as_interrupt() -> Callable[[], None]:
     """SIGTERM takes Ctrl-C's orderly way out, unless the caller handles it already;
     returns what puts the default back."""
+    HELD.holding, HELD.signals = False, 0
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return lambda: None
@@ -51,11 +56,10 @@ def sigterm_as_interrupt() -> Callable[[], None]:
 
 
 def hold_sigterm(holding: bool) -> None:
-    """From here on a first SIGTERM is held for the end of the step (True), or raised at
-    once (False); a SIGTERM held and not yet acted on is forgotten either way."""
-    HELD.holding, HELD.signalled = holding, False
+    """From here on a SIGTERM is held (True), or raised at once (False)."""
+    HELD.holding = holding
 
 
-def sigterm_held() -> bool:
-    """Whether a SIGTERM came while it was held."""
-    return HELD.signalled
+def sigterm_count() -> int:
+    """How many SIGTERMs came, held or not, since the handler was set."""
+    return HELD.signals

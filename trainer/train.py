@@ -47,7 +47,7 @@ from trainer.data import PromptStream, Row
 from trainer.engine.client import EngineError, VLLMEngine
 from trainer.engine.colocated import ColocatedEngine
 from trainer.engine.weights import check_adapters_syncable
-from trainer.interrupt import Terminated, hold_sigterm, sigterm_held
+from trainer.interrupt import Terminated, hold_sigterm, sigterm_count
 from trainer.logprobs import completion_logits, selective_log_softmax
 from trainer.loss import loss_normalizer, policy_loss
 from trainer.metrics import RunLogger
@@ -179,6 +179,7 @@ class GRPOTrainer:
         # between a step's first optimizer step and its end the policy is half-way: an
         # interrupt there leaves nothing a checkpoint could be made of
         self._mid_update = False
+        self._rng_at_step_start: dict[str, Any] | None = None  # inside a step
         self._saved_step = 0  # the step of the newest checkpoint (0: none yet)
         self._interrupted = False  # Ctrl-C or SIGTERM: nothing is waited for on the way out
 
@@ -241,9 +242,10 @@ class GRPOTrainer:
         handing it weights (a draw in flight would be waited for up to
         ``vllm_request_timeout_s``), drawing ahead stops without waiting, and on one rank,
         with the policy between two steps, the last completed step is saved if it is not
-        yet. Not with several ranks: a checkpoint needs them all, so SIGTERM is held for
-        the end of the step, where they save together (``train``); what reaches here
-        interrupted each rank wherever it stood."""
+        yet (a SIGTERM in an update waits for its end). Not with several ranks: a
+        checkpoint needs them all, so SIGTERM is held for the end of the step, where they
+        save together (``train``); what reaches here interrupted each rank wherever it
+        stood."""
         self._interrupted = True
         if self.engine is not None and self._owns_engine:
             self.engine.close(wait=False)
@@ -402,6 +404,10 @@ class GRPOTrainer:
     def training_step(self) -> dict[str, Any]:
         c = self.config
         t_step = time.perf_counter()
+        # a checkpoint saved before this step ends (an interrupt, a failure) is of the last
+        # step, so its RNG states are those this step started from, not what its draws
+        # left: a resume from it draws this step again as the uninterrupted run did
+        self._rng_at_step_start = checkpoint.rng_state()
         with self._together():
             sampled = self._next_batch()
         rollout, scored, timing = sampled.rollout, sampled.scored, dict(sampled.timing)
@@ -441,6 +447,9 @@ class GRPOTrainer:
         sums: dict[str, float] = {}
         losses, grad_norms = [], []
         self._mid_update = True
+        came = sigterm_count()
+        if self.world == 1:  # a SIGTERM waits for the update's end, and that step is saved
+            hold_sigterm(True)
         for _ in range(c.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             loss, metrics = self.accumulate_gradients(batch, normalizer)
@@ -455,7 +464,12 @@ class GRPOTrainer:
             timing.update(self._correct_sampling(batch))  # the first pass's π_θ_old: metrics
         self.step += 1
         self._position = sampled.stream_position
+        self._rng_at_step_start = None  # the step is done: a save takes the RNG as it is
         self._mid_update = False
+        if self.world == 1:
+            hold_sigterm(False)
+            if sigterm_count() > came:
+                raise Terminated
         # the next step samples the new policy (once: the μ passes sample nothing)
         t_sync = time.perf_counter()
         with self._together():
@@ -541,7 +555,8 @@ class GRPOTrainer:
         self._barrier()
         # drawing ahead, the stream is past the steps trained: a resume draws those again
         checkpoint.save_rank(run, step, self.rank, {**self.stream.state(),
-                                                    "position": self._position})
+                                                    "position": self._position},
+                             self._rng_at_step_start)
         self._barrier()
         final = checkpoint.finish(run, step) if self.is_main else None
         self._barrier()
@@ -612,7 +627,7 @@ class GRPOTrainer:
         step's end, so all save that step and stop together (trainer/interrupt.py)."""
         if self.world == 1:
             return False
-        held = torch.tensor([float(sigterm_held())], device=self.device)
+        held = torch.tensor([float(sigterm_count() > 0)], device=self.device)
         dist.all_reduce(held, op=dist.ReduceOp.MAX)
         return bool(held.item())
 
