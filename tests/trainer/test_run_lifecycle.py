@@ -129,23 +129,28 @@ def test_an_engine_that_cannot_start_on_one_rank_stops_every_rank_with_a_line(
     assert list(run.shm.iterdir()) == []
 
 
-def test_sigterm_to_torchrun_saves_every_ranks_step_and_stops_them_together(
-        run: Run) -> None:
-    """SIGTERM to torchrun (which forwards it to its ranks; Slurm sends it ahead of a
-    preemption): each rank was interrupted wherever it stood, so no rank could save (a
-    checkpoint needs them all) and the run lost every step since its last periodic
-    checkpoint. Now the ranks hold it to the end of the step, agree, save that step
-    together and each ends with one line and 143, the launcher's grace (30 s, then
-    SIGKILL) to spare."""
-    launcher = start_ranks(HERE / "cli_runner.py", *run.args("max_steps=400"),
-                           env=run.env())
+@pytest.mark.parametrize("to", ["torchrun", "slurm-step", "engines"])
+def test_sigterm_to_a_torchrun_job_saves_every_ranks_step_and_stops_them_together(
+        run: Run, to: str) -> None:
+    """SIGTERM to torchrun (``torchrun``: it forwards it to its ranks), or as Slurm sends it
+    at scancel or preemption, to every process of the job at once: the ranks themselves too
+    (``slurm-step``: each gets two), or the engines too (``engines``: in the job's cgroup
+    whatever their session). Each rank was interrupted wherever it stood, so no rank could
+    save (a checkpoint needs them all); then a second SIGTERM stopped a rank on the spot,
+    saving nothing, and an engine dying of it ended the run as an engine failure (exit 3).
+    Now the ranks hold it to the end of the step, agree, save that step together and each
+    ends with one line and 143, the launcher's grace (30 s, then SIGKILL) to spare."""
+    launcher = start_ranks(HERE / "cli_runner.py", *run.args("max_steps=400"), env=run.env())
     try:
         metrics = run.out / "metrics.jsonl"
         while not (metrics.exists() and '"step": 1' in metrics.read_text()):
             assert launcher.poll() is None, launcher.communicate()
-            time.sleep(0.2)
-        launcher.send_signal(signal.SIGTERM)
-        _, stderr = launcher.communicate(timeout=120)
+            time.sleep(0.1)
+        ranks = [p.pid for p in psutil.Process(launcher.pid).children()]
+        also = {"torchrun": [], "slurm-step": ranks, "engines": run.engine_pids()}[to]
+        for pid in [launcher.pid, *also]:
+            os.kill(pid, signal.SIGTERM)
+        _, stderr = launcher.communicate(timeout=150)
     finally:
         if launcher.poll() is None:
             kill_ranks(launcher)
@@ -158,36 +163,6 @@ def test_sigterm_to_torchrun_saves_every_ranks_step_and_stops_them_together(
     assert 1 <= step < 400
     assert all(f"checkpoint-{step:06d}" in line for line in lines), lines
     assert (run.out / f"checkpoint-{step:06d}").is_dir()
-    assert all(ended(pid) for pid in run.engine_pids())
-    assert list(run.shm.iterdir()) == []
-
-
-@pytest.mark.parametrize("ranks_too", [True, False], ids=["slurm-step", "engines"])
-def test_sigterm_to_every_process_of_the_job_saves_the_step(run: Run, ranks_too: bool) -> None:
-    """SIGTERM as Slurm sends it at scancel or preemption, to every process of the job at
-    once: torchrun (which forwards it), the ranks themselves (``slurm-step``: each gets two,
-    and the second stopped it on the spot, saving nothing) and the engines (in the job's
-    cgroup whatever their session: one dying of it ended the run as an engine failure,
-    exit 3). Now each rank saves the step and ends with one line and 143."""
-    launcher = start_ranks(HERE / "cli_runner.py", *run.args("max_steps=400"), env=run.env())
-    try:
-        metrics = run.out / "metrics.jsonl"
-        while not (metrics.exists() and '"step": 1' in metrics.read_text()):
-            assert launcher.poll() is None, launcher.communicate()
-            time.sleep(0.1)
-        ranks = [p.pid for p in psutil.Process(launcher.pid).children()]
-        for pid in [launcher.pid, *(ranks if ranks_too else []), *run.engine_pids()]:
-            os.kill(pid, signal.SIGTERM)
-        _, stderr = launcher.communicate(timeout=150)
-    finally:
-        if launcher.poll() is None:
-            kill_ranks(launcher)
-    assert not re.search(r'File ".*/trainer/', stderr), stderr[-3000:]
-    lines = lines_of(stderr)
-    assert len(lines) == 2, stderr[-3000:]
-    assert all("interrupted (SIGTERM)" in line for line in lines), lines
-    step = int(re.search(r"at step (\d+);", lines[0]).group(1))  # type: ignore[union-attr]
-    assert step >= 1 and (run.out / f"checkpoint-{step:06d}").is_dir(), lines
     assert all(ended(pid) for pid in run.engine_pids())
     assert list(run.shm.iterdir()) == []
 
