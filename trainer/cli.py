@@ -66,7 +66,7 @@ def merge_main(args: argparse.Namespace) -> int:
         try:
             config = load_config(args.config, list(args.set))
         except ConfigError as exc:
-            _say(f"{exc}")
+            _say(str(exc))
             return 2
         model, seed = config.model, config.seed
     output = args.output or args.merge.with_name(args.merge.name + "-merged")
@@ -138,7 +138,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:
-        _say(f"{exc}")
+        _say(str(exc))
         return 2
 
     import torch
@@ -170,7 +170,7 @@ def _main(argv: list[str] | None) -> int:
             model, tokenizer = load_model(config.model, MASTER_DTYPE, config.seed)
             train_rows, eval_rows = load_datasets(config)
         except (FileNotFoundError, ValueError, RuntimeError) as exc:
-            _say(f"{exc}")
+            _say(str(exc))
             return 2
         try:  # a wrong URL fails in seconds; an outage mid-run is waited out (retry_for_s)
             with RewardClient(config.reward_url, token=config.reward_token,
@@ -197,12 +197,12 @@ def _main(argv: list[str] | None) -> int:
             if last is not None:
                 try:  # the engine takes the checkpoint's weights: a request that can fail
                     trainer.resume(last)
+                except KeyboardInterrupt as exc:  # the resume never finished
+                    trainer.interrupted()  # its engine ended, not waited for
+                    trainer.close()
+                    return _interrupted(exc, None, config.output_dir)
                 except BaseException as exc:
-                    if isinstance(exc, KeyboardInterrupt):
-                        trainer.interrupted()  # its engine ended, not waited for
                     trainer.close()  # its engine and threads, as train() would have
-                    if isinstance(exc, KeyboardInterrupt):  # the resume never finished
-                        return _interrupted(exc, None, config.output_dir)
                     if not isinstance(exc, EngineError):
                         raise
                     if sigterm_count():

@@ -41,6 +41,8 @@ def _reload(worker: Any, path: str) -> dict[str, Any]:
     from safetensors.torch import load_file
 
     model = worker.model_runner.get_model()
+    # trainer.engine.weights.tied_names' grouping, written out: this process runs a copy
+    # of this module and the wire protocol alone, in vLLM's environment
     owners: dict[int, list[str]] = {}
     for name, parameter in model.named_parameters(remove_duplicate=False):
         owners.setdefault(id(parameter), []).append(name)
