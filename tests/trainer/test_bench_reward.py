@@ -38,3 +38,13 @@ def test_a_function_that_takes_the_cut_flags_gets_them_from_the_trainer() -> Non
     assert FunctionScorer(lambda t, r: [1.0] * len(t)).score(["x"], [ROW], 1, [True]).rewards \
         == [1.0]  # TRL's two-argument functions are called as before
     scorer.close()
+
+
+def test_no_completion_buys_a_null() -> None:
+    """Whatever the policy writes, the demo's reward is a number: a null would drop the
+    completion from its group's advantage, which a policy could learn to reach for."""
+    hostile = ["", "\x00" * 50, "[" * 5000, "9" * 5000, "83" * 3000, "\\boxed{", "٨٣",
+               "NaN", "inf", "83\n" + "x" * 100_000]
+    for cut in (False, True):
+        scores = reward_demo(hostile, [ROW] * len(hostile), [cut] * len(hostile))
+        assert all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores), scores
