@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -65,6 +66,8 @@ class ExtraEngine:
         self.proc: subprocess.Popen | None = None
         self.runsc = shutil.which("runsc")  # registered as RUNSC when installed
         self._made_bridge = False  # removed on destroy only if this engine made it
+        # why a restart failed: every later user is told at once, not after its own timeouts
+        self.broken: str | None = None
 
     def docker(self, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["docker", "-H", self.host, *args], capture_output=True,
@@ -87,12 +90,43 @@ class ExtraEngine:
              "--config-file", str(config),
              "--bridge", BRIDGE, "--iptables=false", "--ip-masq=false"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # a loaded machine starts dockerd slowly
         while self.docker("info").returncode != 0:
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()  # one still starting would hold the socket and pidfile
                 raise RuntimeError("second dockerd did not start: "
                                    + (self.root / "dockerd.log").read_text()[-2000:])
             time.sleep(0.3)
+
+    def answers(self) -> bool:
+        """Whether the engine's API answers its ping: cheap enough to ask before every test."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(10)
+                conn.connect(str(self.socket))
+                conn.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+                reply = conn.recv(4096)
+        except OSError:
+            return False
+        return reply.startswith(b"HTTP/1.") and reply.rstrip().endswith(b"OK")
+
+    def ensure_running(self) -> None:
+        """The engine answers, restarted once if it does not (a test that stopped it and
+        could not bring it back); a restart that fails is raised now and to every later
+        caller at once, so the tests after it fail in seconds, not each after its own
+        sandbox timeout."""
+        if self.broken is not None:
+            raise RuntimeError(self.broken)
+        if self.answers():
+            return
+        self.stop()
+        try:
+            self.start()
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            self.broken = f"the second Docker engine stopped answering and did not restart: {exc}"
+            raise RuntimeError(self.broken) from None
 
     def _write_config(self, default_runtime: str | None = None) -> Path:
         config = self.root / "daemon.json"  # its own: never /etc/docker/daemon.json
@@ -142,7 +176,8 @@ class ExtraEngine:
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                # its whole group: the containerd it started would outlive it otherwise
+                os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.proc = None
 

@@ -8,6 +8,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -25,7 +26,7 @@ from reward_server.testing import (  # noqa: F401  (the tests import them from h
     wait_for_sandbox,
 )
 from reward_server.verifiers.registry import ENTRY_POINT_GROUP
-from sandbox.testing import IMAGE
+from sandbox.testing import IMAGE, ExtraEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 # The verifiers this installation registers (its own built-ins, the same entry points a
@@ -38,7 +39,7 @@ T = TypeVar("T")
 # Markers come from what a test uses, so a new test lands in the right tier without anyone
 # remembering to mark it: `pytest -m "not server and not docker and not slow"` is the fast
 # tier (pure functions and units: under a minute, no root, no engine).
-_DOCKER_FIXTURES = {"docker_ready", "extra_engine", "sandbox_runtime"}
+_DOCKER_FIXTURES = {"docker_ready", "extra_engine", "stoppable_engine", "sandbox_runtime"}
 # a module that starts servers imports one of these
 _SERVER_NAMES = {"run_server", "ServerProcess", "code_server"}
 
@@ -107,13 +108,12 @@ def sandbox_url(server: ServerProcess, docker_ready: None) -> str:
     return server.url
 
 
-@pytest.fixture(scope="session")
-def extra_engine(docker_ready: None, tmp_path_factory: pytest.TempPathFactory):
-    """A second Docker engine with the sandbox image (sandbox/testing.py's ExtraEngine)."""
-    from sandbox.testing import ExtraEngine
-
+@contextmanager
+def _second_engine(name: str) -> Iterator[ExtraEngine]:
+    """A second Docker engine with the sandbox image (sandbox/testing.py's ExtraEngine);
+    skipped on a developer's machine that cannot start one, failed in CI."""
     # a short path: unix socket paths are limited to 108 bytes
-    engine = ExtraEngine(Path("/tmp") / f"vr-engine-{os.getpid()}")
+    engine = ExtraEngine(Path("/tmp") / f"vr-{name}-{os.getpid()}")
     try:
         engine.start()
         engine.load_image()
@@ -122,8 +122,49 @@ def extra_engine(docker_ready: None, tmp_path_factory: pytest.TempPathFactory):
         if os.environ.get("CI") == "true":
             pytest.fail(f"could not start a second Docker engine: {exc}")
         pytest.skip(f"could not start a second Docker engine: {exc}")
-    yield engine
-    engine.destroy()
+    try:
+        yield engine
+    finally:
+        engine.destroy()
+
+
+@pytest.fixture(scope="session")
+def extra_engine(docker_ready: None) -> Iterator[ExtraEngine]:
+    """The second engine the gVisor tests share; no test stops it (stoppable_engine)."""
+    with _second_engine("engine") as engine:
+        yield engine
+
+
+@pytest.fixture(autouse=True)
+def _extra_engine_answers(request: pytest.FixtureRequest) -> None:
+    """Before each test on the shared second engine: it answers, or is restarted once; one
+    that cannot come back fails every later test at once rather than each after its own
+    sandbox timeout (a cascade that once outran CI's clock)."""
+    if request.node.get_closest_marker("gvisor") is None:
+        return
+    engine: ExtraEngine = request.getfixturevalue("extra_engine")
+    try:
+        engine.ensure_running()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="module")
+def _module_engine(docker_ready: None) -> Iterator[ExtraEngine]:
+    with _second_engine("stop") as engine:
+        yield engine
+
+
+@pytest.fixture
+def stoppable_engine(_module_engine: ExtraEngine) -> ExtraEngine:
+    """A second engine of the module's own, for tests that stop and restart it: one that
+    fails to come back breaks only its own module, never the shared engine the gVisor tests
+    run on; each test gets it answering (restarted if the one before left it stopped)."""
+    try:
+        _module_engine.ensure_running()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    return _module_engine
 
 
 # Under gVisor a container's PIDs are its own (``docker top`` maps them onto the host's), so a
