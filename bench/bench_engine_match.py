@@ -110,6 +110,12 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--g", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--as-trainer", action="store_true",
+                        help="start and call the engine as the trainer does (its settings "
+                             "from the demo config; one call per step's prompts) rather than "
+                             "one engine call per round")
+    parser.add_argument("--skip-hf", action="store_true", help="the engine's draws alone")
+    parser.add_argument("--name", default="bench_engine_match")
     parser.add_argument("--publish", action="store_true")
     args = parser.parse_args()
     measured_on = commit()
@@ -135,32 +141,52 @@ def main() -> None:
                         temperature=demo.temperature, top_p=demo.top_p, top_k=demo.top_k,
                         share_prompts=True)
     eos_ids = eos_token_ids(model, tokenizer)
-    with torch.no_grad():
-        hf = [generate(model, tokenizer, rows, prompts, sampling) for _ in range(args.rounds)]
+    hf = []
+    if not args.skip_hf:
+        with torch.no_grad():
+            hf = [generate(model, tokenizer, rows, prompts, sampling)
+                  for _ in range(args.rounds)]
+    if args.as_trainer:
+        from trainer.engine.colocated import engine_settings
+
+        settings_ = engine_settings(demo, demo.seed, torch.float32)
+        calls = demo.prompts_per_step
+    else:
+        settings_ = EngineSettings(max_model_len=512, max_num_seqs=256, kv_cache_gb=2,
+                                   dtype="float32", enforce_eager=True)
+        calls = len(rows)
     with policy_weights(model) as weights:
-        engine = VLLMEngine(model, EngineSettings(max_model_len=512, max_num_seqs=256,
-                                                  kv_cache_gb=2, dtype="float32",
-                                                  enforce_eager=True), weights)
+        engine = VLLMEngine(model, settings_, weights)
     with engine:
-        # round k draws with step k's seed, as the trainer's step k would
-        drawn = [generate_on_engine(engine, tokenizer, rows, prompts, sampling, eos_ids,
-                                    seeds=DrawSeeds(demo.seed, 0, k))
-                 for k in range(args.rounds)]
-    figures = {"hf": summary(tokenizer, hf, args.g),
-               "vllm_float32": summary(tokenizer, drawn, args.g)}
-    for name, rollouts in (("hf", hf), ("vllm_float32", drawn)):
+        # round k draws with step k's seeds, as the trainer's step k would, in calls of
+        # ``calls`` prompts
+        drawn = []
+        for k in range(args.rounds):
+            seeds = DrawSeeds(demo.seed, 0, k)
+            parts = [generate_on_engine(engine, tokenizer, rows[i : i + calls],
+                                        prompts[i : i + calls], sampling, eos_ids, seeds=seeds)
+                     for i in range(0, len(rows), calls)]
+            drawn += parts
+    figures = {"vllm_float32": summary(tokenizer, drawn, args.g)}
+    if hf:
+        figures["hf"] = summary(tokenizer, hf, args.g)
+    for name in figures:
+        rollouts = hf if name == "hf" else drawn
         figures[name]["calibration"] = calibration(model, rollouts, demo.temperature,
                                                    eos_ids)
-    gap = abs(figures["hf"]["mean_reward"] - figures["vllm_float32"]["mean_reward"])
-    se = (figures["hf"]["reward_standard_error"] ** 2
-          + figures["vllm_float32"]["reward_standard_error"] ** 2) ** 0.5
-    figures["reward_gap_in_standard_errors"] = round(gap / se, 2) if se else None
+    if hf:
+        gap = abs(figures["hf"]["mean_reward"] - figures["vllm_float32"]["mean_reward"])
+        se = (figures["hf"]["reward_standard_error"] ** 2
+              + figures["vllm_float32"]["reward_standard_error"] ** 2) ** 0.5
+        figures["reward_gap_in_standard_errors"] = round(gap / se, 2) if se else None
     settings = {"model": args.model, "prompts": args.prompts, "g": args.g,
                 "rounds": args.rounds, "temperature": demo.temperature,
                 "top_p": demo.top_p, "top_k": demo.top_k,
-                "max_new_tokens": demo.max_completion_length, "dtype": "float32"}
+                "max_new_tokens": demo.max_completion_length, "dtype": "float32",
+                "engine": "as the trainer starts and calls it" if args.as_trainer
+                          else "one call per round, 256 sequences at a time"}
     print(json.dumps(figures, indent=2))
-    path = record("bench_engine_match", figures, settings, args.publish, measured_on)
+    path = record(args.name, figures, settings, args.publish, measured_on)
     print(f"wrote {path}")
 
 
