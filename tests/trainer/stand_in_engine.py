@@ -6,7 +6,9 @@ does wrong is set by ``STAND_IN_<WHAT>=<n>`` on the n-th such request, on every 
 ``STAND_IN_RANK`` alone: ``HANG_GENERATE``, ``HANG_LOAD`` (never answer), ``DIE_GENERATE``
 (exit 7), ``FAIL_LOAD`` (answer with an error, from the n-th on), ``SKIP_LOAD`` (say, from the n-th
 on, that a weight under a prefixed name was not loaded, as ``vllm_process`` reports it),
-``FAIL_START=1`` (refuse to start)."""
+``FAIL_START=1`` (refuse to start), ``SKIP_START_LOAD=1`` (say that the start's own weights
+were loaded in part, when the client checks them). Its first ``load_weights`` is that check,
+``start_check-<rank>``; the syncs are counted from the next."""
 
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ def main() -> None:
     (folder / f"engine-{rank}.pid").write_text(str(os.getpid()))
     connection.send({"ok": True})
     counts: dict[str, int] = {}
+    started = False
     while True:
         try:
             request = connection.recv()
@@ -63,6 +66,15 @@ def main() -> None:
         if op == "close":
             connection.send({"ok": True})
             sys.exit(0)
+        if op == "load_weights" and not started:
+            # the client's check of the start's own weights: a sync is counted from the next
+            started = True
+            (folder / f"start_check-{rank}").touch()
+            value = {"weights": 20, "not_loaded": [], "not_updated": []}
+            if _at("SKIP_START_LOAD", 1):
+                value.update(not_loaded=["model.layers.0.mlp.down_proj.bias"])
+            connection.send({"ok": True, "value": value})
+            continue
         counts[op] = count = counts.get(op, 0) + 1
         (folder / f"{op}-{rank}-{count}").touch()
         if op == "generate" and _at("DIE_GENERATE", count):

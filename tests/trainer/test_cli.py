@@ -160,7 +160,8 @@ def test_a_model_the_engine_cannot_run_is_one_readable_line(tmp_path: Path,
 
 
 # A stand-in engine process (no vLLM) that notes in MARKS each start and each close it is
-# told, and fails every weight load with a multi-line error, as vLLM's can.
+# told, and fails every weight load after the start's check with a multi-line error, as
+# vLLM's can.
 _RECORDING_ENGINE = """
 import os, sys
 from trainer.engine import wire
@@ -169,6 +170,8 @@ connection = wire.Channel(int(sys.argv[sys.argv.index("--fd") + 1]))
 connection.recv()
 print("started", file=marks, flush=True)
 connection.send({"ok": True})
+request = connection.recv()  # the client's check of the start's weights: taken whole
+connection.send({"ok": True, "value": {"weights": 1, "not_loaded": [], "not_updated": []}})
 while True:
     request = connection.recv()
     if request["op"] == "close":

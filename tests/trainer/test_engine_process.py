@@ -38,10 +38,18 @@ _FAKE_ENGINE = textwrap.dedent("""
             request = connection.recv()
         except EOFError:
             sys.exit(0)
-        connection.send({"ok": True, "value": 0})
+        # a load (the client's check of the start's weights among them) took every weight
+        connection.send({"ok": True, "value": {"weights": 1, "not_loaded": [],
+                                               "not_updated": []}
+                         if request["op"] == "load_weights" else 0})
         if request["op"] == "close":
             sys.exit(0)
 """)
+
+
+# where a stand-in built from it does something else before it answers
+_ANSWER = "    # a load (the client's check"
+assert _ANSWER in _FAKE_ENGINE
 
 
 def fake_python(tmp_path: Path) -> Path:
@@ -284,11 +292,10 @@ def test_the_engine_process_sees_none_of_the_trainers_packages(tmp_path: Path) -
 def stuck_python(tmp_path: Path) -> Path:
     """A stand-in engine that touches ``generating`` and then never answers a draw."""
     script = tmp_path / "stuck_engine.py"
-    stuck = _FAKE_ENGINE.replace('    connection.send({"ok": True, "value": 0})',
+    stuck = _FAKE_ENGINE.replace(_ANSWER,
                                  '    if request["op"] == "generate":\n'
                                  f'        open({str(tmp_path / "generating")!r}, "w").close()\n'
-                                 '        time.sleep(600)\n'
-                                 '    connection.send({"ok": True, "value": 0})')
+                                 '        time.sleep(600)\n' + _ANSWER)
     assert stuck != _FAKE_ENGINE
     script.write_text(stuck.replace("import sys", "import sys, time"))
     python = tmp_path / "python"
@@ -359,13 +366,12 @@ def test_an_engine_that_dies_is_one_line_with_its_log_and_last_words(tmp_path: P
     line: it names the log and quotes its last lines, so the cause shows without a
     search through a log the terminal no longer holds."""
     script = tmp_path / "dying_engine.py"
-    dying = _FAKE_ENGINE.replace('    connection.send({"ok": True, "value": 0})',
+    dying = _FAKE_ENGINE.replace(_ANSWER,
                                  '    if request["op"] == "generate":\n'
                                  '        print("x" * 5000)\n'
                                  '        print("RuntimeError: out of KV cache blocks",'
                                  ' flush=True)\n'
-                                 '        sys.exit(3)\n'
-                                 '    connection.send({"ok": True, "value": 0})')
+                                 '        sys.exit(3)\n' + _ANSWER)
     assert dying != _FAKE_ENGINE
     script.write_text(dying)
     python = tmp_path / "python"
@@ -416,8 +422,7 @@ def _engine_script(tmp_path: Path, name: str, on_request: str) -> Path:
     """A ``vllm_python`` running the stand-in engine with ``on_request`` (code indented
     into its loop, before its answer) run at every request."""
     body = textwrap.indent(textwrap.dedent(on_request).strip(), "    ")
-    script_text = _FAKE_ENGINE.replace('    connection.send({"ok": True, "value": 0})',
-                                       body + '\n    connection.send({"ok": True, "value": 0})')
+    script_text = _FAKE_ENGINE.replace(_ANSWER, body + "\n" + _ANSWER)
     assert script_text != _FAKE_ENGINE
     script = tmp_path / f"{name}.py"
     script.write_text(script_text)

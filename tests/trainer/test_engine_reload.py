@@ -130,3 +130,26 @@ def test_a_run_whose_sync_the_engine_took_in_part_stops_with_a_checkpoint(
     assert trainer.step == 1
     assert (tmp_path / "run" / "checkpoint-000001" / "model.safetensors").exists()
     _load(vllm_engine, _weights()[1])
+
+
+def test_a_start_whose_weights_the_engine_took_in_part_is_an_error(
+        vllm_engine: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """vLLM's start skips a weight its model has no parameter for under a suffix it
+    ignores: a policy with a bias the engine's model lacks started an engine that drew
+    step 1 without it. The start now checks the load, and says which weight it did not
+    take before anything is drawn. (``vllm_engine``: only to skip without vLLM.)"""
+    from trainer.engine import client
+    from trainer.engine.client import EngineSettings, VLLMEngine, WeightsNotLoaded
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(client, "_SHARED_MEMORY", shm)
+    model, weights = _weights(seed=3)
+    weights["model.layers.0.mlp.down_proj.bias"] = torch.zeros(
+        weights["model.layers.0.mlp.down_proj.weight"].shape[0])
+    with pytest.raises(WeightsNotLoaded) as caught:
+        VLLMEngine(model, EngineSettings(max_model_len=64, max_num_seqs=4, kv_cache_gb=1),
+                   weights)
+    assert caught.value.not_loaded == ["model.layers.0.mlp.down_proj.bias"]
+    assert caught.value.not_updated == []
+    assert list(shm.iterdir()) == []  # the engine ended, its files gone

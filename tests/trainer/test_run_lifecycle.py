@@ -129,6 +129,22 @@ def test_an_engine_that_cannot_start_on_one_rank_stops_every_rank_with_a_line(
     assert list(run.shm.iterdir()) == []
 
 
+def test_a_start_the_engine_took_in_part_is_one_line_before_any_step(run: Run) -> None:
+    """The engine's start left a weight of the policy out (a name its model lacks): the run
+    ends with one line naming it, exit 2, before a step is drawn from the wrong weights."""
+    trainer = run.start(SKIP_START_LOAD="1")
+    _, stderr = trainer.communicate(timeout=300)
+    assert trainer.returncode == 2, stderr[-3000:]
+    assert "Traceback" not in stderr
+    [line] = lines_of(stderr)
+    assert "took 19 of the 20 weights it was sent, not model.layers.0.mlp.down_proj.bias" \
+        in line, line
+    assert not list(run.reports.glob("generate-*"))
+    assert not list(run.out.glob("checkpoint-*"))
+    assert all(ended(pid) for pid in run.engine_pids())
+    assert list(run.shm.iterdir()) == []
+
+
 @pytest.mark.parametrize("to", ["torchrun", "slurm-step", "engines"])
 def test_sigterm_to_a_torchrun_job_saves_every_ranks_step_and_stops_them_together(
         run: Run, to: str) -> None:

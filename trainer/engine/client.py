@@ -150,6 +150,13 @@ class VLLMEngine:
             except OSError:  # it exited before reading them (a Python without -P)
                 raise self._gone() from None
             self._reply(settings.start_timeout_s)
+            # vLLM's start skips, without a word, a weight its model has no parameter for
+            # under a suffix it ignores (``.bias``): the same file loaded again, checked,
+            # says so before the first draw (about a second, against the start's minute)
+            self._check_load(str(folder / "model.safetensors"))
+        except WeightsNotLoaded:
+            self.close()
+            raise
         except EngineError as exc:
             returncode = self._process.poll()  # before close() ends it
             self.close()
@@ -192,7 +199,10 @@ class VLLMEngine:
         where the engine is free. A weight the engine did not take, or a parameter of its
         own that took nothing, is ``WeightsNotLoaded``: it would go on sampling from the
         old weights while the trainer trains as if it held the new."""
-        report = self._call("load_weights", path=staged.path)
+        self._check_load(staged.path)
+
+    def _check_load(self, path: str) -> None:
+        report = self._call("load_weights", path=path)
         if report["not_loaded"] or report["not_updated"]:
             raise WeightsNotLoaded(report["weights"], report["not_loaded"],
                                    report["not_updated"])
