@@ -58,6 +58,20 @@ SUM_PROGRAMS = {
 }
 
 
+def engine_answers(socket_path: Path, timeout_s: float = 10) -> bool:
+    """Whether the Docker engine on ``socket_path`` answers its API's ping, in
+    milliseconds when it does (``docker info`` takes a process and most of a second)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout_s)
+            conn.connect(str(socket_path))
+            conn.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+            reply = conn.recv(4096)
+    except OSError:
+        return False
+    return reply.startswith(b"HTTP/1.") and reply.rstrip().endswith(b"OK")
+
+
 class ExtraEngine:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -102,15 +116,7 @@ class ExtraEngine:
         """Whether the engine's API answers its ping: cheap enough to ask before every test."""
         if self.proc is None or self.proc.poll() is not None:
             return False
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-                conn.settimeout(10)
-                conn.connect(str(self.socket))
-                conn.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
-                reply = conn.recv(4096)
-        except OSError:
-            return False
-        return reply.startswith(b"HTTP/1.") and reply.rstrip().endswith(b"OK")
+        return engine_answers(self.socket)
 
     def ensure_running(self) -> None:
         """The engine answers, restarted once if it does not (a test that stopped it and

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -26,7 +26,7 @@ from reward_server.testing import (  # noqa: F401  (the tests import them from h
     wait_for_sandbox,
 )
 from reward_server.verifiers.registry import ENTRY_POINT_GROUP
-from sandbox.testing import IMAGE, ExtraEngine
+from sandbox.testing import IMAGE, ExtraEngine, engine_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 # The verifiers this installation registers (its own built-ins, the same entry points a
@@ -56,6 +56,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "extra_engine" in used or (
                 callspec is not None and callspec.params.get("sandbox_runtime") == "runsc"):
             item.add_marker(pytest.mark.gvisor)
+        for marker, modules in _MODULES_USING.items():
+            if item.get_closest_marker(marker) is not None:
+                modules.add(_module_of(item.nodeid))
 
 
 @pytest.fixture
@@ -117,7 +120,7 @@ def _second_engine(name: str) -> Iterator[ExtraEngine]:
     try:
         engine.start()
         engine.load_image()
-    except (RuntimeError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a docker call's TimeoutExpired too: destroyed
         engine.destroy()
         if os.environ.get("CI") == "true":
             pytest.fail(f"could not start a second Docker engine: {exc}")
@@ -135,18 +138,72 @@ def extra_engine(docker_ready: None) -> Iterator[ExtraEngine]:
         yield engine
 
 
-@pytest.fixture(autouse=True)
-def _extra_engine_answers(request: pytest.FixtureRequest) -> None:
-    """Before each test on the shared second engine: it answers, or is restarted once; one
-    that cannot come back fails every later test at once rather than each after its own
-    sandbox timeout (a cascade that once outran CI's clock)."""
-    if request.node.get_closest_marker("gvisor") is None:
+# --- Shared engines, checked before use ------------------------------------------------------
+# One test that leaves an engine every later test shares stopped (or a daemon that dies) made
+# each later test wait out its own sandbox timeout, a cascade that outran CI's clock. So the
+# engines are pinged (milliseconds) before each module's fixtures and each test that uses
+# them, restarted once if they do not answer, and a restart that fails fails every later user
+# at once.
+
+_MODULES_USING: dict[str, set[str]] = {"docker": set()}
+_MAIN_ENGINE_GONE: list[str] = []  # why, once a restart of the main engine failed
+
+
+def _module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _main_engine_socket() -> Path | None:
+    """The main engine's unix socket; None where it is reached otherwise (not pinged)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    return Path(host.removeprefix("unix://")) if host.startswith("unix://") else None
+
+
+_RESTART_MAIN_ENGINE = ("bash", str(ROOT / "sandbox" / "ensure_docker.sh"))
+
+
+def ensure_main_engine(sock: Path | None, restart: Sequence[str] = _RESTART_MAIN_ENGINE,
+                       gone: list[str] = _MAIN_ENGINE_GONE) -> None:
+    """The main engine on ``sock`` answers, or is started again once by ``restart``; a
+    restart that fails is recorded in ``gone``, and every later call fails at once."""
+    if gone:
+        pytest.fail(gone[0])
+    if sock is None or engine_answers(sock):
         return
+    try:
+        out = subprocess.run(list(restart), capture_output=True, text=True, timeout=180)
+        said = (out.stderr or out.stdout).strip()[-300:]
+    except subprocess.TimeoutExpired:
+        said = f"{' '.join(restart)} did not finish in 180 s"
+    if not engine_answers(sock):
+        gone.append(f"the Docker engine stopped answering and did not restart: {said}")
+        pytest.fail(gone[0])
+
+
+def _ensure_second_engine(request: pytest.FixtureRequest) -> None:
     engine: ExtraEngine = request.getfixturevalue("extra_engine")
     try:
         engine.ensure_running()
     except RuntimeError as exc:
         pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_engine_answers(request: pytest.FixtureRequest) -> None:
+    """Before a module's own fixtures (its servers wait minutes for a sandbox), the main
+    engine answers; the second engine is checked as a runtime's settings are read
+    (``SandboxRuntime.env``), which is where a module's server takes it."""
+    if _module_of(request.node.nodeid) in _MODULES_USING["docker"]:
+        ensure_main_engine(_main_engine_socket())
+
+
+@pytest.fixture(autouse=True)
+def _engines_answer(request: pytest.FixtureRequest) -> None:
+    """Before each test on a shared engine: it answers (a test before may have stopped it)."""
+    if request.node.get_closest_marker("docker") is not None:
+        ensure_main_engine(_main_engine_socket())
+    if request.node.get_closest_marker("gvisor") is not None:
+        _ensure_second_engine(request)
 
 
 @pytest.fixture(scope="module")
@@ -226,10 +283,14 @@ class SandboxRuntime:
 
     name: str
     docker_host: str | None = None  # None: the main engine
+    # raises where the engine does not answer and cannot be brought back
+    ensure_running: Callable[[], None] | None = None
 
     @property
     def env(self) -> dict[str, str]:
-        """Server settings that put its sandbox there."""
+        """Server settings that put its sandbox there, once its engine answers."""
+        if self.ensure_running is not None:
+            self.ensure_running()
         if self.docker_host is None:
             return {}
         return {"REWARD_SERVER_SANDBOX_DOCKER_HOST": self.docker_host,
@@ -249,4 +310,4 @@ def sandbox_runtime(request: pytest.FixtureRequest) -> SandboxRuntime:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    return SandboxRuntime("runsc", engine.host)
+    return SandboxRuntime("runsc", engine.host, engine.ensure_running)

@@ -41,7 +41,13 @@ def hold_then_arrive(url: str, hog: dict[str, Any], victim: dict[str, Any] = ADD
     b: dict[str, Any] = {}
     finished: list[str] = []
     threads = [post(url, [hog], A, a, finished)]
+    deadline = time.monotonic() + 300  # A's answer, or a gate never passed, ends the wait
     while counter(url, "reward_queue_wait_seconds_count") <= granted:  # A holds it now
+        assert time.monotonic() < deadline, "A was never let in"
+        if not threads[0].is_alive():  # answered: let in just before, or never
+            assert counter(url, "reward_queue_wait_seconds_count") > granted, \
+                f"A was answered without holding a container: {a.get('response')}"
+            break
         time.sleep(0.05)
     threads.append(post(url, [victim], B, b, finished))
     for thread in threads:

@@ -33,3 +33,38 @@ def test_an_engine_that_cannot_restart_fails_every_later_caller_without_retrying
         with pytest.raises(RuntimeError, match="did not restart: second dockerd did not start"):
             engine.ensure_running()
     assert starts == [1]
+
+
+def test_a_main_engine_that_does_not_come_back_fails_every_later_test_at_once(
+        tmp_path: Path) -> None:
+    """The main engine's check: a socket nothing answers on is restarted once (here by a
+    command that does nothing), and after that every caller fails at once, restarting
+    nothing, instead of each test waiting out its sandbox timeout."""
+    from tests.conftest import ensure_main_engine
+
+    marks = tmp_path / "restarts"
+    restart = ("sh", "-c", f"echo restarted >> {marks}; echo 'dockerd did not come up' >&2")
+    gone: list[str] = []
+    for _ in range(3):
+        with pytest.raises(pytest.fail.Exception, match="did not restart: dockerd did not"):
+            ensure_main_engine(tmp_path / "docker.sock", restart, gone)
+    assert marks.read_text().splitlines() == ["restarted"]
+
+
+def test_a_runtimes_settings_are_read_only_once_its_engine_answers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module's server takes its runtime's settings before any test of the module runs:
+    a gVisor engine that cannot come back fails the module there, at once, rather than
+    after the server waits minutes for a sandbox."""
+    from tests.conftest import SandboxRuntime
+
+    engine = ExtraEngine(tmp_path)
+
+    def start_fails() -> None:
+        raise RuntimeError("second dockerd did not start")
+
+    monkeypatch.setattr(engine, "start", start_fails)
+    runtime = SandboxRuntime("runsc", engine.host, engine.ensure_running)
+    with pytest.raises(RuntimeError, match="did not restart"):
+        runtime.env  # noqa: B018 - the read is the check
+    assert SandboxRuntime("runc").env == {}

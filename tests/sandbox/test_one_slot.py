@@ -40,7 +40,13 @@ def victim_behind(url: str, hold: Any) -> dict[str, Any]:
     thread = threading.Thread(target=lambda: hold(httpx.Client(base_url=url, timeout=300,
                                                                headers=as_caller(A))))
     thread.start()
+    deadline = time.monotonic() + 300  # A done without the gate, or never let in: no hang
     while counter(url, "reward_queue_wait_seconds_count") <= granted:
+        assert time.monotonic() < deadline, "A was never let in"
+        if not thread.is_alive():  # done: let in just before, or never
+            assert counter(url, "reward_queue_wait_seconds_count") > granted, \
+                "A was done without holding the slot"
+            break
         time.sleep(0.05)
     with httpx.Client(base_url=url, timeout=300, headers=as_caller(B)) as c:
         r = c.post("/v1/verify/code", json={"items": [ADD]})

@@ -45,7 +45,10 @@ def vllm_engine() -> Iterator[object]:
         pytest.skip(message)
     model = tiny_model(tiny_tokenizer(), heads=2)
     with policy_weights(model) as weights:
+        # bounds of the tiny model's, well inside pytest's 20 minutes: an engine that stops
+        # answering fails the test that met it and is ended, and the rest fail at once
         engine = VLLMEngine(model, EngineSettings(max_model_len=512, max_num_seqs=64,
-                                                  kv_cache_gb=1), weights)
+                                                  kv_cache_gb=1, start_timeout_s=600,
+                                                  request_timeout_s=300), weights)
     with engine:
         yield engine
