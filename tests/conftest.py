@@ -56,9 +56,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "extra_engine" in used or (
                 callspec is not None and callspec.params.get("sandbox_runtime") == "runsc"):
             item.add_marker(pytest.mark.gvisor)
-        for marker, modules in _MODULES_USING.items():
-            if item.get_closest_marker(marker) is not None:
-                modules.add(_module_of(item.nodeid))
 
 
 @pytest.fixture
@@ -151,6 +148,14 @@ _MAIN_ENGINE_GONE: list[str] = []  # why, once a restart of the main engine fail
 
 def _module_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The modules with a Docker test that will run (after ``-m`` and ``-k`` deselect): the
+    fast tier's tests in such a module need no engine, and get no check."""
+    for item in session.items:
+        if item.get_closest_marker("docker") is not None:
+            _MODULES_USING["docker"].add(_module_of(item.nodeid))
 
 
 def _main_engine_socket() -> Path | None:
