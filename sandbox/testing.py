@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -72,6 +72,31 @@ def engine_answers(socket_path: Path, timeout_s: float = 10) -> bool:
     return reply.startswith(b"HTTP/1.") and reply.rstrip().endswith(b"OK")
 
 
+class Revival:
+    """A shared engine kept answering for whoever uses it next: pinged, started again once
+    if it does not answer, and, once a start failed, refused to every later caller at once
+    (each would otherwise wait out its own sandbox timeout, a cascade past CI's clock)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.gone: str | None = None  # why, once a start failed
+
+    def ensure(self, answers: Callable[[], bool], start: Callable[[], None]) -> None:
+        """Raises RuntimeError where the engine does not answer and cannot be started."""
+        if self.gone is not None:
+            raise RuntimeError(self.gone)
+        if answers():
+            return
+        try:
+            start()
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            self.gone = f"{self.what} stopped answering and did not restart: {exc}"
+            raise RuntimeError(self.gone) from None
+        if not answers():
+            self.gone = f"{self.what} stopped answering and did not restart"
+            raise RuntimeError(self.gone)
+
+
 class ExtraEngine:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -80,8 +105,7 @@ class ExtraEngine:
         self.proc: subprocess.Popen | None = None
         self.runsc = shutil.which("runsc")  # registered as RUNSC when installed
         self._made_bridge = False  # removed on destroy only if this engine made it
-        # why a restart failed: every later user is told at once, not after its own timeouts
-        self.broken: str | None = None
+        self._revival = Revival("the second Docker engine")
 
     def docker(self, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["docker", "-H", self.host, *args], capture_output=True,
@@ -120,19 +144,12 @@ class ExtraEngine:
 
     def ensure_running(self) -> None:
         """The engine answers, restarted once if it does not (a test that stopped it and
-        could not bring it back); a restart that fails is raised now and to every later
-        caller at once, so the tests after it fail in seconds, not each after its own
-        sandbox timeout."""
-        if self.broken is not None:
-            raise RuntimeError(self.broken)
-        if self.answers():
-            return
+        could not bring it back); see ``Revival``."""
+        self._revival.ensure(self.answers, self._restart)
+
+    def _restart(self) -> None:
         self.stop()
-        try:
-            self.start()
-        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-            self.broken = f"the second Docker engine stopped answering and did not restart: {exc}"
-            raise RuntimeError(self.broken) from None
+        self.start()
 
     def _write_config(self, default_runtime: str | None = None) -> Path:
         config = self.root / "daemon.json"  # its own: never /etc/docker/daemon.json

@@ -26,7 +26,7 @@ from reward_server.testing import (  # noqa: F401  (the tests import them from h
     wait_for_sandbox,
 )
 from reward_server.verifiers.registry import ENTRY_POINT_GROUP
-from sandbox.testing import IMAGE, ExtraEngine, engine_answers
+from sandbox.testing import IMAGE, ExtraEngine, Revival, engine_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 # The verifiers this installation registers (its own built-ins, the same entry points a
@@ -143,7 +143,7 @@ def extra_engine(docker_ready: None) -> Iterator[ExtraEngine]:
 # at once.
 
 _MODULES_USING: dict[str, set[str]] = {"docker": set()}
-_MAIN_ENGINE_GONE: list[str] = []  # why, once a restart of the main engine failed
+_MAIN_ENGINE = Revival("the Docker engine")
 
 
 def _module_of(nodeid: str) -> str:
@@ -168,21 +168,21 @@ _RESTART_MAIN_ENGINE = ("bash", str(ROOT / "sandbox" / "ensure_docker.sh"))
 
 
 def ensure_main_engine(sock: Path | None, restart: Sequence[str] = _RESTART_MAIN_ENGINE,
-                       gone: list[str] = _MAIN_ENGINE_GONE) -> None:
-    """The main engine on ``sock`` answers, or is started again once by ``restart``; a
-    restart that fails is recorded in ``gone``, and every later call fails at once."""
-    if gone:
-        pytest.fail(gone[0])
-    if sock is None or engine_answers(sock):
+                       revival: Revival = _MAIN_ENGINE) -> None:
+    """The main engine on ``sock`` answers, or is started again once by ``restart``
+    (``Revival``); a test it cannot serve fails."""
+    if sock is None:  # reached otherwise than by a unix socket: not pinged
         return
-    try:
+
+    def start() -> None:
         out = subprocess.run(list(restart), capture_output=True, text=True, timeout=180)
-        said = (out.stderr or out.stdout).strip()[-300:]
-    except subprocess.TimeoutExpired:
-        said = f"{' '.join(restart)} did not finish in 180 s"
-    if not engine_answers(sock):
-        gone.append(f"the Docker engine stopped answering and did not restart: {said}")
-        pytest.fail(gone[0])
+        if out.returncode != 0:
+            raise RuntimeError((out.stderr or out.stdout).strip()[-300:])
+
+    try:
+        revival.ensure(lambda: engine_answers(sock), start)
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
 
 
 def _ensure_second_engine(request: pytest.FixtureRequest) -> None:

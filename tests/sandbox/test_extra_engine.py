@@ -40,14 +40,16 @@ def test_a_main_engine_that_does_not_come_back_fails_every_later_test_at_once(
     """The main engine's check: a socket nothing answers on is restarted once (here by a
     command that does nothing), and after that every caller fails at once, restarting
     nothing, instead of each test waiting out its sandbox timeout."""
+    from sandbox.testing import Revival
     from tests.conftest import ensure_main_engine
 
     marks = tmp_path / "restarts"
-    restart = ("sh", "-c", f"echo restarted >> {marks}; echo 'dockerd did not come up' >&2")
-    gone: list[str] = []
+    restart = ("sh", "-c", f"echo restarted >> {marks}; echo 'dockerd did not come up' >&2; "
+                           "exit 1")
+    revival = Revival("the Docker engine")
     for _ in range(3):
         with pytest.raises(pytest.fail.Exception, match="did not restart: dockerd did not"):
-            ensure_main_engine(tmp_path / "docker.sock", restart, gone)
+            ensure_main_engine(tmp_path / "docker.sock", restart, revival)
     assert marks.read_text().splitlines() == ["restarted"]
 
 
