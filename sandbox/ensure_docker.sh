@@ -19,7 +19,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 echo "ensure_docker: starting dockerd"
-nohup dockerd >/var/log/vr-dockerd.log 2>&1 &
+nohup dockerd >>/var/log/vr-dockerd.log 2>&1 &
 for _ in $(seq 60); do
   docker info >/dev/null 2>&1 && exit 0
   sleep 1

@@ -12,12 +12,19 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from sandbox.engine_checks import (
+    SERVE_TIMEOUT_S,
+    Revival,
+    engine_answers,
+    engine_serves,
+    stop_wedged,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 # The image the tests build and run: the server's own setting, where the environment gives
@@ -58,45 +65,6 @@ SUM_PROGRAMS = {
 }
 
 
-def engine_answers(socket_path: Path, timeout_s: float = 10) -> bool:
-    """Whether the Docker engine on ``socket_path`` answers its API's ping, in
-    milliseconds when it does (``docker info`` takes a process and most of a second)."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout_s)
-            conn.connect(str(socket_path))
-            conn.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
-            reply = conn.recv(4096)
-    except OSError:
-        return False
-    return reply.startswith(b"HTTP/1.") and reply.rstrip().endswith(b"OK")
-
-
-class Revival:
-    """A shared engine kept answering for whoever uses it next: pinged, started again once
-    if it does not answer, and, once a start failed, refused to every later caller at once
-    (each would otherwise wait out its own sandbox timeout, a cascade past CI's clock)."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.gone: str | None = None  # why, once a start failed
-
-    def ensure(self, answers: Callable[[], bool], start: Callable[[], None]) -> None:
-        """Raises RuntimeError where the engine does not answer and cannot be started."""
-        if self.gone is not None:
-            raise RuntimeError(self.gone)
-        if answers():
-            return
-        try:
-            start()
-        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-            self.gone = f"{self.what} stopped answering and did not restart: {exc}"
-            raise RuntimeError(self.gone) from None
-        if not answers():
-            self.gone = f"{self.what} stopped answering and did not restart"
-            raise RuntimeError(self.gone)
-
-
 class ExtraEngine:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -106,6 +74,7 @@ class ExtraEngine:
         self.runsc = shutil.which("runsc")  # registered as RUNSC when installed
         self._made_bridge = False  # removed on destroy only if this engine made it
         self._revival = Revival("the second Docker engine")
+        self.serve_timeout_s = SERVE_TIMEOUT_S
 
     def docker(self, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["docker", "-H", self.host, *args], capture_output=True,
@@ -137,10 +106,11 @@ class ExtraEngine:
             time.sleep(0.3)
 
     def answers(self) -> bool:
-        """Whether the engine's API answers its ping: cheap enough to ask before every test."""
+        """Whether the engine's API answers its ping and /info (``engine_serves``): cheap
+        enough to ask before every test."""
         if self.proc is None or self.proc.poll() is not None:
             return False
-        return engine_answers(self.socket)
+        return engine_answers(self.socket) and engine_serves(self.socket, self.serve_timeout_s)
 
     def ensure_running(self) -> None:
         """The engine answers, restarted once if it does not (a test that stopped it and
@@ -148,6 +118,9 @@ class ExtraEngine:
         self._revival.ensure(self.answers, self._restart)
 
     def _restart(self) -> None:
+        if self.proc is not None:  # wedged rather than stopped: its goroutines first
+            stop_wedged(self.proc.pid, self.socket, self.root / "exec", self.root.name,
+                        self.serve_timeout_s)
         self.stop()
         self.start()
 

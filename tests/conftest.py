@@ -26,7 +26,9 @@ from reward_server.testing import (  # noqa: F401  (the tests import them from h
     wait_for_sandbox,
 )
 from reward_server.verifiers.registry import ENTRY_POINT_GROUP
-from sandbox.testing import IMAGE, ExtraEngine, Revival, engine_answers
+from sandbox import engine_checks
+from sandbox.engine_checks import SERVE_TIMEOUT_S, Revival
+from sandbox.testing import IMAGE, ExtraEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 # The verifiers this installation registers (its own built-ins, the same entry points a
@@ -138,9 +140,9 @@ def extra_engine(docker_ready: None) -> Iterator[ExtraEngine]:
 # --- Shared engines, checked before use ------------------------------------------------------
 # One test that leaves an engine every later test shares stopped (or a daemon that dies) made
 # each later test wait out its own sandbox timeout, a cascade that outran CI's clock. So the
-# engines are pinged (milliseconds) before each module's fixtures and each test that uses
-# them, restarted once if they do not answer, and a restart that fails fails every later user
-# at once.
+# engines are checked (their ping and /info, milliseconds) before each module's fixtures and
+# each test that uses them, restarted if they do not serve (a wedged engine answers its ping
+# only), and a restart that fails fails every later user at once.
 
 _MODULES_USING: dict[str, set[str]] = {"docker": set()}
 _MAIN_ENGINE = Revival("the Docker engine")
@@ -165,24 +167,36 @@ def _main_engine_socket() -> Path | None:
 
 
 _RESTART_MAIN_ENGINE = ("bash", str(ROOT / "sandbox" / "ensure_docker.sh"))
+# where the dockerd ensure_docker.sh starts keeps its pid, and dumps its goroutines (exec root)
+_MAIN_PIDFILE = Path("/var/run/docker.pid")
+_MAIN_STACKS = Path("/var/run/docker")
 
 
 def ensure_main_engine(sock: Path | None, restart: Sequence[str] = _RESTART_MAIN_ENGINE,
-                       revival: Revival = _MAIN_ENGINE) -> None:
-    """The main engine on ``sock`` answers, or is started again once by ``restart``
-    (``Revival``); a test it cannot serve fails."""
-    if sock is None:  # reached otherwise than by a unix socket: not pinged
+                       revival: Revival = _MAIN_ENGINE, pidfile: Path = _MAIN_PIDFILE,
+                       stacks_dir: Path = _MAIN_STACKS, may_stop: bool | None = None,
+                       serve_timeout_s: float = SERVE_TIMEOUT_S) -> None:
+    """The main engine on ``sock`` serves, or is started again by ``restart``
+    (``sandbox.engine_checks``); a wedged one is stopped first only in CI (or with
+    VR_TESTS_RESTART_DOCKERD=true): a developer's engine is theirs to restart. A test it cannot
+    serve fails."""
+    if sock is None:  # reached otherwise than by a unix socket: not checked
         return
-
-    def start() -> None:
-        out = subprocess.run(list(restart), capture_output=True, text=True, timeout=180)
-        if out.returncode != 0:
-            raise RuntimeError((out.stderr or out.stdout).strip()[-300:])
-
+    if may_stop is None:
+        may_stop = "true" in (os.environ.get("CI"), os.environ.get("VR_TESTS_RESTART_DOCKERD"))
     try:
-        revival.ensure(lambda: engine_answers(sock), start)
+        engine_checks.ensure_main_engine(sock, list(restart), revival, pidfile, stacks_dir,
+                                         may_stop, serve_timeout_s)
     except RuntimeError as exc:
         pytest.fail(str(exc))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """What the engine checks did: a restart heals the run, and would otherwise go unseen."""
+    if engine_checks.EVENTS:
+        terminalreporter.section("Docker engines restarted during the run")
+        for line in engine_checks.EVENTS:
+            terminalreporter.write_line(line)
 
 
 def _ensure_second_engine(request: pytest.FixtureRequest) -> None:

@@ -338,11 +338,12 @@ def _tagged_and_rebuilt(tag: str) -> tuple[str, str]:
     by a label as ``tag:rebuilt`` (what a rebuild under the tag makes): their Docker ids."""
     rebuilt = subprocess.run(["docker", "build", "-q", "-t", f"{tag}:rebuilt", "-"],
                              input=f"FROM {IMAGE}\nLABEL verifiable-rewards.test={tag}\n",
-                             capture_output=True, text=True, timeout=600)
+                             capture_output=True, text=True, timeout=300)
     assert rebuilt.returncode == 0, rebuilt.stderr
-    subprocess.run(["docker", "tag", IMAGE, f"{tag}:run"], check=True)
+    subprocess.run(["docker", "tag", IMAGE, f"{tag}:run"], check=True, timeout=120)
     old_id, new_id = (subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", name],
-                                     capture_output=True, text=True, check=True).stdout.strip()
+                                     capture_output=True, text=True, check=True,
+                                     timeout=120).stdout.strip()
                       for name in (f"{tag}:run", f"{tag}:rebuilt"))
     return old_id, new_id
 
@@ -361,7 +362,8 @@ def test_a_session_names_its_own_containers_image_after_a_rebuild(docker_ready: 
             wait_for_sandbox(srv.url)
             session = c.post("/v1/sessions", json={}).json()
             assert session["provenance"]["sandbox_image"] == old_id
-            subprocess.run(["docker", "tag", f"{tag}:rebuilt", f"{tag}:run"], check=True)
+            subprocess.run(["docker", "tag", f"{tag}:rebuilt", f"{tag}:run"], check=True,
+                           timeout=120)
             other = c.post("/v1/sessions", json={}).json()["session_id"]  # replaced: new
             eventually(lambda: {v["name"]: v["provenance"] for v in c.get(
                 "/v1/verifiers").json()["verifiers"]}["code"]["sandbox_image"] == new_id,
@@ -371,7 +373,8 @@ def test_a_session_names_its_own_containers_image_after_a_rebuild(docker_ready: 
                           json={"code": "6 * 7"}).json()
             got = c.get(f"/v1/sessions/{session['session_id']}").json()
     finally:
-        subprocess.run(["docker", "rmi", f"{tag}:run", f"{tag}:rebuilt"], capture_output=True)
+        subprocess.run(["docker", "rmi", f"{tag}:run", f"{tag}:rebuilt"], capture_output=True,
+                       timeout=120)
     assert turn["status"] == "Success", turn
     assert turn["provenance"] == got["provenance"] == session["provenance"]
     assert turn["provenance"]["sandbox_image"] == old_id
@@ -399,7 +402,8 @@ def test_a_result_names_the_image_that_ran_it_after_a_rebuild(docker_ready: None
             before = c.post("/v1/verify/code", json={"items": [item]}).json()
             assert before["results"][0]["score"] == 1.0, before
             assert before["provenance"]["sandbox_image"] == old_id
-            subprocess.run(["docker", "tag", f"{tag}:rebuilt", f"{tag}:run"], check=True)
+            subprocess.run(["docker", "tag", f"{tag}:rebuilt", f"{tag}:run"], check=True,
+                           timeout=120)
             session = c.post("/v1/sessions", json={}).json()  # its container is replaced
             eventually(lambda: {v["name"]: v["provenance"] for v in c.get(
                 "/v1/verifiers").json()["verifiers"]}["code"]["sandbox_image"] == new_id,
@@ -412,13 +416,14 @@ def test_a_result_names_the_image_that_ran_it_after_a_rebuild(docker_ready: None
                 assert answer["status"] == "Success", answer
                 host = answer["run_result"]["stdout"].strip()
                 image = subprocess.run(["docker", "inspect", "-f", "{{.Image}}", host],
-                                       capture_output=True, text=True).stdout.strip()
+                                       capture_output=True, text=True, timeout=120).stdout.strip()
                 ran.append((answer["provenance"]["sandbox_image"], image))
             cached = c.post("/v1/verify/code", json={"items": [item]}).json()
             mixed = c.post("/v1/rewards", json={"items": [{"verifier": "code", **item}]}).json()
             c.delete(f"/v1/sessions/{session['session_id']}")
     finally:
-        subprocess.run(["docker", "rmi", f"{tag}:run", f"{tag}:rebuilt"], capture_output=True)
+        subprocess.run(["docker", "rmi", f"{tag}:run", f"{tag}:rebuilt"], capture_output=True,
+                       timeout=120)
     assert all(image in (old_id, new_id) for _, image in ran), ran
     assert all(block == image for block, image in ran), ran
     assert cached["results"][0]["score"] == 1.0

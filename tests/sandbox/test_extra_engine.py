@@ -1,12 +1,16 @@
-"""The second Docker engine the gVisor tests share: one that stopped answering is brought
-back before the next test, and one that cannot come back fails the rest at once."""
+"""The second Docker engine the gVisor tests share: one that stopped answering, or wedged, is
+brought back before the next test, and one that cannot come back fails the rest at once."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
+from sandbox import engine_checks
+from sandbox.engine_checks import child_pids
 from sandbox.testing import IMAGE, ExtraEngine
 
 
@@ -17,6 +21,33 @@ def test_a_stopped_engine_is_restarted_with_its_image(stoppable_engine: ExtraEng
     stoppable_engine.ensure_running()
     assert stoppable_engine.answers()
     assert stoppable_engine.docker("image", "inspect", IMAGE).returncode == 0
+
+
+def test_a_wedged_engine_is_dumped_stopped_and_restarted(stoppable_engine: ExtraEngine,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """A real dockerd whose containerd is stopped (SIGSTOP) answers its ping and hangs on
+    /info, as the main engine once did mid-run in CI: the check dumps its goroutines (the
+    /info requests waiting on containerd), stops it with its containerd (whose zombie's pid
+    file would stall the next start) and starts it again, with its image."""
+    events: list[str] = []
+    monkeypatch.setattr(engine_checks, "EVENTS", events)
+    monkeypatch.setattr(stoppable_engine, "serve_timeout_s", 10)
+    assert stoppable_engine.proc is not None
+    wedged = stoppable_engine.proc.pid
+    (containerd,) = [pid for pid in child_pids(wedged)
+                     if Path(f"/proc/{pid}/comm").read_text().strip() == "containerd"]
+    os.kill(containerd, signal.SIGSTOP)
+    assert not stoppable_engine.answers()
+    stoppable_engine.ensure_running()
+    assert stoppable_engine.answers() and stoppable_engine.proc.pid != wedged
+    assert stoppable_engine.docker("image", "inspect", IMAGE).returncode == 0
+    assert events[0] == f"dockerd (pid {wedged}) answered its ping but not /info within 10 s"
+    kept = Path(events[1].removeprefix("its goroutines: "))
+    assert "goroutine" in kept.read_text()
+    kept.unlink()
+    assert any("API request: github.com/docker/docker/libcontainerd/remote.(*client).Version"
+               in line for line in events), events
 
 
 def test_an_engine_that_cannot_restart_fails_every_later_caller_without_retrying(
