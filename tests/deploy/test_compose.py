@@ -30,8 +30,9 @@ def _docker(*args: str) -> str:
 
 @pytest.fixture(scope="module")
 def stack(docker_ready: None) -> Iterator[tuple[str, str, list[str]]]:
+    # inside pytest's own 1200 s, which would end the whole run rather than this test
     build = subprocess.run(["bash", str(ROOT / "deploy" / "build.sh")], capture_output=True,
-                           text=True, timeout=1800)
+                           text=True, timeout=1050)
     if build.returncode != 0:
         message = f"deploy/build.sh failed: {build.stdout[-1000:]} {build.stderr[-2000:]}"
         if os.environ.get("CI") == "true":
@@ -56,7 +57,7 @@ def stack(docker_ready: None) -> Iterator[tuple[str, str, list[str]]]:
                 pass
             assert time.monotonic() < deadline, subprocess.run(
                 [*compose, "logs", "--tail", "50"], env=env, capture_output=True,
-                text=True).stdout
+                text=True, timeout=60).stdout
             time.sleep(1)
         yield project, url, compose
     finally:
