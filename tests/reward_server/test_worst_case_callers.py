@@ -111,8 +111,8 @@ def test_many_large_math_requests_do_not_hold_another_callers_batch(srv: ServerP
     requests of 2 MiB references (~0.3 s each to scan) put every slice of theirs ahead of
     another caller's ordinary batch: 42 s (8 requests), or its correct items null past a
     shorter budget (fresh-context audit). The callers take the thread in turn: the other
-    caller's batch is answered while every hostile request still waits (first come, first
-    served, most had been answered before it)."""
+    caller's batch is answered while the hostile requests queued before it still wait
+    (first come, first served, all of them had been answered before it)."""
     body = json.dumps({"items": [{"response": "\\boxed{42}", "answer": "1 or " * 400_000}
                                  for _ in range(6)]}).encode()
     answered: list[httpx.Response] = []
@@ -126,14 +126,20 @@ def test_many_large_math_requests_do_not_hold_another_callers_batch(srv: ServerP
     for thread in hostile:
         thread.start()
     deadline = time.monotonic() + 30
-    while _waiting(srv, "math-triage") < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)  # until the hostile slices queue for the thread
+    # until most hostile requests queue for the thread: a slice each item (2 MiB), so 30
+    # slices waiting is five requests or more behind whichever holds the thread
+    while _waiting(srv, "math-triage") < 30 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    at_arrival = len(answered)  # first come, first served: these came first
     with _client(srv, OTHER_ADDRESS) as c:
         _honest_math(c)
     before = len(answered)
     for thread in hostile:
         thread.join()
-    assert before == 0, f"{before} of 8 hostile requests were answered first"
+    # after the honest batch arrives, at most the request whose slice held the thread may
+    # finish first (one queue would have answered every queued request first)
+    assert before - at_arrival <= 1, (
+        f"{before - at_arrival} hostile requests that queued before it were answered first")
     assert [r.status_code for r in answered] == [200] * 8
 
 
