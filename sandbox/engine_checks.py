@@ -112,13 +112,21 @@ def stack_digest(dump: str, top: int = 10) -> list[str]:
 
 
 def _alive(pid: int) -> bool:
+    """Running, or stopped: a zombie no one reaps (a container's PID 1 may not) is gone."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:  # gone, perhaps between the two
         return False
-    stat = Path(f"/proc/{pid}/stat")
-    # a zombie no one reaps (a container's PID 1 may not) is gone for our purposes
-    return not (stat.exists() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
+    return state != "Z"
+
+
+def _signal(pid: int, signum: int) -> None:
+    """A process that ended meanwhile needs no signal."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def child_pids(pid: int) -> list[int]:
@@ -142,21 +150,21 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
     return True
 
 
-def dump_and_stop(pid: int, stacks_dir: Path, keep_as: Path,
+def dump_and_stop(pid: int, exec_root: Path, keep_as: Path,
                   dump_wait_s: float = 10, term_wait_s: float = 30) -> list[str]:
     """Stop the wedged dockerd ``pid`` after asking it for its goroutines (SIGUSR1: dockerd
-    writes ``goroutine-stacks-*.log`` in ``stacks_dir``, its exec root), kept as
+    writes ``goroutine-stacks-*.log`` in its exec root, ``exec_root``), kept as
     ``keep_as``: SIGTERM, SIGKILL if it does not go, and SIGKILL for what it started (its
     containerd) that outlived it. What happened, a line each, with the dump's digest."""
     said = [f"dockerd (pid {pid}) answered its ping but not /info"]
-    before = set(stacks_dir.glob("goroutine-stacks-*.log")) if stacks_dir.is_dir() else set()
-    os.kill(pid, signal.SIGUSR1)
+    before = set(exec_root.glob("goroutine-stacks-*.log")) if exec_root.is_dir() else set()
+    _signal(pid, signal.SIGUSR1)
     deadline = time.monotonic() + dump_wait_s
     dumps: list[Path] = []
     while not dumps and time.monotonic() < deadline:
         time.sleep(0.2)
-        if stacks_dir.is_dir():
-            dumps = sorted(set(stacks_dir.glob("goroutine-stacks-*.log")) - before)
+        if exec_root.is_dir():
+            dumps = sorted(set(exec_root.glob("goroutine-stacks-*.log")) - before)
     if dumps:
         time.sleep(0.5)  # written in one go, but give it its last write
         shutil.copyfile(dumps[-1], keep_as)
@@ -165,21 +173,21 @@ def dump_and_stop(pid: int, stacks_dir: Path, keep_as: Path,
     else:
         said.append("it wrote no goroutine dump")
     children = child_pids(pid)  # its containerd, hung with it or not
-    os.kill(pid, signal.SIGTERM)
+    _signal(pid, signal.SIGTERM)
     if not _wait_gone(pid, term_wait_s):
-        os.kill(pid, signal.SIGKILL)
+        _signal(pid, signal.SIGKILL)
         _wait_gone(pid, 10)
         said.append("it did not stop on SIGTERM: killed")
     # a containerd left behind holds its socket, and the next dockerd's own cannot start
     left = [child for child in children if _alive(child)]
     for child in left:
-        os.kill(child, signal.SIGKILL)
+        _signal(child, signal.SIGKILL)
         _wait_gone(child, 10)
     if left:
         said.append(f"what it had started and left behind killed: pids {left}")
     # its containerd's pid file names a zombie where no one reaps it (a container's PID 1
     # may not): the next dockerd would take it for a containerd running, and wait on it
-    pidfile = stacks_dir / "containerd" / "containerd.pid"
+    pidfile = exec_root / "containerd" / "containerd.pid"
     try:
         if not _alive(int(pidfile.read_text().strip())):
             pidfile.unlink()
@@ -193,7 +201,7 @@ def dump_and_stop(pid: int, stacks_dir: Path, keep_as: Path,
 EVENTS: list[str] = []
 
 
-def stop_wedged(pid: int, socket_path: Path, stacks_dir: Path, name: str,
+def stop_wedged(pid: int, socket_path: Path, exec_root: Path, name: str,
                 serve_timeout_s: float = SERVE_TIMEOUT_S) -> None:
     """Stop the dockerd ``pid`` if it answers its ping but does not serve (a wedge: its
     goroutines are dumped first, kept under /tmp, and the lines go to ``EVENTS``); a dockerd
@@ -201,13 +209,13 @@ def stop_wedged(pid: int, socket_path: Path, stacks_dir: Path, name: str,
     if not (_alive(pid) and engine_answers(socket_path)):
         return
     keep_as = Path("/tmp") / f"vr-dockerd-stacks-{name}-{time.strftime('%Y%m%dT%H%M%S')}.log"
-    said = dump_and_stop(pid, stacks_dir, keep_as)
+    said = dump_and_stop(pid, exec_root, keep_as)
     said[0] += f" within {serve_timeout_s:g} s"
     EVENTS.extend(said)
 
 
 def ensure_main_engine(sock: Path, restart: list[str], revival: Revival, pidfile: Path,
-                       stacks_dir: Path, may_stop: bool,
+                       exec_root: Path, may_stop: bool,
                        serve_timeout_s: float = SERVE_TIMEOUT_S) -> None:
     """The machine's own engine on ``sock`` serves, or ``restart`` (a command) starts it
     again under ``revival``'s rules. A wedged one is stopped first (its goroutines dumped,
@@ -227,7 +235,7 @@ def ensure_main_engine(sock: Path, restart: list[str], revival: Revival, pidfile
             except (OSError, ValueError) as exc:
                 raise RuntimeError(f"it is wedged and its pid is not in {pidfile}: "
                                    f"{exc}") from None
-            stop_wedged(pid, sock, stacks_dir, "main", serve_timeout_s)
+            stop_wedged(pid, sock, exec_root, "main", serve_timeout_s)
         out = subprocess.run(restart, capture_output=True, text=True, timeout=180)
         if out.returncode != 0:
             raise RuntimeError((out.stderr or out.stdout).strip()[-300:])

@@ -169,12 +169,12 @@ def _main_engine_socket() -> Path | None:
 _RESTART_MAIN_ENGINE = ("bash", str(ROOT / "sandbox" / "ensure_docker.sh"))
 # where the dockerd ensure_docker.sh starts keeps its pid, and dumps its goroutines (exec root)
 _MAIN_PIDFILE = Path("/var/run/docker.pid")
-_MAIN_STACKS = Path("/var/run/docker")
+_MAIN_EXEC_ROOT = Path("/var/run/docker")
 
 
 def ensure_main_engine(sock: Path | None, restart: Sequence[str] = _RESTART_MAIN_ENGINE,
                        revival: Revival = _MAIN_ENGINE, pidfile: Path = _MAIN_PIDFILE,
-                       stacks_dir: Path = _MAIN_STACKS, may_stop: bool | None = None,
+                       exec_root: Path = _MAIN_EXEC_ROOT, may_stop: bool | None = None,
                        serve_timeout_s: float = SERVE_TIMEOUT_S) -> None:
     """The main engine on ``sock`` serves, or is started again by ``restart``
     (``sandbox.engine_checks``); a wedged one is stopped first only in CI (or with
@@ -185,7 +185,7 @@ def ensure_main_engine(sock: Path | None, restart: Sequence[str] = _RESTART_MAIN
     if may_stop is None:
         may_stop = "true" in (os.environ.get("CI"), os.environ.get("VR_TESTS_RESTART_DOCKERD"))
     try:
-        engine_checks.ensure_main_engine(sock, list(restart), revival, pidfile, stacks_dir,
+        engine_checks.ensure_main_engine(sock, list(restart), revival, pidfile, exec_root,
                                          may_stop, serve_timeout_s)
     except RuntimeError as exc:
         pytest.fail(str(exc))
