@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
 
 import httpx
@@ -21,6 +22,21 @@ def counter(url: str, name: str) -> float:
     text = httpx.get(url + "/metrics", timeout=60).text
     match = re.search(rf'^{name}{{verifier="code"}} (\S+)$', text, re.M)
     return float(match.group(1)) if match else 0.0
+
+
+def until_let_in(url: str, granted: float, holder: threading.Thread, what: str = "") -> None:
+    """Until the code gate has let in one more item than ``granted`` (its count before the
+    holder's request), the holder's. A holder that ended first must have been let in just
+    before (else it was answered without the gate: ``what`` says how); one never let in
+    fails after 300 s rather than hanging the run."""
+    deadline = time.monotonic() + 300
+    while counter(url, "reward_queue_wait_seconds_count") <= granted:
+        assert time.monotonic() < deadline, "the holder was never let in"
+        if not holder.is_alive():
+            assert counter(url, "reward_queue_wait_seconds_count") > granted, \
+                f"the holder was done without being let in {what}"
+            return
+        time.sleep(0.05)
 
 
 def waiting(url: str) -> float:

@@ -4,13 +4,12 @@ first (order read from events, never from the clock)."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import httpx
 
 from reward_server.testing import A, B, as_caller
-from tests.helpers.metrics import counter
+from tests.helpers.metrics import counter, until_let_in
 
 # The correct item that arrives second, by default.
 ADD = {"response": "```python\ndef add(a, b):\n    return a + b\n```",
@@ -41,14 +40,7 @@ def hold_then_arrive(url: str, hog: dict[str, Any], victim: dict[str, Any] = ADD
     b: dict[str, Any] = {}
     finished: list[str] = []
     threads = [post(url, [hog], A, a, finished)]
-    deadline = time.monotonic() + 300  # A's answer, or a gate never passed, ends the wait
-    while counter(url, "reward_queue_wait_seconds_count") <= granted:  # A holds it now
-        assert time.monotonic() < deadline, "A was never let in"
-        if not threads[0].is_alive():  # answered: let in just before, or never
-            assert counter(url, "reward_queue_wait_seconds_count") > granted, \
-                f"A was answered without holding a container: {a.get('response')}"
-            break
-        time.sleep(0.05)
+    until_let_in(url, granted, threads[0], f"(its answer: {a.get('response')})")
     threads.append(post(url, [victim], B, b, finished))
     for thread in threads:
         thread.join()

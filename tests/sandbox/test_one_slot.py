@@ -7,7 +7,6 @@ budget (an audit; here the budget is 10 s). Order is read from events, not the c
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 from reward_server.testing import A, B, as_caller, one_container_server
 from tests.conftest import ServerProcess
 from tests.helpers.items import ADD
-from tests.helpers.metrics import counter
+from tests.helpers.metrics import counter, until_let_in
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -40,14 +39,7 @@ def victim_behind(url: str, hold: Any) -> dict[str, Any]:
     thread = threading.Thread(target=lambda: hold(httpx.Client(base_url=url, timeout=300,
                                                                headers=as_caller(A))))
     thread.start()
-    deadline = time.monotonic() + 300  # A done without the gate, or never let in: no hang
-    while counter(url, "reward_queue_wait_seconds_count") <= granted:
-        assert time.monotonic() < deadline, "A was never let in"
-        if not thread.is_alive():  # done: let in just before, or never
-            assert counter(url, "reward_queue_wait_seconds_count") > granted, \
-                "A was done without holding the slot"
-            break
-        time.sleep(0.05)
+    until_let_in(url, granted, thread)
     with httpx.Client(base_url=url, timeout=300, headers=as_caller(B)) as c:
         r = c.post("/v1/verify/code", json={"items": [ADD]})
     thread.join()
