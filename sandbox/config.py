@@ -39,7 +39,12 @@ class SandboxConfig:
         "Directory of ca.pem, cert.pem, key.pem (Docker's DOCKER_CERT_PATH layout): every "
         "engine is reached over TLS with this client certificate and checked against this CA, "
         "so engines can run dockerd --tlsverify; unset: no client certificate."))
-    health_interval_s: float = 5.0  # how often an engine with containers is pinged
+    health_interval_s: float = 5.0  # how often an engine with containers is checked
+    health_timeout_s: float = setting(
+        10.0, "How long an engine's ping and /info may each take in a health check. One that "
+        "answers its ping but not /info twice in a row is wedged (its containerd stopped or "
+        "hung): its warm containers serve until spent, and none is started or removed on it "
+        "until it answers again.", gt=0)
     reap_interval_s: float = setting(60.0, "How often containers of dead server processes "
                                      "are looked for and removed.", gt=0)
     pool_size: int = setting(4, "Warm containers per engine; executions run in parallel up to "

@@ -10,41 +10,33 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from sandbox.engine_health import EngineHealth
+
 PING_TIMEOUT_S = 10.0
 # The pool's own client gives up on a call after 30 s; twice that is a wedge, not a load spike
 SERVE_TIMEOUT_S = 60.0
 
 
-def _first_reply(socket_path: Path, path: str, timeout_s: float) -> bytes | None:
-    """The first bytes the engine's API answers ``GET path`` with; None if none come."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout_s)
-            conn.connect(str(socket_path))
-            conn.sendall(f"GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
-            return conn.recv(4096)
-    except OSError:
-        return None
-
-
 def engine_answers(socket_path: Path, timeout_s: float = PING_TIMEOUT_S) -> bool:
     """Whether the Docker engine on ``socket_path`` answers its API's ping, in
     milliseconds when it does (``docker info`` takes a process and most of a second)."""
-    reply = _first_reply(socket_path, "/_ping", timeout_s)
-    return reply is not None and reply.startswith(b"HTTP/1.") and reply.rstrip().endswith(b"OK")
+    return _health(socket_path, timeout_s).answers("/_ping")
 
 
 def engine_serves(socket_path: Path, timeout_s: float = SERVE_TIMEOUT_S) -> bool:
-    """Whether the engine answers /info too (tens of milliseconds when it serves)."""
-    reply = _first_reply(socket_path, "/info", timeout_s)
-    return reply is not None and reply.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]
+    """Whether the engine answers /info too (tens of milliseconds when it serves): the
+    pool's own health check (sandbox/engine_health.py), with a test's patience."""
+    return _health(socket_path, timeout_s).answers("/info")
+
+
+def _health(socket_path: Path, timeout_s: float) -> EngineHealth:
+    return EngineHealth(f"unix://{socket_path}", None, timeout_s)
 
 
 class Revival:

@@ -25,8 +25,12 @@ it idles, so no live pool loses one.
 One ``ContainerPool`` serves one Docker engine. ``EnginePool`` puts several engines (a list
 of DOCKER_HOSTs) behind one acquire/release: their containers share one idle queue, so an
 execution takes whichever engine's container is free first and capacity adds up across
-machines. The maintainer pings its engine; when the engine goes away, that pool drops its
-containers and reports itself unavailable until the engine is back, and the others carry on.
+machines. The maintainer checks its engine (sandbox/engine_health.py): when the engine goes
+away, that pool drops its containers and reports itself unavailable until the engine is back,
+and the others carry on. When it is wedged (its ping answered, /info not), its warm
+containers serve until spent, nothing is started or removed on it (each call would hold a
+thread, and a caller's turn, for the client's 30 s), it reports itself unavailable saying
+so, and it is refilled once it serves again.
 
 The Docker SDK is blocking; its calls run on a dedicated thread pool.
 """
@@ -58,6 +62,7 @@ from docker.types import Ulimit
 
 from sandbox.channel import Channel, ChannelClosed, ChannelTimeout
 from sandbox.config import SandboxConfig
+from sandbox.engine_health import EngineHealth, EngineState
 from sandbox.errors import SandboxUnavailable
 from sandbox.seccomp import is_gvisor, security_opt
 from sandbox.tls import engine_client
@@ -74,9 +79,10 @@ HARNESS_CAPS = ["SETUID", "SETGID", "KILL", "CHOWN"]
 T = TypeVar("T")
 
 BUILD_HINT = "run: bash sandbox/build_image.sh"
-ENGINE_RECHECK_S = 1.0  # a failed health ping is asked again after this, before the pool is dropped
+ENGINE_RECHECK_S = 1.0  # a failed health check is made again after this, before it counts
 STATS_RETRY_S = 0.5  # before a gVisor container's unreadable pids count is asked again
 ENGINE_HINT = "start the engine (bash sandbox/ensure_docker.sh) or set DOCKER_HOST"
+WEDGED_HINT = "restart that dockerd (systemctl restart docker)"
 
 
 def _start_time(pid: int) -> str | None:
@@ -159,6 +165,8 @@ class ContainerPool:
         self._stats_threads = ThreadPoolExecutor(max_workers=config.pool_size,
                                                  thread_name_prefix="sandbox-stats")
         self._client: docker.DockerClient | None = None
+        self._health = EngineHealth(docker_host, config.tls_cert_path, config.health_timeout_s)
+        self.wedged = False  # the engine answers its ping, not /info (``engine_state``)
         self._idle: asyncio.Queue[PooledContainer] = idle if idle is not None else asyncio.Queue()
         self._mine: set[PooledContainer] = set()  # live containers of this engine, idle or busy
         self._live = 0  # idle + busy + being created or replaced in a turn
@@ -198,10 +206,17 @@ class ContainerPool:
         return engine_client(self.docker_host, self.config.tls_cert_path)
 
     async def _connect(self, first: bool = False) -> bool:
+        # checked first, within health_timeout_s: a wedged engine would hold the client's
+        # first call (/version) for its whole 30 s and be reported as not reachable
+        state = await self.engine_state()
+        if state == "wedged":
+            self._wedge()
+            return False
         try:
+            if state == "gone":
+                raise OSError(f"no answer to its ping within {self.config.health_timeout_s:g} s")
             if self._client is None:
                 self._client = await self._call(self._new_client)
-            await self._call(self._client.ping)
             # what the engine runs a container under unasked, and what each name it knows
             # runs: gVisor may be its default, or registered under a name of the operator's
             info = await self._call(self._client.info)
@@ -223,6 +238,7 @@ class ContainerPool:
         self.image_id = image.id
         # first start, or back after an outage: whatever we had there is gone or stale
         await self._reap_orphans(include_own=first or not self._mine)
+        self._unwedge()
         self.unavailable_reason = None  # requests now wait for the containers being made
         return True
 
@@ -235,7 +251,7 @@ class ContainerPool:
                                           filters={"label": LABEL})
             running = {c["Id"][:12] for c in await self._call(
                 self._client.api.containers, filters={"status": "running"})}
-        except DockerException as exc:
+        except (DockerException, OSError) as exc:
             log.warning("could not list sandbox containers: %s", exc)
             return
         for info in containers:
@@ -251,12 +267,22 @@ class ContainerPool:
             self._maintainer.cancel()
             await asyncio.gather(self._maintainer, return_exceptions=True)
         await asyncio.gather(*self._background, return_exceptions=True)
-        if self._client is None:  # lost it; the engine may be back with our old containers
+        self._health.close()
+        if self.wedged:
+            # no removal would be answered: each container's closed stdin ends its harness,
+            # the engine removes it (AutoRemove) when it serves again, and the next server's
+            # reaper what is left; shutdown is not held for the client's 30 s a call
+            for pooled in self._mine | self._own:
+                pooled.channel.close()
+            log.warning("sandbox: Docker engine %s is wedged; its containers are left to "
+                        "its AutoRemove and the next server's reaper", self.docker_host
+                        or "(default)")
+        elif self._client is None:  # lost it; the engine may be back with our old containers
             try:
                 self._client = await self._call(self._new_client)
             except (DockerException, OSError):
                 pass
-        if self._client is not None:
+        if self._client is not None and not self.wedged:
             try:
                 # the engine's list alone: containers.list inspects each one it found, and
                 # one removed meanwhile (a replaced container's AutoRemove) failed the whole
@@ -265,7 +291,7 @@ class ContainerPool:
                                         filters={"label": f"{OWNER_LABEL}={self.owner}"})
                 await asyncio.gather(*(self._remove(
                     self._client.containers.prepare_model({"Id": c["Id"]})) for c in mine))
-            except DockerException as exc:
+            except (DockerException, OSError) as exc:
                 log.warning("could not remove sandbox containers: %s", exc)
         self._threads.shutdown(wait=False, cancel_futures=True)
         self._stats_threads.shutdown(wait=False, cancel_futures=True)
@@ -320,7 +346,7 @@ class ContainerPool:
         """The container's pids limit less its pids in use, as the engine's cgroup counts them
         (under gVisor: gVisor's own host threads and stub processes); None if unreadable."""
         client = self._client
-        if client is None:
+        if client is None or self.wedged:  # a wedged engine's stats would wait out the client
             return None
         try:
             if self._one_shot_stats:
@@ -342,7 +368,7 @@ class ContainerPool:
         time it takes is its user's (who calls this in its turn), and no warm container is
         taken from anyone. It has the owner label, so ``close`` and a later server's
         reaper remove it too if its user never does (``destroy``)."""
-        if self._client is None or self._closing:
+        if self._client is None or self._closing or self.wedged:
             raise SandboxUnavailable(self.unavailable_reason or "the sandbox pool is closing")
         try:
             pooled = await self._create()
@@ -356,7 +382,8 @@ class ContainerPool:
         """Remove a container of ``create_own``'s (its channel closed first)."""
         self._own.discard(pooled)
         pooled.channel.close()
-        await self._remove(pooled.container)
+        if not self.wedged:  # wedged: left to its AutoRemove, as in ``_discard``
+            await self._remove(pooled.container)
 
     @property
     def own(self) -> int:
@@ -371,12 +398,16 @@ class ContainerPool:
         self._mine.discard(pooled)
         pooled.channel.close()
         owed = _OWED.get()
-        if charged and owed is not None and owed.open and not self._closing:
+        if charged and owed is not None and owed.open and not self._closing and \
+                not self.wedged:
             owed.spoiled.append(pooled)  # its place kept: counted live until replaced
             return
         self._live -= 1
         self._wake.set()
-        self._spawn(self._remove(pooled.container))
+        if not self.wedged:
+            self._spawn(self._remove(pooled.container))
+        # wedged: its closed stdin ends the harness, and the engine removes the container
+        # (AutoRemove) once it serves again; a removal now would only wait out the client
 
     async def replace(self, spoiled: PooledContainer) -> None:
         """Remove ``spoiled`` (a place ``_discard`` kept) and start its replacement into the
@@ -384,8 +415,9 @@ class ContainerPool:
         it (with its backoff, saying why the pool is unavailable)."""
         fresh: PooledContainer | None = None
         try:
-            await self._remove(spoiled.container)
-            if self._client is not None and not self._closing:
+            if not self.wedged:  # wedged since its place was kept: given up (``_discard``)
+                await self._remove(spoiled.container)
+            if self._client is not None and not self._closing and not self.wedged:
                 fresh = await self._create()
         except Exception as exc:  # noqa: BLE001 - whatever failed, the maintainer retries
             log.warning("sandbox: no replacement for container %s: %s", spoiled.id, exc)
@@ -450,28 +482,58 @@ class ContainerPool:
                 self.unavailable_reason = None
                 backoff = 1.0
             await self._sleep(self.config.health_interval_s)
-            if self._mine and await self._engine_gone():
-                self.engine_lost()
-            elif self._client is not None and time.monotonic() > next_reap:
+            if self._mine:
+                state = await self._settled_state()
+                if state == "gone":
+                    self.engine_lost()
+                    continue
+                if state == "wedged":
+                    self._wedge()
+                    continue
+                if self.wedged:  # back, its containers never dropped: serving as before
+                    self._unwedge()
+                    self.unavailable_reason = None
+            if (self._client is not None and not self.wedged
+                    and time.monotonic() > next_reap):
                 await self._reap_orphans(include_own=False)
                 next_reap = time.monotonic() + self.config.reap_interval_s
 
-    async def _engine_gone(self) -> bool:
-        """Two pings a second apart failed. One is not an outage (a busy engine on a loaded
-        machine may miss it), and dropping the pool costs every execution in flight."""
-        if await self.engine_alive():
-            return False
+    async def _settled_state(self) -> EngineState:
+        """The engine's state, taken as not serving only when two checks a second apart say
+        so (the second's verdict). One is not an outage (a busy engine on a loaded machine
+        may miss it), and dropping the pool costs every execution in flight."""
+        if await self.engine_state() == "serves":
+            return "serves"
         await asyncio.sleep(ENGINE_RECHECK_S)
-        return not await self.engine_alive()
+        return await self.engine_state()
 
     async def engine_alive(self) -> bool:
-        if self._client is None:
-            return False
-        try:
-            await self._call(self._client.ping)
-            return True
-        except (DockerException, OSError):
-            return False
+        """Whether the engine answers its ping (a wedged one does: its containers live)."""
+        return await self.engine_state() != "gone"
+
+    async def engine_state(self) -> EngineState:
+        """One health check (``EngineHealth.state``)."""
+        return "gone" if self._closing else await self._health.state()
+
+    def _wedge(self) -> None:
+        """The engine answers its ping, not /info: say so, and make and remove nothing on it
+        (``_discard``, ``replace``, ``create_own``, ``free_pids``) until it answers; its warm
+        containers serve meanwhile."""
+        if not self.wedged:
+            log.warning("sandbox: Docker engine %s answers its ping but not /info (wedged); "
+                        "its %d warm containers serve until spent", self.docker_host
+                        or "(default)", len(self._mine))
+        self.wedged = True
+        self.unavailable_reason = (
+            f"Docker engine {self.docker_host or '(default)'} answers its ping but not /info "
+            f"within {self.config.health_timeout_s:g} s (wedged: its containerd stopped or "
+            f"hung), so no sandbox container can be started there; {WEDGED_HINT}")
+
+    def _unwedge(self) -> None:
+        if self.wedged:
+            log.warning("sandbox: Docker engine %s serves again", self.docker_host or
+                        "(default)")
+        self.wedged = False
 
     def engine_lost(self) -> None:
         """The engine went away: its containers with it. Drop them (idle ones leave the
@@ -492,6 +554,7 @@ class ContainerPool:
         self._live -= len(self._mine)
         self._mine.clear()
         self._client = None
+        self.wedged = False  # gone, not wedged: its containers went with it
         self._wake.set()
 
     async def _sleep(self, seconds: float | None) -> None:
@@ -574,7 +637,7 @@ class ContainerPool:
             if exc.status_code != 409:  # 409: the engine is removing it already (AutoRemove)
                 log.warning("could not remove sandbox container %s: %s", container.short_id,
                             exc)
-        except DockerException as exc:
+        except (DockerException, OSError) as exc:  # OSError: the client's timeout (requests')
             log.warning("could not remove sandbox container %s: %s", container.short_id, exc)
 
     # --- introspection for tests and metrics -------------------------------------------------
@@ -703,9 +766,9 @@ class EnginePool:
     async def container_lost(self, pooled: PooledContainer) -> bool:
         """A container's channel closed under a run: True when that was not the program's
         doing: its engine is gone too (that engine's containers are then dropped), or the pool
-        had dropped the container itself (``engine_lost`` after one failed health ping,
-        shutdown), whatever the engine answers now."""
-        if pooled not in pooled.pool._mine:
+        had dropped the container itself (``engine_lost``, or its shutdown), whatever the
+        engine answers now. A wedged engine's containers live on: their loss is their own."""
+        if pooled not in pooled.pool._mine or pooled.pool._closing:
             return True
         if await pooled.pool.engine_alive():
             return False

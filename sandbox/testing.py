@@ -21,6 +21,7 @@ from pathlib import Path
 from sandbox.engine_checks import (
     SERVE_TIMEOUT_S,
     Revival,
+    child_pids,
     engine_answers,
     engine_serves,
     stop_wedged,
@@ -104,6 +105,14 @@ class ExtraEngine:
                 raise RuntimeError("second dockerd did not start: "
                                    + (self.root / "dockerd.log").read_text()[-2000:])
             time.sleep(0.3)
+
+    def containerd_pid(self) -> int:
+        """The containerd this engine started: stopping it (SIGSTOP) wedges the engine as a
+        hung containerd does, its ping answered and /info and container work hung."""
+        assert self.proc is not None, "the engine has not started"
+        (pid,) = [p for p in child_pids(self.proc.pid)
+                  if Path(f"/proc/{p}/comm").read_text().strip() == "containerd"]
+        return pid
 
     def answers(self) -> bool:
         """Whether the engine's API answers its ping and /info (``engine_serves``): cheap

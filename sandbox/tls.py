@@ -47,16 +47,17 @@ class _OwnCA(TLSConfig):
 
 
 def engine_client(host: str | None, tls_cert_path: str | None = None,
-                  timeout: int = 30) -> docker.DockerClient:
+                  timeout: float = 30, version: str | None = None) -> docker.DockerClient:
     """A client of one engine (``host``; None: DOCKER_HOST or the local socket). With
     ``tls_cert_path`` every connection, the attach streams included, presents the client
     certificate and checks the engine against that CA alone (``_OwnCA``); ``tcp://`` is
-    spoken as HTTPS."""
+    spoken as HTTPS. ``version``: the API version to speak; None asks the engine's
+    (``/version``, which a wedged engine never answers) when the client is made."""
     if not tls_cert_path:
-        return docker.DockerClient(base_url=host, timeout=timeout) if host else \
-            docker.from_env(timeout=timeout)
+        return docker.DockerClient(base_url=host, timeout=timeout, version=version) if host \
+            else docker.from_env(timeout=timeout, version=version)
     root = Path(tls_cert_path)
     tls = _OwnCA(client_cert=(str(root / CERT), str(root / KEY)), ca_cert=str(root / CA),
                verify=True)
     return docker.DockerClient(base_url=host or os.environ.get("DOCKER_HOST"), tls=tls,
-                               timeout=timeout)
+                               timeout=timeout, version=version)

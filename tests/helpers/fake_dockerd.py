@@ -10,6 +10,7 @@ goroutine dump on SIGUSR1 as dockerd does, and with ``--ignore-term`` outlives S
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -52,7 +53,8 @@ internal/poll.runtime_pollWait(0x7f, 0x72)
 
 def _serve(conn: socket.socket, serving: bool) -> None:
     with conn:
-        request = conn.recv(4096)
+        # a client of the SDK's names its API version first (/v1.24/_ping): the same route
+        request = re.sub(rb"^GET /v[0-9.]+/", b"GET /", conn.recv(4096))
         if request.startswith(b"GET /_ping "):
             conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nOK")
         elif request.startswith(b"GET /info ") and serving:

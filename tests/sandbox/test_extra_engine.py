@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from sandbox import engine_checks
-from sandbox.engine_checks import child_pids
 from sandbox.testing import IMAGE, ExtraEngine
 
 
@@ -35,9 +34,7 @@ def test_a_wedged_engine_is_dumped_stopped_and_restarted(stoppable_engine: Extra
     monkeypatch.setattr(stoppable_engine, "serve_timeout_s", 10)
     assert stoppable_engine.proc is not None
     wedged = stoppable_engine.proc.pid
-    (containerd,) = [pid for pid in child_pids(wedged)
-                     if Path(f"/proc/{pid}/comm").read_text().strip() == "containerd"]
-    os.kill(containerd, signal.SIGSTOP)
+    os.kill(stoppable_engine.containerd_pid(), signal.SIGSTOP)
     assert not stoppable_engine.answers()
     stoppable_engine.ensure_running()
     assert stoppable_engine.answers() and stoppable_engine.proc.pid != wedged
