@@ -101,6 +101,12 @@ TIMEOUTS_REMEMBERED = Counter(
 )
 
 
+SANDBOX_ENGINES = Gauge(
+    "reward_sandbox_engines", "The sandbox's Docker engines by what their last health check "
+    "found: serves, wedged (its ping answered, /info not: nothing can be started there), gone",
+    ["state"], multiprocess_mode="livemax",
+)
+
 # Stateful sessions (reward_server/run_code/sessions.py): each holds a container of its own.
 SESSIONS_OPEN = Gauge(
     "reward_sessions_open", "Sessions open (each holding a sandbox container)",

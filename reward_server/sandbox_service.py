@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from reward_server import metrics
 from reward_server.fair_queue import FairGate, Held
 from reward_server.sandbox_settings import SECTION, SandboxSection
 from sandbox.config import SandboxConfig
@@ -44,7 +45,8 @@ class SandboxService:
         # takes the spare meanwhile. Whose turn it is: the gate. A container a program
         # spoiled is replaced in its caller's slot instead (the gate's upkeep, pool.py), so
         # the seconds it takes are that caller's share, not its neighbours'.
-        self.sandbox = Sandbox(replace(config, pool_size=config.pool_size + SPARE_CONTAINERS))
+        self.sandbox = Sandbox(replace(config, pool_size=config.pool_size + SPARE_CONTAINERS),
+                               on_engine_state=self._engine_states_changed)
         slots = config.pool_size * len(self.sandbox.pool.pools)
         self.gate = FairGate(slots, GATE, upkeep=self.sandbox.pool.upkeep)
         self._unsplit = FairGate(max(1, slots - 1), f"{GATE}-unsplit")
@@ -57,6 +59,10 @@ class SandboxService:
         section = settings.section(SECTION)
         assert isinstance(section, SandboxSection)
         return cls(section, settings.request_budget_s)
+
+    def _engine_states_changed(self) -> None:
+        for state, count in self.sandbox.pool.engine_states.items():
+            metrics.SANDBOX_ENGINES.labels(state).set(count)
 
     @property
     def config(self) -> SandboxConfig:

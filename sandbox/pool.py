@@ -150,9 +150,14 @@ class ContainerPool:
     socket), put into ``idle`` (shared when several engines serve one server)."""
 
     def __init__(self, config: SandboxConfig, docker_host: str | None = None,
-                 idle: asyncio.Queue[PooledContainer] | None = None) -> None:
+                 idle: asyncio.Queue[PooledContainer] | None = None,
+                 on_state: Callable[[], None] | None = None) -> None:
         self.config = config
         self.docker_host = docker_host
+        # what the last check of the engine found (None: not checked yet); ``on_state`` is
+        # called on each change (the server's metrics)
+        self.state: EngineState | None = None
+        self._on_state = on_state
         self.owner = owner_id()
         # whether ``runtime`` is gVisor's, which decides the seccomp profile, the pids limit
         # and the wear checks its containers get (settled with the runtime on connecting)
@@ -224,6 +229,7 @@ class ContainerPool:
             self.gvisor = is_gvisor(self.runtime or "", info.get("Runtimes"))
         except (DockerException, OSError) as exc:
             self._client = None
+            self._found("gone")
             self.unavailable_reason = f"Docker engine not reachable ({exc}); {ENGINE_HINT}"
             return False
         try:
@@ -515,6 +521,12 @@ class ContainerPool:
         """One health check (``EngineHealth.state``)."""
         return "gone" if self._closing else await self._health.state()
 
+    def _found(self, state: EngineState) -> None:
+        if state != self.state:
+            self.state = state
+            if self._on_state is not None:
+                self._on_state()
+
     def _wedge(self) -> None:
         """The engine answers its ping, not /info: say so, and make and remove nothing on it
         (``_discard``, ``replace``, ``create_own``, ``free_pids``) until it answers; its warm
@@ -524,6 +536,7 @@ class ContainerPool:
                         "its %d warm containers serve until spent", self.docker_host
                         or "(default)", len(self._mine))
         self.wedged = True
+        self._found("wedged")
         self.unavailable_reason = (
             f"Docker engine {self.docker_host or '(default)'} answers its ping but not /info "
             f"within {self.config.health_timeout_s:g} s (wedged: its containerd stopped or "
@@ -534,6 +547,7 @@ class ContainerPool:
             log.warning("sandbox: Docker engine %s serves again", self.docker_host or
                         "(default)")
         self.wedged = False
+        self._found("serves")
 
     def engine_lost(self) -> None:
         """The engine went away: its containers with it. Drop them (idle ones leave the
@@ -555,6 +569,7 @@ class ContainerPool:
         self._mine.clear()
         self._client = None
         self.wedged = False  # gone, not wedged: its containers went with it
+        self._found("gone")
         self._wake.set()
 
     async def _sleep(self, seconds: float | None) -> None:
@@ -654,13 +669,15 @@ class ContainerPool:
 class EnginePool:
     """Several engines behind one acquire/release (see the module docstring)."""
 
-    def __init__(self, config: SandboxConfig) -> None:
+    def __init__(self, config: SandboxConfig,
+                 on_state: Callable[[], None] | None = None) -> None:
+        """``on_state``: called when an engine's state changes (``engine_states``)."""
         self.config = config
         hosts = config.docker_hosts or (config.docker_host,)
         # last in, first out: a request's next item gets the container just given back,
         # and a spare beyond what runs at once stays idle until one is being replaced
         self._idle: asyncio.Queue[PooledContainer] = asyncio.LifoQueue()
-        self.pools = [ContainerPool(config, host, self._idle) for host in hosts]
+        self.pools = [ContainerPool(config, host, self._idle, on_state) for host in hosts]
 
     async def start(self) -> None:
         await asyncio.gather(*(p.start() for p in self.pools))
@@ -677,6 +694,15 @@ class EnginePool:
         if len(self.pools) == 1:
             return reasons[0]
         return "; ".join(f"{p.docker_host}: {r}" for p, r in zip(self.pools, reasons, strict=True))
+
+    @property
+    def engine_states(self) -> dict[EngineState, int]:
+        """How many engines the last check of each found serving, wedged and gone."""
+        counts: dict[EngineState, int] = {"serves": 0, "wedged": 0, "gone": 0}
+        for pool in self.pools:
+            if pool.state is not None:
+                counts[pool.state] += 1
+        return counts
 
     @property
     def image_ids(self) -> list[str]:

@@ -144,9 +144,10 @@ def ran_in(result: ExecutionResult, pooled: PooledContainer) -> ExecutionResult:
 
 
 class Sandbox:
-    def __init__(self, config: SandboxConfig | None = None) -> None:
+    def __init__(self, config: SandboxConfig | None = None,
+                 on_engine_state: Callable[[], None] | None = None) -> None:
         self.config = config or SandboxConfig()
-        self.pool = EnginePool(self.config)
+        self.pool = EnginePool(self.config, on_engine_state)
         self.builds = Builds()  # identical sources compile once (sandbox/builds.py)
 
     async def start(self) -> None:

@@ -23,6 +23,7 @@ from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
 from sandbox.runner import Execution, ExecutionResult, Sandbox
 from sandbox.testing import ExtraEngine
+from tests.helpers.metrics import metric
 from tests.helpers.waiting import eventually
 
 CORRECT = Execution("python", "print(int(input()) + 1)\n", (runner.TestCase("1", "2"),))
@@ -137,8 +138,8 @@ def test_beside_a_wedged_engine_every_item_is_scored_and_none_waits_on_it(
     """A server on two engines, one of them wedged: eight callers at once, each with items
     that spoil every container they run in, are all scored, on the wedged engine's warm
     containers and then on the other's; nothing is asked of the wedged engine (a removal or
-    a start there would wait out the client, in a caller's turn), and it is refilled once
-    it serves again."""
+    a start there would wait out the client, in a caller's turn); the server's metrics say
+    which engine state it found; and it is refilled once it serves again."""
     main = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     env = {"REWARD_SERVER_SANDBOX_DOCKER_HOSTS": f"{main},{stoppable_engine.host}",
            "REWARD_SERVER_SANDBOX_HEALTH_TIMEOUT_S": "2",
@@ -148,8 +149,9 @@ def test_beside_a_wedged_engine_every_item_is_scored_and_none_waits_on_it(
         wait_for_sandbox(srv.url)
         eventually(lambda: len(stoppable_engine.sandbox_containers(running=True))
                    == per_engine, 180, "the second engine's pool filled")
+        assert engines(srv.url) == (2, 0, 0)
         with _containerd_stopped(stoppable_engine):
-            eventually(lambda: "(wedged)" in srv.log.read_text(), 60, "the wedge found")
+            eventually(lambda: engines(srv.url) == (1, 1, 0), 60, "the wedge found")
 
             async def callers() -> list[dict]:
                 async with httpx.AsyncClient(timeout=300) as client:
@@ -164,7 +166,16 @@ def test_beside_a_wedged_engine_every_item_is_scored_and_none_waits_on_it(
             log = srv.log.read_text()
             assert "no replacement for container" not in log, log[-3000:]
             assert "could not remove sandbox container" not in log, log[-3000:]
+        # (its spent containers, whose harnesses ended while it was wedged, may still be
+        # listed as running until the engine has caught up: the state first)
+        eventually(lambda: engines(srv.url) == (2, 0, 0), 120, "the engine found serving")
         eventually(lambda: len(stoppable_engine.sandbox_containers(running=True))
                    == per_engine, 180, "the second engine refilled")
     eventually(lambda: stoppable_engine.sandbox_containers() == [], 120,
                "every sandbox container removed")
+
+
+def engines(url: str) -> tuple[float, float, float]:
+    """The server's count of engines found serving, wedged and gone."""
+    return tuple(metric(url, f'reward_sandbox_engines{{state="{state}"}}')
+                 for state in ("serves", "wedged", "gone"))  # type: ignore[return-value]

@@ -70,6 +70,6 @@ def test_a_pool_that_meets_a_wedged_engine_says_so_and_starts_nothing_there(
         return connected, elapsed
 
     connected, elapsed = asyncio.run(connect())
-    assert not connected and pool.wedged
+    assert not connected and pool.wedged and pool.state == "wedged"
     assert elapsed < CLIENT_TIMEOUT_S  # not the client's /version, held for its 30 s
     assert "answers its ping but not /info within 1 s" in (pool.unavailable_reason or "")
