@@ -172,6 +172,12 @@ class FairGate:
         self.closed = False  # stopping: no item starts here any more (``stop_admission``)
         _GATES.add(self)
 
+    def resize(self, slots: int) -> None:
+        """``slots`` from now on (at least one): more let the longest waiters in at once;
+        fewer let no one in until enough holders are done (none is cut short)."""
+        self.slots = max(1, slots)
+        self._dispatch()
+
     def close(self) -> None:
         """No item starts here any more: those waiting, and any that comes, get
         ServerStopping; those running go on."""

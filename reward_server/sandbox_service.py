@@ -45,6 +45,7 @@ class SandboxService:
         # takes the spare meanwhile. Whose turn it is: the gate. A container a program
         # spoiled is replaced in its caller's slot instead (the gate's upkeep, pool.py), so
         # the seconds it takes are that caller's share, not its neighbours'.
+        self.config_pool_size = config.pool_size  # the setting: items at once per engine
         self.sandbox = Sandbox(replace(config, pool_size=config.pool_size + SPARE_CONTAINERS),
                                on_engine_state=self._engine_states_changed)
         slots = config.pool_size * len(self.sandbox.pool.pools)
@@ -61,8 +62,16 @@ class SandboxService:
         return cls(section, settings.request_budget_s)
 
     def _engine_states_changed(self) -> None:
-        for state, count in self.sandbox.pool.engine_states.items():
+        states = self.sandbox.pool.engine_states
+        for state, count in states.items():
             metrics.SANDBOX_ENGINES.labels(state).set(count)
+        # the gate lets in as many items as the serving engines have containers: with a
+        # slot for an engine that is gone (or wedged, its warm containers spent at any
+        # moment), an item holds a slot waiting for a container while another caller's
+        # minute-long snippets hold the rest, up to acquire_timeout_s
+        slots = self.config_pool_size * max(1, states["serves"])
+        self.gate.resize(slots)
+        self._unsplit.resize(slots - 1)
 
     @property
     def config(self) -> SandboxConfig:

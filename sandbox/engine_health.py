@@ -33,12 +33,18 @@ class EngineHealth:
         self.host = host
         self.tls_cert_path = tls_cert_path
         self.timeout_s = timeout_s
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-health")
+        # a few: runs whose containers died ask at once, each for up to timeout_s
+        self._thread = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandbox-health")
         self._api: docker.APIClient | None = None
 
     async def state(self) -> EngineState:
         """One check: the ping, then /info, each within ``timeout_s``."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, self.probe)
+
+    async def answers_ping(self) -> bool:
+        """The ping alone, within ``timeout_s``."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self.answers,
+                                                                "/_ping")
 
     def probe(self) -> EngineState:
         """``state``, blocking."""

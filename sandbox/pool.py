@@ -228,8 +228,7 @@ class ContainerPool:
             self.runtime = self.config.runtime or info.get("DefaultRuntime") or self.runtime
             self.gvisor = is_gvisor(self.runtime or "", info.get("Runtimes"))
         except (DockerException, OSError) as exc:
-            self._client = None
-            self._found("gone")
+            self.engine_lost()  # what it held there (a wedged engine's warm containers) too
             self.unavailable_reason = f"Docker engine not reachable ({exc}); {ENGINE_HINT}"
             return False
         try:
@@ -260,8 +259,12 @@ class ContainerPool:
         except (DockerException, OSError) as exc:
             log.warning("could not list sandbox containers: %s", exc)
             return
+        # ours that live (a session's kept through a wedge, when no warm one was left)
+        live = {p.container.id for p in self._mine | self._own}
         for info in containers:
             owner = (info.get("Labels") or {}).get(OWNER_LABEL, "")
+            if info["Id"] in live:
+                continue
             if not owner_is_alive(owner, running) or (include_own and owner == self.owner):
                 log.info("removing sandbox container %s left by %s", info["Id"][:12], owner)
                 await self._remove(self._client.containers.prepare_model({"Id": info["Id"]}))
@@ -273,22 +276,24 @@ class ContainerPool:
             self._maintainer.cancel()
             await asyncio.gather(self._maintainer, return_exceptions=True)
         await asyncio.gather(*self._background, return_exceptions=True)
+        # checked first, within health_timeout_s: an engine that does not serve (wedged, or
+        # not answering at all) would hold each call below for the client's 30 s
+        state = await self._health.state()
         self._health.close()
-        if self.wedged:
-            # no removal would be answered: each container's closed stdin ends its harness,
-            # the engine removes it (AutoRemove) when it serves again, and the next server's
-            # reaper what is left; shutdown is not held for the client's 30 s a call
+        if state != "serves":
+            # each container's closed stdin ends its harness, the engine removes it
+            # (AutoRemove) once it serves, and the next server's reaper what is left
             for pooled in self._mine | self._own:
                 pooled.channel.close()
-            log.warning("sandbox: Docker engine %s is wedged; its containers are left to "
-                        "its AutoRemove and the next server's reaper", self.docker_host
-                        or "(default)")
+            log.warning("sandbox: Docker engine %s is %s; its containers are left to its "
+                        "AutoRemove and the next server's reaper", self.docker_host
+                        or "(default)", state)
         elif self._client is None:  # lost it; the engine may be back with our old containers
             try:
                 self._client = await self._call(self._new_client)
             except (DockerException, OSError):
                 pass
-        if self._client is not None and not self.wedged:
+        if self._client is not None and state == "serves":
             try:
                 # the engine's list alone: containers.list inspects each one it found, and
                 # one removed meanwhile (a replaced container's AutoRemove) failed the whole
@@ -514,8 +519,17 @@ class ContainerPool:
         return await self.engine_state()
 
     async def engine_alive(self) -> bool:
-        """Whether the engine answers its ping (a wedged one does: its containers live)."""
-        return await self.engine_state() != "gone"
+        """Whether the engine answers its ping (a wedged one does: its containers live),
+        asked again a second later before it counts as gone: the answer drops every
+        container of the engine, other callers' runs in flight with theirs."""
+        for attempt in range(2):
+            if self._closing:
+                return False
+            if await self._health.answers_ping():
+                return True
+            if attempt == 0:
+                await asyncio.sleep(ENGINE_RECHECK_S)
+        return False
 
     async def engine_state(self) -> EngineState:
         """One health check (``EngineHealth.state``)."""
@@ -552,7 +566,8 @@ class ContainerPool:
     def engine_lost(self) -> None:
         """The engine went away: its containers with it. Drop them (idle ones leave the
         shared queue), report unavailable, and let the maintainer reconnect."""
-        if self._client is None:
+        self._found("gone")
+        if self._client is None and not self._mine:
             return
         log.warning("sandbox: Docker engine %s is gone", self.docker_host or "(default)")
         self.unavailable_reason = f"Docker engine not reachable; {ENGINE_HINT}"
@@ -569,7 +584,6 @@ class ContainerPool:
         self._mine.clear()
         self._client = None
         self.wedged = False  # gone, not wedged: its containers went with it
-        self._found("gone")
         self._wake.set()
 
     async def _sleep(self, seconds: float | None) -> None:

@@ -277,10 +277,10 @@ class Sandbox:
         failure = "Docker engines went away"
         reruns = GVISOR_RERUNS
         failed_reruns = FAILED_RUN_RERUNS
-        misframed_reruns, stale_reruns = MISFRAMED_RERUNS, 1
+        misframed_reruns, stale_reruns, sick_reruns = MISFRAMED_RERUNS, 1, 1
         go_on = (lambda: not others_waiting()) if others_waiting else (lambda: True)
         for _ in range(len(self.pool.pools) + 1 + GVISOR_RERUNS + FAILED_RUN_RERUNS
-                       + MISFRAMED_RERUNS + 1):
+                       + MISFRAMED_RERUNS + 1 + sick_reruns):
             pooled = await self.pool.acquire()
             try:
                 reply = await self.pool.request(pooled, job, budget)
@@ -316,6 +316,25 @@ class Sandbox:
                     continue
                 return ran_in(self._died(pooled, exc, count), pooled), None
             except ChannelTimeout:
+                # the harness enforces every limit itself and answers: no answer at all
+                # while its engine does not serve (a hung dockerd carries no stream; a wedged
+                # one sees no container die) is the engine's doing as likely as the
+                # program's, so the item runs once more, elsewhere, or is unscorable
+                state = await pooled.pool.engine_state()
+                if state != "serves":
+                    log.warning("sandbox container %s: no answer within %.1f s while its "
+                                "engine is %s", pooled.id, budget, state)
+                    if state == "gone":
+                        pooled.pool.engine_lost()  # this container with the others
+                    else:
+                        self.pool.release(pooled, healthy=False, by_holder=False)
+                    if sick_reruns > 0:
+                        sick_reruns -= 1
+                        continue
+                    raise SandboxUnavailable(
+                        f"no answer from the sandbox within {budget:.1f} s while its Docker "
+                        f"engine was {state}; {self.pool.unavailable_reason or ''}".rstrip(
+                            "; ")) from None
                 self.pool.release(pooled, healthy=False)
                 return ran_in(failed(count, TIMEOUT, "the execution ran past its wall-clock "
                                      f"budget of {budget:.1f} s", budget * 1000), pooled), None

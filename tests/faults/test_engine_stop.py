@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from reward_server.testing import PROXY_SETTINGS, A, B, as_caller
 from reward_server.verifiers.code import SPARE_CONTAINERS
 from sandbox.testing import ExtraEngine
 from tests.conftest import run_server, wait_for_sandbox
@@ -102,3 +103,39 @@ def test_two_engines_serve_one_server_and_one_can_go(
             time.sleep(0.3)
         assert len(stoppable_engine.sandbox_containers(running=True)) == PER_ENGINE
     assert stoppable_engine.sandbox_containers() == []
+
+
+SNIPPET = {"code": "import time\ntime.sleep(90)\nprint('done')", "language": "python",
+           "run_timeout": 95}
+
+
+def test_an_engine_that_is_gone_leaves_no_slot_for_an_item_to_wait_in(tmp_path: Path) -> None:
+    """Two engines set, one of them gone: the sandbox's gate lets in as many items as the
+    engine that serves has containers. Caller A's minute-long snippets take what the gate
+    gives such work (all its slots but one), and caller B's item is answered while every
+    one of them still runs, not in a slot counted for the engine that is gone, waiting for
+    a container until one of A's snippets ends."""
+    main = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    gone = f"unix://{tmp_path / 'no-engine.sock'}"
+    env = {"REWARD_SERVER_SANDBOX_DOCKER_HOSTS": f"{main},{gone}",
+           "REWARD_SERVER_CACHE_SIZE": "0", **PROXY_SETTINGS}
+    with run_server(tmp_path, env=env) as srv:
+        wait_for_sandbox(srv.url)
+
+        async def callers() -> tuple[list[bool], list[float]]:
+            async with httpx.AsyncClient(timeout=300) as client:
+                snippets = [asyncio.ensure_future(client.post(
+                    f"{srv.url}/run_code", json=SNIPPET, headers=as_caller(A)))
+                    for _ in range(3)]
+                await asyncio.sleep(5)  # A's snippets hold what the gate lets them
+                reply = await client.post(f"{srv.url}/v1/rewards", json={"items": [code()]},
+                                          headers=as_caller(B))
+                running = [not s.done() for s in snippets]
+                for s in snippets:
+                    s.cancel()
+                await asyncio.gather(*snippets, return_exceptions=True)
+                return running, reply.json()["rewards"]
+
+        running, rewards = asyncio.run(callers())
+        assert rewards == [1.0]
+        assert all(running), running  # B's answer came before any of A's snippets ended

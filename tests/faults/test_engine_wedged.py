@@ -11,6 +11,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -18,7 +19,7 @@ import pytest
 
 from reward_server.testing import run_server, wait_for_sandbox
 from reward_server.verifiers.code import SPARE_CONTAINERS
-from sandbox import runner
+from sandbox import engine_checks, runner
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
 from sandbox.runner import Execution, ExecutionResult, Sandbox
@@ -70,6 +71,7 @@ def test_a_wedged_engines_warm_containers_serve_and_no_call_waits_on_it(
         await sandbox.start()
         try:
             await _until(lambda: sandbox.pool.idle == 2, 120, "the pool filled")
+            session = await sandbox.pool.create_own()  # a session's container, kept through
             with _containerd_stopped(stoppable_engine):
                 await _until(lambda: pool.wedged, 60, "the wedge found")
                 reason = sandbox.pool.unavailable_reason or ""
@@ -99,6 +101,11 @@ def test_a_wedged_engines_warm_containers_serve_and_no_call_waits_on_it(
                          f"the pool back ({sandbox.pool.unavailable_reason})")
             assert sandbox.pool.unavailable_reason is None
             assert _passed(await sandbox.execute(CORRECT))
+            # the session's container lives on: the refill's reaper left it alone (with no
+            # warm container left it removed every container of this process's but the new)
+            pong = await sandbox.pool.request(session, {"mode": "ping"}, 30)
+            assert pong.get("status") == "pong", pong
+            await pool.destroy(session)
         finally:
             await sandbox.stop()
 
@@ -179,3 +186,72 @@ def engines(url: str) -> tuple[float, float, float]:
     """The server's count of engines found serving, wedged and gone."""
     return tuple(metric(url, f'reward_sandbox_engines{{state="{state}"}}')
                  for state in ("serves", "wedged", "gone"))  # type: ignore[return-value]
+
+
+def test_a_wedged_engine_its_operator_restarts_is_refilled_with_fresh_containers(
+        stoppable_engine: ExtraEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fix the unavailable reason names: dockerd restarted while the pool still held
+    one of its warm containers. That container died with the old dockerd: it is dropped
+    when the engine is found gone, never handed to an item (whose closed channel, on an
+    engine that answers again, would score a correct program's run a runtime error)."""
+    monkeypatch.setattr(engine_checks, "EVENTS", [])  # not a restart of the suite's own
+    monkeypatch.setattr(stoppable_engine, "serve_timeout_s", 5)
+
+    async def scenario() -> None:
+        sandbox = Sandbox(_config(stoppable_engine))
+        pool = sandbox.pool.pools[0]
+        await sandbox.start()
+        try:
+            await _until(lambda: sandbox.pool.idle == 2, 120, "the pool filled")
+            os.kill(stoppable_engine.containerd_pid(), signal.SIGSTOP)
+            await _until(lambda: pool.wedged, 60, "the wedge found")
+            async with sandbox.pool.upkeep():
+                assert _passed(await sandbox.execute(LEAVES_A_PROCESS))
+            assert sandbox.pool.live == 1
+            # the operator's restart: goroutines dumped, dockerd and its containerd stopped
+            # (SIGTERM, then SIGKILL), started again
+            await asyncio.to_thread(stoppable_engine.ensure_running)
+            await _until(lambda: pool.state == "serves" and sandbox.pool.idle == 2, 180,
+                         f"the pool refilled ({sandbox.pool.unavailable_reason})")
+            for _ in range(3):
+                assert _passed(await sandbox.execute(CORRECT))
+            assert sandbox.pool.live == 2
+        finally:
+            await sandbox.stop()
+
+    asyncio.run(scenario())
+
+
+SLOW_CORRECT = Execution("python", "import time\ntime.sleep(2)\nprint(int(input()) + 1)\n",
+                         (runner.TestCase("1", "2"),))
+
+
+def test_a_run_in_flight_when_dockerd_hangs_is_unscorable_not_a_timeout(
+        stoppable_engine: ExtraEngine, caplog: pytest.LogCaptureFixture) -> None:
+    """dockerd itself stopped (SIGSTOP) under a run: no stream, no ping. The harness never
+    answers, through no doing of the program's: unscorable (null), not a ``timeout`` (0).
+    The maintainer's checks are kept out of the way (an hour apart), so that the run's own
+    end, past its budget, is what finds the engine gone."""
+    async def scenario() -> object:
+        sandbox = Sandbox(replace(_config(stoppable_engine), health_interval_s=3600))
+        await sandbox.start()
+        dockerd = stoppable_engine.proc.pid
+        try:
+            await _until(lambda: sandbox.pool.idle == 2, 120, "the pool filled")
+            run = asyncio.create_task(sandbox.execute(SLOW_CORRECT))
+            await asyncio.sleep(1.0)
+            os.kill(dockerd, signal.SIGSTOP)
+            try:
+                try:
+                    return await run
+                except SandboxUnavailable as exc:
+                    return exc
+            finally:
+                os.kill(dockerd, signal.SIGCONT)
+        finally:
+            await sandbox.stop()
+
+    result = asyncio.run(scenario())
+    assert isinstance(result, SandboxUnavailable), result  # no container left to run it again
+    assert "not reachable" in str(result), result
+    assert "while its engine is gone" in caplog.text  # found at the run's end

@@ -335,3 +335,30 @@ async def test_many_addresses_of_one_quota_are_one_share() -> None:
     await asyncio.gather(other, *many)
     # one share against one: the other caller's four items alternate with the quota's
     assert log.index("V3") <= 9, log
+
+
+async def test_a_resized_gate_lets_waiters_in_at_once_or_no_one_until_holders_are_done(
+        ) -> None:
+    """The sandbox's gate follows the engines that serve: more slots let waiters in at
+    once; fewer cut no holder short and let no one in until enough are done."""
+    gate = FairGate(2, "unit")
+    release = asyncio.Event()
+    entered: list[str] = []
+
+    async def hold(tag: str) -> None:
+        async with gate.slot():
+            entered.append(tag)
+            await release.wait()
+
+    holders = [asyncio.ensure_future(hold(tag)) for tag in ("a", "b", "c", "d")]
+    await asyncio.sleep(0.05)
+    assert entered == ["a", "b"] and gate.waiting == 2
+    gate.resize(3)
+    assert gate.running == 3  # let in by the resize itself
+    await asyncio.sleep(0.05)
+    assert entered == ["a", "b", "c"]
+    gate.resize(0)  # at least one
+    assert gate.slots == 1 and gate.running == 3  # none cut short
+    release.set()
+    await asyncio.gather(*holders)
+    assert entered == ["a", "b", "c", "d"] and (gate.running, gate.waiting) == (0, 0)

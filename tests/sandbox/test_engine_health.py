@@ -6,6 +6,7 @@ with a wedged engine's warm containers runs against a real one
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -73,3 +74,26 @@ def test_a_pool_that_meets_a_wedged_engine_says_so_and_starts_nothing_there(
     assert not connected and pool.wedged and pool.state == "wedged"
     assert elapsed < CLIENT_TIMEOUT_S  # not the client's /version, held for its 30 s
     assert "answers its ping but not /info within 1 s" in (pool.unavailable_reason or "")
+
+
+def test_a_pool_stops_beside_an_engine_that_answers_nothing_without_waiting_on_it(
+        tmp_path: Path) -> None:
+    """An engine whose socket takes connections and never answers (a hung dockerd, a
+    black-holed host): the pool neither starts nor stops on the client's 30 s calls."""
+    path = tmp_path / "silent.sock"
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(path))
+    silent.listen(64)  # never accepted: every request waits for an answer
+    pool = ContainerPool(SandboxConfig(health_timeout_s=1), f"unix://{path}")
+
+    async def start_and_stop() -> float:
+        started = time.monotonic()
+        await pool._connect(first=True)
+        await pool.close()
+        return time.monotonic() - started
+
+    try:
+        assert asyncio.run(start_and_stop()) < CLIENT_TIMEOUT_S
+        assert pool.state == "gone" and "not reachable" in (pool.unavailable_reason or "")
+    finally:
+        silent.close()
