@@ -197,6 +197,13 @@ class ExtraEngine:
             if ids:
                 self.docker("rm", "-f", *ids)
         self.stop()
+        # a dockerd that was killed (a wedged one's restart) leaves its data root's bind
+        # mount, and rmtree cannot remove a mount point: each run would leave one behind
+        with open("/proc/self/mounts") as mounts:
+            points = [line.split()[1] for line in mounts]
+        for point in reversed(points):
+            if point == str(self.root) or point.startswith(f"{self.root}/"):
+                subprocess.run(["umount", "-l", point], capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
         if self._made_bridge:  # another engine of this machine may still use it
             subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
