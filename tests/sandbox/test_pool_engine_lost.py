@@ -63,20 +63,23 @@ def test_a_run_in_a_container_the_pool_dropped_is_unscorable_at_once() -> None:
 
 
 def test_one_failed_health_ping_leaves_the_pool_and_the_run_alone() -> None:
+    missed: list[bool] = []
+
     async def fail_one_ping(sandbox: Sandbox) -> None:
-        pool = sandbox.pool.pools[0]
-        real_ping, failed = pool._client.ping, []
+        health = sandbox.pool.pools[0]._health
+        real_answers = health.answers
 
-        def ping() -> bool:
-            if not failed:  # the engine's answer, once: it missed a ping while busy
-                failed.append(True)
-                raise OSError("the engine did not answer this ping")
-            return real_ping()
+        def answers(path: str) -> bool:
+            if path == "/_ping" and not missed:  # once: it missed a ping while busy
+                missed.append(True)
+                return False
+            return real_answers(path)
 
-        pool._client.ping = ping
+        health.answers = answers  # type: ignore[method-assign]
 
     config = SandboxConfig(pool_size=1, health_interval_s=0.2)
     result, elapsed = asyncio.run(_during_a_run(config, fail_one_ping))
     assert not isinstance(result, SandboxUnavailable), result
     assert [t.status for t in result.tests] == ["passed"], result
     assert elapsed < WAITED_OUT_S, elapsed
+    assert missed, "no health check missed its ping during the run"
