@@ -312,9 +312,13 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(runs), figsize=(6.2 * len(runs), 4.2), sharey=True,
+    columns = min(len(runs), 6)  # rows of six: a dozen seeds in one row cannot be read
+    rows = -(-len(runs) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(6.2 * columns, 4.2 * rows), sharey=True,
                              squeeze=False)
-    for ax, run in zip(axes[0], runs, strict=True):
+    for ax in axes.flat[len(runs):]:
+        ax.set_visible(False)
+    for ax, run in zip(axes.flat, runs, strict=False):
         base = baseline_of(run)
         ours = "this trainer" + (", vLLM engine" if run["args"].get("engine") == "vllm" else "")
         for which, label in (("ours", ours), (base, LABELS[base])):
@@ -326,7 +330,8 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
         ax.set_title(f"seed {run['args']['seed']}", fontsize=10)
         ax.set_xlabel("training seconds, one thread (CPU time, evaluation excluded)")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(f"held-out accuracy (greedy, {runs[0]['args']['eval_samples']} "
+    for row in axes:
+        row[0].set_ylabel(f"held-out accuracy (greedy, {runs[0]['args']['eval_samples']} "
                           "questions)")
     axes[0][0].legend()
     fig.suptitle(title, fontsize=10)
