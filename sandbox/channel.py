@@ -27,16 +27,18 @@ STALE_READ_S = 5.0  # the rest of a Docker frame that was already arriving
 
 
 class ChannelClosed(Exception):
-    """The harness went away (the container died or was killed)."""
+    """The harness went away (the container died or was killed). ``sent``: whether the job
+    had been sent (False: the stream was gone before it, so nothing of this job's did it:
+    an earlier execution's doing, or its engine's, whose restart ends every stream)."""
+
+    def __init__(self, message: str, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 class ChannelMisframed(ChannelClosed):
-    """The stream held something other than the job's reply. ``sent``: whether the job had
-    been sent (False: bytes were waiting before it, left by an earlier execution)."""
-
-    def __init__(self, message: str, sent: bool) -> None:
-        super().__init__(message)
-        self.sent = sent
+    """The stream held something other than the job's reply (``sent`` False: bytes were
+    waiting before it, left by an earlier execution)."""
 
 
 class ChannelTimeout(Exception):
@@ -56,15 +58,21 @@ class Channel:
         deadline = time.monotonic() + timeout_s
         job_id = secrets.token_hex(16)
         data = json.dumps({**message, "id": job_id}).encode()
+        sent = False
         try:
             self._sock.settimeout(timeout_s)
             self._drain_stale()
             self._sock.sendall(struct.pack(">I", len(data)) + data)
+            sent = True
             reply = self._read_reply(deadline, job_id)
         except TimeoutError:
             raise ChannelTimeout(f"no answer within {timeout_s:.1f} s") from None
+        except ChannelMisframed:
+            raise
+        except ChannelClosed as exc:
+            raise ChannelClosed(str(exc), sent=sent) from exc
         except (OSError, struct.error) as exc:
-            raise ChannelClosed(f"harness channel broke: {exc}") from exc
+            raise ChannelClosed(f"harness channel broke: {exc}", sent=sent) from exc
         del reply["id"]
         return reply
 

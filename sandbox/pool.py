@@ -275,10 +275,14 @@ class ContainerPool:
         if self._maintainer is not None:
             self._maintainer.cancel()
             await asyncio.gather(self._maintainer, return_exceptions=True)
-        await asyncio.gather(*self._background, return_exceptions=True)
         # checked first, within health_timeout_s: an engine that does not serve (wedged, or
-        # not answering at all) would hold each call below for the client's 30 s
+        # not answering at all) would hold each call below, and each background one (a
+        # removal, a start), for the client's 30 s
         state = await self._health.state()
+        if state != "serves":
+            for task in self._background:
+                task.cancel()  # its thread's call ends on the client's timeout, unwaited
+        await asyncio.gather(*self._background, return_exceptions=True)
         self._health.close()
         if state != "serves":
             # each container's closed stdin ends its harness, the engine removes it
@@ -494,7 +498,7 @@ class ContainerPool:
                 backoff = 1.0
             await self._sleep(self.config.health_interval_s)
             if self._mine:
-                state = await self._settled_state()
+                state = await self.settled_state()
                 if state == "gone":
                     self.engine_lost()
                     continue
@@ -509,7 +513,7 @@ class ContainerPool:
                 await self._reap_orphans(include_own=False)
                 next_reap = time.monotonic() + self.config.reap_interval_s
 
-    async def _settled_state(self) -> EngineState:
+    async def settled_state(self) -> EngineState:
         """The engine's state, taken as not serving only when two checks a second apart say
         so (the second's verdict). One is not an outage (a busy engine on a loaded machine
         may miss it), and dropping the pool costs every execution in flight."""
@@ -536,7 +540,7 @@ class ContainerPool:
         return "gone" if self._closing else await self._health.state()
 
     def _found(self, state: EngineState) -> None:
-        if state != self.state:
+        if state != self.state and not self._closing:  # closing: not the engine's state
             self.state = state
             if self._on_state is not None:
                 self._on_state()
@@ -567,7 +571,7 @@ class ContainerPool:
         """The engine went away: its containers with it. Drop them (idle ones leave the
         shared queue), report unavailable, and let the maintainer reconnect."""
         self._found("gone")
-        if self._client is None and not self._mine:
+        if (self._client is None and not self._mine) or self._closing:
             return
         log.warning("sandbox: Docker engine %s is gone", self.docker_host or "(default)")
         self.unavailable_reason = f"Docker engine not reachable; {ENGINE_HINT}"

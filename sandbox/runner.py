@@ -278,9 +278,12 @@ class Sandbox:
         reruns = GVISOR_RERUNS
         failed_reruns = FAILED_RUN_RERUNS
         misframed_reruns, stale_reruns, sick_reruns = MISFRAMED_RERUNS, 1, 1
+        # a stream gone before the job was sent, once for each container there is (after an
+        # engine's restart too quick for its health checks, every warm one is dead)
+        dead_reruns = len(self.pool.pools) * self.config.pool_size
         go_on = (lambda: not others_waiting()) if others_waiting else (lambda: True)
         for _ in range(len(self.pool.pools) + 1 + GVISOR_RERUNS + FAILED_RUN_RERUNS
-                       + MISFRAMED_RERUNS + 1 + sick_reruns):
+                       + MISFRAMED_RERUNS + 1 + sick_reruns + dead_reruns):
             pooled = await self.pool.acquire()
             try:
                 reply = await self.pool.request(pooled, job, budget)
@@ -303,6 +306,14 @@ class Sandbox:
                 return ran_in(failed(count, RUNTIME_ERROR, "the item's code wrote on the "
                                      "sandbox's verdict channel"), pooled), None
             except ChannelClosed as exc:
+                if not exc.sent and dead_reruns > 0:
+                    # dead before this job reached it: not this item's doing, whatever the
+                    # engine answers now
+                    log.warning("sandbox container %s was gone before the job: %s",
+                                pooled.id, exc)
+                    self.pool.release(pooled, healthy=False, by_holder=False)
+                    dead_reruns -= 1
+                    continue
                 if await self.pool.container_lost(pooled):
                     continue  # its engine went away: run on another engine, if one is left
                 if pooled.pool.gvisor and pooled.uses > 0 and reruns > 0:
@@ -320,7 +331,7 @@ class Sandbox:
                 # while its engine does not serve (a hung dockerd carries no stream; a wedged
                 # one sees no container die) is the engine's doing as likely as the
                 # program's, so the item runs once more, elsewhere, or is unscorable
-                state = await pooled.pool.engine_state()
+                state = await pooled.pool.settled_state()
                 if state != "serves":
                     log.warning("sandbox container %s: no answer within %.1f s while its "
                                 "engine is %s", pooled.id, budget, state)

@@ -145,12 +145,20 @@ class SandboxSession:
         try:
             reply = await self._request(job, budget)
         except ChannelTimeout:
+            # the harness interrupts a cell at its limit and answers: no answer while the
+            # engine does not serve (a hung dockerd carries no stream) is the engine's doing
+            if (state := await self._pooled.pool.settled_state()) != "serves":
+                await self.close()
+                raise SandboxUnavailable(f"the session's Docker engine is {state}: no answer "
+                                         f"within {budget:.1f} s") from None
             return CellResult(DIED, "", "", budget, stopped=TIMEOUT,
                               note=f"the sandbox did not answer within {budget:.1f} s")
         except ChannelClosed:
             if self.hung_up or self.closed:
                 return CellResult(DIED, "", "", 0.0, note="the session was closed during the "
                                   "cell")
+            # (a stream gone before this cell was sent is still the session's: its own
+            # earlier cells ran there)
             if not await self._pooled.pool.engine_alive():
                 await self.close()
                 raise SandboxUnavailable("the session's Docker engine went away") from None

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from sandbox.channel import Channel, ChannelMisframed
+from sandbox.channel import Channel, ChannelClosed, ChannelMisframed
 
 
 def mux(data: bytes, stream: int = 1) -> bytes:
@@ -115,3 +115,28 @@ def test_the_channel_keeps_what_owns_its_socket_alive() -> None:
     assert alive() is not None and channel is not None
     host.close()
     far.close()
+
+
+def test_a_stream_gone_before_the_job_says_the_job_was_not_sent() -> None:
+    """The container died (or its engine restarted) between two jobs: the next job's
+    holder is told its job never reached the harness, so nothing of its own did it."""
+    host, far = socket.socketpair()
+    far.close()
+    with pytest.raises(ChannelClosed) as closed:
+        Channel(host).request({"mode": "ping"}, 5.0)
+    assert closed.value.sent is False
+
+
+def test_a_stream_gone_after_the_job_says_it_was_sent() -> None:
+    host, far = socket.socketpair()
+
+    def harness() -> None:
+        far.recv(1 << 16)  # the job arrived; the harness dies without answering
+        far.close()
+
+    thread = threading.Thread(target=harness, daemon=True)
+    thread.start()
+    with pytest.raises(ChannelClosed) as closed:
+        Channel(host).request({"mode": "ping"}, 5.0)
+    assert closed.value.sent is True
+    thread.join(5)

@@ -21,6 +21,7 @@ from sandbox.runner import Execution, Sandbox
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
+CORRECT = Execution("python", "print(int(input()) + 1)\n", (runner.TestCase("1", "2"),))
 SLOW_CORRECT = Execution("python", "import time\ntime.sleep(2)\nprint(int(input()) + 1)\n",
                          (runner.TestCase("1", "2"),))
 # What a run whose channel was closed under it waited before (its whole budget): the bounds
@@ -83,3 +84,29 @@ def test_one_failed_health_ping_leaves_the_pool_and_the_run_alone() -> None:
     assert [t.status for t in result.tests] == ["passed"], result
     assert elapsed < WAITED_OUT_S, elapsed
     assert missed, "no health check missed its ping during the run"
+
+
+def test_a_container_that_died_idle_costs_the_next_item_nothing() -> None:
+    """A warm container whose harness died while it sat idle (killed from outside; an
+    engine's restart quicker than its health checks kills every one), its engine answering
+    throughout: the next item finds its stream gone before its job was sent, and runs in
+    another container, rather than being scored a runtime error for a death it did not
+    cause."""
+    async def scenario() -> Any:
+        sandbox = Sandbox(SandboxConfig(pool_size=2))
+        await sandbox.start()
+        try:
+            deadline = time.monotonic() + 120
+            while sandbox.pool.idle < 2:
+                assert time.monotonic() < deadline, sandbox.pool.unavailable_reason
+                await asyncio.sleep(0.2)
+            pool = sandbox.pool.pools[0]
+            for pooled in list(pool._mine):  # every warm one: the next item cannot dodge it
+                await asyncio.to_thread(pooled.container.kill)
+            await asyncio.sleep(1.0)  # its end of the stream closes
+            return await sandbox.execute(CORRECT)
+        finally:
+            await sandbox.stop()
+
+    result = asyncio.run(scenario())
+    assert [t.status for t in result.tests] == ["passed"], result
