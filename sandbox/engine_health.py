@@ -36,6 +36,9 @@ class EngineHealth:
         # a few: runs whose containers died ask at once, each for up to timeout_s
         self._thread = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandbox-health")
         self._api: docker.APIClient | None = None
+        # why the last request failed (a refused TLS certificate, a timeout), for the
+        # reason the pool gives
+        self.last_error: str | None = None
 
     async def state(self) -> EngineState:
         """One check: the ping, then /info, each within ``timeout_s``."""
@@ -67,7 +70,8 @@ class EngineHealth:
             reply = self._api.get(f"{self._api.base_url}{path}", timeout=self.timeout_s)
             reply.raise_for_status()
             return True
-        except (DockerException, OSError):
+        except (DockerException, OSError) as exc:
+            self.last_error = str(exc)
             return False
 
     def close(self) -> None:

@@ -219,7 +219,8 @@ class ContainerPool:
             return False
         try:
             if state == "gone":
-                raise OSError(f"no answer to its ping within {self.config.health_timeout_s:g} s")
+                raise OSError(self._health.last_error or "no answer to its ping within "
+                              f"{self.config.health_timeout_s:g} s")
             if self._client is None:
                 self._client = await self._call(self._new_client)
             # what the engine runs a container under unasked, and what each name it knows
