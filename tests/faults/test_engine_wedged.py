@@ -255,3 +255,38 @@ def test_a_run_in_flight_when_dockerd_hangs_is_unscorable_not_a_timeout(
     assert isinstance(result, SandboxUnavailable), result  # no container left to run it again
     assert "not reachable" in str(result), result
     assert "while its engine is gone" in caplog.text  # found at the run's end
+
+
+def test_a_session_cell_under_a_hung_dockerd_is_the_sandboxs_not_the_cells(
+        stoppable_engine: ExtraEngine) -> None:
+    """A session's cell in flight when dockerd itself stops: the cell's code did nothing to
+    earn a timeout; the session is lost to its engine (SandboxUnavailable)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sandbox.sessions import SandboxSession, SessionLimits
+
+    async def scenario() -> object:
+        sandbox = Sandbox(replace(_config(stoppable_engine), health_interval_s=3600))
+        await sandbox.start()
+        dockerd = stoppable_engine.proc.pid
+        threads = ThreadPoolExecutor(2)
+        try:
+            session = await SandboxSession.open(sandbox.pool, SessionLimits(256, 1 << 20),
+                                                threads, {}, idle_exit_s=300)
+            cell = asyncio.create_task(session.run("import time; time.sleep(1); 1", 2.0))
+            await asyncio.sleep(0.3)
+            os.kill(dockerd, signal.SIGSTOP)
+            try:
+                try:
+                    return await cell
+                except SandboxUnavailable as exc:
+                    return exc
+            finally:
+                os.kill(dockerd, signal.SIGCONT)
+        finally:
+            await sandbox.stop()
+            threads.shutdown()
+
+    result = asyncio.run(scenario())
+    assert isinstance(result, SandboxUnavailable), result
+    assert "the session's Docker engine is gone" in str(result), result
