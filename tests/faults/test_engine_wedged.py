@@ -222,6 +222,21 @@ def test_a_wedged_engine_its_operator_restarts_is_refilled_with_fresh_containers
     asyncio.run(scenario())
 
 
+async def _with_dockerd_stopped(engine: ExtraEngine, work: asyncio.Task, after_s: float
+                                ) -> object:
+    """``work``'s result (or the SandboxUnavailable it raised), dockerd itself stopped
+    (SIGSTOP: no stream, no ping) ``after_s`` into it and continued once it ended."""
+    assert engine.proc is not None
+    await asyncio.sleep(after_s)
+    os.kill(engine.proc.pid, signal.SIGSTOP)
+    try:
+        return await work
+    except SandboxUnavailable as exc:
+        return exc
+    finally:
+        os.kill(engine.proc.pid, signal.SIGCONT)
+
+
 SLOW_CORRECT = Execution("python", "import time\ntime.sleep(2)\nprint(int(input()) + 1)\n",
                          (runner.TestCase("1", "2"),))
 
@@ -235,19 +250,10 @@ def test_a_run_in_flight_when_dockerd_hangs_is_unscorable_not_a_timeout(
     async def scenario() -> object:
         sandbox = Sandbox(replace(_config(stoppable_engine), health_interval_s=3600))
         await sandbox.start()
-        dockerd = stoppable_engine.proc.pid
         try:
             await _until(lambda: sandbox.pool.idle == 2, 120, "the pool filled")
             run = asyncio.create_task(sandbox.execute(SLOW_CORRECT))
-            await asyncio.sleep(1.0)
-            os.kill(dockerd, signal.SIGSTOP)
-            try:
-                try:
-                    return await run
-                except SandboxUnavailable as exc:
-                    return exc
-            finally:
-                os.kill(dockerd, signal.SIGCONT)
+            return await _with_dockerd_stopped(stoppable_engine, run, after_s=1.0)
         finally:
             await sandbox.stop()
 
@@ -268,21 +274,12 @@ def test_a_session_cell_under_a_hung_dockerd_is_the_sandboxs_not_the_cells(
     async def scenario() -> object:
         sandbox = Sandbox(replace(_config(stoppable_engine), health_interval_s=3600))
         await sandbox.start()
-        dockerd = stoppable_engine.proc.pid
         threads = ThreadPoolExecutor(2)
         try:
             session = await SandboxSession.open(sandbox.pool, SessionLimits(256, 1 << 20),
                                                 threads, {}, idle_exit_s=300)
             cell = asyncio.create_task(session.run("import time; time.sleep(1); 1", 2.0))
-            await asyncio.sleep(0.3)
-            os.kill(dockerd, signal.SIGSTOP)
-            try:
-                try:
-                    return await cell
-                except SandboxUnavailable as exc:
-                    return exc
-            finally:
-                os.kill(dockerd, signal.SIGCONT)
+            return await _with_dockerd_stopped(stoppable_engine, cell, after_s=0.3)
         finally:
             await sandbox.stop()
             threads.shutdown()
