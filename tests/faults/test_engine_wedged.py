@@ -59,6 +59,18 @@ async def _until(check: Callable[[], bool], timeout_s: float, what: str) -> None
         await asyncio.sleep(0.2)
 
 
+async def _filled(engine: ExtraEngine, **changes: float) -> Sandbox:
+    """A started sandbox on ``engine`` (``_config`` with ``changes``), its pool full."""
+    sandbox = Sandbox(replace(_config(engine), **changes))
+    await sandbox.start()
+    try:
+        await _until(lambda: sandbox.pool.idle == 2, 120, "the pool filled")
+    except BaseException:
+        await sandbox.stop()
+        raise
+    return sandbox
+
+
 def _passed(result: ExecutionResult) -> bool:
     return [t.status for t in result.tests] == ["passed"]
 
@@ -66,11 +78,9 @@ def _passed(result: ExecutionResult) -> bool:
 def test_a_wedged_engines_warm_containers_serve_and_no_call_waits_on_it(
         stoppable_engine: ExtraEngine) -> None:
     async def scenario() -> None:
-        sandbox = Sandbox(_config(stoppable_engine))
+        sandbox = await _filled(stoppable_engine)
         pool = sandbox.pool.pools[0]
-        await sandbox.start()
         try:
-            await _until(lambda: sandbox.pool.idle == 2, 120, "the pool filled")
             session = await sandbox.pool.create_own()  # a session's container, kept through
             with _containerd_stopped(stoppable_engine):
                 await _until(lambda: pool.wedged, 60, "the wedge found")
@@ -119,10 +129,8 @@ def test_a_wedged_engines_warm_containers_serve_and_no_call_waits_on_it(
 def test_a_server_stops_beside_a_wedged_engine_without_waiting_on_it(
         stoppable_engine: ExtraEngine) -> None:
     async def scenario() -> float:
-        sandbox = Sandbox(_config(stoppable_engine))
+        sandbox = await _filled(stoppable_engine)
         pool = sandbox.pool.pools[0]
-        await sandbox.start()
-        await _until(lambda: sandbox.pool.idle == 2, 120, "the pool filled")
         with _containerd_stopped(stoppable_engine):
             await _until(lambda: pool.wedged, 60, "the wedge found")
             started = time.monotonic()
@@ -198,11 +206,9 @@ def test_a_wedged_engine_its_operator_restarts_is_refilled_with_fresh_containers
     monkeypatch.setattr(stoppable_engine, "serve_timeout_s", 5)
 
     async def scenario() -> None:
-        sandbox = Sandbox(_config(stoppable_engine))
+        sandbox = await _filled(stoppable_engine)
         pool = sandbox.pool.pools[0]
-        await sandbox.start()
         try:
-            await _until(lambda: sandbox.pool.idle == 2, 120, "the pool filled")
             os.kill(stoppable_engine.containerd_pid(), signal.SIGSTOP)
             await _until(lambda: pool.wedged, 60, "the wedge found")
             async with sandbox.pool.upkeep():
@@ -248,10 +254,8 @@ def test_a_run_in_flight_when_dockerd_hangs_is_unscorable_not_a_timeout(
     The maintainer's checks are kept out of the way (an hour apart), so that the run's own
     end, past its budget, is what finds the engine gone."""
     async def scenario() -> object:
-        sandbox = Sandbox(replace(_config(stoppable_engine), health_interval_s=3600))
-        await sandbox.start()
+        sandbox = await _filled(stoppable_engine, health_interval_s=3600)
         try:
-            await _until(lambda: sandbox.pool.idle == 2, 120, "the pool filled")
             run = asyncio.create_task(sandbox.execute(SLOW_CORRECT))
             return await _with_dockerd_stopped(stoppable_engine, run, after_s=1.0)
         finally:
