@@ -21,7 +21,8 @@ from tests.conftest import run_server
 from tests.helpers.cpu import loop_extra_s, unread_body
 
 VALUES = 1_000_000  # within max_json_values (1 Mi); 19 MB of decimals
-ROUNDS = 3
+ROUNDS = 4
+POSTS = 3  # a round's posts: 0.1 s each on the loop, near a round's noise alone
 PLUGIN = '''
 from reward_server.verifiers import ItemBase, ResultBase, Verifier
 
@@ -62,5 +63,5 @@ def test_a_plugin_items_cache_key_is_made_off_the_loop(srv: ServerProcess) -> No
         assert r.json()["results"][0]["status"] == "ok", r.text[:300]
 
     cached()
-    extra, spent = loop_extra_s(srv, cached, unread_body(srv, raw), ROUNDS)
-    assert extra < 0.05, spent  # on the loop: ~0.1 s more than the control here
+    extra, spent = loop_extra_s(srv, cached, unread_body(srv, raw), ROUNDS, calls=POSTS)
+    assert extra < 0.15, spent  # on the loop: 0.3-0.37 s more than the control here; off it 0.02-0.04
