@@ -63,6 +63,7 @@ from docker.types import Ulimit
 from sandbox.channel import Channel, ChannelClosed, ChannelTimeout
 from sandbox.config import SandboxConfig
 from sandbox.engine_health import EngineHealth, EngineState
+from sandbox.engine_watch import EngineWatch
 from sandbox.errors import SandboxUnavailable
 from sandbox.seccomp import is_gvisor, security_opt
 from sandbox.tls import engine_client
@@ -171,6 +172,9 @@ class ContainerPool:
                                                  thread_name_prefix="sandbox-stats")
         self._client: docker.DockerClient | None = None
         self._health = EngineHealth(docker_host, config.tls_cert_path, config.health_timeout_s)
+        # whether the engine dropped its streams (a restart quicker than the checks)
+        self.watch = EngineWatch(docker_host, config.tls_cert_path, LABEL,
+                                 config.health_timeout_s)
         self.wedged = False  # the engine answers its ping, not /info (``engine_state``)
         self._idle: asyncio.Queue[PooledContainer] = idle if idle is not None else asyncio.Queue()
         self._mine: set[PooledContainer] = set()  # live containers of this engine, idle or busy
@@ -204,6 +208,7 @@ class ContainerPool:
         """Connect, check the image, reap a predecessor's containers, fill the pool in the
         background. Never raises: a missing engine or image leaves the pool unavailable
         (with the reason) and the maintainer keeps trying."""
+        self.watch.start()
         await self._connect(first=True)
         self._maintainer = asyncio.create_task(self._maintain(), name="sandbox-pool")
 
@@ -273,6 +278,7 @@ class ContainerPool:
     async def close(self) -> None:
         """Remove every container this process created, idle or busy."""
         self._closing = True
+        self.watch.close()
         if self._maintainer is not None:
             self._maintainer.cancel()
             await asyncio.gather(self._maintainer, return_exceptions=True)

@@ -281,10 +281,13 @@ class Sandbox:
         # a stream gone before the job was sent, once for each container there is (after an
         # engine's restart too quick for its health checks, every warm one is dead)
         dead_reruns = len(self.pool.pools) * self.config.pool_size
+        restarted_reruns = 2  # a stream the engine dropped under the run (``EngineWatch``)
         go_on = (lambda: not others_waiting()) if others_waiting else (lambda: True)
         for _ in range(len(self.pool.pools) + 1 + GVISOR_RERUNS + FAILED_RUN_RERUNS
-                       + MISFRAMED_RERUNS + 1 + sick_reruns + dead_reruns):
+                       + MISFRAMED_RERUNS + 1 + sick_reruns + dead_reruns
+                       + restarted_reruns):
             pooled = await self.pool.acquire()
+            mark = pooled.pool.watch.mark()
             try:
                 reply = await self.pool.request(pooled, job, budget)
                 self._keep_checker(job, reply)
@@ -316,6 +319,16 @@ class Sandbox:
                     continue
                 if await self.pool.container_lost(pooled):
                     continue  # its engine went away: run on another engine, if one is left
+                if restarted_reruns > 0 and await pooled.pool.watch.dropped_since(mark):
+                    # the engine ended its own stream with this one: it stopped or restarted
+                    # (quicker than its checks, or under live-restore), which no program can
+                    # bring about. Run again; past the reruns the death is scored as the
+                    # program's, never a null a program could earn
+                    log.warning("sandbox container %s lost its stream as its engine dropped "
+                                "every stream (%s); running the item again", pooled.id, exc)
+                    self.pool.release(pooled, healthy=False, by_holder=False)
+                    restarted_reruns -= 1
+                    continue
                 if pooled.pool.gvisor and pooled.uses > 0 and reruns > 0:
                     # gVisor: a used container can die of what ran before it (its pids
                     # headroom is checked beside the next execution, pool.py): replaced, and

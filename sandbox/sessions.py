@@ -96,6 +96,8 @@ class SandboxSession:
         self.closed = False
         self.busy = False  # a job of its is in flight on the channel
         self.hung_up = False  # its channel closed (``hang_up``), its container not yet removed
+        # its engine's stream drops when its own stream was last known open (``EngineWatch``)
+        self._mark = pooled.pool.watch.mark()
 
     @property
     def container_id(self) -> str:
@@ -162,6 +164,12 @@ class SandboxSession:
             if not await self._pooled.pool.engine_alive():
                 await self.close()
                 raise SandboxUnavailable("the session's Docker engine went away") from None
+            if await self._pooled.pool.watch.dropped_since(self._mark):
+                # the engine ended its own stream too since this one last carried a reply:
+                # it stopped or restarted, which no cell can bring about
+                await self.close()
+                raise SandboxUnavailable("the session's Docker engine dropped its streams "
+                                         "(it stopped or restarted)") from None
             return CellResult(DIED, "", "", 0.0, note="the session's container died during "
                               "the cell (its memory limit, the backstop for every process)",
                               out_of_memory=True)
@@ -195,10 +203,12 @@ class SandboxSession:
         loop = asyncio.get_running_loop()
         self.busy = True
         try:
-            return await loop.run_in_executor(self._threads, self._pooled.channel.request, job,
-                                              budget_s)
+            reply = await loop.run_in_executor(self._threads, self._pooled.channel.request,
+                                               job, budget_s)
         finally:
             self.busy = False
+        self._mark = self._pooled.pool.watch.mark()  # its stream carried this reply
+        return reply
 
     def hang_up(self) -> None:
         """Close its channel: a cell blocked on it wakes at once (the session ended under

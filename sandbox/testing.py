@@ -76,6 +76,7 @@ class ExtraEngine:
         self._made_bridge = False  # removed on destroy only if this engine made it
         self._revival = Revival("the second Docker engine")
         self.serve_timeout_s = SERVE_TIMEOUT_S
+        self._live_restore = False  # ``live_restore``: containers outlive a restart
 
     def docker(self, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["docker", "-H", self.host, *args], capture_output=True,
@@ -137,9 +138,30 @@ class ExtraEngine:
         config = self.root / "daemon.json"  # its own: never /etc/docker/daemon.json
         runtimes = ({name: {"path": self.runsc, "runtimeArgs": RUNSC_ARGS}
                      for name in (RUNSC, RUNSC_ALIAS)} if self.runsc else {})
-        extra = {"default-runtime": default_runtime} if default_runtime else {}
+        extra: dict[str, object] = {"default-runtime": default_runtime} if default_runtime else {}
+        extra["live-restore"] = self._live_restore  # named: a reload leaves what it is not given
         config.write_text(json.dumps({"runtimes": runtimes, **extra}))
         return config
+
+    @contextmanager
+    def live_restore(self) -> Iterator[None]:
+        """The engine keeps its containers running through its own restart (``restart``)
+        while inside, as an operator's ``"live-restore": true`` does; their attach streams
+        end with the old dockerd. Reloaded live (SIGHUP), and off again after."""
+        self._live_restore = True
+        self._reload_config("{{.LiveRestoreEnabled}}", "true")
+        try:
+            yield
+        finally:
+            self._live_restore = False
+            if self.proc is not None:
+                self._reload_config("{{.LiveRestoreEnabled}}", "false")
+
+    def restart(self) -> None:
+        """dockerd stopped as an operator stops it (SIGTERM) and started again on the same
+        data root: under ``live_restore`` its containers live on, their streams do not."""
+        self.stop()
+        self.start()
 
     @contextmanager
     def default_runtime(self, name: str) -> Iterator[None]:
@@ -153,15 +175,19 @@ class ExtraEngine:
             self._reload("runc")  # named: a reload leaves a default it is not given as it was
 
     def _reload(self, default_runtime: str) -> None:
+        self._reload_config("{{.DefaultRuntime}}", default_runtime, default_runtime)
+
+    def _reload_config(self, field: str, value: str, default_runtime: str | None = None
+                       ) -> None:
+        """The configuration written again and reloaded (SIGHUP), until ``docker info``'s
+        ``field`` reads ``value``."""
         assert self.proc is not None, "the engine has not started"
         self._write_config(default_runtime)
         self.proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 30
-        while (self.docker("info", "--format", "{{.DefaultRuntime}}").stdout.strip()
-               != default_runtime):
+        while self.docker("info", "--format", field).stdout.strip() != value:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the engine did not take the default runtime "
-                                   f"{default_runtime}")
+                raise RuntimeError(f"the engine's {field} did not become {value}")
             time.sleep(0.2)
 
     def load_image(self) -> None:

@@ -110,3 +110,20 @@ def test_a_container_that_died_idle_costs_the_next_item_nothing() -> None:
 
     result = asyncio.run(scenario())
     assert [t.status for t in result.tests] == ["passed"], result
+
+
+def test_a_container_that_dies_under_a_run_while_its_engine_serves_is_the_runs_death(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Its harness killed mid-run (from outside here, as the memory backstop kills it), the
+    engine serving and its own stream to the pool (``EngineWatch``) unbroken: the run's death,
+    a runtime error, not run again as an engine's drop would be."""
+    async def kill(sandbox: Sandbox) -> None:
+        pool = sandbox.pool.pools[0]
+        assert pool.watch.mark() is not None, "the engine's stream is open"
+        (busy,) = pool._mine  # its one container, the run's
+        await asyncio.to_thread(busy.container.kill)
+
+    result, _ = asyncio.run(_during_a_run(SandboxConfig(pool_size=1), kill))
+    assert [t.status for t in result.tests] == ["runtime_error"], result
+    assert "the sandbox container died" in result.tests[0].stderr, result
+    assert "dropped every stream" not in caplog.text
