@@ -434,6 +434,9 @@ def main() -> None:
                     "asynchronous GRPO, the engine drawing up to this many steps ahead")
     ap.add_argument("--parallel", action="store_true", help="run both trainers at once (the "
                     "CPU-time clock keeps it fair; the wall clock does not)")
+    ap.add_argument("--alone", action="store_true", help="run TRL by itself for --steps "
+                    "steps and record its curve (its steps past a race's, on the same prompts "
+                    "and draws: its first steps repeat the race's exactly)")
     ap.add_argument("--figure", nargs="+", type=Path, metavar="JSON", help="only draw the "
                     "runs of these result files side by side into bench/results/"
                     "bench_learning-seeds.png")
@@ -461,6 +464,9 @@ def main() -> None:
               args.seed, args.engine, args.max_staleness)
         return
     measured_on = commit()
+    if args.alone:
+        run_alone(args, measured_on)
+        return
     base = args.baseline
     default_ours = args.steps if base == "hf" else round(1.5 * args.steps)
     steps = {base: args.steps, "ours": args.ours_steps or default_ours}
@@ -469,25 +475,15 @@ def main() -> None:
               "ours": ("ours", args.engine, args.max_staleness)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": str(args.threads)}
     procs: dict[str, subprocess.Popen] = {}
     outputs: dict[str, str] = {}
     for which, (kind, engine, staleness) in racers.items():
         print(f"{which}: training {args.model} for {steps[which]} steps", file=sys.stderr)
-        procs[which] = subprocess.Popen(
-            [sys.executable, "-m", "bench.bench_learning", "--child", kind, "--model",
-             args.model, "--steps", str(steps[which]), "--eval-every", str(args.eval_every),
-             "--eval-samples", str(args.eval_samples), "--threads", str(args.threads),
-             "--seed", str(args.seed), "--engine", engine, "--max-staleness", str(staleness)],
-            stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        procs[which] = spawn(args, kind, steps[which], engine, staleness)
         if not args.parallel:
             outputs[which] = procs[which].communicate()[0]
     for which, proc in procs.items():
-        stdout = outputs[which] if which in outputs else proc.communicate()[0]
-        line = next((x for x in stdout.splitlines() if x.startswith("RESULT ")), None)
-        if proc.returncode != 0 or line is None:
-            sys.exit(f"bench_learning: {which} failed (exit code {proc.returncode})")
-        results[which] = json.loads(line[7:])
+        results[which] = child_result(which, proc, outputs.get(which))
 
     base_final = results[base]["points"][-1]["accuracy"]
     t_base, t_ours = time_to(results[base]["points"], base_final), time_to(
@@ -544,6 +540,47 @@ def main() -> None:
                    "prompt_order": PROMPT_ORDER}, publish=args.publish,
                   measured_on=measured_on)
     print(f"wrote {path.relative_to(ROOT)} and {figure.relative_to(ROOT)}")
+
+
+def spawn(args: argparse.Namespace, kind: str, steps: int, engine: str, staleness: int
+          ) -> subprocess.Popen:
+    """One trainer's child process (``--child``), its output piped."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": str(args.threads)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.bench_learning", "--child", kind, "--model", args.model,
+         "--steps", str(steps), "--eval-every", str(args.eval_every), "--eval-samples",
+         str(args.eval_samples), "--threads", str(args.threads), "--seed", str(args.seed),
+         "--engine", engine, "--max-staleness", str(staleness)],
+        stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+def child_result(which: str, proc: subprocess.Popen, stdout: str | None = None
+                 ) -> dict[str, Any]:
+    """What a child printed as its RESULT; the bench exits with one line if it failed."""
+    stdout = stdout if stdout is not None else proc.communicate()[0]
+    line = next((x for x in stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        sys.exit(f"bench_learning: {which} failed (exit code {proc.returncode})")
+    return json.loads(line[7:])
+
+
+def run_alone(args: argparse.Namespace, measured_on: str) -> None:
+    """TRL alone for ``args.steps`` steps: where a race's target (TRL's accuracy at its last
+    step) sits on TRL's own longer curve."""
+    print(f"trl: training {args.model} for {args.steps} steps, alone", file=sys.stderr)
+    result = child_result("trl", spawn(args, "trl", args.steps, "hf", 0))
+    for p in result["points"]:
+        print(f"step {p['step']:3d}  {p['seconds']:7.1f} s CPU  accuracy {p['accuracy']:.3f}")
+    settings = {"model": args.model, "steps": args.steps, "seed": args.seed,
+                "eval_every": args.eval_every, "eval_samples": args.eval_samples,
+                "threads": args.threads, "reward": REWARD, "prompt_order": PROMPT_ORDER}
+    path = record(alone_name(args.steps, args.seed), {"trl": result}, settings,
+                  publish=args.publish, measured_on=measured_on)
+    print(f"wrote {path.relative_to(ROOT)}")
+
+
+def alone_name(steps: int, seed: int) -> str:
+    return f"bench_learning_trl_alone{steps}_seed{seed}"
 
 
 def run_name(settings: dict[str, Any]) -> str:
