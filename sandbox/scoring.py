@@ -62,8 +62,13 @@ async def score_chunk(sandbox: Sandbox, scorer: str, items: list[ScoringItem],
     pool = sandbox.pool
     failure = "Docker engines went away"
     stale, second_chances = 1, 1
-    for _ in range(len(pool.pools) + 4):
+    # what the engine did, never the chunk's (as ``runner._run_job``): a stream gone before
+    # the job (once for each container there is), one the engine dropped under it, no
+    # answer while the engine did not serve
+    dead, restarted, sick = len(pool.pools) * sandbox.config.pool_size, 2, 1
+    for _ in range(len(pool.pools) + 4 + dead + restarted + sick):
         pooled = await pool.acquire()
+        mark = pooled.pool.watch.mark()
         try:
             reply = await pool.request(pooled, job, budget)
         except ChannelMisframed as exc:
@@ -74,8 +79,18 @@ async def score_chunk(sandbox: Sandbox, scorer: str, items: list[ScoringItem],
             return await _alone(sandbox, scorer, items, limits, "the chunk's scorer wrote on "
                                 "the sandbox's channel")
         except ChannelClosed as exc:
+            if not exc.sent and dead > 0:  # dead before the job reached it
+                pool.release(pooled, healthy=False, by_holder=False)
+                dead -= 1
+                continue
             if await pool.container_lost(pooled):
                 continue  # its engine went away: another engine, if one is left
+            if restarted > 0 and await pooled.pool.watch.dropped_since(mark):
+                log.warning("sandbox container %s lost its stream as its engine dropped "
+                            "every stream (%s); scoring the chunk again", pooled.id, exc)
+                pool.release(pooled, healthy=False, by_holder=False)
+                restarted -= 1
+                continue
             pool.release(pooled, healthy=False)
             if second_chances > 0:  # a used gVisor container may die of what ran before
                 second_chances -= 1
@@ -84,6 +99,20 @@ async def score_chunk(sandbox: Sandbox, scorer: str, items: list[ScoringItem],
             return await _alone(sandbox, scorer, items, limits, "the sandbox container died "
                                 "while this answer's chunk was scored (its memory limit)")
         except ChannelTimeout:
+            # the harness answers within the budget whatever the scorer does: no answer while
+            # the engine does not serve (a hung dockerd) is the engine's
+            state = await pooled.pool.settled_state()
+            if state != "serves":
+                if state == "gone":
+                    pooled.pool.engine_lost()
+                else:
+                    pool.release(pooled, healthy=False, by_holder=False)
+                if sick > 0:
+                    sick -= 1
+                    continue
+                raise SandboxUnavailable(
+                    f"no answer from the sandbox within {budget:.1f} s while its Docker engine "
+                    f"was {state}; {pool.unavailable_reason or ''}".rstrip("; ")) from None
             pool.release(pooled, healthy=False)
             return await _alone(sandbox, scorer, items, limits, "the chunk ran past its "
                                 f"wall-clock budget of {budget:.1f} s", status="timeout")

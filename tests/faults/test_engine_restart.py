@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 import pytest
@@ -57,11 +57,11 @@ def _back_before_asked(pool: ContainerPool, back: asyncio.Event) -> None:
     pool.engine_alive = asked_once_back  # type: ignore[method-assign]
 
 
-async def _restarted_under(engine: ExtraEngine, work: Callable[[Sandbox], asyncio.Future],
-                           after_s: float) -> object:
+async def _restarted_under(engine: ExtraEngine, work: Callable[[Sandbox], Awaitable[object]],
+                           after_s: float, **changes: float) -> object:
     """``work(sandbox)``'s result (or the SandboxUnavailable it raised), the engine
-    restarted under live-restore ``after_s`` into it."""
-    sandbox = Sandbox(replace(_config(engine)))
+    restarted under live-restore ``after_s`` into it (``_config`` with ``changes``)."""
+    sandbox = Sandbox(replace(_config(engine), **changes))
     await sandbox.start()
     try:
         await _until(lambda: sandbox.pool.idle == 2, 120, "the pool filled")
@@ -125,3 +125,28 @@ def test_a_session_whose_engine_restarted_between_cells_is_the_sandboxs_loss(
         result = asyncio.run(scenario())
     assert isinstance(result, SandboxUnavailable), result
     assert "dropped its streams" in str(result), result
+
+
+# reasoning_gym's scorer in the sandbox (sandbox/scoring.py): the right answer to one entry
+ENTRY = {"question": "Calculate 5 - 3 - 6.", "answer": "-4",
+         "metadata": {"source_dataset": "basic_arithmetic", "source_index": 0,
+                      "expression": "5 - 3 - 6", "num_terms": 3, "num_digits": 1,
+                      "difficulty": {"num_terms": [2, 6], "num_digits": [1, 4]}}}
+
+
+def test_a_scoring_chunk_in_flight_through_a_live_restore_restart_is_scored_again(
+        stoppable_engine: ExtraEngine, caplog: pytest.LogCaptureFixture) -> None:
+    """The in-sandbox scorers' chunks follow the same rule as executions: a right answer's
+    chunk whose stream the engine dropped is scored again, not 0 for "its memory limit".
+    Containers at 5% of a CPU, so that the scorer's cold start keeps the chunk in flight."""
+    from sandbox.scoring import ScoringLimits, score_chunk
+
+    limits = ScoringLimits(timeout_s=5.0, memory_mb=512, turn_s=5.0)
+    item = ("basic_arithmetic", "-4", ENTRY, "null")
+    with stoppable_engine.live_restore():
+        result = asyncio.run(_restarted_under(
+            stoppable_engine, lambda sandbox: score_chunk(sandbox, "reasoning_gym", [item],
+                                                          limits), after_s=2.0, cpus=0.05))
+    assert isinstance(result, list) and [(r.status, r.score) for r in result] == [("ok", 1.0)], \
+        result
+    assert "as its engine dropped every stream" in caplog.text
