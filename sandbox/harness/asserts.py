@@ -22,6 +22,7 @@ from .candidate import (
     CandidateNotLoaded,
     CandidateTimeout,
     install,
+    shown,
     valid_hello,
 )
 from .compare import call_output_matches, int_keys
@@ -221,8 +222,7 @@ def run_asserts(job, workdir, env, zygote=None):
                     exec(as_module(step), namespace)
             except (Exception, CandidateCrashed, CandidateTimeout,  # noqa: BLE001
                     TrustedTimeout) as exc:
-                message = f"the test code failed after the solution loaded: " \
-                          f"{type(exc).__name__}: {exc}"
+                message = f"the test code failed after the solution loaded: {shown(exc)}"
                 return {"status": OK, "tests": results + every_test(
                     count - len(results), RUNTIME_ERROR, message[-2000:])}
         return {"status": OK, "tests": results}
@@ -276,7 +276,7 @@ def run_one(call, candidate, job, stderr_tail):
         status, message = TIMEOUT, "the test ran past its time limit"
         candidate.fail(CandidateTimeout(message))
     except AssertionError as exc:
-        status, message = WRONG_ANSWER, f"AssertionError: {exc}"
+        status, message = WRONG_ANSWER, shown(exc)
     except CandidateTimeout as exc:
         status, message = TIMEOUT, str(exc)
     except CandidateCrashed as exc:

@@ -52,6 +52,17 @@ NAME_SOURCES = frozenset({
 BUILTIN_NAMES = frozenset(dir(builtins))
 
 
+def shown(exc):
+    """``Name: message`` for an exception a solution raised through the proxy, whose message
+    it chose: its ``str`` may itself raise (an int past Python's 4300 digits, a ``__str__``
+    of its own), which inside a test's handler failed the harness and made a wrong answer
+    "broken tests", a null. Then the name alone, with a note."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 - whatever its str raised: the verdict stands
+        return f"{type(exc).__name__} (its message could not be shown)"
+
+
 class CandidateCrashed(BaseException):
     """The solution's process died or broke the protocol. A BaseException, so a test's own
     ``except Exception`` (written to expect a raise) cannot swallow it into a pass."""
@@ -137,9 +148,9 @@ class Candidate:
     def describe(self, exc):
         """An exception in a test's verdict: the solution's own words for one it raised."""
         if self.last_raised is not None and self.last_raised[0] is exc:
-            text, shown = self.last_raised[1], type(exc).__name__
-            return text if text.partition(":")[0] == shown else f"{text} (as {shown})"
-        return f"{type(exc).__name__}: {exc}"
+            text, name = self.last_raised[1], type(exc).__name__
+            return text if text.partition(":")[0] == name else f"{text} (as {name})"
+        return shown(exc)
 
     def start(self, job, workdir, env, stderr_fd, zygote=None):
         """The candidate server, as the candidate's uid in its work dir; its stdout and stderr

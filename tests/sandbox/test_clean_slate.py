@@ -377,6 +377,22 @@ def test_setup_that_calls_the_candidate_and_fails_scores_zero(srv: ServerProcess
     assert (broken["status"], broken["score"]) == ("bad_tests", None), broken
 
 
+@pytest.mark.parametrize(("program", "test_code"), [
+    ("def f(x):\n    raise AssertionError(10 ** 5000)\n",
+     "def check(candidate):\n    assert candidate(1) == 2\n\ncheck(f)\n"),
+    ("def f(x):\n    raise AssertionError(10 ** 5000)\n", "assert f(1) == 2\nassert f(2) == 3\n"),
+    ("def f(x):\n    raise ValueError(10 ** 5000)\n", "r = f(1)\nassert r == 2\n"),
+], ids=["check", "asserts", "statement"])
+def test_an_exception_whose_message_cannot_be_made_is_the_solutions_failure(
+        srv: ServerProcess, program: str, test_code: str) -> None:
+    """An exception whose ``str`` raises (an int past Python's 4300 digits) failed the tests'
+    own handler: the harness reported broken tests, a null reward any wrong answer could buy
+    (and the cache kept). It is the solution's failure: 0."""
+    result = run(srv, response=program, test_code=test_code, entry_point="f")
+    assert (result["status"], result["score"]) == ("ok", 0.0), result
+    assert "could not be shown" in json.dumps(result), result
+
+
 # --- 6: text no response can encode -------------------------------------------------------------
 
 @pytest.mark.parametrize(("program", "extra", "shown"), [
