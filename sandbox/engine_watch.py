@@ -39,10 +39,8 @@ class EngineWatch:
     """An /events stream to the engine at ``host`` (None: DOCKER_HOST or the local socket),
     held open on a thread while ``start``ed."""
 
-    def __init__(self, host: str | None, tls_cert_path: str | None, label: str,
-                 connect_timeout_s: float) -> None:
+    def __init__(self, host: str | None, tls_cert_path: str | None, label: str) -> None:
         self.host, self.tls_cert_path, self.label = host, tls_cert_path, label
-        self.connect_timeout_s = connect_timeout_s
         self.drops = 0  # how many times the stream ended while open
         self.connected = False
         self._stream: Any = None
@@ -87,9 +85,9 @@ class EngineWatch:
         while not self._closed.is_set():
             try:
                 if api is None:
-                    # a fixed API version: made without asking the engine anything
+                    # a fixed API version: made without asking the engine anything (the
+                    # SDK reads /events with no timeout, so none is given)
                     api = engine_client(self.host, self.tls_cert_path,
-                                        timeout=self.connect_timeout_s,
                                         version=MINIMUM_DOCKER_API_VERSION).api
                 stream = api.events(filters={"label": [self.label]})
             except (DockerException, OSError):

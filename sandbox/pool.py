@@ -173,8 +173,7 @@ class ContainerPool:
         self._client: docker.DockerClient | None = None
         self._health = EngineHealth(docker_host, config.tls_cert_path, config.health_timeout_s)
         # whether the engine dropped its streams (a restart quicker than the checks)
-        self.watch = EngineWatch(docker_host, config.tls_cert_path, LABEL,
-                                 config.health_timeout_s)
+        self.watch = EngineWatch(docker_host, config.tls_cert_path, LABEL)
         self.wedged = False  # the engine answers its ping, not /info (``engine_state``)
         self._idle: asyncio.Queue[PooledContainer] = idle if idle is not None else asyncio.Queue()
         self._mine: set[PooledContainer] = set()  # live containers of this engine, idle or busy
@@ -813,6 +812,35 @@ class EnginePool:
                       timeout_s: float) -> dict[str, Any]:
         """The job's reply (``Channel.request``), on a thread of the pool's."""
         return await pooled.pool.request(pooled, message, timeout_s)
+
+    async def dropped_by_engine(self, pooled: PooledContainer, mark: int | None) -> bool:
+        """Whether ``pooled``'s stream, closed with its engine serving, ended as the engine
+        ended every stream after ``mark`` (``EngineWatch``): a restart, never a program's
+        doing. The container is then dropped, uncharged."""
+        if not await pooled.pool.watch.dropped_since(mark):
+            return False
+        log.warning("sandbox container %s lost its stream as its engine dropped every "
+                    "stream", pooled.id)
+        self.release(pooled, healthy=False, by_holder=False)
+        return True
+
+    async def unanswered(self, pooled: PooledContainer, budget_s: float) -> str | None:
+        """A container that gave no answer within ``budget_s``: None when its engine serves
+        (the silence is the run's); else why the run is not scored, the container dropped
+        uncharged (with its whole engine when gone). The harness enforces every limit itself
+        and answers, so silence while the engine does not serve (a hung dockerd carries no
+        stream; a wedged one sees no container die) is the engine's as likely as the run's."""
+        state = await pooled.pool.settled_state()
+        if state == "serves":
+            return None
+        log.warning("sandbox container %s: no answer within %.1f s while its engine is %s",
+                    pooled.id, budget_s, state)
+        if state == "gone":
+            pooled.pool.engine_lost()  # this container with the others
+        else:
+            self.release(pooled, healthy=False, by_holder=False)
+        return (f"no answer from the sandbox within {budget_s:.1f} s while its Docker engine "
+                f"was {state}; {self.unavailable_reason or ''}").rstrip("; ")
 
     async def container_lost(self, pooled: PooledContainer) -> bool:
         """A container's channel closed under a run: True when that was not the program's

@@ -319,14 +319,9 @@ class Sandbox:
                     continue
                 if await self.pool.container_lost(pooled):
                     continue  # its engine went away: run on another engine, if one is left
-                if restarted_reruns > 0 and await pooled.pool.watch.dropped_since(mark):
-                    # the engine ended its own stream with this one: it stopped or restarted
-                    # (quicker than its checks, or under live-restore), which no program can
-                    # bring about. Run again; past the reruns the death is scored as the
-                    # program's, never a null a program could earn
-                    log.warning("sandbox container %s lost its stream as its engine dropped "
-                                "every stream (%s); running the item again", pooled.id, exc)
-                    self.pool.release(pooled, healthy=False, by_holder=False)
+                if restarted_reruns > 0 and await self.pool.dropped_by_engine(pooled, mark):
+                    # past the reruns the death is scored as the program's, never a null a
+                    # program could earn
                     restarted_reruns -= 1
                     continue
                 if pooled.pool.gvisor and pooled.uses > 0 and reruns > 0:
@@ -340,25 +335,12 @@ class Sandbox:
                     continue
                 return ran_in(self._died(pooled, exc, count), pooled), None
             except ChannelTimeout:
-                # the harness enforces every limit itself and answers: no answer at all
-                # while its engine does not serve (a hung dockerd carries no stream; a wedged
-                # one sees no container die) is the engine's doing as likely as the
-                # program's, so the item runs once more, elsewhere, or is unscorable
-                state = await pooled.pool.settled_state()
-                if state != "serves":
-                    log.warning("sandbox container %s: no answer within %.1f s while its "
-                                "engine is %s", pooled.id, budget, state)
-                    if state == "gone":
-                        pooled.pool.engine_lost()  # this container with the others
-                    else:
-                        self.pool.release(pooled, healthy=False, by_holder=False)
+                # the engine's silence runs once more, elsewhere, or is unscorable
+                if (reason := await self.pool.unanswered(pooled, budget)) is not None:
                     if sick_reruns > 0:
                         sick_reruns -= 1
                         continue
-                    raise SandboxUnavailable(
-                        f"no answer from the sandbox within {budget:.1f} s while its Docker "
-                        f"engine was {state}; {self.pool.unavailable_reason or ''}".rstrip(
-                            "; ")) from None
+                    raise SandboxUnavailable(reason) from None
                 self.pool.release(pooled, healthy=False)
                 return ran_in(failed(count, TIMEOUT, "the execution ran past its wall-clock "
                                      f"budget of {budget:.1f} s", budget * 1000), pooled), None

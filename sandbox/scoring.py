@@ -85,10 +85,7 @@ async def score_chunk(sandbox: Sandbox, scorer: str, items: list[ScoringItem],
                 continue
             if await pool.container_lost(pooled):
                 continue  # its engine went away: another engine, if one is left
-            if restarted > 0 and await pooled.pool.watch.dropped_since(mark):
-                log.warning("sandbox container %s lost its stream as its engine dropped "
-                            "every stream (%s); scoring the chunk again", pooled.id, exc)
-                pool.release(pooled, healthy=False, by_holder=False)
+            if restarted > 0 and await pool.dropped_by_engine(pooled, mark):
                 restarted -= 1
                 continue
             pool.release(pooled, healthy=False)
@@ -99,20 +96,11 @@ async def score_chunk(sandbox: Sandbox, scorer: str, items: list[ScoringItem],
             return await _alone(sandbox, scorer, items, limits, "the sandbox container died "
                                 "while this answer's chunk was scored (its memory limit)")
         except ChannelTimeout:
-            # the harness answers within the budget whatever the scorer does: no answer while
-            # the engine does not serve (a hung dockerd) is the engine's
-            state = await pooled.pool.settled_state()
-            if state != "serves":
-                if state == "gone":
-                    pooled.pool.engine_lost()
-                else:
-                    pool.release(pooled, healthy=False, by_holder=False)
+            if (reason := await pool.unanswered(pooled, budget)) is not None:
                 if sick > 0:
                     sick -= 1
                     continue
-                raise SandboxUnavailable(
-                    f"no answer from the sandbox within {budget:.1f} s while its Docker engine "
-                    f"was {state}; {pool.unavailable_reason or ''}".rstrip("; ")) from None
+                raise SandboxUnavailable(reason) from None
             pool.release(pooled, healthy=False)
             return await _alone(sandbox, scorer, items, limits, "the chunk ran past its "
                                 f"wall-clock budget of {budget:.1f} s", status="timeout")

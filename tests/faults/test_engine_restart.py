@@ -1,8 +1,9 @@
 """A dockerd restarted under live-restore (an operator's ``"live-restore": true``, kept so that
-an upgrade does not stop the containers): its containers run on, their attach streams end
-with the old dockerd. A run in flight lost its stream with its program still running, which
-no program can bring about (its harness is PID 1 and holds the stream until it ends), and
-was scored a runtime error (0). On a second engine of the module's own.
+an upgrade does not stop the containers), or quicker than the health checks: it answers by the
+time anyone asks, and every attach stream it served ended with the old process. A run in
+flight was scored a runtime error (0), a session's next cell a death at its memory limit, a
+scoring chunk an error (0). Each pool's own /events stream (``sandbox.engine_watch``) ends with
+them, which no container can bring about. On a second engine of the module's own.
 
 The restart is quicker than any health check here: the checks that would find the engine
 gone for a moment are held until it is back (``_back_before_asked``), as a restart that
@@ -13,7 +14,6 @@ the pool already handles."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
@@ -25,25 +25,14 @@ from sandbox.errors import SandboxUnavailable
 from sandbox.pool import ContainerPool
 from sandbox.runner import Execution, ExecutionResult, Sandbox
 from sandbox.testing import ExtraEngine
+from tests.helpers.sandboxes import filled, session_in
 
 SLOW_CORRECT = Execution("python", "import time\ntime.sleep(3)\nprint(int(input()) + 1)\n",
                          (runner.TestCase("1", "2"),))
-# dies under its memory limit: the harness, PID 1, goes with it (the backstop's doing)
-DIES = Execution("python", "import os, signal\nos.kill(1, signal.SIGKILL)\nprint(2)\n",
-                 (runner.TestCase("1", "2"),))
-
-
 def _config(engine: ExtraEngine) -> SandboxConfig:
     # the maintainer's checks an hour apart: only the run's own checks see the restart
     return SandboxConfig(docker_hosts=(engine.host,), pool_size=2, health_interval_s=3600,
                          health_timeout_s=2.0)
-
-
-async def _until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        await asyncio.sleep(0.2)
 
 
 def _back_before_asked(pool: ContainerPool, back: asyncio.Event) -> None:
@@ -61,10 +50,8 @@ async def _restarted_under(engine: ExtraEngine, work: Callable[[Sandbox], Awaita
                            after_s: float, **changes: float) -> object:
     """``work(sandbox)``'s result (or the SandboxUnavailable it raised), the engine
     restarted under live-restore ``after_s`` into it (``_config`` with ``changes``)."""
-    sandbox = Sandbox(replace(_config(engine), **changes))
-    await sandbox.start()
+    sandbox = await filled(replace(_config(engine), **changes))
     try:
-        await _until(lambda: sandbox.pool.idle == 2, 120, "the pool filled")
         back = asyncio.Event()
         _back_before_asked(sandbox.pool.pools[0], back)
         task = asyncio.ensure_future(work(sandbox))
@@ -99,27 +86,20 @@ def test_a_session_whose_engine_restarted_between_cells_is_the_sandboxs_loss(
     and its next cell finds it gone. Its own cells did nothing to earn a death (before, the
     cell was a ``DIED``, blamed on the session's memory); the session is lost to its engine
     (SandboxUnavailable)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from sandbox.sessions import SandboxSession, SessionLimits
-
     async def scenario() -> object:
         sandbox = Sandbox(_config(stoppable_engine))
         await sandbox.start()
-        threads = ThreadPoolExecutor(2)
         try:
-            session = await SandboxSession.open(sandbox.pool, SessionLimits(256, 1 << 20),
-                                                threads, {}, idle_exit_s=300)
-            first = await session.run("x = 1\nprint(x)", 5.0)
-            assert first.stdout.strip() == "1", first
-            await asyncio.to_thread(stoppable_engine.restart)
-            try:
-                return await session.run("x + 1", 5.0)
-            except SandboxUnavailable as exc:
-                return exc
+            async with session_in(sandbox) as session:
+                first = await session.run("x = 1\nprint(x)", 5.0)
+                assert first.stdout.strip() == "1", first
+                await asyncio.to_thread(stoppable_engine.restart)
+                try:
+                    return await session.run("x + 1", 5.0)
+                except SandboxUnavailable as exc:
+                    return exc
         finally:
             await sandbox.stop()
-            threads.shutdown()
 
     with stoppable_engine.live_restore():
         result = asyncio.run(scenario())

@@ -9,7 +9,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +25,7 @@ from sandbox.errors import SandboxUnavailable
 from sandbox.runner import Execution, ExecutionResult, Sandbox
 from sandbox.testing import ExtraEngine
 from tests.helpers.metrics import metric
+from tests.helpers.sandboxes import filled, session_in, until
 from tests.helpers.waiting import eventually
 
 CORRECT = Execution("python", "print(int(input()) + 1)\n", (runner.TestCase("1", "2"),))
@@ -52,23 +53,9 @@ def _containerd_stopped(engine: ExtraEngine) -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
-async def _until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        await asyncio.sleep(0.2)
-
-
 async def _filled(engine: ExtraEngine, **changes: float) -> Sandbox:
     """A started sandbox on ``engine`` (``_config`` with ``changes``), its pool full."""
-    sandbox = Sandbox(replace(_config(engine), **changes))
-    await sandbox.start()
-    try:
-        await _until(lambda: sandbox.pool.idle == 2, 120, "the pool filled")
-    except BaseException:
-        await sandbox.stop()
-        raise
-    return sandbox
+    return await filled(replace(_config(engine), **changes))
 
 
 def _passed(result: ExecutionResult) -> bool:
@@ -83,7 +70,7 @@ def test_a_wedged_engines_warm_containers_serve_and_no_call_waits_on_it(
         try:
             session = await sandbox.pool.create_own()  # a session's container, kept through
             with _containerd_stopped(stoppable_engine):
-                await _until(lambda: pool.wedged, 60, "the wedge found")
+                await until(lambda: pool.wedged, 60, "the wedge found")
                 reason = sandbox.pool.unavailable_reason or ""
                 assert "answers its ping but not /info within 2 s (wedged" in reason, reason
                 # its warm containers still carry executions (dockerd copies their streams)
@@ -107,7 +94,7 @@ def test_a_wedged_engines_warm_containers_serve_and_no_call_waits_on_it(
                 with pytest.raises(SandboxUnavailable, match="wedged"):
                     await sandbox.execute(CORRECT)
             # containerd goes on: the pool serves again, refilled
-            await _until(lambda: not pool.wedged and sandbox.pool.idle == 2, 120,
+            await until(lambda: not pool.wedged and sandbox.pool.idle == 2, 120,
                          f"the pool back ({sandbox.pool.unavailable_reason})")
             assert sandbox.pool.unavailable_reason is None
             assert _passed(await sandbox.execute(CORRECT))
@@ -132,7 +119,7 @@ def test_a_server_stops_beside_a_wedged_engine_without_waiting_on_it(
         sandbox = await _filled(stoppable_engine)
         pool = sandbox.pool.pools[0]
         with _containerd_stopped(stoppable_engine):
-            await _until(lambda: pool.wedged, 60, "the wedge found")
+            await until(lambda: pool.wedged, 60, "the wedge found")
             started = time.monotonic()
             await sandbox.stop()
             return time.monotonic() - started
@@ -210,14 +197,14 @@ def test_a_wedged_engine_its_operator_restarts_is_refilled_with_fresh_containers
         pool = sandbox.pool.pools[0]
         try:
             os.kill(stoppable_engine.containerd_pid(), signal.SIGSTOP)
-            await _until(lambda: pool.wedged, 60, "the wedge found")
+            await until(lambda: pool.wedged, 60, "the wedge found")
             async with sandbox.pool.upkeep():
                 assert _passed(await sandbox.execute(LEAVES_A_PROCESS))
             assert sandbox.pool.live == 1
             # the operator's restart: goroutines dumped, dockerd and its containerd stopped
             # (SIGTERM, then SIGKILL), started again
             await asyncio.to_thread(stoppable_engine.ensure_running)
-            await _until(lambda: pool.state == "serves" and sandbox.pool.idle == 2, 180,
+            await until(lambda: pool.state == "serves" and sandbox.pool.idle == 2, 180,
                          f"the pool refilled ({sandbox.pool.unavailable_reason})")
             for _ in range(3):
                 assert _passed(await sandbox.execute(CORRECT))
@@ -271,22 +258,15 @@ def test_a_session_cell_under_a_hung_dockerd_is_the_sandboxs_not_the_cells(
         stoppable_engine: ExtraEngine) -> None:
     """A session's cell in flight when dockerd itself stops: the cell's code did nothing to
     earn a timeout; the session is lost to its engine (SandboxUnavailable)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from sandbox.sessions import SandboxSession, SessionLimits
-
     async def scenario() -> object:
         sandbox = Sandbox(replace(_config(stoppable_engine), health_interval_s=3600))
         await sandbox.start()
-        threads = ThreadPoolExecutor(2)
         try:
-            session = await SandboxSession.open(sandbox.pool, SessionLimits(256, 1 << 20),
-                                                threads, {}, idle_exit_s=300)
-            cell = asyncio.create_task(session.run("import time; time.sleep(1); 1", 2.0))
-            return await _with_dockerd_stopped(stoppable_engine, cell, after_s=0.3)
+            async with session_in(sandbox) as session:
+                cell = asyncio.create_task(session.run("import time; time.sleep(1); 1", 2.0))
+                return await _with_dockerd_stopped(stoppable_engine, cell, after_s=0.3)
         finally:
             await sandbox.stop()
-            threads.shutdown()
 
     result = asyncio.run(scenario())
     assert isinstance(result, SandboxUnavailable), result

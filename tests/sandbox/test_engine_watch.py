@@ -70,7 +70,7 @@ def _until(check: Callable[[], bool], what: str) -> None:
 
 def test_an_end_of_the_engines_stream_is_seen_and_the_stream_opened_again(
         stand_in: StandIn) -> None:
-    watch = EngineWatch(stand_in.host, None, "label", 2.0)
+    watch = EngineWatch(stand_in.host, None, "label")
     watch.start()
     try:
         _until(lambda: watch.connected, "the stream opened")
@@ -87,7 +87,7 @@ def test_an_end_of_the_engines_stream_is_seen_and_the_stream_opened_again(
 
 def test_nothing_is_told_while_the_stream_holds_or_was_never_open(
         stand_in: StandIn, tmp_path: Path) -> None:
-    watch = EngineWatch(stand_in.host, None, "label", 2.0)
+    watch = EngineWatch(stand_in.host, None, "label")
     watch.start()
     try:
         _until(lambda: watch.connected, "the stream opened")
@@ -96,7 +96,7 @@ def test_nothing_is_told_while_the_stream_holds_or_was_never_open(
         assert time.monotonic() - started >= DROP_GRACE_S  # waited for an end to come
     finally:
         watch.close()
-    nowhere = EngineWatch(f"unix://{tmp_path / 'none.sock'}", None, "label", 2.0)
+    nowhere = EngineWatch(f"unix://{tmp_path / 'none.sock'}", None, "label")
     nowhere.start()
     try:
         assert nowhere.mark() is None  # not open: an end would go unseen
@@ -106,7 +106,7 @@ def test_nothing_is_told_while_the_stream_holds_or_was_never_open(
 
 
 def test_closing_the_watch_is_not_a_drop(stand_in: StandIn) -> None:
-    watch = EngineWatch(stand_in.host, None, "label", 2.0)
+    watch = EngineWatch(stand_in.host, None, "label")
     watch.start()
     _until(lambda: watch.connected, "the stream opened")
     watch.close()

@@ -18,6 +18,7 @@ from sandbox import runner
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxUnavailable
 from sandbox.runner import Execution, Sandbox
+from tests.helpers.sandboxes import session_in
 
 pytestmark = pytest.mark.usefixtures("docker_ready")
 
@@ -134,25 +135,20 @@ def test_a_session_container_that_dies_under_a_cell_while_its_engine_serves_is_t
     """The same for a session: its container killed under a cell (as the memory backstop
     kills it), the engine and its stream to the pool unbroken: the session's death (DIED),
     not the sandbox's unavailability."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from sandbox.sessions import DIED, SandboxSession, SessionLimits
+    from sandbox.sessions import DIED
 
     async def scenario() -> Any:
         sandbox = Sandbox(SandboxConfig(pool_size=1))
         await sandbox.start()
-        threads = ThreadPoolExecutor(2)
         try:
-            session = await SandboxSession.open(sandbox.pool, SessionLimits(256, 1 << 20),
-                                                threads, {}, idle_exit_s=300)
-            assert sandbox.pool.pools[0].watch.mark() is not None, "the engine's stream is open"
-            cell = asyncio.create_task(session.run("import time; time.sleep(5); 1", 10.0))
-            await asyncio.sleep(1.0)
-            await asyncio.to_thread(session._pooled.container.kill)
-            return await cell
+            async with session_in(sandbox) as session:
+                assert sandbox.pool.pools[0].watch.mark() is not None, "the stream is open"
+                cell = asyncio.create_task(session.run("import time; time.sleep(5); 1", 10.0))
+                await asyncio.sleep(1.0)
+                await asyncio.to_thread(session._pooled.container.kill)
+                return await cell
         finally:
             await sandbox.stop()
-            threads.shutdown()
 
     result = asyncio.run(scenario())
     assert result.ended == DIED and result.out_of_memory, result
