@@ -104,6 +104,7 @@ class _Pool:
                                       image_id="sha256:test", runtime="runsc" if gvisor else "runc")
                       for i, (uses, dies) in enumerate(containers)]
         self.released: list[tuple[str, bool]] = []
+        self.watch = SimpleNamespace(mark=lambda: 0)  # the engine's /events stream: never dropped
 
     async def acquire(self) -> SimpleNamespace:
         return self.queue.pop(0)
@@ -118,6 +119,9 @@ class _Pool:
 
     async def container_lost(self, pooled: SimpleNamespace) -> bool:
         return False  # the engine is up: the container itself died
+
+    async def dropped_by_engine(self, pooled: SimpleNamespace, mark: int | None) -> bool:
+        return False  # nor did it restart: every death here is the container's own
 
     def release(self, pooled: SimpleNamespace, healthy: bool, by_holder: bool = True) -> None:
         self.released.append((pooled.id, healthy))
