@@ -41,17 +41,23 @@ a standard error (``--figure``), which the race against TRL alone cannot.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from bench.bench_trainer import reward_demo, truncated_ids
 from bench.record import commit, record
+
+# (model, prompts' ids, each repeated G times in a row) -> each row's new tokens through its EOS
+Draw = Callable[[Any, list[list[int]]], list[list[int]]]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -163,12 +169,15 @@ STEP_METRICS = ("reward", "accuracy", "completion_length", "truncated_fraction",
 
 
 def run_ours(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
-             out_dir: Path, seed: int, engine: str = "hf", max_staleness: int = 0
+             out_dir: Path, seed: int, engine: str = "hf", max_staleness: int = 0,
+             draw: Draw | None = None
              ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """The held-out points, and each step's training reward, lengths, times and sampling
-    gap (what tells two runs' learning apart between evaluations)."""
+    gap (what tells two runs' learning apart between evaluations). ``draw``: what samples
+    the HF path's rollouts in place of its ``generate`` (``bench_lockstep``)."""
     import torch
 
+    from trainer import rollout
     from trainer.data import load_rows
     from trainer.models import load_model, prepare_tokenizer
     from trainer.rewards import FunctionScorer
@@ -178,22 +187,42 @@ def run_ours(model_name: str, steps: int, eval_every: int, eval_rows: list[dict]
     seed_everything(config.seed)
     model, tokenizer = load_model(model_name, torch.float32, config.seed)
     prepare_tokenizer(tokenizer)
-    clock = Clock("ours", model, tokenizer, eval_rows, config.max_completion_length)
-    clock.evaluate(0)
-    clock.start()  # before the trainer is built: an engine's start is training time
-    trainer = GRPOTrainer(model, tokenizer, load_rows(config.dataset), config, None,
-                          scorer=FunctionScorer(reward_demo))
-    clock.model, clock.tokenizer = trainer.policy, trainer.tokenizer
-    logged: list[dict[str, float]] = []
-    for step in range(1, steps + 1):
-        metrics = trainer.training_step()
-        logged.append({k: float(v) for k, v in metrics.items() if k in STEP_METRICS
-                       or k.startswith(("time/", "sampling/sampling_logp",
-                                        "sampling/importance"))})
-        if step % eval_every == 0 or step == steps:
-            clock.evaluate(step)
-    trainer.close()
+    with contextlib.ExitStack() as patched:
+        if draw is not None:  # undone after: a caller (a test) goes on with the module
+            patched.enter_context(mock.patch.object(
+                rollout, "_generate", ours_generate(draw, tokenizer.pad_token_id)))
+        clock = Clock("ours", model, tokenizer, eval_rows, config.max_completion_length)
+        clock.evaluate(0)
+        clock.start()  # before the trainer is built: an engine's start is training time
+        trainer = GRPOTrainer(model, tokenizer, load_rows(config.dataset), config, None,
+                              scorer=FunctionScorer(reward_demo))
+        clock.model, clock.tokenizer = trainer.policy, trainer.tokenizer
+        logged: list[dict[str, float]] = []
+        for step in range(1, steps + 1):
+            metrics = trainer.training_step()
+            logged.append({k: float(v) for k, v in metrics.items() if k in STEP_METRICS
+                           or k.startswith(("time/", "sampling/sampling_logp",
+                                            "sampling/importance"))})
+            if step % eval_every == 0 or step == steps:
+                clock.evaluate(step)
+        trainer.close()
     return clock.points, logged
+
+
+def ours_generate(draw: Draw, pad_id: int) -> Callable[..., Any]:
+    """Our rollout's ``_generate`` edge (N prompt rows, G samples each, new tokens padded)
+    handed to ``draw``, which takes each prompt's ids G times over, as TRL passes them."""
+    import torch
+
+    def generate(model: Any, ids: Any, mask: Any, config: Any, G: int = 1,
+                 share: bool = False, stopping_criteria: Any = None) -> Any:
+        prompts = [ids[i][mask[i].bool()].tolist() for i in range(ids.shape[0])
+                   for _ in range(G)]
+        drawn = draw(model, prompts)
+        width = max(len(c) for c in drawn)
+        return torch.tensor([c + [pad_id] * (width - len(c)) for c in drawn])
+
+    return generate
 
 
 def trl_args(config: Any, out_dir: Path) -> Any:
@@ -241,7 +270,9 @@ def trl_dataset(config: Any, steps: int) -> Any:
 
 
 def run_trl(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
-            out_dir: Path, seed: int) -> list[dict[str, float]]:
+            out_dir: Path, seed: int, draw: Draw | None = None) -> list[dict[str, float]]:
+    """The held-out points. ``draw``: what samples TRL's rollouts in place of its
+    ``generate`` (``bench_lockstep``)."""
     import torch
     from transformers import TrainerCallback
     from trl import GRPOTrainer
@@ -274,6 +305,9 @@ def run_trl(model_name: str, steps: int, eval_every: int, eval_rows: list[dict],
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=trl_args(config, out_dir),
                           train_dataset=dataset, processing_class=tokenizer,
                           callbacks=[Evaluate()])
+    if draw is not None:
+        trainer._generate_single_turn = (
+            lambda prompt_ids, *_, **__: (draw(trainer.model, prompt_ids), None))
     trainer.train()
     return clock.points
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 
-from bench.bench_learning import DEMO_CONFIG, trl_args
+from bench.bench_learning import DEMO_CONFIG, ours_generate, trl_args
 from trainer import distributed, rollout
 from trainer.config import GRPOConfig, load_config
 from trainer.models import TINY_CHARS, load_model
@@ -148,18 +148,8 @@ def run_ours(out: Path, case: str, monkeypatch: pytest.MonkeyPatch) -> Run:
     trainer = GRPOTrainer(model, tokenizer, [{"prompt": p} for p in PROMPTS], config, None,
                           scorer=FunctionScorer(reward))
     drawer = Drawer(batch, run, prompt_texts(tokenizer))
-    pad = tokenizer.pad_token_id
-
-    def generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, gen_config: Any,
-                 G: int = 1, share: bool = False, stopping_criteria: Any = None
-                 ) -> torch.Tensor:
-        prompts = [ids[i][mask[i].bool()].tolist() for i in range(ids.shape[0])
-                   for _ in range(G)]
-        drawn = drawer.draw(prompts)
-        width = max(len(c) for c in drawn)
-        return torch.tensor([c + [pad] * (width - len(c)) for c in drawn])
-
-    monkeypatch.setattr(rollout, "_generate", generate)
+    monkeypatch.setattr(rollout, "_generate", ours_generate(
+        lambda _model, prompts: drawer.draw(prompts), tokenizer.pad_token_id))
     clip = distributed.clip_grad_norm
 
     def clip_and_record(parameters: Any, max_norm: float) -> float:
