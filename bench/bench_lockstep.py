@@ -28,6 +28,7 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.bench_learning import RESULTS, ROOT, run_ours, run_trl
@@ -48,12 +49,14 @@ class Sampler:
         self.draws: list[list[list[int]]] = []  # per step, each completion's tokens
         self.fingerprints: list[list[float]] = []  # per step, the weights it drew from
         self.fingerprint_cost: list[tuple[float, float]] = []  # per step: CPU, wall seconds
+        self.model: Any = None
 
     def __call__(self, model: Any, prompts: list[list[int]]) -> list[list[int]]:
         import torch
         from transformers import GenerationConfig
 
         step = len(self.draws)
+        self.model = model  # the trained model itself: after the run, its last weights
         cpu, wall = time.process_time(), time.perf_counter()
         self.fingerprints.append(fingerprint(model))
         self.fingerprint_cost.append((time.process_time() - cpu, time.perf_counter() - wall))
@@ -106,9 +109,10 @@ def fingerprint(model: Any) -> list[float]:
 
 
 def child(which: str, model_name: str, steps: int, eval_every: int, eval_samples: int,
-          seed: int) -> dict[str, Any]:
+          seed: int, save_to: Path | None = None) -> dict[str, Any]:
     """One trainer's run through the shared sampler: its held-out points, draws and
-    fingerprints (of the weights each step drew from)."""
+    fingerprints (of the weights each step drew from). ``save_to``: where its trained model
+    goes (a folder any ``--model`` option takes), to check a sampler on trained weights."""
     import torch
 
     from bench.bench_learning import our_config
@@ -132,6 +136,9 @@ def child(which: str, model_name: str, steps: int, eval_every: int, eval_samples
     else:
         points = run_trl(model_name, steps, eval_every, eval_rows, out_dir, seed,
                          draw=sampler)
+    if save_to is not None:
+        sampler.model.save_pretrained(save_to)
+        tokenizer.save_pretrained(save_to)
     for p in points:  # the fingerprints are the bench's, not the trainer's: off its clock
         p["seconds"] -= sum(c for c, _ in sampler.fingerprint_cost[: p["step"]])
         p["wall_seconds"] -= sum(w for _, w in sampler.fingerprint_cost[: p["step"]])
@@ -160,7 +167,8 @@ def spawn(args: argparse.Namespace, which: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "bench.bench_lockstep", "--child", which, "--model",
          args.model, "--steps", str(args.steps), "--eval-every", str(args.eval_every),
-         "--eval-samples", str(args.eval_samples), "--seed", str(args.seed)],
+         "--eval-samples", str(args.eval_samples), "--seed", str(args.seed),
+         *(["--save-to", str(args.save_to)] if args.save_to and which == "ours" else [])],
         stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 
@@ -181,6 +189,7 @@ def main() -> None:
     ap.add_argument("--eval-samples", type=int, default=128)
     ap.add_argument("--publish", action="store_true",
                     help="also write docs/benchmarks/bench_lockstep_seed<N>.json")
+    ap.add_argument("--save-to", type=Path, help="save our trainer's trained model there")
     ap.add_argument("--child", choices=("ours", "trl"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -188,7 +197,7 @@ def main() -> None:
 
         torch.set_num_threads(1)
         result = child(args.child, args.model, args.steps, args.eval_every,
-                       args.eval_samples, args.seed)
+                       args.eval_samples, args.seed, args.save_to)
         print("RESULT " + json.dumps(result))
         return
     measured_on = commit()
