@@ -48,5 +48,5 @@ def test_ours_and_trl_draw_alike_step_after_step(tmp_path: Path,
     moved = [s["weights_moved"] for s in steps]
     assert moved[0] == 0 and moved[-1] > 0  # the updates moved the weights the draws came from
     for s in steps[1:]:
-        assert s["weights_apart"] < 1e-4 * s["weights_moved"], s
+        assert s["weights_apart"] <= 1e-4 * s["weights_moved"], s
     assert [p["step"] for p in runs["ours"]["points"]] == [p["step"] for p in runs["trl"]["points"]]
