@@ -11,11 +11,19 @@ it is dockerd's own connection to the pool, carrying nothing of any container's.
 stream closed while this watch's stream ended too lost it to the engine. The watch counts its
 stream's ends (``drops``); a run notes the count when its job is sent and asks, on a closed
 stream, whether it moved (``dropped_since``). Each end is one blocking read's, on a thread of
-the watch's own, which reconnects once the engine answers."""
+the watch's own, which reconnects once the engine answers.
+
+A dockerd that hangs (stopped, or stalled on its own locks) and then recovers ends no stream:
+it only holds them, and a harness's answer sent in time reaches the run after its deadline.
+By the time the run asks, the engine serves, and the silence looked like the program's
+timeout (0). A second thread pings the engine every ``PING_EVERY_S``; a gap of more than
+``STALL_S`` between two answers is a stall (``stalled_since``), which no program can cause:
+the ping is dockerd's own, answered before any container is asked anything."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 import time
@@ -33,6 +41,11 @@ RECONNECT_S = 1.0  # between tries to open the stream while the engine does not 
 # exits, and the watch's thread sees its end within milliseconds of the run's
 DROP_GRACE_S = 2.0
 DROP_POLL_S = 0.05
+PING_EVERY_S = 1.0
+# an engine that answers no ping for this long stalled: a busy dockerd on a loaded machine
+# answers in well under a second, and a run's own checks wait no longer than this either
+STALL_S = 3.0
+STALLS_KEPT = 32
 
 
 class EngineWatch:
@@ -47,11 +60,25 @@ class EngineWatch:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._answered: float | None = None  # the last ping's answer (monotonic)
+        self._stalls: collections.deque[float] = collections.deque(maxlen=STALLS_KEPT)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="sandbox-engine-watch",
                                         daemon=True)
         self._thread.start()
+        threading.Thread(target=self._ping, name="sandbox-engine-ping", daemon=True).start()
+
+    def stalled_since(self, since: float) -> bool:
+        """Whether the engine stalled (answered no ping for over ``STALL_S``) at any time
+        after ``since`` (monotonic), the stall still going on included. False while the
+        pings have never been answered: nothing can be told."""
+        answered = self._answered
+        if answered is None:
+            return False
+        if time.monotonic() - answered > STALL_S:
+            return True
+        return any(ended > since for ended in list(self._stalls))
 
     def mark(self) -> int | None:
         """What a run notes as its job is sent: the count of ends, or None while the stream
@@ -79,6 +106,25 @@ class EngineWatch:
                 stream.close()  # wakes the thread's read
             except Exception:  # noqa: BLE001 - already broken: nothing to close
                 pass
+
+    def _ping(self) -> None:
+        """Pings on a client of its own whose reads give up at ``STALL_S``; each gap of more
+        than that between answers is kept by when it ended."""
+        api = None
+        while not self._closed.wait(PING_EVERY_S):
+            try:
+                if api is None:
+                    api = engine_client(self.host, self.tls_cert_path, timeout=STALL_S,
+                                        version=MINIMUM_DOCKER_API_VERSION).api
+                api.ping()
+            except Exception:  # noqa: BLE001 - unanswered, however: the gap grows
+                continue
+            now = time.monotonic()
+            if self._answered is not None and now - self._answered > STALL_S:
+                self._stalls.append(now)
+                log.warning("sandbox: Docker engine %s answered no ping for %.1f s",
+                            self.host or "(default)", now - self._answered)
+            self._answered = now
 
     def _run(self) -> None:
         api = None

@@ -824,6 +824,17 @@ class EnginePool:
         self.release(pooled, healthy=False, by_holder=False)
         return True
 
+    def stalled_under(self, pooled: PooledContainer, since: float) -> bool:
+        """Whether ``pooled``'s engine, serving now, stalled after ``since`` (``EngineWatch``):
+        a run that timed out then may have answered in time into a stream dockerd held. The
+        container is dropped, uncharged."""
+        if not pooled.pool.watch.stalled_since(since):
+            return False
+        log.warning("sandbox container %s gave no answer in time while its engine stalled",
+                    pooled.id)
+        self.release(pooled, healthy=False, by_holder=False)
+        return True
+
     async def unanswered(self, pooled: PooledContainer, budget_s: float) -> str | None:
         """A container that gave no answer within ``budget_s``: None when its engine serves
         (the silence is the run's); else why the run is not scored, the container dropped

@@ -4,6 +4,7 @@ budget from outside, read the verdict, and give the container back (or replace i
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -281,13 +282,14 @@ class Sandbox:
         # a stream gone before the job was sent, once for each container there is (after an
         # engine's restart too quick for its health checks, every warm one is dead)
         dead_reruns = len(self.pool.pools) * self.config.pool_size
-        restarted_reruns = 2  # a stream the engine dropped under the run (``EngineWatch``)
+        # a stream the engine dropped under the run, or held as it stalled (``EngineWatch``)
+        restarted_reruns = 2
         go_on = (lambda: not others_waiting()) if others_waiting else (lambda: True)
         for _ in range(len(self.pool.pools) + 1 + GVISOR_RERUNS + FAILED_RUN_RERUNS
                        + MISFRAMED_RERUNS + 1 + sick_reruns + dead_reruns
                        + restarted_reruns):
             pooled = await self.pool.acquire()
-            mark = pooled.pool.watch.mark()
+            mark, sent_at = pooled.pool.watch.mark(), time.monotonic()
             try:
                 reply = await self.pool.request(pooled, job, budget)
                 self._keep_checker(job, reply)
@@ -341,6 +343,9 @@ class Sandbox:
                         sick_reruns -= 1
                         continue
                     raise SandboxUnavailable(reason) from None
+                if restarted_reruns > 0 and self.pool.stalled_under(pooled, sent_at):
+                    restarted_reruns -= 1  # its answer may be held yet: run it again
+                    continue
                 self.pool.release(pooled, healthy=False)
                 return ran_in(failed(count, TIMEOUT, "the execution ran past its wall-clock "
                                      f"budget of {budget:.1f} s", budget * 1000), pooled), None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,12 +64,12 @@ async def score_chunk(sandbox: Sandbox, scorer: str, items: list[ScoringItem],
     failure = "Docker engines went away"
     stale, second_chances = 1, 1
     # what the engine did, never the chunk's (as ``runner._run_job``): a stream gone before
-    # the job (once for each container there is), one the engine dropped under it, no
-    # answer while the engine did not serve
+    # the job (once for each container there is), one the engine dropped or held under it
+    # (it restarted or stalled), no answer while the engine did not serve
     dead, restarted, sick = len(pool.pools) * sandbox.config.pool_size, 2, 1
     for _ in range(len(pool.pools) + 4 + dead + restarted + sick):
         pooled = await pool.acquire()
-        mark = pooled.pool.watch.mark()
+        mark, sent_at = pooled.pool.watch.mark(), time.monotonic()
         try:
             reply = await pool.request(pooled, job, budget)
         except ChannelMisframed as exc:
@@ -101,6 +102,9 @@ async def score_chunk(sandbox: Sandbox, scorer: str, items: list[ScoringItem],
                     sick -= 1
                     continue
                 raise SandboxUnavailable(reason) from None
+            if restarted > 0 and pool.stalled_under(pooled, sent_at):
+                restarted -= 1  # its answer may be held yet in the stalled engine
+                continue
             pool.release(pooled, healthy=False)
             return await _alone(sandbox, scorer, items, limits, "the chunk ran past its "
                                 f"wall-clock budget of {budget:.1f} s", status="timeout")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -144,15 +145,21 @@ class SandboxSession:
         job = {"mode": "session_cell", "code": code, "time_limit_s": time_limit_s,
                "grace_s": INTERRUPT_GRACE_S, "output_limit_bytes": self.limits.output_limit_bytes}
         budget = time_limit_s + INTERRUPT_GRACE_S + OUTSIDE_SLACK_S
+        sent_at = time.monotonic()
         try:
             reply = await self._request(job, budget)
         except ChannelTimeout:
             # the harness interrupts a cell at its limit and answers: no answer while the
-            # engine does not serve (a hung dockerd carries no stream) is the engine's doing
+            # engine does not serve (a hung dockerd carries no stream), or after it stalled
+            # under the cell (the answer held in it), is the engine's doing
             if (state := await self._pooled.pool.settled_state()) != "serves":
                 await self.close()
                 raise SandboxUnavailable(f"the session's Docker engine is {state}: no answer "
                                          f"within {budget:.1f} s") from None
+            if self._pooled.pool.watch.stalled_since(sent_at):
+                await self.close()
+                raise SandboxUnavailable("the session's Docker engine stalled under the cell: "
+                                         f"no answer within {budget:.1f} s") from None
             return CellResult(DIED, "", "", budget, stopped=TIMEOUT,
                               note=f"the sandbox did not answer within {budget:.1f} s")
         except ChannelClosed:

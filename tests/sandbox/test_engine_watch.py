@@ -13,14 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.engine_watch import DROP_GRACE_S, EngineWatch
+from sandbox.engine_watch import DROP_GRACE_S, STALL_S, EngineWatch
 
 HEADERS = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
            b"Transfer-Encoding: chunked\r\n\r\n")
 
 
 class StandIn:
-    """Answers each /events request with a stream it holds open until ``drop``."""
+    """Answers each /events request with a stream it holds open until ``drop``, and each ping
+    at once unless ``hold_pings`` (then never: a stopped dockerd's socket accepts and says
+    nothing)."""
 
     def __init__(self, path: Path) -> None:
         self.host = f"unix://{path}"
@@ -29,6 +31,7 @@ class StandIn:
         self._server.bind(str(path))
         self._server.listen(8)
         self._open: list[socket.socket] = []
+        self.hold_pings = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -37,10 +40,17 @@ class StandIn:
                 conn, _ = self._server.accept()
             except OSError:
                 return
-            if b"/events" in conn.recv(4096):
+            request = conn.recv(4096)
+            if b"/events" in request:
                 conn.sendall(HEADERS)
                 self._open.append(conn)
                 self.opened += 1
+            elif b"/_ping" in request and self.hold_pings:
+                self._open.append(conn)  # read, never answered
+            elif b"/_ping" in request:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                             b"Content-Length: 2\r\nConnection: close\r\n\r\nOK")
+                conn.close()
             else:
                 conn.close()
 
@@ -114,3 +124,30 @@ def test_closing_the_watch_is_not_a_drop(stand_in: StandIn) -> None:
     watch._thread.join(10)
     assert not watch._thread.is_alive()
     assert watch.drops == 0
+
+
+def test_an_engine_that_answers_no_ping_for_long_stalled_and_is_told_after(
+        stand_in: StandIn, tmp_path: Path) -> None:
+    watch = EngineWatch(stand_in.host, None, "label")
+    watch.start()
+    try:
+        _until(lambda: watch._answered is not None, "a ping answered")
+        before = time.monotonic()
+        assert not watch.stalled_since(before)  # answering: nothing stalled
+        stand_in.hold_pings = True
+        _until(lambda: watch.stalled_since(before), "the stall seen while it lasts")
+        assert time.monotonic() - before > STALL_S
+        stand_in.hold_pings = False
+        _until(lambda: time.monotonic() - watch._answered < 1.5, "answered again")  # type: ignore[operator]
+        resumed = time.monotonic()
+        assert watch.stalled_since(before)  # a run sent before the stall: told after it
+        assert not watch.stalled_since(resumed)  # one sent after it: not
+    finally:
+        watch.close()
+    nowhere = EngineWatch(f"unix://{tmp_path / 'none.sock'}", None, "label")
+    nowhere.start()
+    try:
+        time.sleep(STALL_S + 1.5)
+        assert not nowhere.stalled_since(0.0)  # never answered: nothing can be told
+    finally:
+        nowhere.close()

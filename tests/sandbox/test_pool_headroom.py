@@ -123,6 +123,9 @@ class _Pool:
     async def dropped_by_engine(self, pooled: SimpleNamespace, mark: int | None) -> bool:
         return False  # nor did it restart: every death here is the container's own
 
+    def stalled_under(self, pooled: SimpleNamespace, since: float) -> bool:
+        return False  # nor stall
+
     def release(self, pooled: SimpleNamespace, healthy: bool, by_holder: bool = True) -> None:
         self.released.append((pooled.id, healthy))
 
