@@ -588,13 +588,13 @@ def spawn(args: argparse.Namespace, kind: str, steps: int, engine: str, stalenes
         stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 
-def child_result(which: str, proc: subprocess.Popen, stdout: str | None = None
-                 ) -> dict[str, Any]:
-    """What a child printed as its RESULT; the bench exits with one line if it failed."""
+def child_result(which: str, proc: subprocess.Popen, stdout: str | None = None,
+                 bench: str = "bench_learning") -> dict[str, Any]:
+    """What a child printed as its RESULT; ``bench`` exits with one line if it failed."""
     stdout = stdout if stdout is not None else proc.communicate()[0]
     line = next((x for x in stdout.splitlines() if x.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
-        sys.exit(f"bench_learning: {which} failed (exit code {proc.returncode})")
+        sys.exit(f"{bench}: {which} failed (exit code {proc.returncode})")
     return json.loads(line[7:])
 
 

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_learning import RESULTS, ROOT, run_ours, run_trl
+from bench.bench_learning import RESULTS, ROOT, child_result, run_ours, run_trl
 from bench.record import commit, record
 
 DIRECTIONS = 4  # random directions of the weights' fingerprint
@@ -120,7 +120,8 @@ def child(which: str, model_name: str, steps: int, eval_every: int, eval_samples
     from trainer.models import load_model, prepare_tokenizer
     from trainer.rollout import eos_token_ids
 
-    config = our_config(model_name, steps, RESULTS / "tmp" / f"lockstep-{which}", seed)
+    out_dir = RESULTS / "tmp" / f"lockstep-{which}-{model_name}"
+    config = our_config(model_name, steps, out_dir, seed)
     model, tokenizer = load_model(model_name, torch.float32, config.seed)
     prepare_tokenizer(tokenizer)
     # what ends a completion: every id our rollout stops at (TRL's generate stops at the
@@ -129,7 +130,6 @@ def child(which: str, model_name: str, steps: int, eval_every: int, eval_samples
                       config.temperature, eos_token_ids(model, tokenizer),
                       tokenizer.pad_token_id)
     eval_rows = load_rows("arithmetic-eval")[:eval_samples]
-    out_dir = RESULTS / "tmp" / f"lockstep-{which}-{model_name}"
     if which == "ours":
         points, _ = run_ours(model_name, steps, eval_every, eval_rows, out_dir, seed,
                              draw=sampler)
@@ -172,14 +172,6 @@ def spawn(args: argparse.Namespace, which: str) -> subprocess.Popen:
         stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 
-def result_of(which: str, proc: subprocess.Popen) -> dict[str, Any]:
-    stdout = proc.communicate()[0]
-    line = next((x for x in stdout.splitlines() if x.startswith("RESULT ")), None)
-    if proc.returncode != 0 or line is None:
-        sys.exit(f"bench_lockstep: {which} failed (exit code {proc.returncode})")
-    return json.loads(line[7:])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2")
@@ -202,7 +194,8 @@ def main() -> None:
         return
     measured_on = commit()
     procs = {which: spawn(args, which) for which in ("trl", "ours")}  # both at once
-    results = {which: result_of(which, proc) for which, proc in procs.items()}
+    results = {which: child_result(which, proc, bench="bench_lockstep")
+               for which, proc in procs.items()}
     steps = compare(results["ours"], results["trl"])
     for row in steps:
         print(f"step {row['step']:3d}  same completions {row['same_completions']:3d}/"

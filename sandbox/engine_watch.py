@@ -32,6 +32,7 @@ from typing import Any
 from docker.constants import MINIMUM_DOCKER_API_VERSION
 from docker.errors import DockerException
 
+from sandbox.engine_health import EngineHealth
 from sandbox.tls import engine_client
 
 log = logging.getLogger(__name__)
@@ -108,17 +109,13 @@ class EngineWatch:
                 pass
 
     def _ping(self) -> None:
-        """Pings on a client of its own whose reads give up at ``STALL_S``; each gap of more
-        than that between answers is kept by when it ended."""
-        api = None
+        """Pings as the health checks do (``EngineHealth.answers``), on a client of its own
+        whose reads give up at ``STALL_S``; each gap of more than that between answers is
+        kept by when it ended."""
+        health = EngineHealth(self.host, self.tls_cert_path, STALL_S)
         while not self._closed.wait(PING_EVERY_S):
-            try:
-                if api is None:
-                    api = engine_client(self.host, self.tls_cert_path, timeout=STALL_S,
-                                        version=MINIMUM_DOCKER_API_VERSION).api
-                api.ping()
-            except Exception:  # noqa: BLE001 - unanswered, however: the gap grows
-                continue
+            if not health.answers("/_ping"):
+                continue  # unanswered, however: the gap grows
             now = time.monotonic()
             if self._answered is not None and now - self._answered > STALL_S:
                 self._stalls.append(now)
