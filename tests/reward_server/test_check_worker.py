@@ -10,6 +10,8 @@ import mmap
 import os
 import secrets
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,25 +20,20 @@ import psutil
 import pytest
 
 from reward_server import check_worker, process_pool
+from tests.conftest import ROOT
 from tests.helpers.hostile_plugin import HostileItem, HostileResult, _forge
+from tests.helpers.zygote_sweep import Checks
 
 pytestmark = pytest.mark.slow  # processes forked and killed
 
 Check = Callable[[HostileItem], HostileResult]
 
 
-class _Checks:
-    result_model = HostileResult
-
-    def __init__(self, check: Check) -> None:
-        self.check = check
-
-
 @pytest.fixture
 def zygote() -> Iterator[Callable[[Check], None]]:
     """``start(check)``: a zygote forked now, whose children run ``check``."""
     def start(check: Check) -> None:
-        check_worker._VERIFIER = _Checks(check)
+        check_worker._VERIFIER = Checks(check)
         check_worker._ZYGOTE = check_worker.start_zygote()
 
     yield start
@@ -281,34 +278,25 @@ def test_a_check_cannot_read_an_earlier_callers_item_from_its_memory(zygote) -> 
     assert scanned[0] == "ok" and '"info":"found=False"' in scanned[1], scanned
 
 
-def test_a_soft_time_limit_anywhere_in_the_hand_over_leaves_the_next_item_in_step(
-        zygote) -> None:
+def _sweep(*args: str) -> None:
+    """tests/helpers/zygote_sweep.py in a process of its own, as a worker forks its zygote."""
+    out = subprocess.run([sys.executable, "-m", "tests.helpers.zygote_sweep", *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_soft_time_limit_anywhere_in_the_hand_over_leaves_the_next_item_in_step() -> None:
     """The sixth audit's race: the soft limit's alarm landing between two steps of the
     hand-over left the zygote's record of the child unread, and the next item read it as
     its reply (0, ``crashed``). Alarms at 400 points from the fork to the result: every
     next item is answered as its own."""
-    zygote(lambda item: HostileResult(score=1.0, status="ok"))
-    for k in range(400):
-        soft_s = 0.0002 + k * 0.00005  # 0.2 to 20 ms: the hand-over's every step
-        process_pool._timed(check_worker.run, soft_s, HostileItem(response="x"), 1)
-        assert run() == ("ok", '{"score":1.0,"status":"ok","info":""}'), k
+    _sweep()
 
 
-def test_the_soft_limit_is_held_back_when_another_thread_takes_the_alarm(zygote) -> None:
+def test_the_soft_limit_is_held_back_when_another_thread_takes_the_alarm() -> None:
     """A worker with a thread of its own (a plug-in's import may start one): the kernel
     gives the alarm to whichever thread does not block it, and Python raises the timeout
     on the main thread regardless of its signal mask. Held back at the Python level, the
     hand-over is never cut in two (before, its child's pipes stayed open, the zygote
     waited on the child, the child on its item and the next item for ever)."""
-    zygote(lambda item: HostileResult(score=1.0, status="ok"))
-    stop = threading.Event()
-    bystander = threading.Thread(target=stop.wait)
-    bystander.start()
-    try:
-        for k in range(400):
-            soft_s = 0.0002 + k * 0.00005
-            process_pool._timed(check_worker.run, soft_s, HostileItem(response="x"), 1)
-            assert run() == ("ok", '{"score":1.0,"status":"ok","info":""}'), k
-    finally:
-        stop.set()
-        bystander.join()
+    _sweep("--bystander")
