@@ -44,6 +44,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         worker_isolation.protect_server()
         sandbox = app.state.sandbox = SandboxService.of(settings)
         verifiers = {name: cls(settings) for name, cls in classes.items()}
+        # what produced each verdict (source digests, versions: a second of reading files on
+        # a loaded machine) is made off the loop while the engine connects and workers start
+        provenance = asyncio.ensure_future(asyncio.to_thread(Provenances, verifiers, sandbox))
         started: list[Verifier | Scorer] = []  # each stopped at the end
         try:
             if sandbox is not None:
@@ -53,7 +56,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 await verifier.start()
                 started.append(verifier)
             scorer = app.state.scorer = Scorer(verifiers, settings)
-            app.state.provenance = Provenances(verifiers, sandbox)  # once: every response's
+            app.state.provenance = await provenance  # once: every response's
             await scorer.start()
             started.append(scorer)
             # a burst's heap is not walked by the cycle collector (collector.py)
@@ -68,6 +71,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 undo_signals()
                 collections.cancel()
         finally:
+            provenance.cancel()  # a start that failed before it was needed
             await asyncio.gather(*(v.stop() for v in started), return_exceptions=True)
             if sandbox is not None:  # after everything that runs in it
                 await asyncio.gather(sandbox.stop(), return_exceptions=True)

@@ -29,7 +29,13 @@ import platform
 import sys
 from collections.abc import Iterable, Mapping
 from functools import cache
-from importlib.metadata import PackageNotFoundError, packages_distributions, version
+from importlib.metadata import (
+    Distribution,
+    PackageNotFoundError,
+    distributions,
+    packages_distributions,
+    version,
+)
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, SecretStr
@@ -129,15 +135,47 @@ def code_digest(cls: type[Verifier]) -> str:
     return closure_digest(own_modules(cls.__module__, roots), roots)
 
 
+def _top_level(dist: Distribution) -> set[str]:
+    """The top-level packages ``dist`` declares (its top_level.txt): a small file, where
+    inferring them reads its whole file list."""
+    return set((dist.read_text("top_level.txt") or "").split())
+
+
+@cache
+def _declared() -> dict[str, list[str]]:
+    """Top-level package to the distributions that declare it, from every top_level.txt."""
+    found: dict[str, list[str]] = {}
+    for dist in distributions():
+        for top in _top_level(dist):
+            found.setdefault(top, []).append(dist.metadata["Name"])
+    return found
+
+
 @cache
 def _distributions() -> dict[str, list[str]]:
     return packages_distributions()  # reads every installed distribution's file list: once
 
 
+@cache
+def distribution_of(top: str) -> list[str]:
+    """The distributions that ship the top-level package ``top``, cheapest answer first: the
+    one named after it that declares it (most do), then any that declares it; only where none
+    does, every distribution's file list (hundreds of files each: seconds on a loaded machine
+    at every server start)."""
+    try:
+        named = Distribution.from_name(top)
+    except PackageNotFoundError:
+        pass
+    else:
+        if top in _top_level(named):
+            return [named.metadata["Name"]]
+    return _declared().get(top) or _distributions().get(top, [])
+
+
 def distribution_version(cls: type) -> str:
     """The version of the installed distribution that ships ``cls``'s top-level package."""
     top = cls.__module__.partition(".")[0]
-    for dist in _distributions().get(top, []):
+    for dist in distribution_of(top):
         try:
             return version(dist)
         except PackageNotFoundError:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
-from importlib.metadata import version
+from importlib.metadata import packages_distributions, version
 from pathlib import Path
 
 import httpx
@@ -19,7 +19,12 @@ import pytest
 
 from reward_server import source_digest
 from reward_server.client import AsyncRewardClient, RewardClient
-from reward_server.provenance import Provenances, closure_digest, code_digest
+from reward_server.provenance import (
+    Provenances,
+    closure_digest,
+    code_digest,
+    distribution_of,
+)
 from reward_server.sandbox_service import SandboxService
 from reward_server.settings import settings_class
 from reward_server.verifiers.registry import discover
@@ -29,6 +34,14 @@ from tests.helpers.waiting import eventually
 MATH = {"verifier": "math", "response": "\\boxed{2}", "answer": "2"}
 FORMAT = {"verifier": "format", "response": "<think>a</think><answer>b</answer>",
           "rules": ["think_answer"]}
+
+
+@pytest.mark.parametrize("top", ["reward_server", "sandbox", "sympy", "math_verify",
+                                 "pydantic_core", "yaml", "no_such_package"])
+def test_a_packages_distribution_is_the_one_every_file_list_names(top: str) -> None:
+    """The cheap lookups (a distribution named after the package, the declared top-level
+    names) find what reading every installed distribution's file list finds."""
+    assert set(distribution_of(top)) == set(packages_distributions().get(top, []))
 
 
 def test_every_response_names_its_verifiers_blocks(http: httpx.Client) -> None:
