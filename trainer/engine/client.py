@@ -159,7 +159,8 @@ class VLLMEngine:
             raise
         except EngineError as exc:
             returncode = self._process.poll()  # before close() ends it
-            self.close()
+            # one that never answered will not read a request to close: ended at once
+            self.close(wait=not isinstance(exc, _StartTimeout))
             raise EngineError(_start_failure(exc, returncode, settings), exc.detail) from None
         except BaseException:  # Ctrl-C while it starts: not asked, ended
             self.close(wait=False)
