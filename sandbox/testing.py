@@ -127,6 +127,11 @@ class ExtraEngine:
         could not bring it back); see ``Revival``."""
         self._revival.ensure(self.answers, self._restart)
 
+    def fresh_restarts(self) -> None:
+        """A new budget of restarts (``Revival``), for the next module of tests that stop
+        the engine: the restarts the modules before it needed are not its own."""
+        self._revival = Revival(self._revival.what, self._revival.max_starts)
+
     def _restart(self) -> None:
         if self.proc is not None:  # wedged rather than stopped: its goroutines first
             stop_wedged(self.proc.pid, self.socket, self.root / "exec", self.root.name,

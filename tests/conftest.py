@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -207,6 +208,14 @@ def _ensure_second_engine(request: pytest.FixtureRequest) -> None:
         pytest.fail(str(exc))
 
 
+# No test stops the main engine (one that stops an engine stops its own), so between a
+# module's checks a test's is made at most this often: what it looks for (a crash, a wedge)
+# found a test later costs that test alone, where a check per test cost 1,500 of them 50-100
+# ms each
+MAIN_RECHECK_S = 15.0
+_main_checked_at = [float("-inf")]
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _module_engine_answers(request: pytest.FixtureRequest) -> None:
     """Before a module's own fixtures (its servers wait minutes for a sandbox), the main
@@ -214,28 +223,41 @@ def _module_engine_answers(request: pytest.FixtureRequest) -> None:
     (``SandboxRuntime.env``), which is where a module's server takes it."""
     if _module_of(request.node.nodeid) in _MODULES_USING["docker"]:
         ensure_main_engine(_main_engine_socket())
+        _main_checked_at[0] = time.monotonic()
 
 
 @pytest.fixture(autouse=True)
 def _engines_answer(request: pytest.FixtureRequest) -> None:
-    """Before each test on a shared engine: it answers (a test before may have stopped it)."""
-    if request.node.get_closest_marker("docker") is not None:
+    """Before a test on a shared engine: it answers (a test before may have stopped the
+    second one; the main one is checked every ``MAIN_RECHECK_S``)."""
+    if (request.node.get_closest_marker("docker") is not None
+            and time.monotonic() - _main_checked_at[0] >= MAIN_RECHECK_S):
         ensure_main_engine(_main_engine_socket())
+        _main_checked_at[0] = time.monotonic()
     if request.node.get_closest_marker("gvisor") is not None:
         _ensure_second_engine(request)
 
 
-@pytest.fixture(scope="module")
-def _module_engine(docker_ready: None) -> Iterator[ExtraEngine]:
+@pytest.fixture(scope="session")
+def _stop_engine(docker_ready: None) -> Iterator[ExtraEngine]:
+    """One engine for every module that stops one: its image (2 GB) is loaded once, where
+    a load took most of a minute for each module."""
     with _second_engine("stop") as engine:
         yield engine
 
 
+@pytest.fixture(scope="module")
+def _module_engine(_stop_engine: ExtraEngine) -> ExtraEngine:
+    """The stop engine, with restarts of the module's own to spend (``Revival``)."""
+    _stop_engine.fresh_restarts()
+    return _stop_engine
+
+
 @pytest.fixture
 def stoppable_engine(_module_engine: ExtraEngine) -> ExtraEngine:
-    """A second engine of the module's own, for tests that stop and restart it: one that
-    fails to come back breaks only its own module, never the shared engine the gVisor tests
-    run on; each test gets it answering (restarted if the one before left it stopped)."""
+    """A second engine for tests that stop and restart it, never the one the gVisor tests
+    run on: each test gets it answering (restarted if the one before left it stopped), and
+    one that fails to come back fails the rest of its module at once."""
     try:
         _module_engine.ensure_running()
     except RuntimeError as exc:
