@@ -2,7 +2,7 @@
 # The test suite: installs what it needs (Python packages, the Docker engine and the sandbox
 # image), then runs ruff and pytest (extra arguments go to pytest).
 #   bash scripts/test.sh          the full suite (root, Docker, gVisor, the vLLM engine; about
-#                                 an hour on 2 cores; it stops starting tests after 4400 s)
+#                                 75 minutes on 2 cores; it stops starting tests after 4800 s)
 #   bash scripts/test.sh --fast   the fast tier: units and pure functions, no server, no
 #                                 engine, no training (under a minute; no root needed)
 set -euo pipefail
