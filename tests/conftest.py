@@ -59,6 +59,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "extra_engine" in used or (
                 callspec is not None and callspec.params.get("sandbox_runtime") == "runsc"):
             item.add_marker(pytest.mark.gvisor)
+    once = [item for item in items if _runc_only(item)]
+    if once:
+        config.hook.pytest_deselected(items=once)
+        items[:] = [item for item in items if not _runc_only(item)]
+
+
+def _runc_only(item: pytest.Item) -> bool:
+    """A ``host_side`` test's gVisor copy: what the server does around the sandbox (caps,
+    schedules, protocols, bad input) is the same whichever runtime runs the program, so it
+    runs under runc alone; its module's ``isolation`` tests, what a program can reach, run
+    under gVisor too, beside every test of the sandbox's own modules."""
+    callspec = getattr(item, "callspec", None)
+    return (callspec is not None and callspec.params.get("sandbox_runtime") == "runsc"
+            and item.get_closest_marker("host_side") is not None
+            and item.get_closest_marker("isolation") is None)
 
 
 @pytest.fixture

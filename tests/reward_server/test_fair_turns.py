@@ -25,6 +25,9 @@ from tests.conftest import SandboxRuntime, ServerProcess
 from tests.helpers.metrics import counter
 from tests.helpers.turns import hold_then_arrive
 
+# what the server does around the sandbox: under gVisor too only where marked isolation
+pytestmark = pytest.mark.host_side
+
 BUDGET_S = 10.0  # per request: what B may be shut out for
 LONGEST_TEST_S = 3.0  # the server's max_time_limit_s: test code that cannot take turns
 SLOW = "```python\nimport time\ndef slow(k):\n    time.sleep(0.5)\n    return k\n```"
@@ -80,6 +83,7 @@ def test_a_solutions_reward_is_the_same_whoever_else_waits(
     assert alone["score"] == a["score"] == 0.25
 
 
+@pytest.mark.isolation
 def test_a_test_that_loops_in_its_own_code_stops_at_its_time_limit(
         one_container: ServerProcess) -> None:
     """The test's own expression runs in the tester, not in the solution's process: it is
@@ -108,6 +112,7 @@ while True:
 """
 
 
+@pytest.mark.isolation
 def test_test_code_that_stops_its_own_clock_holds_the_container_one_turn(
         one_container: ServerProcess) -> None:
     """It held the container for its item's whole budget (120 s here), and the caller who

@@ -28,7 +28,8 @@ from tests.helpers.environments import (
 from tests.helpers.sandbox_pool import assert_clean
 from tests.helpers.waiting import eventually
 
-pytestmark = pytest.mark.usefixtures("docker_ready")
+# what the server does around the sandbox: under gVisor too only where marked isolation
+pytestmark = [pytest.mark.usefixtures("docker_ready"), pytest.mark.host_side]
 
 PER_CALLER, CONNECTIONS = 2, 3
 SETTINGS = {"REWARD_SERVER_SANDBOX_POOL_SIZE": "2",
@@ -62,6 +63,7 @@ def value(env: Any, code: str) -> str:
     return observation.display[0]["text/plain"]
 
 
+@pytest.mark.isolation
 def test_an_episode_keeps_state_and_ends_with_its_connection(srv: ServerProcess) -> None:
     with code_env(srv) as env:
         ready = env.reset().observation
@@ -82,6 +84,7 @@ def test_an_episode_keeps_state_and_ends_with_its_connection(srv: ServerProcess)
     eventually(lambda: all_removed(srv, None), 60, "the episode's session closed with it")
 
 
+@pytest.mark.isolation
 def test_a_step_names_the_sandbox_that_ran_it(srv: ServerProcess) -> None:
     """A step's observation carries the sandbox's provenance block, the one /run_code and
     /v1/sessions runs answer with (as the verifier environment's carries the verifier's)."""
@@ -96,6 +99,7 @@ def test_a_step_names_the_sandbox_that_ran_it(srv: ServerProcess) -> None:
         assert step(env, "1 / 0").provenance == expected  # a cell that raised too
 
 
+@pytest.mark.isolation
 def test_an_interpreter_that_dies_ends_the_episode(srv: ServerProcess) -> None:
     with code_env(srv) as env:
         env.reset()
@@ -185,6 +189,7 @@ HOSTILE: dict[str, tuple[str, dict[str, Any], str]] = {
 }
 
 
+@pytest.mark.isolation
 def test_hostile_steps_are_contained_beside_another_episode(srv: ServerProcess) -> None:
     def hostile(name: str) -> tuple[Any, Any]:
         """Its cell's result, and the result (or the error) of a plain cell after it."""
@@ -227,6 +232,7 @@ def test_hostile_steps_are_contained_beside_another_episode(srv: ServerProcess) 
     assert_clean(srv)
 
 
+@pytest.mark.isolation
 def test_isolation_probes_hold_in_a_step(srv: ServerProcess) -> None:
     """The probes of the code verifier, /run_code and /v1/sessions, with their expectations:
     no network (not even the server's own port), nothing written or read outside the work

@@ -28,7 +28,8 @@ from tests.helpers import probes
 from tests.helpers.code import sandbox_server
 from tests.helpers.sandbox_pool import POOL, assert_clean
 
-pytestmark = pytest.mark.usefixtures("docker_ready")
+# what the server does around the sandbox: under gVisor too only where marked isolation
+pytestmark = [pytest.mark.usefixtures("docker_ready"), pytest.mark.host_side]
 
 SUM = "a, b = map(int, input().split())\nprint(a + b)"
 STDIN_CASES = {"inputs": ["1 2\n", "10 -4\n", "4000000000 5000000000\n"],
@@ -146,6 +147,7 @@ def test_files_in_and_out_and_limits_capped(srv: ServerProcess) -> None:
              "  System.out.println(3); } }", "3\n"),
     ("rust", 'fn main() { println!("{}", 1 + 2); }', "3\n"),
 ])
+@pytest.mark.isolation
 def test_sandbox_fusion_languages(srv: ServerProcess, language: str, code: str,
                                   stdout: str) -> None:
     got = post(srv, language=language, code=code, compile_timeout=30)
@@ -192,6 +194,7 @@ AS_PYTHON3: dict[str, tuple[str, dict[str, Any], str, int | None, str, str]] = {
 }
 
 
+@pytest.mark.isolation
 @pytest.mark.parametrize("name", AS_PYTHON3)
 def test_python_snippets_fork_from_the_zygote_as_python3_runs_them(srv: ServerProcess,
                                                                    name: str) -> None:
@@ -227,6 +230,7 @@ if int(sys.stdin.read()) % 2 and os.fork() == 0:
 """
 
 
+@pytest.mark.isolation
 def test_a_snippet_sees_nothing_an_earlier_one_left(srv: ServerProcess) -> None:
     seen: set[str] = set()
     reused = 0
@@ -253,6 +257,7 @@ HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
+@pytest.mark.isolation
 def test_hostile_snippets_contained_beside_a_benign_call(srv: ServerProcess) -> None:
     def call(body: dict[str, Any]) -> dict[str, Any]:
         with httpx.Client(base_url=srv.url, timeout=120) as c:
@@ -296,6 +301,7 @@ def run_python(srv: ServerProcess, code: str, path: str, **body: Any) -> dict[st
     return got
 
 
+@pytest.mark.isolation
 @pytest.mark.parametrize("path", PATHS)
 def test_no_network_outside_or_to_the_host(srv: ServerProcess, path: str) -> None:
     got = run_python(srv, probes.network_probe(srv.url.rsplit(":", 1)[1]), path)
@@ -304,6 +310,7 @@ def test_no_network_outside_or_to_the_host(srv: ServerProcess, path: str) -> Non
     assert_clean(srv)
 
 
+@pytest.mark.isolation
 @pytest.mark.parametrize("path", PATHS)
 def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess, path: str) -> None:
     got = run_python(srv, probes.FILESYSTEM_PROBE, path)
@@ -312,6 +319,7 @@ def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess, path: 
     assert_clean(srv)
 
 
+@pytest.mark.isolation
 @pytest.mark.parametrize("path", PATHS)
 def test_a_child_outliving_its_snippet_is_gone_before_the_next(srv: ServerProcess,
                                                                path: str) -> None:
@@ -330,6 +338,7 @@ def test_a_child_outliving_its_snippet_is_gone_before_the_next(srv: ServerProces
     assert_clean(srv)
 
 
+@pytest.mark.isolation
 @pytest.mark.parametrize("path", PATHS)
 def test_kill_everything(srv: ServerProcess, path: str) -> None:
     """kill(-1) from a snippet reaches no process but its own uid's: the harness and the

@@ -24,7 +24,8 @@ from tests.helpers.code import sandbox_server
 from tests.helpers.metrics import metric
 from tests.helpers.sandbox_pool import POOL, assert_clean
 
-pytestmark = pytest.mark.usefixtures("docker_ready")
+# what the server does around the sandbox: under gVisor too only where marked isolation
+pytestmark = [pytest.mark.usefixtures("docker_ready"), pytest.mark.host_side]
 
 STARTUP_S = 180
 LIMIT = SandboxConfig.snippet_response_limit_bytes
@@ -77,6 +78,7 @@ REFUSED = {
 HARNESS_DATA = ("python3", "/usr/", "VmRSS", "PATH=", "def serve", "[heap]")
 
 
+@pytest.mark.isolation
 def test_fetch_files_follows_no_link_and_reads_as_the_program(srv: ServerProcess) -> None:
     r = post(srv, code=LINKS, fetch_files=[*REFUSED, "mine.txt"])
     got = r.json()
@@ -134,6 +136,7 @@ def test_names_the_harness_cannot_write_are_the_callers_422(srv: ServerProcess) 
     assert_clean(srv)
 
 
+@pytest.mark.isolation
 def test_the_memory_floor_runs_a_fresh_interpreter(srv: ServerProcess) -> None:
     """At the least memory a caller may ask for, Python starts under either runtime (with a
     file sent, a fresh interpreter, not the warm fork server), imports and allocates."""

@@ -31,7 +31,8 @@ from tests.helpers.sandbox_pool import POOL, assert_clean
 from tests.helpers.sessions import session_containers
 from tests.helpers.waiting import eventually
 
-pytestmark = pytest.mark.usefixtures("docker_ready")
+# what the server does around the sandbox: under gVisor too only where marked isolation
+pytestmark = [pytest.mark.usefixtures("docker_ready"), pytest.mark.host_side]
 
 OUTPUT_LIMIT = 65536
 PER_CALLER = 2
@@ -115,6 +116,7 @@ LOOK = ("import os\nprint(sorted(os.listdir('.')), os.environ.get('LEFT'), 'left
         "os.stat(f'/proc/{p}').st_uid == os.getuid()]))")
 
 
+@pytest.mark.isolation
 def test_each_run_is_a_fresh_interpreter_removed_after(srv: ServerProcess) -> None:
     mine = run(srv, cells=[LEAVE, LOOK])
     assert mine["cells"][1]["stdout"] == "['left.txt'] 1 True 1\n", mine  # the probe sees it
@@ -124,6 +126,7 @@ def test_each_run_is_a_fresh_interpreter_removed_after(srv: ServerProcess) -> No
     assert_clean(srv)
 
 
+@pytest.mark.isolation
 def test_a_run_is_never_listed_as_a_session(srv: ServerProcess) -> None:
     """While its cell runs, its caller's session list is empty: the run's interpreter has no
     id to list, use or close. Its container is looked for (by listing each container's
@@ -152,6 +155,7 @@ def test_a_run_is_never_listed_as_a_session(srv: ServerProcess) -> None:
         assert answer.json()["cells"][1]["display"] == [{"text/plain": "'done'"}]
 
 
+@pytest.mark.isolation
 def test_fetch_files_reads_as_the_cells_user_no_link_followed(srv: ServerProcess) -> None:
     made = ("import os\nopen('out.txt', 'w').write('made')\n"
             "os.symlink('/proc/self/maps', 'maps')\nos.symlink('out.txt', 'alias')\n"
@@ -174,6 +178,7 @@ def test_limits_are_capped_and_reported(srv: ServerProcess) -> None:
     assert got["limits"]["output_limit_bytes"] == OUTPUT_LIMIT
 
 
+@pytest.mark.isolation
 def test_the_memory_floor_starts_the_interpreter(srv: ServerProcess) -> None:
     """The least memory a caller may ask for starts the interpreter under either runtime
     (below it, it did not: a 503 SandboxError blamed on the sandbox, now the caller's 422)."""
@@ -238,6 +243,7 @@ HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
+@pytest.mark.isolation
 def test_hostile_runs_contained_beside_a_benign_one(srv: ServerProcess) -> None:
     """Each from a caller of its own (the caps are per caller), all at once."""
     with ThreadPoolExecutor(len(HOSTILE) + 1) as pool:
@@ -291,6 +297,7 @@ def test_escaped_output_counts_against_the_answers_limit(srv: ServerProcess) -> 
     assert len(r.content) < limit + 16384  # the cells' other fields, the limits, the message
 
 
+@pytest.mark.isolation
 def test_no_network_outside_or_to_the_host(srv: ServerProcess) -> None:
     got = run(srv, cells=[probes.network_probe(srv.url.rsplit(":", 1)[1])])
     assert got["status"] == "Success", got
@@ -298,6 +305,7 @@ def test_no_network_outside_or_to_the_host(srv: ServerProcess) -> None:
     assert_clean(srv)
 
 
+@pytest.mark.isolation
 def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess) -> None:
     got = run(srv, cells=[probes.FILESYSTEM_PROBE])
     assert got["status"] == "Success", got
@@ -305,6 +313,7 @@ def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess) -> Non
     assert_clean(srv)
 
 
+@pytest.mark.isolation
 def test_a_child_outliving_its_cell_goes_with_its_run(srv: ServerProcess) -> None:
     """A cell's background process lives on to the run's next cell (a notebook's would), and
     no further: the run's container is removed with it, and no container of the server, nor
@@ -318,6 +327,7 @@ def test_a_child_outliving_its_cell_goes_with_its_run(srv: ServerProcess) -> Non
     assert_clean(srv)  # every container left runs its harness and fork server only
 
 
+@pytest.mark.isolation
 def test_kill_everything(srv: ServerProcess) -> None:
     """kill(-1) in a cell spares the kernel and reaches nothing of root's (the harness, the
     fork server): the next cell sees the state; from a child of a cell it kills the kernel,

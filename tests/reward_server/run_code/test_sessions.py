@@ -30,7 +30,8 @@ from tests.helpers.sandbox_pool import assert_clean
 from tests.helpers.sessions import session_containers
 from tests.helpers.waiting import eventually
 
-pytestmark = pytest.mark.usefixtures("docker_ready")
+# what the server does around the sandbox: under gVisor too only where marked isolation
+pytestmark = [pytest.mark.usefixtures("docker_ready"), pytest.mark.host_side]
 
 POOL = 2  # warm containers (the verifier keeps one spare beside them)
 MAX_OPEN, PER_CALLER = 4, 2
@@ -95,6 +96,7 @@ class Session:
         self.http.close()
 
 
+@pytest.mark.isolation
 def test_state_persists_across_cells(srv: ServerProcess) -> None:
     with Session(srv) as s:
         assert s.info["state"] == "open" and len(s.id) >= 32
@@ -142,6 +144,7 @@ def test_files_and_bad_requests(srv: ServerProcess) -> None:
             assert s.value("'still here'") == "'still here'"
 
 
+@pytest.mark.isolation
 def test_two_sessions_are_isolated(srv: ServerProcess) -> None:
     with Session(srv) as a, Session(srv) as b:
         a.run("secret = 1\nopen('mine.txt', 'w').write('a')")
@@ -214,6 +217,7 @@ def test_idle_ttl_closes_it_and_frees_the_container(srv: ServerProcess) -> None:
     assert 'reward_sessions_closed_total{reason="expired"}' in text
 
 
+@pytest.mark.isolation
 def test_a_looping_cell_is_interrupted_and_the_session_lives(srv: ServerProcess) -> None:
     with Session(srv) as s:
         s.run("x = 5")
@@ -237,6 +241,7 @@ def test_a_looping_cell_is_interrupted_and_the_session_lives(srv: ServerProcess)
         assert r.status_code == 410 and "lost" in r.json()["detail"]
 
 
+@pytest.mark.isolation
 def test_an_interpreter_that_exits_loses_its_session(srv: ServerProcess) -> None:
     with Session(srv) as s:
         got = s.run("import os\nos._exit(3)")
@@ -255,6 +260,7 @@ HOSTILE: dict[str, tuple[str, dict[str, Any], str]] = {
 }
 
 
+@pytest.mark.isolation
 def test_hostile_cells_are_contained_beside_another_session(srv: ServerProcess) -> None:
     def hostile(name: str) -> tuple[dict[str, Any], httpx.Response]:
         """Its cell's answer, and the answer to a plain cell after it in the same session."""
@@ -292,6 +298,7 @@ def test_hostile_cells_are_contained_beside_another_session(srv: ServerProcess) 
     eventually(lambda: session_containers(srv) == [], what="every session's container removed")
 
 
+@pytest.mark.isolation
 def test_no_network_outside_or_to_the_host(srv: ServerProcess) -> None:
     with Session(srv) as s:
         got = s.run(probes.network_probe(srv.url.rsplit(":", 1)[1]))
@@ -300,6 +307,7 @@ def test_no_network_outside_or_to_the_host(srv: ServerProcess) -> None:
     assert_clean(srv)
 
 
+@pytest.mark.isolation
 def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess) -> None:
     """A session's container has the harness as PID 1, as a snippet's has: the cell, run by
     the session's kernel under the candidate's uid, is held to what a code item is."""
@@ -310,6 +318,7 @@ def test_no_writes_outside_the_work_dir_no_host_files(srv: ServerProcess) -> Non
     assert_clean(srv)
 
 
+@pytest.mark.isolation
 def test_a_child_outliving_its_cell_goes_with_its_session(srv: ServerProcess) -> None:
     """A cell's background process is its session's own, as a notebook's is: it lives past
     its cell, in the session's container only, where another caller's session never meets
@@ -360,6 +369,7 @@ def container_cpu_s(srv: ServerProcess, container_id: str) -> float:
         client.close()
 
 
+@pytest.mark.isolation
 def test_nothing_of_a_session_runs_between_its_cells(srv: ServerProcess) -> None:
     """A session runs only while one of its cells does (holding a slot of the fair gate):
     between cells its interpreter, a process a cell left running and a thread it started are
@@ -385,6 +395,7 @@ def test_nothing_of_a_session_runs_between_its_cells(srv: ServerProcess) -> None
     assert_clean(srv)
 
 
+@pytest.mark.isolation
 def test_kill_everything(srv: ServerProcess) -> None:
     """kill(-1) in a cell spares the kernel (the caller) and reaches nothing of root's (the
     harness, the fork server): the session keeps its state. From a child of the cell it
@@ -432,6 +443,7 @@ print('processes', len([p for p in os.listdir('/proc') if p.isdigit() and int(p)
 NOTHING_LEFT = ("files []\nwork dirs 1\nshm []\nenv None\nglobal False\nprocesses 0\n")
 
 
+@pytest.mark.isolation
 def test_nothing_a_session_leaves_reaches_another_caller(srv: ServerProcess) -> None:
     """Another caller's session, open beside it or after it closed, and a snippet on
     ``/run_code`` meet none of it: a session's container is its own, never given back."""

@@ -12,7 +12,8 @@ import pytest
 from tests.conftest import SandboxRuntime, wait_for_sandbox
 from tests.helpers.code import code_client, code_server, verify
 
-pytestmark = pytest.mark.usefixtures("docker_ready")
+# what the server does around the sandbox: under gVisor too only where marked isolation
+pytestmark = [pytest.mark.usefixtures("docker_ready"), pytest.mark.host_side]
 
 
 @pytest.fixture(scope="module")
