@@ -59,10 +59,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "extra_engine" in used or (
                 callspec is not None and callspec.params.get("sandbox_runtime") == "runsc"):
             item.add_marker(pytest.mark.gvisor)
-    once = [item for item in items if _runc_only(item)]
+    kept, once = [], []
+    for item in items:
+        (once if _runc_only(item) else kept).append(item)
     if once:
         config.hook.pytest_deselected(items=once)
-        items[:] = [item for item in items if not _runc_only(item)]
+        items[:] = kept
 
 
 def _runc_only(item: pytest.Item) -> bool:

@@ -55,6 +55,14 @@ def _held_until(pool: ContainerPool, event: asyncio.Event, check: str) -> None:
     setattr(pool, check, asked_after)
 
 
+async def _outcome(work: Awaitable[object]) -> object:
+    """``work``'s result, or the SandboxUnavailable it raised (the engine's loss)."""
+    try:
+        return await work
+    except SandboxUnavailable as exc:
+        return exc
+
+
 async def _restarted_under(engine: ExtraEngine, work: Callable[[Sandbox], Awaitable[object]],
                            after_s: float, **changes: float) -> object:
     """``work(sandbox)``'s result (or the SandboxUnavailable it raised), the engine
@@ -67,10 +75,7 @@ async def _restarted_under(engine: ExtraEngine, work: Callable[[Sandbox], Awaita
         await asyncio.sleep(after_s)
         await asyncio.to_thread(engine.restart)
         back.set()
-        try:
-            return await task
-        except SandboxUnavailable as exc:
-            return exc
+        return await _outcome(task)
     finally:
         await sandbox.stop()
 
@@ -103,10 +108,7 @@ def test_a_session_whose_engine_restarted_between_cells_is_the_sandboxs_loss(
                 first = await session.run("x = 1\nprint(x)", 5.0)
                 assert first.stdout.strip() == "1", first
                 await asyncio.to_thread(stoppable_engine.restart)
-                try:
-                    return await session.run("x + 1", 5.0)
-                except SandboxUnavailable as exc:
-                    return exc
+                return await _outcome(session.run("x + 1", 5.0))
         finally:
             await sandbox.stop()
 
@@ -206,10 +208,7 @@ def test_a_session_whose_engine_stalled_past_a_cells_deadline_is_the_sandboxs_lo
                                                          "print(2)", 3.0))
                 await asyncio.sleep(0.5)
                 await stall(3.0 + 1.0 + 1.0 + 3.0)  # past the cell's budget and STALL_S
-                try:
-                    return await task
-                except SandboxUnavailable as exc:
-                    return exc
+                return await _outcome(task)
         finally:
             await sandbox.stop()
 
